@@ -1,0 +1,139 @@
+//! Best-first draft-tree construction (DDTree `build_ddtree_tree`).
+
+use crate::policy::{BudgetPolicy, TieBreak};
+use crate::topk::TopK;
+use crate::tree::DraftTree;
+
+/// A frontier candidate: the `rank`-th token of `depth`, under tree node `parent`.
+#[derive(Debug, Clone, Copy)]
+struct Candidate {
+    log_w: f64,
+    parent: u32,
+    depth: u32,
+    rank: u32,
+    seq: u32,
+}
+
+/// Grows the draft tree best-first, as DESIGN §4 states (DDTree
+/// `build_ddtree_tree`; BASTION `build_adaptive_best_tree_from_draft_logits`).
+///
+/// A max-heap of candidates keyed by path log-probability starts with
+/// (depth 1, rank 0). Each pop asks `policy` whether to insert; an inserted
+/// node pushes its first child (`log_w + lp[d+1, 0]`, if `d < depth`) and its
+/// next sibling (`log_w − lp[d, r] + lp[d, r+1]`, if `r + 1 < k`). Log-probs
+/// are the `f32` values of `topk`; path sums are `f64`, as in the references.
+/// The result maximises Σ path probability over ancestor-closed trees of its
+/// size (the surrogate expected acceptance under independent marginals).
+///
+/// `root_token` becomes node 0; `context_len` is passed to
+/// [`BudgetPolicy::begin_round`]. `k = min(policy.top_k(), topk.k())`.
+pub fn build_tree<P: BudgetPolicy + ?Sized>(topk: &TopK, root_token: u32, context_len: usize, policy: &mut P) -> DraftTree {
+    policy.begin_round(context_len);
+    let max_nodes = policy.max_nodes();
+    let k = policy.top_k().min(topk.k());
+    let depth_limit = topk.depth();
+    let mut tree = DraftTree::with_capacity(root_token, max_nodes.min(depth_limit * k));
+    if depth_limit == 0 || k == 0 || max_nodes == 0 {
+        let keep = policy.finish(0);
+        tree.truncate(keep);
+        return tree;
+    }
+    let mut heap = CandidateHeap { items: Vec::with_capacity(2 * max_nodes.min(4096) + 2), tie: policy.tie_break() };
+    let mut seq = 1; // the root is candidate 0 in BASTION's numbering
+    heap.push(Candidate { log_w: f64::from(topk.log_prob(1, 0)), parent: 0, depth: 1, rank: 0, seq }, &tree);
+    let mut nodes = 0;
+    while nodes < max_nodes {
+        let Some(c) = heap.pop(&tree) else { break };
+        if !policy.admit(nodes, c.log_w.exp()) {
+            break;
+        }
+        let (d, r) = (c.depth as usize, c.rank as usize);
+        let idx = tree.push(topk.token(d, r), c.parent as usize, c.rank, c.log_w);
+        nodes += 1;
+        // BASTION creates the child before the sibling; the creation ids
+        // (`seq`) only matter under `TieBreak::CreationOrder`.
+        if d < depth_limit {
+            seq += 1;
+            let log_w = c.log_w + f64::from(topk.log_prob(d + 1, 0));
+            heap.push(Candidate { log_w, parent: idx as u32, depth: c.depth + 1, rank: 0, seq }, &tree);
+        }
+        if r + 1 < k {
+            seq += 1;
+            let log_w = c.log_w - f64::from(topk.log_prob(d, r)) + f64::from(topk.log_prob(d, r + 1));
+            heap.push(Candidate { log_w, parent: c.parent, depth: c.depth, rank: c.rank + 1, seq }, &tree);
+        }
+    }
+    let keep = policy.finish(nodes);
+    tree.truncate(keep);
+    tree
+}
+
+/// Binary max-heap whose order on exact ties needs the tree (rank paths).
+struct CandidateHeap {
+    items: Vec<Candidate>,
+    tie: TieBreak,
+}
+
+impl CandidateHeap {
+    /// Whether `a` pops before `b`.
+    fn better(&self, a: &Candidate, b: &Candidate, tree: &DraftTree) -> bool {
+        if a.log_w != b.log_w {
+            return a.log_w > b.log_w;
+        }
+        match self.tie {
+            TieBreak::CreationOrder => a.seq < b.seq,
+            TieBreak::RankPath => rank_path(a, tree) < rank_path(b, tree),
+        }
+    }
+
+    fn push(&mut self, c: Candidate, tree: &DraftTree) {
+        self.items.push(c);
+        let mut i = self.items.len() - 1;
+        while i > 0 {
+            let p = (i - 1) / 2;
+            if !self.better(&self.items[i], &self.items[p], tree) {
+                break;
+            }
+            self.items.swap(i, p);
+            i = p;
+        }
+    }
+
+    fn pop(&mut self, tree: &DraftTree) -> Option<Candidate> {
+        if self.items.is_empty() {
+            return None;
+        }
+        let top = self.items.swap_remove(0);
+        // swap_remove(0) moved the last item to the root: sift it down.
+        let n = self.items.len();
+        let mut i = 0;
+        loop {
+            let (l, r) = (2 * i + 1, 2 * i + 2);
+            let mut best = i;
+            if l < n && self.better(&self.items[l], &self.items[best], tree) {
+                best = l;
+            }
+            if r < n && self.better(&self.items[r], &self.items[best], tree) {
+                best = r;
+            }
+            if best == i {
+                break;
+            }
+            self.items.swap(i, best);
+            i = best;
+        }
+        Some(top)
+    }
+}
+
+/// The candidate's ranks from depth 1 down to itself (DDTree's `ranks` tuple).
+fn rank_path(c: &Candidate, tree: &DraftTree) -> Vec<u32> {
+    let mut path = vec![c.rank];
+    let mut node = c.parent as usize;
+    while let Some(p) = tree.parent(node) {
+        path.push(tree.rank(node) as u32);
+        node = p;
+    }
+    path.reverse();
+    path
+}

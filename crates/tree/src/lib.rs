@@ -1,0 +1,59 @@
+//! # bastion-tree
+//!
+//! The part of Bastion that holds the papers' own ideas, as pure functions over
+//! small inputs (no Burn, no GPU):
+//!
+//! * [`TopK`]: per-depth top-k log-probabilities of a DFlash block's marginals;
+//! * [`DraftTree`] and [`AncestorMask`]: the tree verified in one target pass;
+//! * [`build_tree`]: best-first construction (DDTree), driven by a
+//!   [`BudgetPolicy`]: [`FixedBudget`] (DDTree / the DFlash chain),
+//!   [`CaddTree`] (cost-aware stop), [`Bastion`] (calibrated roofline stop);
+//! * cost models: [`ConvexCostModel`] (CaDDTree's monotone convex fit) and
+//!   [`RooflineModel`] (BASTION's analytic FLOPs / bytes with calibration);
+//! * [`walk`]: the lossless verification walk, the same at T = 0 and T > 0.
+//!
+//! Conventions (see `tests/fixtures/tiny-dflash/README.md`): DDTree / CaDDTree
+//! budgets count drafted nodes (root excluded); BASTION sizes count the root.
+//!
+//! ```
+//! use bastion_tree::{build_tree, walk, FixedBudget, TopK};
+//! // Two depths, vocabulary of 3: depth 1 prefers token 2, depth 2 token 0.
+//! let logits = [0.0, 1.0, 3.0, 2.0, 0.5, 0.0];
+//! let topk = TopK::from_logits(&logits, 2, 3, 3).unwrap();
+//! let tree = build_tree(&topk, 7, 100, &mut FixedBudget::new(3));
+//! assert_eq!(tree.num_nodes(), 3);
+//! assert_eq!(tree.token(1), 2);
+//! // The target agrees with the first draft and then samples token 1.
+//! let mut posterior = vec![0; tree.len()];
+//! posterior[0] = 2;
+//! posterior[1] = 1;
+//! let acc = walk(&tree, &posterior).unwrap();
+//! assert_eq!(acc.committed_tokens(&tree), vec![2, 1]);
+//! ```
+
+#![warn(missing_docs)]
+
+mod bastion;
+mod builder;
+mod caddtree;
+mod convex;
+mod error;
+mod policy;
+mod roofline;
+mod topk;
+mod tree;
+mod walk;
+
+pub use bastion::{Bastion, BastionConfig, BucketMode};
+pub use builder::build_tree;
+pub use caddtree::{CaddTree, ConvexCostModel, RoundCostModel, VerifyProfile};
+pub use convex::fit_convex_monotone;
+pub use error::{Result, TreeError};
+pub use policy::{BudgetPolicy, FixedBudget, TieBreak};
+pub use roofline::{
+    fit_calibration, CalibrationFit, DevicePeak, ModelShape, RooflineCalibration, RooflineEstimator, RooflineModel,
+    VerifySample,
+};
+pub use topk::TopK;
+pub use tree::{AncestorMask, DraftTree};
+pub use walk::{walk, Acceptance};

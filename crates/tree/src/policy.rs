@@ -1,0 +1,101 @@
+//! Budget policies: how many nodes a round's draft tree gets.
+
+/// How the best-first builder orders two candidates of exactly equal path
+/// log-probability. Only matters on exact floating-point ties.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TieBreak {
+    /// Lexicographically smaller tuple of ranks along the path wins, a prefix
+    /// before its extensions: DDTree's and CaDDTree's heap key
+    /// `(-logw, ranks)` (`ddtree.py`, `caddtree.py`).
+    RankPath,
+    /// The earlier-created candidate wins: BASTION's heap key
+    /// `(-path_lp, candidate_id)` (`bastion/tree_draft.py`).
+    CreationOrder,
+}
+
+/// Decides, node by node, how large the best-first draft tree grows.
+///
+/// [`crate::build_tree`] calls [`begin_round`](Self::begin_round) once, then
+/// pops candidates in non-increasing path probability and asks
+/// [`admit`](Self::admit) before inserting each; the first refusal ends the
+/// expansion. [`finish`](Self::finish) may then shrink the tree to a prefix
+/// (BASTION's bucket truncation). Node counts here exclude the root.
+pub trait BudgetPolicy {
+    /// Hard cap on drafted nodes (root excluded).
+    fn max_nodes(&self) -> usize;
+    /// Candidates considered per depth (the `k` of the per-depth top-k).
+    fn top_k(&self) -> usize;
+    /// Order on exactly tied candidates.
+    fn tie_break(&self) -> TieBreak {
+        TieBreak::RankPath
+    }
+    /// Starts a round whose root sits at `context_len` (committed tokens
+    /// before the root; the papers' ℓ / c).
+    fn begin_round(&mut self, context_len: usize);
+    /// Whether to insert a candidate of path probability `path_prob` into a
+    /// tree that holds `nodes` drafted nodes. Returning `true` commits the
+    /// insertion (stateful policies update their running sums here).
+    fn admit(&mut self, nodes: usize, path_prob: f64) -> bool;
+    /// Final node count once expansion has stopped at `nodes` (≤ `nodes`).
+    fn finish(&mut self, nodes: usize) -> usize {
+        nodes
+    }
+}
+
+impl<P: BudgetPolicy + ?Sized> BudgetPolicy for Box<P> {
+    fn max_nodes(&self) -> usize {
+        (**self).max_nodes()
+    }
+    fn top_k(&self) -> usize {
+        (**self).top_k()
+    }
+    fn tie_break(&self) -> TieBreak {
+        (**self).tie_break()
+    }
+    fn begin_round(&mut self, context_len: usize) {
+        (**self).begin_round(context_len)
+    }
+    fn admit(&mut self, nodes: usize, path_prob: f64) -> bool {
+        (**self).admit(nodes, path_prob)
+    }
+    fn finish(&mut self, nodes: usize) -> usize {
+        (**self).finish(nodes)
+    }
+}
+
+/// DDTree with a fixed budget: exactly `nodes` drafted nodes (fewer only if
+/// the candidate space runs out). `top_k = nodes`, as in `build_ddtree_tree`
+/// (`k = min(budget, vocab)`), which can never cut a tree of that size.
+///
+/// With `nodes = block_size − 1` and `top_k = 1` ([`FixedBudget::chain`]) the
+/// builder yields the DFlash single path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FixedBudget {
+    nodes: usize,
+    top_k: usize,
+}
+
+impl FixedBudget {
+    /// DDTree with budget `nodes` (root excluded).
+    pub fn new(nodes: usize) -> Self {
+        Self { nodes, top_k: nodes.max(1) }
+    }
+
+    /// The DFlash chain: the argmax token at each of `depth` depths.
+    pub fn chain(depth: usize) -> Self {
+        Self { nodes: depth, top_k: 1 }
+    }
+}
+
+impl BudgetPolicy for FixedBudget {
+    fn max_nodes(&self) -> usize {
+        self.nodes
+    }
+    fn top_k(&self) -> usize {
+        self.top_k
+    }
+    fn begin_round(&mut self, _context_len: usize) {}
+    fn admit(&mut self, _nodes: usize, _path_prob: f64) -> bool {
+        true
+    }
+}

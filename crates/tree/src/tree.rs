@@ -1,0 +1,287 @@
+//! The draft tree: root plus drafted nodes, parents before children.
+
+use crate::error::{Result, TreeError};
+
+/// Marks "no node" in the compact `u32` links of a [`DraftTree`].
+const NONE: u32 = u32::MAX;
+
+/// A draft tree to be verified by the target in one forward pass.
+///
+/// Layout (DESIGN §3, DDTree `ddtree.py`): index 0 is the root — the last
+/// committed token (the previous round's bonus token, not yet in the target's
+/// KV cache) — and indices `1..=n` are the drafted nodes in insertion order, so
+/// a parent always precedes its children. A node at depth `d` sits at absolute
+/// position `start + d`, where `start` is the root's position. Every node keeps
+/// its path log-probability (sum of the drafter's per-depth log-probabilities
+/// along the path, nats; 0 for the root).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DraftTree {
+    tokens: Vec<u32>,
+    parents: Vec<u32>,
+    depths: Vec<u32>,
+    ranks: Vec<u32>,
+    log_w: Vec<f64>,
+    first_child: Vec<u32>,
+    next_sibling: Vec<u32>,
+}
+
+impl DraftTree {
+    /// A tree holding only the root token.
+    pub fn root_only(root_token: u32) -> Self {
+        Self::with_capacity(root_token, 0)
+    }
+
+    pub(crate) fn with_capacity(root_token: u32, nodes: usize) -> Self {
+        let cap = nodes + 1;
+        let mut t = Self {
+            tokens: Vec::with_capacity(cap),
+            parents: Vec::with_capacity(cap),
+            depths: Vec::with_capacity(cap),
+            ranks: Vec::with_capacity(cap),
+            log_w: Vec::with_capacity(cap),
+            first_child: Vec::with_capacity(cap),
+            next_sibling: Vec::with_capacity(cap),
+        };
+        t.tokens.push(root_token);
+        t.parents.push(NONE);
+        t.depths.push(0);
+        t.ranks.push(0);
+        t.log_w.push(0.0);
+        t.first_child.push(NONE);
+        t.next_sibling.push(NONE);
+        t
+    }
+
+    /// The DFlash single path: the root followed by a chain of `tokens`
+    /// (depths 1, 2, …), each with path log-probability 0 when unknown.
+    pub fn chain(root_token: u32, tokens: &[u32]) -> Self {
+        let mut t = Self::with_capacity(root_token, tokens.len());
+        for (i, &tok) in tokens.iter().enumerate() {
+            t.push(tok, i, 0, 0.0);
+        }
+        t
+    }
+
+    /// Builds a tree from explicit arrays (root included at index 0), e.g. a
+    /// tree stored by a reference run. `parents[0]` must be `-1`, every other
+    /// parent must precede its child, depths must be parent depth + 1, and
+    /// siblings must carry distinct tokens.
+    ///
+    /// # Errors
+    /// [`TreeError::Shape`] naming the first violated rule.
+    pub fn from_parts(tokens: &[u32], parents: &[i64], log_w: Option<&[f64]>) -> Result<Self> {
+        let bad = |expected: String, actual: String| TreeError::Shape { what: "tree arrays", expected, actual };
+        if tokens.is_empty() || tokens.len() != parents.len() || log_w.is_some_and(|w| w.len() != tokens.len()) {
+            return Err(bad(
+                "non-empty tokens, parents (and log_w) of equal length".into(),
+                format!("{} tokens, {} parents", tokens.len(), parents.len()),
+            ));
+        }
+        if parents[0] != -1 {
+            return Err(bad("parents[0] = -1 (root)".into(), format!("{}", parents[0])));
+        }
+        let mut t = Self::with_capacity(tokens[0], tokens.len() - 1);
+        for i in 1..tokens.len() {
+            let p = parents[i];
+            if p < 0 || p as usize >= i {
+                return Err(bad(format!("parent of node {i} in 0..{i}"), format!("{p}")));
+            }
+            if t.child_with_token(p as usize, tokens[i]).is_some() {
+                return Err(bad(format!("distinct sibling tokens under node {p}"), format!("token {} twice", tokens[i])));
+            }
+            t.push(tokens[i], p as usize, 0, log_w.map_or(0.0, |w| w[i]));
+        }
+        Ok(t)
+    }
+
+    /// Appends a node under `parent`; returns its index.
+    pub(crate) fn push(&mut self, token: u32, parent: usize, rank: u32, log_w: f64) -> usize {
+        let idx = self.tokens.len();
+        self.tokens.push(token);
+        self.parents.push(parent as u32);
+        self.depths.push(self.depths[parent] + 1);
+        self.ranks.push(rank);
+        self.log_w.push(log_w);
+        self.first_child.push(NONE);
+        // Prepend to the parent's child list: O(1), order is irrelevant for lookups.
+        self.next_sibling.push(self.first_child[parent]);
+        self.first_child[parent] = idx as u32;
+        idx
+    }
+
+    /// Keeps the root and the first `nodes` drafted nodes. Because parents come
+    /// before children the result is still a tree (ancestor-closed).
+    pub fn truncate(&mut self, nodes: usize) {
+        let keep = nodes + 1;
+        if keep >= self.tokens.len() {
+            return;
+        }
+        for v in [&mut self.tokens, &mut self.parents, &mut self.depths, &mut self.ranks] {
+            v.truncate(keep);
+        }
+        self.log_w.truncate(keep);
+        self.first_child.truncate(keep);
+        self.next_sibling.truncate(keep);
+        self.rebuild_child_links();
+    }
+
+    fn rebuild_child_links(&mut self) {
+        self.first_child.iter_mut().for_each(|c| *c = NONE);
+        self.next_sibling.iter_mut().for_each(|c| *c = NONE);
+        for i in 1..self.tokens.len() {
+            let p = self.parents[i] as usize;
+            self.next_sibling[i] = self.first_child[p];
+            self.first_child[p] = i as u32;
+        }
+    }
+
+    /// Nodes including the root (`1 + n`): the number of tokens verified.
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Always false: a tree has at least its root.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Drafted nodes, root excluded: DDTree's / CaDDTree's "budget".
+    pub fn num_nodes(&self) -> usize {
+        self.tokens.len() - 1
+    }
+
+    /// Token ids `[1 + n]`, root first.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// Token of node `i`.
+    pub fn token(&self, i: usize) -> u32 {
+        self.tokens[i]
+    }
+
+    /// Parent of node `i` (`None` for the root).
+    pub fn parent(&self, i: usize) -> Option<usize> {
+        (self.parents[i] != NONE).then_some(self.parents[i] as usize)
+    }
+
+    /// Parents as signed indices `[1 + n]`, root = −1 (the references' layout).
+    pub fn parents_i64(&self) -> Vec<i64> {
+        self.parents.iter().map(|&p| if p == NONE { -1 } else { i64::from(p) }).collect()
+    }
+
+    /// Depth of node `i` (root 0).
+    pub fn depth(&self, i: usize) -> usize {
+        self.depths[i] as usize
+    }
+
+    /// Depths `[1 + n]`, root 0.
+    pub fn depths(&self) -> &[u32] {
+        &self.depths
+    }
+
+    /// Rank of node `i` among its depth's top-k candidates (root 0).
+    pub fn rank(&self, i: usize) -> usize {
+        self.ranks[i] as usize
+    }
+
+    /// Path log-probability of node `i` (nats; root 0).
+    pub fn log_w(&self, i: usize) -> f64 {
+        self.log_w[i]
+    }
+
+    /// Greatest depth in the tree.
+    pub fn max_depth(&self) -> usize {
+        self.depths.iter().copied().max().unwrap_or(0) as usize
+    }
+
+    /// Children of node `i`, in no particular order.
+    pub fn children(&self, i: usize) -> impl Iterator<Item = usize> + '_ {
+        let mut c = self.first_child[i];
+        std::iter::from_fn(move || {
+            (c != NONE).then(|| {
+                let cur = c as usize;
+                c = self.next_sibling[cur];
+                cur
+            })
+        })
+    }
+
+    /// The child of node `i` that carries `token`, if any.
+    pub fn child_with_token(&self, i: usize, token: u32) -> Option<usize> {
+        self.children(i).find(|&c| self.tokens[c] == token)
+    }
+
+    /// Absolute positions `[1 + n]` when the root sits at `start`: `start + depth`.
+    pub fn positions(&self, start: usize) -> Vec<usize> {
+        self.depths.iter().map(|&d| start + d as usize).collect()
+    }
+
+    /// Surrogate expected acceptance `Σ exp(log_w)` over all nodes, root
+    /// counted as 1 (BASTION's Â; CaDDTree's `1 + Φ`). Tokens.
+    pub fn expected_acceptance(&self) -> f64 {
+        self.log_w.iter().map(|w| w.exp()).sum()
+    }
+
+    /// The ancestor-visibility bitsets of this tree.
+    pub fn ancestor_mask(&self) -> AncestorMask {
+        AncestorMask::new(self)
+    }
+}
+
+/// Which tree nodes each node may attend to: itself and its ancestors
+/// (the tree part of the verification mask; every node also sees the whole
+/// committed prefix). One bit row per node, `[1 + n, ceil((1 + n) / 64)]` words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AncestorMask {
+    len: usize,
+    words: usize,
+    bits: Vec<u64>,
+}
+
+impl AncestorMask {
+    /// Row `i` = row of `parent(i)` ∪ {i}: one pass, parents first.
+    pub fn new(tree: &DraftTree) -> Self {
+        let len = tree.len();
+        let words = len.div_ceil(64);
+        let mut bits = vec![0u64; len * words];
+        for i in 0..len {
+            if let Some(p) = tree.parent(i) {
+                let (head, tail) = bits.split_at_mut(i * words);
+                tail[..words].copy_from_slice(&head[p * words..(p + 1) * words]);
+            }
+            bits[i * words + i / 64] |= 1 << (i % 64);
+        }
+        Self { len, words, bits }
+    }
+
+    /// Nodes covered (`1 + n`).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false (the root is always there).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// 64-bit words per row.
+    pub fn words_per_row(&self) -> usize {
+        self.words
+    }
+
+    /// The bit row of node `i` (bit `j` set ⇔ `i` sees `j`).
+    pub fn row(&self, i: usize) -> &[u64] {
+        &self.bits[i * self.words..(i + 1) * self.words]
+    }
+
+    /// Whether node `i` attends to node `j` (`j` is `i` or one of its ancestors).
+    pub fn visible(&self, i: usize, j: usize) -> bool {
+        self.bits[i * self.words + j / 64] >> (j % 64) & 1 == 1
+    }
+
+    /// Dense row-major `[1 + n, 1 + n]` boolean matrix (the references' layout).
+    pub fn to_dense(&self) -> Vec<bool> {
+        (0..self.len).flat_map(|i| (0..self.len).map(move |j| (i, j))).map(|(i, j)| self.visible(i, j)).collect()
+    }
+}

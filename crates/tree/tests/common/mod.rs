@@ -1,0 +1,72 @@
+//! Shared loaders for the golden fixtures in `tests/fixtures/` (repository root).
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use safetensors::{Dtype, SafeTensors};
+use serde_json::Value;
+
+/// `tests/fixtures/<name>` at the repository root.
+pub fn fixture_dir(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(name)
+}
+
+/// A fixture folder's `reference.json` and `reference.safetensors`.
+pub struct Fixture {
+    pub json: Value,
+    tensors: Vec<u8>,
+}
+
+/// A float tensor: shape and row-major values.
+pub struct F32Tensor {
+    pub shape: Vec<usize>,
+    pub data: Vec<f32>,
+}
+
+impl Fixture {
+    pub fn load(name: &str) -> Self {
+        let dir = fixture_dir(name);
+        let json = std::fs::read(dir.join("reference.json")).expect("reference.json");
+        let tensors = std::fs::read(dir.join("reference.safetensors")).expect("reference.safetensors");
+        Self { json: serde_json::from_slice(&json).expect("valid JSON"), tensors }
+    }
+
+    fn view(&self, name: &str) -> (Dtype, Vec<usize>, Vec<u8>) {
+        let st = SafeTensors::deserialize(&self.tensors).expect("valid safetensors");
+        let t = st.tensor(name).unwrap_or_else(|e| panic!("tensor {name}: {e}"));
+        (t.dtype(), t.shape().to_vec(), t.data().to_vec())
+    }
+
+    pub fn f32(&self, name: &str) -> F32Tensor {
+        let (dtype, shape, bytes) = self.view(name);
+        assert_eq!(dtype, Dtype::F32, "{name}");
+        let data = bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+        F32Tensor { shape, data }
+    }
+
+    pub fn u8(&self, name: &str) -> (Vec<usize>, Vec<u8>) {
+        let (dtype, shape, bytes) = self.view(name);
+        assert_eq!(dtype, Dtype::U8, "{name}");
+        (shape, bytes)
+    }
+}
+
+impl F32Tensor {
+    /// The `i`-th slice along the first axis, as a row-major matrix.
+    pub fn slice(&self, i: usize) -> &[f32] {
+        let inner: usize = self.shape[1..].iter().product();
+        &self.data[i * inner..(i + 1) * inner]
+    }
+}
+
+pub fn u32s(v: &Value) -> Vec<u32> {
+    v.as_array().expect("array").iter().map(|x| x.as_u64().expect("uint") as u32).collect()
+}
+
+pub fn i64s(v: &Value) -> Vec<i64> {
+    v.as_array().expect("array").iter().map(|x| x.as_i64().expect("int")).collect()
+}
+
+pub fn f64s(v: &Value) -> Vec<f64> {
+    v.as_array().expect("array").iter().map(|x| x.as_f64().expect("number")).collect()
+}
