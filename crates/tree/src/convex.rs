@@ -1,8 +1,5 @@
 //! Monotone and convex least-squares regression (CaDDTree's cost-curve fit).
 
-use clarabel::algebra::CscMatrix;
-use clarabel::solver::{DefaultSettingsBuilder, DefaultSolver, IPSolver, NonnegativeConeT, SolverStatus};
-
 use crate::error::{Result, TreeError};
 
 /// Projects measured latencies onto the non-decreasing convex curves:
@@ -13,14 +10,22 @@ use crate::error::{Result, TreeError};
 /// `cost_model.py`: cvxpy + Clarabel, `D²β ≥ 0`, `Δβ ≥ 0`). The reference's
 /// second difference ignores the spacing of the node counts, so it equals
 /// ours only on an equally spaced grid; on uneven grids (e.g. 1, 2, 4, …) ours
-/// is the curve that is actually convex in `n`. Solved as a QP with the
-/// `clarabel` interior-point solver on values scaled to unit magnitude.
+/// is the curve that is actually convex in `n`.
+///
+/// Solved exactly rather than by an interior-point method (which stops at a
+/// tolerance and leaves active constraints slightly violated or slack): with
+/// `G` the `(n−1) × n` matrix of the independent constraints `G·β ≥ 0` (first
+/// slope ≥ 0 — convexity then makes every slope ≥ 0 — and one convexity row
+/// per interior point), the projection is `β = y + Gᵀμ` where `μ ≥ 0`
+/// minimises `‖Gᵀμ + y‖²`, a non-negative least-squares problem solved with
+/// the finite active-set algorithm of Lawson & Hanson (*Solving Least Squares
+/// Problems*, 1974, ch. 23).
 ///
 /// `xs` (e.g. node counts) must be strictly increasing and finite; `ys`
 /// (seconds) finite and of the same length. Returns `β`, one value per `x`.
 ///
 /// # Errors
-/// [`TreeError::Fit`] on bad input or when the solver does not converge.
+/// [`TreeError::Fit`] on bad input.
 pub fn fit_convex_monotone(xs: &[f64], ys: &[f64]) -> Result<Vec<f64>> {
     let n = xs.len();
     if n != ys.len() || n == 0 {
@@ -35,52 +40,135 @@ pub fn fit_convex_monotone(xs: &[f64], ys: &[f64]) -> Result<Vec<f64>> {
     if n == 1 {
         return Ok(ys.to_vec());
     }
-    let scale = ys.iter().fold(0.0f64, |m, y| m.max(y.abs()));
-    if scale == 0.0 {
-        return Ok(vec![0.0; n]);
-    }
-    // Constraints in Clarabel's form A·β + s = 0, s ≥ 0, i.e. −A·β ≥ 0.
-    let (mut rows, mut cols, mut vals) = (Vec::new(), Vec::new(), Vec::new());
-    let mut m = 0;
-    for i in 0..n - 1 {
-        // β[i+1] − β[i] ≥ 0
-        rows.extend([m, m]);
-        cols.extend([i, i + 1]);
-        vals.extend([1.0, -1.0]);
-        m += 1;
-    }
-    for i in 0..n.saturating_sub(2) {
-        // slope(i+1) ≥ slope(i), scaled to λ·β[i] − β[i+1] + (1−λ)·β[i+2] ≥ 0
+    // Rows of G as (first column, coefficients): every row touches ≤ 3 neighbours.
+    let mut rows: Vec<(usize, Vec<f64>)> = vec![(0, vec![-1.0, 1.0])];
+    for i in 0..n - 2 {
         let (h0, h1) = (xs[i + 1] - xs[i], xs[i + 2] - xs[i + 1]);
         let lambda = h1 / (h0 + h1);
-        rows.extend([m, m, m]);
-        cols.extend([i, i + 1, i + 2]);
-        vals.extend([-lambda, 1.0, -(1.0 - lambda)]);
-        m += 1;
+        // β[i+1] ≤ λ·β[i] + (1−λ)·β[i+2]
+        rows.push((i, vec![lambda, -1.0, 1.0 - lambda]));
     }
-    let a = CscMatrix::new_from_triplets(m, n, rows, cols, vals);
-    let p = CscMatrix::identity(n);
-    let q: Vec<f64> = ys.iter().map(|y| -y / scale).collect();
-    let b = vec![0.0; m];
-    let cones = [NonnegativeConeT(m)];
-    let settings = DefaultSettingsBuilder::default()
-        .verbose(false)
-        .max_iter(500)
-        .tol_gap_abs(1e-12)
-        .tol_gap_rel(1e-12)
-        .tol_feas(1e-12)
-        .tol_ktratio(1e-10)
-        .build()
-        .map_err(|e| TreeError::Fit(format!("solver settings: {e:?}")))?;
-    let mut solver = DefaultSolver::new(&p, &q, &a, &b, &cones, settings)
-        .map_err(|e| TreeError::Fit(format!("solver setup: {e:?}")))?;
-    solver.solve();
-    match solver.solution.status {
-        SolverStatus::Solved | SolverStatus::AlmostSolved => {
-            Ok(solver.solution.x.iter().map(|v| v * scale).collect())
+    // Columns of A = Gᵀ as dense vectors of length n; b = −y.
+    let cols: Vec<Vec<f64>> = rows
+        .iter()
+        .map(|(start, coef)| {
+            let mut c = vec![0.0; n];
+            c[*start..*start + coef.len()].copy_from_slice(coef);
+            c
+        })
+        .collect();
+    let b: Vec<f64> = ys.iter().map(|y| -y).collect();
+    let mu = nnls(&cols, &b);
+    let mut beta = ys.to_vec();
+    for (col, m) in cols.iter().zip(&mu) {
+        for (bi, ci) in beta.iter_mut().zip(col) {
+            *bi += ci * m;
         }
-        s => Err(TreeError::Fit(format!("convex regression did not converge: {s:?}"))),
     }
+    Ok(beta)
+}
+
+/// Lawson–Hanson NNLS: `argmin_{x ≥ 0} ‖A·x − b‖` for `A` given by columns.
+fn nnls(cols: &[Vec<f64>], b: &[f64]) -> Vec<f64> {
+    let m = cols.len();
+    let dot = |u: &[f64], v: &[f64]| u.iter().zip(v).map(|(a, b)| a * b).sum::<f64>();
+    let scale = b.iter().fold(0.0f64, |s, v| s.max(v.abs())).max(f64::MIN_POSITIVE);
+    let tol = 1e-12 * scale;
+    let mut x = vec![0.0; m];
+    let mut passive = vec![false; m];
+    let residual_grad = |x: &[f64]| -> Vec<f64> {
+        let mut r = b.to_vec();
+        for (c, xi) in cols.iter().zip(x) {
+            if *xi != 0.0 {
+                r.iter_mut().zip(c).for_each(|(ri, ci)| *ri -= ci * xi);
+            }
+        }
+        cols.iter().map(|c| dot(c, &r)).collect()
+    };
+    for _ in 0..3 * m + 10 {
+        let w = residual_grad(&x);
+        let Some(j) = (0..m).filter(|&j| !passive[j] && w[j] > tol).max_by(|&i, &k| w[i].total_cmp(&w[k])) else {
+            break;
+        };
+        passive[j] = true;
+        loop {
+            let p: Vec<usize> = (0..m).filter(|&i| passive[i]).collect();
+            let z = least_squares(cols, &p, b);
+            if p.iter().zip(&z).all(|(_, &zi)| zi > 0.0) {
+                x.iter_mut().for_each(|v| *v = 0.0);
+                for (&i, &zi) in p.iter().zip(&z) {
+                    x[i] = zi;
+                }
+                break;
+            }
+            // Step from x towards z until the first passive variable hits 0.
+            let alpha = p
+                .iter()
+                .zip(&z)
+                .filter(|(_, &zi)| zi <= 0.0)
+                .map(|(&i, &zi)| x[i] / (x[i] - zi))
+                .fold(f64::INFINITY, f64::min);
+            let mut full = vec![0.0; m];
+            for (&i, &zi) in p.iter().zip(&z) {
+                full[i] = zi;
+            }
+            for i in 0..m {
+                x[i] += alpha * (full[i] - x[i]);
+                if passive[i] && x[i] <= tol * 1e-3 {
+                    passive[i] = false;
+                    x[i] = 0.0;
+                }
+            }
+        }
+    }
+    x
+}
+
+/// Least squares over the columns `p` of `cols` (normal equations, Cholesky).
+fn least_squares(cols: &[Vec<f64>], p: &[usize], b: &[f64]) -> Vec<f64> {
+    let k = p.len();
+    let dot = |u: &[f64], v: &[f64]| u.iter().zip(v).map(|(a, b)| a * b).sum::<f64>();
+    let mut g = vec![0.0; k * k];
+    let mut rhs = vec![0.0; k];
+    for (a, &i) in p.iter().enumerate() {
+        rhs[a] = dot(&cols[i], b);
+        for (c, &j) in p.iter().enumerate().take(a + 1) {
+            let v = dot(&cols[i], &cols[j]);
+            g[a * k + c] = v;
+            g[c * k + a] = v;
+        }
+    }
+    // In-place Cholesky G = L·Lᵀ (G is positive definite: G's rows are independent).
+    for j in 0..k {
+        let mut d = g[j * k + j];
+        for t in 0..j {
+            d -= g[j * k + t] * g[j * k + t];
+        }
+        let d = d.max(f64::MIN_POSITIVE).sqrt();
+        g[j * k + j] = d;
+        for i in j + 1..k {
+            let mut v = g[i * k + j];
+            for t in 0..j {
+                v -= g[i * k + t] * g[j * k + t];
+            }
+            g[i * k + j] = v / d;
+        }
+    }
+    for i in 0..k {
+        let mut v = rhs[i];
+        for t in 0..i {
+            v -= g[i * k + t] * rhs[t];
+        }
+        rhs[i] = v / g[i * k + i];
+    }
+    for i in (0..k).rev() {
+        let mut v = rhs[i];
+        for t in i + 1..k {
+            v -= g[t * k + i] * rhs[t];
+        }
+        rhs[i] = v / g[i * k + i];
+    }
+    rhs
 }
 
 #[cfg(test)]
@@ -91,19 +179,23 @@ mod tests {
     fn keeps_a_convex_curve_and_fixes_a_dip() {
         let xs = [0.0, 1.0, 2.0, 3.0];
         let convex = [1.0, 1.5, 2.5, 4.0];
-        let fit = fit_convex_monotone(&xs, &convex).unwrap();
-        for (f, y) in fit.iter().zip(convex) {
-            assert!((f - y).abs() < 1e-7, "{fit:?}");
-        }
-        // A dip in the middle breaks monotonicity: the projection flattens it.
+        assert_eq!(fit_convex_monotone(&xs, &convex).unwrap(), convex);
+        // A dip breaks monotonicity. Worked by hand: β0 = β1 = a, then a
+        // straight line of slope s; the normal equations give a = 6/11, s = 3/11.
         let fit = fit_convex_monotone(&xs, &[1.0, 0.0, 1.0, 1.0]).unwrap();
-        for w in fit.windows(2) {
-            assert!(w[1] >= w[0] - 1e-8, "{fit:?}");
-        }
-        // Worked by hand: β0 = β1 = a, then a straight line of slope s;
-        // the normal equations give a = 6/11, s = 3/11.
         for (f, want) in fit.iter().zip([6.0, 6.0, 9.0, 12.0]) {
-            assert!((f - want / 11.0).abs() < 1e-7, "{fit:?}");
+            assert!((f - want / 11.0).abs() < 1e-12, "{fit:?}");
+        }
+    }
+
+    #[test]
+    fn uneven_spacing_is_respected() {
+        // Convex in x on an uneven grid (y = x²) but not in the index.
+        let xs = [0.0, 1.0, 10.0, 11.0];
+        let ys = [0.0, 1.0, 100.0, 121.0];
+        let fit = fit_convex_monotone(&xs, &ys).unwrap();
+        for (f, y) in fit.iter().zip(ys) {
+            assert!((f - y).abs() < 1e-9, "{fit:?}");
         }
     }
 

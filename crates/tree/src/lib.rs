@@ -23,12 +23,18 @@
 //! let tree = build_tree(&topk, 7, 100, &mut FixedBudget::new(3));
 //! assert_eq!(tree.num_nodes(), 3);
 //! assert_eq!(tree.token(1), 2);
-//! // The target agrees with the first draft and then samples token 1.
+//! // Depth 2 drafted tokens 0 and 1 under node 1.
+//! let mut kids: Vec<u32> = tree.children(1).map(|c| tree.token(c)).collect();
+//! kids.sort();
+//! assert_eq!(kids, vec![0, 1]);
+//! // The target agrees with the first draft, then samples token 2, which
+//! // was not drafted there: it becomes the bonus token.
 //! let mut posterior = vec![0; tree.len()];
 //! posterior[0] = 2;
-//! posterior[1] = 1;
+//! posterior[1] = 2;
 //! let acc = walk(&tree, &posterior).unwrap();
-//! assert_eq!(acc.committed_tokens(&tree), vec![2, 1]);
+//! assert_eq!(acc.accepted, vec![0, 1]);
+//! assert_eq!(acc.committed_tokens(&tree), vec![2, 2]);
 //! ```
 
 #![warn(missing_docs)]

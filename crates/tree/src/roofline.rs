@@ -3,6 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use clarabel::algebra::CscMatrix;
+use clarabel::solver::{DefaultSettingsBuilder, DefaultSolver, IPSolver, NonnegativeConeT, SolverStatus};
+
 use crate::error::{Result, TreeError};
 
 /// The target's shape, as far as verification cost is concerned.
@@ -220,17 +223,25 @@ pub struct CalibrationFit {
 /// Weights follow the release (`fit_roofline_calibration`, `_sigma_weights`):
 /// `σ_i = 1 + sigma_scale · (s_i − s_min)/(s_max − s_min)`, normalised to mean
 /// 1, weight `1/σ_i²` (the release's default `sigma_scale` is 30; 0 gives equal
-/// weights). The release solves this with SciPy's bounded `curve_fit`
-/// from `p0 = (1, 0, 1, 0)`. We solve the same problem by alternating
-/// active-branch fitting for max-affine models (Magnani & Boyd, "Convex
-/// piecewise-linear fitting", 2009): assign each sample to the branch that
-/// is larger under the current parameters, fit each branch by exact
-/// two-parameter non-negative least squares on its samples, repeat until the
-/// assignment stops changing; started from "all memory", "all compute" and
-/// the uncalibrated roofline's own assignment, keeping the lowest error.
+/// weights). The release solves this with SciPy's bounded `curve_fit` from
+/// `p0 = (1, 0, 1, 0)`. We use that the model is affine in the parameters once
+/// each sample's active branch is fixed: for a fixed assignment, minimising the
+/// error subject to "the assigned branch is the larger one at every sample" and
+/// "all parameters ≥ 0" is a convex QP (solved with `clarabel`), whose optimum
+/// is also the max-model error at that point. Re-assigning every sample to the
+/// larger branch never raises the error, so alternating the two steps descends
+/// to a fixed point (an active-set scheme in the spirit of max-affine fitting,
+/// Magnani & Boyd, "Convex piecewise-linear fitting", 2009). Seeds: every line
+/// split of the `(T_comp, T_mem)` plane along 49 directions (the branch
+/// boundary is such a line), each first improved by the same alternation with
+/// the branches fitted independently (closed form). The 8 best splits before
+/// and the 8 best after that cheap descent, and every split that leaves a
+/// branch with at most 4 samples (which only the constrained fit can judge),
+/// go through the exact alternation; the lowest error wins.
 ///
 /// # Errors
-/// [`TreeError::Fit`] when `samples` is empty or holds non-finite or negative times.
+/// [`TreeError::Fit`] when `samples` is empty, holds non-finite or negative
+/// times, or the QP solver fails.
 pub fn fit_calibration(samples: &[VerifySample], model: &RooflineModel, sigma_scale: f64) -> Result<CalibrationFit> {
     if samples.is_empty() {
         return Err(TreeError::Fit("no verification samples to calibrate on".into()));
@@ -241,64 +252,111 @@ pub fn fit_calibration(samples: &[VerifySample], model: &RooflineModel, sigma_sc
             bad.tokens, bad.context_len, bad.seconds
         )));
     }
-    let raw: Vec<(f64, f64)> = samples.iter().map(|x| model.raw_times(x.tokens, x.context_len)).collect();
-    let y: Vec<f64> = samples.iter().map(|x| x.seconds).collect();
+    // Work in units of the largest time so the QP is well scaled; α is
+    // unit-free, β scales back at the end.
+    let unit = samples.iter().fold(0.0f64, |m, x| m.max(x.seconds)).max(f64::MIN_POSITIVE);
+    let raw: Vec<(f64, f64)> = samples
+        .iter()
+        .map(|x| {
+            let (tc, tm) = model.raw_times(x.tokens, x.context_len);
+            (tc / unit, tm / unit)
+        })
+        .collect();
+    let y: Vec<f64> = samples.iter().map(|x| x.seconds / unit).collect();
     let w = sigma_weights(samples, sigma_scale);
-    let sse = |k: &RooflineCalibration| -> f64 {
-        raw.iter()
-            .zip(&y)
-            .zip(&w)
-            .map(|(((tc, tm), y), w)| {
-                let pred = (k.alpha_c * tc + k.beta_c).max(k.alpha_m * tm + k.beta_m);
-                w * (y - pred).powi(2)
-            })
-            .sum()
-    };
-    let starts: [Vec<bool>; 3] = [
-        vec![false; raw.len()],
-        vec![true; raw.len()],
-        raw.iter().map(|(tc, tm)| tc > tm).collect(),
-    ];
-    let mut best: Option<(f64, RooflineCalibration)> = None;
-    for mut compute_bound in starts {
-        let mut k = RooflineCalibration::default();
-        for _ in 0..200 {
-            let pick = |want: bool, branch: usize| {
-                let pts = raw.iter().zip(&y).zip(&w).zip(&compute_bound).filter(|(_, &cb)| cb == want);
-                nnls_affine(pts.map(|(((t, y), w), _)| (if branch == 0 { t.0 } else { t.1 }, *y, *w)))
-            };
-            let (alpha_c, beta_c) = pick(true, 0);
-            let (alpha_m, beta_m) = pick(false, 1);
-            k = RooflineCalibration { alpha_c, beta_c, alpha_m, beta_m };
-            let next: Vec<bool> = raw.iter().map(|(tc, tm)| alpha_c * tc + beta_c > alpha_m * tm + beta_m).collect();
+    let predict = |k: &[f64; 4], (tc, tm): (f64, f64)| (k[0] * tc + k[1]).max(k[2] * tm + k[3]);
+    let sse = |k: &[f64; 4]| -> f64 { raw.iter().zip(&y).zip(&w).map(|((&t, y), w)| w * (y - predict(k, t)).powi(2)).sum() };
+
+    // Candidate assignments: the branch boundary α_c·T_c − α_m·T_m = β_m − β_c
+    // is a line in the (T_c, T_m) plane, so enumerate line splits: 48 normal
+    // directions spanning the fourth quadrant, every threshold along each.
+    // Each is refined cheaply (branches fitted alone by closed-form NNLS,
+    // samples re-assigned) and scored by the max-model error; the best few
+    // seed the exact alternation.
+    let n = raw.len();
+    let mut seeds: Vec<(f64, Vec<bool>)> = Vec::new();
+    let mut few: Vec<Vec<bool>> = Vec::new();
+    let mut first: Vec<(f64, Vec<bool>)> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut order: Vec<usize> = (0..n).collect();
+    for j in 0..=48 {
+        let angle = -std::f64::consts::FRAC_PI_2 * f64::from(j) / 48.0;
+        let (u, v) = (angle.cos(), angle.sin());
+        let proj = |i: usize| u * raw[i].0 + v * raw[i].1;
+        order.sort_by(|&i, &k| proj(i).total_cmp(&proj(k)));
+        for split in 0..=n {
+            let mut compute_bound = vec![false; n];
+            for &i in &order[split..] {
+                compute_bound[i] = true;
+            }
+            if !seen.insert(compute_bound.clone()) {
+                continue;
+            }
+            if split <= 4 || split + 4 >= n {
+                // A branch with ≤ 4 samples is underdetermined on its own, so
+                // only the exact (consistency-constrained) fit can judge it.
+                few.push(compute_bound.clone());
+            }
+            // Cheap descent: fit each branch alone (closed-form NNLS), re-assign.
+            let mut k = [0.0; 4];
+            for round in 0..20 {
+                let branch = |want: bool, pick: fn((f64, f64)) -> f64| {
+                    nnls_affine((0..n).filter(|&i| compute_bound[i] == want).map(|i| (pick(raw[i]), y[i], w[i])))
+                };
+                let (ac, bc) = branch(true, |t| t.0);
+                let (am, bm) = branch(false, |t| t.1);
+                k = [ac, bc, am, bm];
+                if round == 0 {
+                    first.push((sse(&k), compute_bound.clone()));
+                }
+                let next: Vec<bool> = raw.iter().map(|&(tc, tm)| ac * tc + bc > am * tm + bm).collect();
+                if next == compute_bound {
+                    break;
+                }
+                compute_bound = next;
+            }
+            seeds.push((sse(&k), compute_bound));
+        }
+    }
+    for list in [&mut seeds, &mut first] {
+        list.sort_by(|a, b| a.0.total_cmp(&b.0));
+        list.dedup_by(|a, b| a.1 == b.1);
+        list.truncate(8);
+    }
+    let mut best: Option<(f64, [f64; 4])> = None;
+    let mut visited = std::collections::HashSet::new();
+    for mut compute_bound in seeds.into_iter().chain(first).map(|(_, a)| a).chain(few) {
+        let mut k = None;
+        for _ in 0..100 {
+            // An assignment seen before leads where it led then.
+            if !visited.insert(compute_bound.clone()) {
+                break;
+            }
+            let fit = fit_with_assignment(&raw, &y, &w, &compute_bound)?;
+            k = Some(fit);
+            let next: Vec<bool> = raw.iter().map(|&(tc, tm)| fit[0] * tc + fit[1] > fit[2] * tm + fit[3]).collect();
             if next == compute_bound {
                 break;
             }
             compute_bound = next;
         }
-        let e = sse(&k);
-        if best.is_none_or(|(b, _)| e < b) {
-            best = Some((e, k));
+        if let Some(k) = k {
+            let e = sse(&k);
+            if best.is_none_or(|(b, _)| e < b) {
+                best = Some((e, k));
+            }
         }
     }
-    let (e, calibration) = best.expect("three starts");
+    let (e, k) = best.expect("the first seed is never a revisit");
+    let calibration =
+        RooflineCalibration { alpha_c: k[0].max(0.0), beta_c: k[1].max(0.0) * unit, alpha_m: k[2].max(0.0), beta_m: k[3].max(0.0) * unit };
     let total_w: f64 = w.iter().sum();
-    Ok(CalibrationFit { calibration, weighted_mse: e / total_w })
-}
-
-/// The release's `_sigma_weights`, returned as least-squares weights `1/σ²`.
-fn sigma_weights(samples: &[VerifySample], sigma_scale: f64) -> Vec<f64> {
-    let s: Vec<f64> = samples.iter().map(|x| x.tokens as f64).collect();
-    let (lo, hi) = s.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &v| (a.min(v), b.max(v)));
-    let sigma: Vec<f64> =
-        s.iter().map(|&v| if hi > lo { 1.0 + sigma_scale * (v - lo) / (hi - lo) } else { 1.0 }).collect();
-    let mean = sigma.iter().sum::<f64>() / sigma.len() as f64;
-    sigma.iter().map(|v| (mean / v).powi(2)).collect()
+    Ok(CalibrationFit { calibration, weighted_mse: e * unit * unit / total_w })
 }
 
 /// Weighted least squares `y ≈ α·x + β` with `α, β ≥ 0`, exactly: the
-/// unconstrained optimum if feasible, else the best of the faces `α = 0`,
-/// `β = 0` (and the origin). `(0, 0)` for no points.
+/// unconstrained optimum if feasible, else the best point on the faces
+/// `α = 0` or `β = 0`. `(0, 0)` for no points.
 fn nnls_affine(points: impl Iterator<Item = (f64, f64, f64)>) -> (f64, f64) {
     let (mut sw, mut sx, mut sy, mut sxx, mut sxy, mut syy) = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
     for (x, y, w) in points {
@@ -321,11 +379,77 @@ fn nnls_affine(points: impl Iterator<Item = (f64, f64, f64)>) -> (f64, f64) {
             return (a, b);
         }
     }
-    let mut cands = vec![(0.0, (sy / sw).max(0.0)), (0.0, 0.0)];
+    let mut faces = vec![(0.0, (sy / sw).max(0.0))];
     if sxx > 0.0 {
-        cands.push(((sxy / sxx).max(0.0), 0.0));
+        faces.push(((sxy / sxx).max(0.0), 0.0));
     }
-    cands.into_iter().min_by(|p, q| sse(p.0, p.1).total_cmp(&sse(q.0, q.1))).expect("non-empty")
+    faces.into_iter().min_by(|p, q| sse(p.0, p.1).total_cmp(&sse(q.0, q.1))).expect("non-empty")
+}
+
+/// The QP of one assignment: parameters `(α_c, β_c, α_m, β_m) ≥ 0` minimising
+/// `Σ w_i (y_i − branch_i)²`, with each sample's assigned branch ≥ the other.
+fn fit_with_assignment(raw: &[(f64, f64)], y: &[f64], w: &[f64], compute_bound: &[bool]) -> Result<[f64; 4]> {
+    let mut p = [[0.0f64; 4]; 4];
+    let mut q = [0.0f64; 4];
+    let (mut rows, mut cols, mut vals) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, (&(tc, tm), &cb)) in raw.iter().zip(compute_bound).enumerate() {
+        let x = if cb { [tc, 1.0, 0.0, 0.0] } else { [0.0, 0.0, tm, 1.0] };
+        for a in 0..4 {
+            q[a] -= w[i] * y[i] * x[a];
+            for b in 0..4 {
+                p[a][b] += w[i] * x[a] * x[b];
+            }
+        }
+        // other branch − assigned branch ≤ 0, as a row of A·θ + s = b, s ≥ 0.
+        let sign = if cb { -1.0 } else { 1.0 };
+        rows.extend([i, i, i, i]);
+        cols.extend([0, 1, 2, 3]);
+        vals.extend([sign * tc, sign, -sign * tm, -sign]);
+    }
+    let m = raw.len();
+    for j in 0..4 {
+        // −θ_j ≤ 0
+        rows.push(m + j);
+        cols.push(j);
+        vals.push(-1.0);
+    }
+    let a = CscMatrix::new_from_triplets(m + 4, 4, rows, cols, vals);
+    let (mut pi, mut pj, mut pv) = (Vec::new(), Vec::new(), Vec::new());
+    for (a_, row) in p.iter().enumerate() {
+        for (b_, &v) in row.iter().enumerate().skip(a_) {
+            pi.push(a_);
+            pj.push(b_);
+            // A tiny ridge keeps an empty branch's block positive definite.
+            pv.push(if a_ == b_ { v + 1e-12 } else { v });
+        }
+    }
+    let p = CscMatrix::new_from_triplets(4, 4, pi, pj, pv);
+    let b = vec![0.0; m + 4];
+    let cones = [NonnegativeConeT(m + 4)];
+    let settings = DefaultSettingsBuilder::default()
+        .verbose(false)
+        .build()
+        .map_err(|e| TreeError::Fit(format!("solver settings: {e:?}")))?;
+    let mut solver =
+        DefaultSolver::new(&p, &q, &a, &b, &cones, settings).map_err(|e| TreeError::Fit(format!("solver setup: {e:?}")))?;
+    solver.solve();
+    match solver.solution.status {
+        SolverStatus::Solved | SolverStatus::AlmostSolved => {
+            let x = &solver.solution.x;
+            Ok([x[0], x[1], x[2], x[3]])
+        }
+        s => Err(TreeError::Fit(format!("roofline calibration QP did not converge: {s:?}"))),
+    }
+}
+
+/// The release's `_sigma_weights`, returned as least-squares weights `1/σ²`.
+fn sigma_weights(samples: &[VerifySample], sigma_scale: f64) -> Vec<f64> {
+    let s: Vec<f64> = samples.iter().map(|x| x.tokens as f64).collect();
+    let (lo, hi) = s.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &v| (a.min(v), b.max(v)));
+    let sigma: Vec<f64> =
+        s.iter().map(|&v| if hi > lo { 1.0 + sigma_scale * (v - lo) / (hi - lo) } else { 1.0 }).collect();
+    let mean = sigma.iter().sum::<f64>() / sigma.len() as f64;
+    sigma.iter().map(|v| (mean / v).powi(2)).collect()
 }
 
 #[cfg(test)]
@@ -334,7 +458,7 @@ mod tests {
 
     #[test]
     fn nnls_clamps_to_the_feasible_face() {
-        // y = 2x − 1 exactly: β would be −1, so the best β = 0 fit is on the α axis.
+        // y = 2x − 1 exactly: β would be −1, so the best fit lies on β = 0.
         let pts = [(1.0, 1.0, 1.0), (2.0, 3.0, 1.0), (3.0, 5.0, 1.0)];
         let (a, b) = nnls_affine(pts.into_iter());
         assert_eq!(b, 0.0);
