@@ -1,0 +1,358 @@
+//! # bastion-data
+//!
+//! The evaluation sets the speculative-decoding papers benchmark on, read from
+//! the repository's `datasets/` folder (offline copies; provenance in
+//! `datasets/SOURCES.md`). Every file is checked against the sha256 in the
+//! committed `datasets/SHA256SUMS` before use, and prompts come out with the
+//! papers' templates (z-lab/dflash and liranringel/ddtree `model/utils.py`
+//! `load_and_process_dataset`), as user turns to be wrapped in the target's
+//! chat template.
+//!
+//! ```no_run
+//! use bastion_data::{DatasetName, Datasets, Selection};
+//! let sets = Datasets::open("datasets")?;
+//! let prompts = sets.load(DatasetName::Gsm8k, &Selection { paper_subset: true, max_samples: Some(8) })?;
+//! assert_eq!(prompts.len(), 8);
+//! # Ok::<(), bastion_data::DataError>(())
+//! ```
+
+#![warn(missing_docs)]
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// The committed checksums: the expected hash of every dataset file.
+const SHA256SUMS: &str = include_str!("../../../datasets/SHA256SUMS");
+
+/// What can go wrong while loading an evaluation set.
+#[derive(Debug, thiserror::Error)]
+pub enum DataError {
+    /// The dataset name is not one of [`DatasetName::ALL`].
+    #[error("unknown dataset `{0}`; expected one of: gsm8k, math500, aime25, humaneval, mbpp, mt-bench, alpaca")]
+    UnknownName(String),
+    /// A file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A file's content differs from the committed checksum.
+    #[error("{path}: sha256 mismatch: expected {expected}, got {actual} (the file was changed or truncated; restore it from the repository)")]
+    Checksum {
+        /// The file.
+        path: PathBuf,
+        /// Hash in `datasets/SHA256SUMS`.
+        expected: String,
+        /// Hash of the file on disk.
+        actual: String,
+    },
+    /// A record is not what the loader expects.
+    #[error("{path}:{line}: field `{field}`: expected {expected}")]
+    Record {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line number (0 for whole-file problems).
+        line: usize,
+        /// The JSON field.
+        field: String,
+        /// What it should have been.
+        expected: String,
+    },
+    /// A selection asks for something the dataset cannot give.
+    #[error("{0}")]
+    Selection(String),
+}
+
+/// Shorthand for `Result<T, DataError>`.
+pub type Result<T> = std::result::Result<T, DataError>;
+
+/// The evaluation sets, by the names experiment files use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum DatasetName {
+    /// GSM8K test split (1319 problems).
+    Gsm8k,
+    /// MATH-500 (500 problems).
+    Math500,
+    /// AIME 2025 (30 problems).
+    Aime25,
+    /// HumanEval (164 tasks).
+    Humaneval,
+    /// MBPP sanitized, test split (257 tasks).
+    Mbpp,
+    /// MT-Bench (80 two-turn questions).
+    MtBench,
+    /// Alpaca (a 1000-record sample; see `datasets/SOURCES.md`).
+    Alpaca,
+}
+
+impl DatasetName {
+    /// Every set, in the papers' table order.
+    pub const ALL: [DatasetName; 7] =
+        [Self::Gsm8k, Self::Math500, Self::Aime25, Self::Humaneval, Self::Mbpp, Self::MtBench, Self::Alpaca];
+
+    /// The name used in experiment files and tables.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Gsm8k => "gsm8k",
+            Self::Math500 => "math500",
+            Self::Aime25 => "aime25",
+            Self::Humaneval => "humaneval",
+            Self::Mbpp => "mbpp",
+            Self::MtBench => "mt-bench",
+            Self::Alpaca => "alpaca",
+        }
+    }
+
+    /// The file under `datasets/`.
+    pub fn file_name(self) -> &'static str {
+        match self {
+            Self::Gsm8k => "gsm8k.jsonl",
+            Self::Math500 => "math500.jsonl",
+            Self::Aime25 => "aime25.jsonl",
+            Self::Humaneval => "humaneval.jsonl",
+            Self::Mbpp => "mbpp.jsonl",
+            Self::MtBench => "mt-bench.jsonl",
+            Self::Alpaca => "alpaca.jsonl",
+        }
+    }
+}
+
+impl fmt::Display for DatasetName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for DatasetName {
+    type Err = DataError;
+    fn from_str(s: &str) -> Result<Self> {
+        Self::ALL.into_iter().find(|d| d.as_str() == s).ok_or_else(|| DataError::UnknownName(s.to_string()))
+    }
+}
+
+impl TryFrom<String> for DatasetName {
+    type Error = DataError;
+    fn try_from(s: String) -> Result<Self> {
+        s.parse()
+    }
+}
+
+impl From<DatasetName> for String {
+    fn from(d: DatasetName) -> String {
+        d.as_str().to_string()
+    }
+}
+
+/// One evaluation prompt: the user turns to send, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Prompt {
+    /// The set it comes from.
+    pub dataset: DatasetName,
+    /// 0-based line in the dataset file.
+    pub index: usize,
+    /// A stable id: the record's own (`task_id`, `question_id`, `unique_id`,
+    /// `id`) or the line index.
+    pub id: String,
+    /// User messages with the papers' template applied. One for every set but
+    /// MT-Bench, which has two (the second continues the first's answer).
+    pub turns: Vec<String>,
+}
+
+/// Which prompts of a set to use.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Selection {
+    /// Use the papers' 128-prompt subsets (DDTree / CaDDTree:
+    /// `shuffle(seed=0).select(range(128))`, listed in
+    /// `datasets/subsets_seed0.json`) for gsm8k, math500 and mbpp; the other
+    /// sets are used whole, as in the papers.
+    pub paper_subset: bool,
+    /// Keep at most this many prompts (after the subset).
+    pub max_samples: Option<usize>,
+}
+
+/// The `datasets/` folder.
+#[derive(Debug, Clone)]
+pub struct Datasets {
+    root: PathBuf,
+    expected: BTreeMap<String, String>,
+}
+
+impl Datasets {
+    /// Opens a dataset folder (normally the repository's `datasets/`).
+    ///
+    /// # Errors
+    /// [`DataError::Io`] when the folder does not exist.
+    pub fn open(root: impl AsRef<Path>) -> Result<Self> {
+        let root = root.as_ref().to_path_buf();
+        if !root.is_dir() {
+            return Err(DataError::Io {
+                path: root,
+                source: std::io::Error::new(std::io::ErrorKind::NotFound, "dataset folder not found"),
+            });
+        }
+        let expected = SHA256SUMS
+            .lines()
+            .filter_map(|l| l.split_once("  "))
+            .map(|(hash, name)| (name.trim().to_string(), hash.to_string()))
+            .collect();
+        Ok(Self { root, expected })
+    }
+
+    /// The folder.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Reads `name` (a path relative to the folder, as in `SHA256SUMS`) and
+    /// checks its sha256 against the committed value.
+    ///
+    /// # Errors
+    /// [`DataError::Io`], or [`DataError::Checksum`] naming the file, the
+    /// expected and the actual hash.
+    pub fn read_verified(&self, name: &str) -> Result<Vec<u8>> {
+        let path = self.root.join(name);
+        let bytes = std::fs::read(&path).map_err(|source| DataError::Io { path: path.clone(), source })?;
+        let expected = self.expected.get(name).ok_or_else(|| DataError::Record {
+            path: path.clone(),
+            line: 0,
+            field: "SHA256SUMS".into(),
+            expected: "a committed checksum for this file".into(),
+        })?;
+        let actual: String = Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect();
+        if &actual != expected {
+            return Err(DataError::Checksum { path, expected: expected.clone(), actual });
+        }
+        Ok(bytes)
+    }
+
+    /// Checks every file listed in `SHA256SUMS`; returns the names checked.
+    ///
+    /// # Errors
+    /// The first failing file's error.
+    pub fn verify_all(&self) -> Result<Vec<String>> {
+        self.expected.keys().map(|name| self.read_verified(name).map(|_| name.clone())).collect()
+    }
+
+    /// Loads a set's prompts with the papers' templates.
+    ///
+    /// # Errors
+    /// [`DataError::Checksum`] for a modified file, [`DataError::Record`]
+    /// naming the line and field of a malformed record.
+    pub fn load(&self, name: DatasetName, selection: &Selection) -> Result<Vec<Prompt>> {
+        let file = name.file_name();
+        let path = self.root.join(file);
+        let bytes = self.read_verified(file)?;
+        let text = std::str::from_utf8(&bytes).map_err(|e| DataError::Record {
+            path: path.clone(),
+            line: 0,
+            field: "(file)".into(),
+            expected: format!("UTF-8 text ({e})"),
+        })?;
+        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        let indices: Vec<usize> = match (selection.paper_subset, self.subset(name)?) {
+            (true, Some(idx)) => idx,
+            _ => (0..lines.len()).collect(),
+        };
+        let take = selection.max_samples.unwrap_or(usize::MAX).min(indices.len());
+        indices[..take]
+            .iter()
+            .map(|&i| {
+                let line = lines.get(i).ok_or_else(|| {
+                    DataError::Selection(format!("{file} has {} records; the subset asks for index {i}", lines.len()))
+                })?;
+                let record: Value = serde_json::from_str(line).map_err(|e| DataError::Record {
+                    path: path.clone(),
+                    line: i + 1,
+                    field: "(record)".into(),
+                    expected: format!("a JSON object ({e})"),
+                })?;
+                template(name, i, &record).map_err(|(field, expected)| DataError::Record {
+                    path: path.clone(),
+                    line: i + 1,
+                    field,
+                    expected,
+                })
+            })
+            .collect()
+    }
+
+    /// The papers' 128-prompt subset of `name`, if it has one.
+    fn subset(&self, name: DatasetName) -> Result<Option<Vec<usize>>> {
+        let file = "subsets_seed0.json";
+        let bytes = self.read_verified(file)?;
+        let path = self.root.join(file);
+        let json: Value = serde_json::from_slice(&bytes).map_err(|e| DataError::Record {
+            path: path.clone(),
+            line: 0,
+            field: "(file)".into(),
+            expected: format!("JSON ({e})"),
+        })?;
+        let Some(entry) = json.get(name.as_str()) else { return Ok(None) };
+        let idx = entry.get("indices").and_then(Value::as_array).ok_or_else(|| DataError::Record {
+            path: path.clone(),
+            line: 0,
+            field: format!("{name}.indices"),
+            expected: "an array of line indices".into(),
+        })?;
+        idx.iter()
+            .map(|v| {
+                v.as_u64().map(|i| i as usize).ok_or_else(|| DataError::Record {
+                    path: path.clone(),
+                    line: 0,
+                    field: format!("{name}.indices"),
+                    expected: "non-negative integers".into(),
+                })
+            })
+            .collect::<Result<Vec<_>>>()
+            .map(Some)
+    }
+}
+
+/// Suffix the papers append to every math prompt.
+const MATH_SUFFIX: &str = "\nPlease reason step by step, and put your final answer within \\boxed{}.";
+
+/// Applies the papers' template to one record; `Err((field, expected))` on a bad record.
+fn template(name: DatasetName, index: usize, r: &Value) -> std::result::Result<Prompt, (String, String)> {
+    let text = |field: &str| -> std::result::Result<String, (String, String)> {
+        r.get(field).and_then(Value::as_str).map(str::to_string).ok_or((field.to_string(), "a string".to_string()))
+    };
+    let id_of = |field: &str| r.get(field).map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string));
+    let (id, turns) = match name {
+        DatasetName::Gsm8k => (None, vec![format!("{}{MATH_SUFFIX}", text("question")?)]),
+        DatasetName::Math500 => (id_of("unique_id"), vec![format!("{}{MATH_SUFFIX}", text("problem")?)]),
+        DatasetName::Aime25 => (id_of("id"), vec![format!("{}{MATH_SUFFIX}", text("problem")?)]),
+        DatasetName::Humaneval => (
+            id_of("task_id"),
+            vec![format!(
+                "Write a solution to the following problem and make sure that it passes the tests:\n```python\n{}\n```",
+                text("prompt")?
+            )],
+        ),
+        DatasetName::Mbpp => (id_of("task_id"), vec![text("prompt")?]),
+        DatasetName::MtBench => {
+            let turns = r
+                .get("turns")
+                .and_then(Value::as_array)
+                .filter(|t| !t.is_empty())
+                .and_then(|t| t.iter().map(|x| x.as_str().map(str::to_string)).collect::<Option<Vec<_>>>())
+                .ok_or(("turns".to_string(), "a non-empty array of strings".to_string()))?;
+            (id_of("question_id"), turns)
+        }
+        DatasetName::Alpaca => {
+            let instruction = text("instruction")?;
+            let input = r.get("input").and_then(Value::as_str).unwrap_or("");
+            let turn = if input.is_empty() { instruction } else { format!("{instruction}\n\nInput:\n{input}") };
+            (None, vec![turn])
+        }
+    };
+    Ok(Prompt { dataset: name, index, id: id.unwrap_or_else(|| index.to_string()), turns })
+}
