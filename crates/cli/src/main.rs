@@ -10,7 +10,11 @@ use bastion_data::{DatasetName, Datasets, Selection};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "bastion", version, about = "Speculative decoding with block-diffusion drafters: DFlash, DDTree, CaDDTree, BASTION")]
+#[command(
+    name = "bastion",
+    version,
+    about = "Speculative decoding with block-diffusion drafters: DFlash, DDTree, CaDDTree, BASTION"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -49,7 +49,10 @@ fn templates_are_the_papers() {
     assert_eq!(g.id, "0");
 
     let a = first(DatasetName::Aime25);
-    assert_eq!(a.turns[0], format!("Find the sum of all integer bases $b>9$ for which $17_b$ is a divisor of $97_b.${boxed}"));
+    assert_eq!(
+        a.turns[0],
+        format!("Find the sum of all integer bases $b>9$ for which $17_b$ is a divisor of $97_b.${boxed}")
+    );
     assert_eq!(a.id, "aime_2025_I/1");
 
     let m = first(DatasetName::Math500);
@@ -63,7 +66,10 @@ fn templates_are_the_papers() {
     assert_eq!(h.id, "HumanEval/0");
 
     let b = first(DatasetName::Mbpp);
-    assert_eq!(b.turns[0], "Write a python function to remove first and last occurrence of a given character from the string.");
+    assert_eq!(
+        b.turns[0],
+        "Write a python function to remove first and last occurrence of a given character from the string."
+    );
     assert_eq!(b.id, "11");
 
     let t = first(DatasetName::MtBench);

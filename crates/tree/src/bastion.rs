@@ -74,7 +74,10 @@ impl BastionConfig {
         if self.min_tree_size < 1 || self.max_tree_size < self.min_tree_size {
             return bad(
                 "min_tree_size",
-                format!("need 1 ≤ min_tree_size ≤ max_tree_size, got {} and {}", self.min_tree_size, self.max_tree_size),
+                format!(
+                    "need 1 ≤ min_tree_size ≤ max_tree_size, got {} and {}",
+                    self.min_tree_size, self.max_tree_size
+                ),
             );
         }
         if self.top_k < 1 {

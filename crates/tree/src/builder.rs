@@ -27,7 +27,12 @@ struct Candidate {
 ///
 /// `root_token` becomes node 0; `context_len` is passed to
 /// [`BudgetPolicy::begin_round`]. `k = min(policy.top_k(), topk.k())`.
-pub fn build_tree<P: BudgetPolicy + ?Sized>(topk: &TopK, root_token: u32, context_len: usize, policy: &mut P) -> DraftTree {
+pub fn build_tree<P: BudgetPolicy + ?Sized>(
+    topk: &TopK,
+    root_token: u32,
+    context_len: usize,
+    policy: &mut P,
+) -> DraftTree {
     policy.begin_round(context_len);
     let max_nodes = policy.max_nodes();
     let k = policy.top_k().min(topk.k());

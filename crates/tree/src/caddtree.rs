@@ -120,7 +120,10 @@ impl ConvexCostModel {
     /// length given twice; [`TreeError::Config`] for a negative draft cost.
     pub fn fit(profiles: &[VerifyProfile], draft_seconds: f64, max_nodes: usize) -> Result<Self> {
         if !(draft_seconds >= 0.0 && draft_seconds.is_finite()) {
-            return Err(TreeError::Config { field: "draft_seconds", reason: format!("must be ≥ 0 s, got {draft_seconds}") });
+            return Err(TreeError::Config {
+                field: "draft_seconds",
+                reason: format!("must be ≥ 0 s, got {draft_seconds}"),
+            });
         }
         let mut sorted: Vec<&VerifyProfile> = profiles.iter().collect();
         sorted.sort_by_key(|p| p.context_len);
@@ -146,7 +149,8 @@ impl ConvexCostModel {
                     xs.len()
                 )));
             }
-            let beta = fit_convex_monotone(&xs, &ys).map_err(|e| TreeError::Fit(format!("context length {ctx}: {e}")))?;
+            let beta =
+                fit_convex_monotone(&xs, &ys).map_err(|e| TreeError::Fit(format!("context length {ctx}: {e}")))?;
             let max_n = *xs.last().expect("≥ 3 points") as usize;
             curves.push((0..=max_n).map(|n| interp(n as f64, &xs, &beta)).collect());
             contexts.push(ctx);

@@ -51,7 +51,15 @@ impl ModelShape {
         Self::bf16(32, 4096, 32, 8, 128, 14_336, 128_256)
     }
 
-    fn bf16(layers: usize, hidden: usize, q_heads: usize, kv_heads: usize, head_dim: usize, ffn: usize, vocab: usize) -> Self {
+    fn bf16(
+        layers: usize,
+        hidden: usize,
+        q_heads: usize,
+        kv_heads: usize,
+        head_dim: usize,
+        ffn: usize,
+        vocab: usize,
+    ) -> Self {
         Self { layers, hidden, q_heads, kv_heads, head_dim, ffn, vocab, weight_bytes: 2.0, activation_bytes: 2.0 }
     }
 
@@ -265,7 +273,8 @@ pub fn fit_calibration(samples: &[VerifySample], model: &RooflineModel, sigma_sc
     let y: Vec<f64> = samples.iter().map(|x| x.seconds / unit).collect();
     let w = sigma_weights(samples, sigma_scale);
     let predict = |k: &[f64; 4], (tc, tm): (f64, f64)| (k[0] * tc + k[1]).max(k[2] * tm + k[3]);
-    let sse = |k: &[f64; 4]| -> f64 { raw.iter().zip(&y).zip(&w).map(|((&t, y), w)| w * (y - predict(k, t)).powi(2)).sum() };
+    let sse =
+        |k: &[f64; 4]| -> f64 { raw.iter().zip(&y).zip(&w).map(|((&t, y), w)| w * (y - predict(k, t)).powi(2)).sum() };
 
     // Candidate assignments: the branch boundary α_c·T_c − α_m·T_m = β_m − β_c
     // is a line in the (T_c, T_m) plane, so enumerate line splits: 48 normal
@@ -348,8 +357,12 @@ pub fn fit_calibration(samples: &[VerifySample], model: &RooflineModel, sigma_sc
         }
     }
     let (e, k) = best.expect("the first seed is never a revisit");
-    let calibration =
-        RooflineCalibration { alpha_c: k[0].max(0.0), beta_c: k[1].max(0.0) * unit, alpha_m: k[2].max(0.0), beta_m: k[3].max(0.0) * unit };
+    let calibration = RooflineCalibration {
+        alpha_c: k[0].max(0.0),
+        beta_c: k[1].max(0.0) * unit,
+        alpha_m: k[2].max(0.0),
+        beta_m: k[3].max(0.0) * unit,
+    };
     let total_w: f64 = w.iter().sum();
     Ok(CalibrationFit { calibration, weighted_mse: e * unit * unit / total_w })
 }
@@ -430,8 +443,8 @@ fn fit_with_assignment(raw: &[(f64, f64)], y: &[f64], w: &[f64], compute_bound: 
         .verbose(false)
         .build()
         .map_err(|e| TreeError::Fit(format!("solver settings: {e:?}")))?;
-    let mut solver =
-        DefaultSolver::new(&p, &q, &a, &b, &cones, settings).map_err(|e| TreeError::Fit(format!("solver setup: {e:?}")))?;
+    let mut solver = DefaultSolver::new(&p, &q, &a, &b, &cones, settings)
+        .map_err(|e| TreeError::Fit(format!("solver setup: {e:?}")))?;
     solver.solve();
     match solver.solution.status {
         SolverStatus::Solved | SolverStatus::AlmostSolved => {

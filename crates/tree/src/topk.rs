@@ -261,9 +261,6 @@ mod tests {
     #[test]
     fn rejects_bad_input() {
         assert!(matches!(TopK::from_logits(&[1.0; 5], 2, 3, 2), Err(TreeError::Shape { .. })));
-        assert_eq!(
-            TopK::from_logits(&[1.0, f32::NAN, 0.0, 0.0], 2, 2, 1),
-            Err(TreeError::NonFinite { row: 0 })
-        );
+        assert_eq!(TopK::from_logits(&[1.0, f32::NAN, 0.0, 0.0], 2, 2, 1), Err(TreeError::NonFinite { row: 0 }));
     }
 }

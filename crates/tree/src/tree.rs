@@ -87,7 +87,10 @@ impl DraftTree {
                 return Err(bad(format!("parent of node {i} in 0..{i}"), format!("{p}")));
             }
             if t.child_with_token(p as usize, tokens[i]).is_some() {
-                return Err(bad(format!("distinct sibling tokens under node {p}"), format!("token {} twice", tokens[i])));
+                return Err(bad(
+                    format!("distinct sibling tokens under node {p}"),
+                    format!("token {} twice", tokens[i]),
+                ));
             }
             t.push(tokens[i], p as usize, 0, log_w.map_or(0.0, |w| w[i]));
         }

@@ -2,9 +2,8 @@
 //! visibility, CaDDTree / BASTION stop rules, the walk and the cost-model fits.
 
 use bastion_tree::{
-    build_tree, fit_calibration, fit_convex_monotone, walk, Bastion, BastionConfig, BudgetPolicy, CaddTree,
-    DevicePeak, DraftTree, FixedBudget, ModelShape, RooflineCalibration, RooflineModel, RoundCostModel, TopK,
-    VerifySample,
+    build_tree, fit_calibration, fit_convex_monotone, walk, Bastion, BastionConfig, BudgetPolicy, CaddTree, DevicePeak,
+    DraftTree, FixedBudget, ModelShape, RooflineCalibration, RooflineModel, RoundCostModel, TopK, VerifySample,
 };
 use proptest::prelude::*;
 

@@ -156,9 +156,11 @@ fn bastion_config(fx: &Fixture, mode: &str) -> BastionConfig {
     match mode {
         "default_min32_fixed_interval" => BastionConfig::paper(td, tnv),
         // min_tree_size 1 and bucket step 1: the bare rule.
-        "raw_rule_min1_step1" => {
-            BastionConfig { min_tree_size: 1, bucket: BucketMode::FixedInterval { step: 1 }, ..BastionConfig::paper(td, tnv) }
-        }
+        "raw_rule_min1_step1" => BastionConfig {
+            min_tree_size: 1,
+            bucket: BucketMode::FixedInterval { step: 1 },
+            ..BastionConfig::paper(td, tnv)
+        },
         other => panic!("unknown mode {other}"),
     }
 }
