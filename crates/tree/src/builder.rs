@@ -1,5 +1,6 @@
 //! Best-first draft-tree construction (DDTree `build_ddtree_tree`).
 
+use crate::error::Result;
 use crate::policy::{BudgetPolicy, TieBreak};
 use crate::topk::TopK;
 use crate::tree::DraftTree;
@@ -71,6 +72,24 @@ pub fn build_tree<P: BudgetPolicy + ?Sized>(
     let keep = policy.finish(nodes);
     tree.truncate(keep);
     tree
+}
+
+/// [`build_tree`] straight from a row-major `[depth, vocab]` draft-logit
+/// matrix: takes the top-`policy.top_k()` of every row first, so the
+/// candidate lists are never shorter than the policy assumes.
+///
+/// # Errors
+/// As [`TopK::from_logits`] (shape, non-finite logits).
+pub fn build_tree_from_logits<P: BudgetPolicy + ?Sized>(
+    logits: &[f32],
+    depth: usize,
+    vocab: usize,
+    root_token: u32,
+    context_len: usize,
+    policy: &mut P,
+) -> Result<DraftTree> {
+    let topk = TopK::from_logits(logits, depth, vocab, policy.top_k().max(1))?;
+    Ok(build_tree(&topk, root_token, context_len, policy))
 }
 
 /// Binary max-heap whose order on exact ties needs the tree (rank paths).

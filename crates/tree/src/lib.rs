@@ -51,7 +51,7 @@ mod tree;
 mod walk;
 
 pub use bastion::{Bastion, BastionConfig, BucketMode};
-pub use builder::build_tree;
+pub use builder::{build_tree, build_tree_from_logits};
 pub use caddtree::{CaddTree, ConvexCostModel, RoundCostModel, VerifyProfile};
 pub use convex::fit_convex_monotone;
 pub use error::{Result, TreeError};

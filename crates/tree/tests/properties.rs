@@ -2,8 +2,9 @@
 //! visibility, CaDDTree / BASTION stop rules, the walk and the cost-model fits.
 
 use bastion_tree::{
-    build_tree, fit_calibration, fit_convex_monotone, walk, Bastion, BastionConfig, BudgetPolicy, CaddTree, DevicePeak,
-    DraftTree, FixedBudget, ModelShape, RooflineCalibration, RooflineModel, RoundCostModel, TopK, VerifySample,
+    build_tree, build_tree_from_logits, fit_calibration, fit_convex_monotone, walk, Bastion, BastionConfig,
+    BudgetPolicy, CaddTree, DevicePeak, DraftTree, FixedBudget, ModelShape, RooflineCalibration, RooflineModel,
+    RoundCostModel, TopK, VerifySample,
 };
 use proptest::prelude::*;
 
@@ -327,5 +328,10 @@ fn policies_work_through_trait_objects() {
     let l: Vec<f32> = (0..3 * 10).map(|i| ((i * 7) % 10) as f32 * 0.3).collect();
     let topk = TopK::from_logits(&l, 3, 10, 16).unwrap();
     let mut boxed: Box<dyn BudgetPolicy> = Box::new(FixedBudget::new(5));
-    assert_eq!(build_tree(&topk, 0, 0, &mut boxed).num_nodes(), 5);
+    let tree = build_tree(&topk, 0, 0, &mut boxed);
+    assert_eq!(tree.num_nodes(), 5);
+    // The one-call form takes the top-k the policy asks for and builds the same tree.
+    let direct = build_tree_from_logits(&l, 3, 10, 0, 0, &mut boxed).unwrap();
+    assert_eq!(direct, tree);
+    assert!(build_tree_from_logits(&l, 4, 10, 0, 0, &mut boxed).is_err());
 }
