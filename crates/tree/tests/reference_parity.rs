@@ -3,13 +3,11 @@
 //! `build_adaptive_best_tree_from_draft_logits`, and the per-round trees of the
 //! reference generation loops). See that folder's README for provenance.
 
-mod common;
-
+use bastion_testkit::{f64s, i64s, u32s, Fixture};
 use bastion_tree::{
     build_tree, walk, Bastion, BastionConfig, BucketMode, CaddTree, DevicePeak, DraftTree, FixedBudget, ModelShape,
     RooflineCalibration, RooflineModel, RoundCostModel, TopK,
 };
-use common::{f64s, i64s, u32s, Fixture};
 use serde_json::Value;
 
 const DEPTH: usize = 7;

@@ -1,10 +1,11 @@
-//! Shared loaders for the golden fixtures in `tests/fixtures/` (repository root).
-#![allow(dead_code)]
+//! Loaders for the golden fixtures in `tests/fixtures/` at the repository
+//! root (outputs of the reference Python implementations; see each folder's
+//! README). Test-only: it panics with the tensor's name on a bad fixture.
 
 use std::path::PathBuf;
 
 use safetensors::{Dtype, SafeTensors};
-use serde_json::Value;
+pub use serde_json::Value;
 
 /// `tests/fixtures/<name>` at the repository root.
 pub fn fixture_dir(name: &str) -> PathBuf {
@@ -44,6 +45,17 @@ impl Fixture {
         F32Tensor { shape, data }
     }
 
+    pub fn i64(&self, name: &str) -> (Vec<usize>, Vec<i64>) {
+        let (dtype, shape, bytes) = self.view(name);
+        assert_eq!(dtype, Dtype::I64, "{name}");
+        (shape, bytes.chunks_exact(8).map(|b| i64::from_le_bytes(b.try_into().unwrap())).collect())
+    }
+
+    /// An int64 tensor of token ids as `u32`.
+    pub fn ids(&self, name: &str) -> Vec<u32> {
+        self.i64(name).1.into_iter().map(|v| u32::try_from(v).expect("token id fits u32")).collect()
+    }
+
     pub fn u8(&self, name: &str) -> (Vec<usize>, Vec<u8>) {
         let (dtype, shape, bytes) = self.view(name);
         assert_eq!(dtype, Dtype::U8, "{name}");
@@ -57,6 +69,12 @@ impl F32Tensor {
         let inner: usize = self.shape[1..].iter().product();
         &self.data[i * inner..(i + 1) * inner]
     }
+}
+
+/// Max |a − b| over two equal-length slices.
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "length mismatch");
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
 
 pub fn u32s(v: &Value) -> Vec<u32> {

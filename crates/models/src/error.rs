@@ -1,0 +1,51 @@
+//! Errors of model loading and inference.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong loading or running a model. Every variant
+/// names the file (and tensor or field) involved.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// A file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A file is not in the expected format (truncated, bad magic, bad header).
+    #[error("{path}: {what}")]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, and what was expected.
+        what: String,
+    },
+    /// A config field is missing or out of range.
+    #[error("{path}: field `{field}`: expected {expected}")]
+    Config {
+        /// The config file (or GGUF file for metadata).
+        path: PathBuf,
+        /// The field or metadata key.
+        field: String,
+        /// What it should have been.
+        expected: String,
+    },
+    /// A tensor is missing, has the wrong shape, or an unsupported type.
+    #[error("{path}: tensor `{tensor}`: {what}")]
+    Tensor {
+        /// The weight file.
+        path: PathBuf,
+        /// The tensor's name in that file.
+        tensor: String,
+        /// What is wrong.
+        what: String,
+    },
+    /// A call was made with arguments that do not fit the model or session.
+    #[error("{0}")]
+    Usage(String),
+}
+
+/// Shorthand for `Result<T, ModelError>`.
+pub type Result<T> = std::result::Result<T, ModelError>;

@@ -1,0 +1,23 @@
+//! # bastion-models
+//!
+//! Target LLMs for speculative decoding, in Burn: the Llama family (Llama
+//! 2/3.x incl. `llama3` RoPE scaling, SmolLM2; tied or untied embeddings)
+//! and Qwen3 (per-head `q_norm` / `k_norm`), loaded from Hugging Face
+//! safetensors or GGUF into one [`ModelConfig`] and one [`Model`]. A
+//! [`Session`] owns the KV cache: causal prefill, tree verification (each node
+//! sees the committed prefix and its ancestors) and compaction to the accepted
+//! path.
+
+#![warn(missing_docs)]
+
+pub mod config;
+pub mod error;
+pub mod gguf;
+pub mod model;
+pub mod weights;
+
+pub use config::{Arch, Llama3Scaling, ModelConfig};
+pub use error::{ModelError, Result};
+pub use gguf::{GgufFile, GgufValue};
+pub use model::{ForwardOutput, Model, Session};
+pub use weights::{GgufSource, HostTensor, SafetensorsSource, WeightSource};

@@ -1,0 +1,461 @@
+//! Llama / Qwen3 decoder in Burn, with a KV-cache session that supports
+//! causal prefill, tree verification and compaction to the accepted path.
+
+use burn::tensor::activation::{silu, softmax};
+use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+
+use bastion_tree::DraftTree;
+
+use crate::config::{Arch, ModelConfig};
+use crate::error::{ModelError, Result};
+use crate::weights::{HostTensor, WeightSource};
+
+/// One decoder layer's weights; projections are stored transposed
+/// (`[in, out]`) so that `x · W` applies them to row vectors.
+struct Layer {
+    input_norm: Tensor<1>,
+    q: Tensor<2>,
+    k: Tensor<2>,
+    v: Tensor<2>,
+    o: Tensor<2>,
+    q_norm: Option<Tensor<1>>,
+    k_norm: Option<Tensor<1>>,
+    post_norm: Tensor<1>,
+    gate: Tensor<2>,
+    up: Tensor<2>,
+    down: Tensor<2>,
+}
+
+/// A decoder-only target LLM (Llama or Qwen3 family) on a Burn device.
+pub struct Model {
+    cfg: ModelConfig,
+    device: Device,
+    embed: Tensor<2>,
+    layers: Vec<Layer>,
+    norm: Tensor<1>,
+    lm_head: Tensor<2>,
+    inv_freq: Vec<f32>,
+}
+
+fn to_tensor1(t: HostTensor, device: &Device) -> Tensor<1> {
+    let n = t.data.len();
+    Tensor::from_data(TensorData::new(t.data, [n]), device)
+}
+
+fn to_tensor2_transposed(t: HostTensor, device: &Device) -> Tensor<2> {
+    let (r, c) = (t.shape[0], t.shape[1]);
+    let m: Tensor<2> = Tensor::from_data(TensorData::new(t.data, [r, c]), device);
+    m.transpose()
+}
+
+/// What a forward pass returns.
+#[derive(Debug, Clone)]
+pub struct ForwardOutput {
+    /// Logits `[rows, vocab]`, row-major (rows = positions asked for).
+    pub logits: Vec<f32>,
+    /// Number of logit rows.
+    pub rows: usize,
+    /// Requested hidden states, each `[tokens, hidden]` row-major, in the
+    /// order requested. Index convention of Hugging Face `hidden_states`:
+    /// 0 = embedding output, `i` = output of decoder layer `i − 1`,
+    /// `num_layers` = final-norm output.
+    pub hidden: Vec<Vec<f32>>,
+}
+
+impl ForwardOutput {
+    /// Logit row `i` (`[vocab]`).
+    pub fn row(&self, i: usize) -> &[f32] {
+        let v = self.logits.len() / self.rows.max(1);
+        &self.logits[i * v..(i + 1) * v]
+    }
+}
+
+impl Model {
+    /// Loads the weights of a model with configuration `cfg` from `src` onto `device`.
+    ///
+    /// # Errors
+    /// [`ModelError::Tensor`] naming the file and tensor for a missing tensor
+    /// or a shape mismatch; [`ModelError::Config`] for an invalid config.
+    pub fn load(cfg: ModelConfig, src: &dyn WeightSource, device: &Device) -> Result<Self> {
+        let (h, i, v) = (cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size);
+        let (qd, kd) = (cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim);
+        let embed_host = src.require("model.embed_tokens.weight", &[v, h])?;
+        // Tied checkpoints usually omit `lm_head.weight`; use it when present.
+        let lm_head = if cfg.tie_embeddings && !src.contains("lm_head.weight") {
+            embed_host.clone()
+        } else {
+            src.require("lm_head.weight", &[v, h])?
+        };
+        let mut layers = Vec::with_capacity(cfg.num_layers);
+        for l in 0..cfg.num_layers {
+            let p = |s: &str| format!("model.layers.{l}.{s}");
+            let lin = |s: &str, shape: [usize; 2]| -> Result<Tensor<2>> {
+                Ok(to_tensor2_transposed(src.require(&p(s), &shape)?, device))
+            };
+            let vec1 = |s: &str, n: usize| -> Result<Tensor<1>> { Ok(to_tensor1(src.require(&p(s), &[n])?, device)) };
+            let qk_norm = cfg.arch == Arch::Qwen3;
+            layers.push(Layer {
+                input_norm: vec1("input_layernorm.weight", h)?,
+                q: lin("self_attn.q_proj.weight", [qd, h])?,
+                k: lin("self_attn.k_proj.weight", [kd, h])?,
+                v: lin("self_attn.v_proj.weight", [kd, h])?,
+                o: lin("self_attn.o_proj.weight", [h, qd])?,
+                q_norm: if qk_norm { Some(vec1("self_attn.q_norm.weight", cfg.head_dim)?) } else { None },
+                k_norm: if qk_norm { Some(vec1("self_attn.k_norm.weight", cfg.head_dim)?) } else { None },
+                post_norm: vec1("post_attention_layernorm.weight", h)?,
+                gate: lin("mlp.gate_proj.weight", [i, h])?,
+                up: lin("mlp.up_proj.weight", [i, h])?,
+                down: lin("mlp.down_proj.weight", [h, i])?,
+            });
+        }
+        let norm = to_tensor1(src.require("model.norm.weight", &[h])?, device);
+        let embed = Tensor::from_data(TensorData::new(embed_host.data, [v, h]), device);
+        let inv_freq = cfg.rope_inv_freq();
+        Ok(Self {
+            lm_head: to_tensor2_transposed(lm_head, device),
+            embed,
+            layers,
+            norm,
+            inv_freq,
+            device: device.clone(),
+            cfg,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    /// The device holding the weights.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Replaces the RoPE inverse frequencies (`[head_dim / 2]`), e.g. with a
+    /// GGUF `rope_freqs` correction.
+    ///
+    /// # Errors
+    /// [`ModelError::Usage`] when the length is not `head_dim / 2`.
+    pub fn set_rope_inv_freq(&mut self, inv_freq: Vec<f32>) -> Result<()> {
+        if inv_freq.len() != self.cfg.head_dim / 2 {
+            return Err(ModelError::Usage(format!(
+                "rope inv_freq needs {} values, got {}",
+                self.cfg.head_dim / 2,
+                inv_freq.len()
+            )));
+        }
+        self.inv_freq = inv_freq;
+        Ok(())
+    }
+
+    /// Token embeddings `[tokens, hidden]` of `ids` (the drafter embeds its
+    /// block with the target's table).
+    ///
+    /// # Errors
+    /// [`ModelError::Usage`] for an id ≥ vocab.
+    pub fn embed(&self, ids: &[u32]) -> Result<Tensor<2>> {
+        if let Some(bad) = ids.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {
+            return Err(ModelError::Usage(format!("token id {bad} ≥ vocabulary size {}", self.cfg.vocab_size)));
+        }
+        let idx: Tensor<1, Int> = Tensor::from_data(
+            TensorData::new(ids.iter().map(|&t| t as i64).collect::<Vec<_>>(), [ids.len()]),
+            &self.device,
+        );
+        Ok(self.embed.clone().select(0, idx))
+    }
+
+    /// Applies the LM head to `[rows, hidden]` states (already final-normed).
+    pub fn lm_head(&self, x: Tensor<2>) -> Tensor<2> {
+        x.matmul(self.lm_head.clone())
+    }
+
+    /// Starts an empty session (KV cache) on this model.
+    pub fn session(&self) -> Session<'_> {
+        Session {
+            model: self,
+            keys: vec![None; self.cfg.num_layers],
+            values: vec![None; self.cfg.num_layers],
+            len: 0,
+            pending: None,
+        }
+    }
+
+    fn rms_norm(&self, x: Tensor<2>, w: &Tensor<1>) -> Tensor<2> {
+        rms_norm(x, w, self.cfg.rms_norm_eps)
+    }
+
+    /// `(cos, sin)` `[tokens, head_dim]` for absolute positions, HF's
+    /// `rotate_half` layout (frequencies repeated over both halves).
+    fn rope_tables(&self, positions: &[usize]) -> (Tensor<2>, Tensor<2>) {
+        let hd = self.cfg.head_dim;
+        let mut cos = Vec::with_capacity(positions.len() * hd);
+        let mut sin = Vec::with_capacity(positions.len() * hd);
+        for &p in positions {
+            for _ in 0..2 {
+                for &f in &self.inv_freq {
+                    // HF: freqs = position (f32) · inv_freq (f32), then cos/sin in f32.
+                    let angle = p as f32 * f;
+                    cos.push(angle.cos());
+                    sin.push(angle.sin());
+                }
+            }
+        }
+        let shape = [positions.len(), hd];
+        (
+            Tensor::from_data(TensorData::new(cos, shape), &self.device),
+            Tensor::from_data(TensorData::new(sin, shape), &self.device),
+        )
+    }
+}
+
+/// RMSNorm over the last axis of `[rows, d]`: `x / sqrt(mean(x²) + eps) · w`.
+fn rms_norm(x: Tensor<2>, w: &Tensor<1>, eps: f64) -> Tensor<2> {
+    let var = x.clone().powf_scalar(2.0).mean_dim(1);
+    let inv = (var + eps).sqrt().recip();
+    x * inv * w.clone().unsqueeze::<2>()
+}
+
+/// Same over the last axis of `[heads, tokens, d]`.
+fn rms_norm3(x: Tensor<3>, w: &Tensor<1>, eps: f64) -> Tensor<3> {
+    let var = x.clone().powf_scalar(2.0).mean_dim(2);
+    let inv = (var + eps).sqrt().recip();
+    x * inv * w.clone().unsqueeze::<3>()
+}
+
+/// HF `apply_rotary_pos_emb` on `[heads, tokens, head_dim]`.
+fn rope(x: Tensor<3>, cos: &Tensor<2>, sin: &Tensor<2>) -> Tensor<3> {
+    let [_, _, d] = x.dims();
+    let half = d / 2;
+    let x1 = x.clone().narrow(2, 0, half);
+    let x2 = x.clone().narrow(2, half, half);
+    let rotated = Tensor::cat(vec![x2.neg(), x1], 2);
+    x * cos.clone().unsqueeze::<3>() + rotated * sin.clone().unsqueeze::<3>()
+}
+
+/// A KV-cache session on a [`Model`]: causal prefill, tree verification,
+/// and compaction of the verified tree to its accepted path.
+///
+/// The cache holds `[kv_heads, len, head_dim]` keys and values per layer.
+/// After [`Session::verify`] the tree's K/V rows sit provisionally after the
+/// committed prefix until [`Session::commit`] keeps the accepted ones.
+pub struct Session<'m> {
+    model: &'m Model,
+    keys: Vec<Option<Tensor<3>>>,
+    values: Vec<Option<Tensor<3>>>,
+    len: usize,
+    /// Rows appended by the last `verify`, not yet committed.
+    pending: Option<usize>,
+}
+
+/// Which earlier tokens each new token may attend to.
+enum Visibility<'a> {
+    /// Token `t` sees the cache and new tokens `0..=t`.
+    Causal,
+    /// Token `i` sees the cache and its tree ancestors (and itself).
+    Tree(&'a DraftTree),
+}
+
+impl<'m> Session<'m> {
+    /// Committed tokens in the KV cache.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The model.
+    pub fn model(&self) -> &'m Model {
+        self.model
+    }
+
+    /// Appends `tokens` at positions `len..len + T` with causal attention and
+    /// commits them. Returns the logits of the **last** position
+    /// (`rows = 1`) and the requested hidden states `[T, hidden]` (HF indices,
+    /// see [`ForwardOutput::hidden`]).
+    ///
+    /// # Errors
+    /// [`ModelError::Usage`] for an empty prompt, an uncommitted tree, an id
+    /// out of the vocabulary or a hidden index > `num_layers`.
+    pub fn prefill(&mut self, tokens: &[u32], hidden: &[usize]) -> Result<ForwardOutput> {
+        self.prefill_with(tokens, hidden, false)
+    }
+
+    /// As [`Session::prefill`], but returns logits for every position (`rows = T`).
+    ///
+    /// # Errors
+    /// As [`Session::prefill`].
+    pub fn prefill_all_logits(&mut self, tokens: &[u32], hidden: &[usize]) -> Result<ForwardOutput> {
+        self.prefill_with(tokens, hidden, true)
+    }
+
+    fn prefill_with(&mut self, tokens: &[u32], hidden: &[usize], all_logits: bool) -> Result<ForwardOutput> {
+        if tokens.is_empty() {
+            return Err(ModelError::Usage("prefill needs at least one token".into()));
+        }
+        self.check_idle()?;
+        let positions: Vec<usize> = (self.len..self.len + tokens.len()).collect();
+        let out = self.forward(tokens, &positions, Visibility::Causal, hidden, all_logits)?;
+        self.len += tokens.len();
+        Ok(out)
+    }
+
+    /// Verifies a draft tree whose root sits at position `len()` (the last
+    /// committed token, not yet cached): every node `i` at depth `d` is fed at
+    /// position `len + d` and attends to the committed prefix plus its
+    /// ancestors. Returns logits `[1 + n, vocab]` (one row per node) and the
+    /// requested hidden states `[1 + n, hidden]`. The tree's K/V stay
+    /// provisional until [`Session::commit`].
+    ///
+    /// # Errors
+    /// [`ModelError::Usage`] as for [`Session::prefill`].
+    pub fn verify(&mut self, tree: &DraftTree, hidden: &[usize]) -> Result<ForwardOutput> {
+        self.check_idle()?;
+        let positions = tree.positions(self.len);
+        let out = self.forward(tree.tokens(), &positions, Visibility::Tree(tree), hidden, true)?;
+        self.pending = Some(tree.len());
+        Ok(out)
+    }
+
+    /// Keeps the K/V of the accepted tree nodes (`accepted` = tree indices
+    /// from the root down, as [`bastion_tree::walk`] returns them), compacted
+    /// to positions `len..len + m`, and drops the rest of the tree.
+    ///
+    /// # Errors
+    /// [`ModelError::Usage`] when no tree is pending or an index is out of range.
+    pub fn commit(&mut self, accepted: &[usize]) -> Result<()> {
+        let n = self.pending.ok_or_else(|| ModelError::Usage("commit without a verified tree".into()))?;
+        if let Some(bad) = accepted.iter().find(|&&i| i >= n) {
+            return Err(ModelError::Usage(format!("accepted index {bad} outside the verified tree of {n} nodes")));
+        }
+        let keep: Vec<i64> = (0..self.len as i64).chain(accepted.iter().map(|&i| (self.len + i) as i64)).collect();
+        let count = keep.len();
+        let idx: Tensor<1, Int> = Tensor::from_data(TensorData::new(keep, [count]), &self.model.device);
+        for cache in self.keys.iter_mut().chain(self.values.iter_mut()) {
+            if let Some(t) = cache.take() {
+                *cache = Some(t.select(1, idx.clone()));
+            }
+        }
+        self.len += accepted.len();
+        self.pending = None;
+        Ok(())
+    }
+
+    /// Drops a pending tree without committing anything.
+    pub fn discard(&mut self) {
+        if self.pending.take().is_some() {
+            let len = self.len;
+            for cache in self.keys.iter_mut().chain(self.values.iter_mut()) {
+                if let Some(t) = cache.take() {
+                    *cache = Some(t.narrow(1, 0, len));
+                }
+            }
+        }
+    }
+
+    fn check_idle(&self) -> Result<()> {
+        if self.pending.is_some() {
+            return Err(ModelError::Usage("a verified tree is pending: commit or discard it first".into()));
+        }
+        Ok(())
+    }
+
+    fn forward(
+        &mut self,
+        tokens: &[u32],
+        positions: &[usize],
+        vis: Visibility<'_>,
+        hidden: &[usize],
+        all_logits: bool,
+    ) -> Result<ForwardOutput> {
+        let m = self.model;
+        let cfg = &m.cfg;
+        if let Some(bad) = hidden.iter().find(|&&h| h > cfg.num_layers) {
+            return Err(ModelError::Usage(format!("hidden-state index {bad} > num_layers = {}", cfg.num_layers)));
+        }
+        let t = tokens.len();
+        let (nh, nkv, hd) = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
+        let group = nh / nkv;
+        let past = self.len;
+        let total = past + t;
+        // Mask `[t, total]`: true = masked.
+        let ancestors = match vis {
+            Visibility::Causal => None,
+            Visibility::Tree(tree) => Some(tree.ancestor_mask()),
+        };
+        let mut mask = vec![false; t * total];
+        for i in 0..t {
+            for j in 0..t {
+                let visible = ancestors.as_ref().map_or(j <= i, |a| a.visible(i, j));
+                mask[i * total + past + j] = !visible;
+            }
+        }
+        let mask: Tensor<3, Bool> = Tensor::<2, Bool>::from_data(TensorData::new(mask, [t, total]), &m.device)
+            .unsqueeze::<3>()
+            .expand([nh, t, total]);
+        let (cos, sin) = m.rope_tables(positions);
+        let scale = 1.0 / (hd as f64).sqrt();
+
+        let mut x = m.embed(tokens)?;
+        let mut taps: Vec<(usize, Tensor<2>)> = Vec::new();
+        let mut tap = |idx: usize, x: &Tensor<2>| {
+            if hidden.contains(&idx) {
+                taps.push((idx, x.clone()));
+            }
+        };
+        tap(0, &x);
+        for (l, layer) in m.layers.iter().enumerate() {
+            let h = m.rms_norm(x.clone(), &layer.input_norm);
+            let q = h.clone().matmul(layer.q.clone()).reshape([t, nh, hd]).swap_dims(0, 1);
+            let k = h.clone().matmul(layer.k.clone()).reshape([t, nkv, hd]).swap_dims(0, 1);
+            let v = h.matmul(layer.v.clone()).reshape([t, nkv, hd]).swap_dims(0, 1);
+            let (q, k) = match (&layer.q_norm, &layer.k_norm) {
+                (Some(qn), Some(kn)) => (rms_norm3(q, qn, cfg.rms_norm_eps), rms_norm3(k, kn, cfg.rms_norm_eps)),
+                _ => (q, k),
+            };
+            let q = rope(q, &cos, &sin);
+            let k = rope(k, &cos, &sin);
+            let k_all = match self.keys[l].take() {
+                Some(prev) => Tensor::cat(vec![prev, k], 1),
+                None => k,
+            };
+            let v_all = match self.values[l].take() {
+                Some(prev) => Tensor::cat(vec![prev, v], 1),
+                None => v,
+            };
+            self.keys[l] = Some(k_all.clone());
+            self.values[l] = Some(v_all.clone());
+            // GQA: query head h uses KV head h / group.
+            let k_rep = k_all.unsqueeze_dim::<4>(1).expand([nkv, group, total, hd]).reshape([nh, total, hd]);
+            let v_rep = v_all.unsqueeze_dim::<4>(1).expand([nkv, group, total, hd]).reshape([nh, total, hd]);
+            let scores = q.matmul(k_rep.swap_dims(1, 2)) * scale;
+            let probs = softmax(scores.mask_fill(mask.clone(), f32::NEG_INFINITY), 2);
+            let attn = probs.matmul(v_rep).swap_dims(0, 1).reshape([t, nh * hd]);
+            x = x + attn.matmul(layer.o.clone());
+            let h = m.rms_norm(x.clone(), &layer.post_norm);
+            let mlp =
+                (silu(h.clone().matmul(layer.gate.clone())) * h.matmul(layer.up.clone())).matmul(layer.down.clone());
+            x = x + mlp;
+            if l + 1 < cfg.num_layers {
+                tap(l + 1, &x);
+            }
+        }
+        let normed = m.rms_norm(x, &m.norm);
+        tap(cfg.num_layers, &normed);
+        let rows = if all_logits { t } else { 1 };
+        let last = if all_logits { normed } else { normed.narrow(0, t - 1, 1) };
+        let logits = m.lm_head(last);
+        let to_vec = |x: Tensor<2>| -> Result<Vec<f32>> {
+            x.into_data().try_into_vec::<f32>().map_err(|e| ModelError::Usage(format!("reading a tensor back: {e:?}")))
+        };
+        let mut hidden_out = Vec::with_capacity(hidden.len());
+        for want in hidden {
+            let (_, x) = taps.iter().find(|(i, _)| i == want).expect("every requested index was tapped");
+            hidden_out.push(to_vec(x.clone())?);
+        }
+        Ok(ForwardOutput { logits: to_vec(logits)?, rows, hidden: hidden_out })
+    }
+}

@@ -1,0 +1,262 @@
+//! Weight sources: Hugging Face safetensors (single file or sharded) and
+//! GGUF, both addressed by Hugging Face tensor names and returned as `f32`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use half::{bf16, f16};
+use memmap2::Mmap;
+use safetensors::{Dtype, SafeTensors};
+use serde_json::Value;
+
+use crate::config::{Arch, ModelConfig};
+use crate::error::{ModelError, Result};
+use crate::gguf::GgufFile;
+
+/// A row-major `f32` tensor: shape and values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostTensor {
+    /// Row-major shape, e.g. `[out_features, in_features]` for a linear weight.
+    pub shape: Vec<usize>,
+    /// Values, `shape.iter().product()` of them.
+    pub data: Vec<f32>,
+}
+
+/// Where weights come from. Names are Hugging Face names
+/// (`model.layers.0.self_attn.q_proj.weight`, …).
+pub trait WeightSource {
+    /// The tensor `name`, or `None` when the source does not hold it.
+    ///
+    /// # Errors
+    /// [`ModelError::Tensor`] for an unsupported dtype or corrupt data.
+    fn get(&self, name: &str) -> Result<Option<HostTensor>>;
+
+    /// File to name in messages about `name`.
+    fn path_for(&self, name: &str) -> PathBuf;
+
+    /// Whether the source holds `name` (without reading it).
+    fn contains(&self, name: &str) -> bool;
+
+    /// The tensor `name`, which must exist and have shape `shape`.
+    ///
+    /// # Errors
+    /// [`ModelError::Tensor`] naming the file and tensor when it is missing
+    /// or its shape differs.
+    fn require(&self, name: &str, shape: &[usize]) -> Result<HostTensor> {
+        let t = self.get(name)?.ok_or_else(|| ModelError::Tensor {
+            path: self.path_for(name),
+            tensor: name.to_string(),
+            what: format!("missing (expected shape {shape:?})"),
+        })?;
+        if t.shape != shape {
+            return Err(ModelError::Tensor {
+                path: self.path_for(name),
+                tensor: name.to_string(),
+                what: format!("shape {:?}, expected {shape:?}", t.shape),
+            });
+        }
+        Ok(t)
+    }
+}
+
+/// Safetensors weights: one file, or shards listed by `model.safetensors.index.json`.
+pub struct SafetensorsSource {
+    files: Vec<(PathBuf, Mmap)>,
+    /// tensor name → index into `files`
+    index: BTreeMap<String, usize>,
+}
+
+impl SafetensorsSource {
+    /// Opens `model.safetensors` or the shards of `model.safetensors.index.json` in `dir`,
+    /// or a single `.safetensors` file given directly.
+    ///
+    /// # Errors
+    /// [`ModelError::Io`] / [`ModelError::Format`] naming the file (missing,
+    /// truncated, bad header, bad index).
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let shard_paths: Vec<PathBuf> = if path.is_file() {
+            vec![path.to_path_buf()]
+        } else if path.join("model.safetensors.index.json").is_file() {
+            let idx = path.join("model.safetensors.index.json");
+            let text = std::fs::read(&idx).map_err(|source| ModelError::Io { path: idx.clone(), source })?;
+            let v: Value = serde_json::from_slice(&text)
+                .map_err(|e| ModelError::Format { path: idx.clone(), what: format!("not valid JSON: {e}") })?;
+            let map = v.get("weight_map").and_then(Value::as_object).ok_or_else(|| ModelError::Config {
+                path: idx.clone(),
+                field: "weight_map".into(),
+                expected: "an object from tensor name to shard file".into(),
+            })?;
+            let mut shards: Vec<PathBuf> = map.values().filter_map(Value::as_str).map(|f| path.join(f)).collect();
+            shards.sort();
+            shards.dedup();
+            shards
+        } else {
+            vec![path.join("model.safetensors")]
+        };
+        let mut files = Vec::new();
+        let mut index = BTreeMap::new();
+        for p in shard_paths {
+            let file = std::fs::File::open(&p).map_err(|source| ModelError::Io { path: p.clone(), source })?;
+            // SAFETY: the file is only read; weight files are not modified while loaded.
+            let map = unsafe { Mmap::map(&file) }.map_err(|source| ModelError::Io { path: p.clone(), source })?;
+            let st = SafeTensors::deserialize(&map).map_err(|e| ModelError::Format {
+                path: p.clone(),
+                what: format!("not a valid safetensors file: {e}"),
+            })?;
+            for name in st.names() {
+                index.insert(name.to_string(), files.len());
+            }
+            files.push((p, map));
+        }
+        Ok(Self { files, index })
+    }
+
+    /// Names of all tensors.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.index.keys().map(String::as_str)
+    }
+}
+
+impl WeightSource for SafetensorsSource {
+    fn get(&self, name: &str) -> Result<Option<HostTensor>> {
+        let Some(&i) = self.index.get(name) else { return Ok(None) };
+        let (path, map) = &self.files[i];
+        let st = SafeTensors::deserialize(map).map_err(|e| ModelError::Format {
+            path: path.clone(),
+            what: format!("not a valid safetensors file: {e}"),
+        })?;
+        let view = st.tensor(name).map_err(|e| ModelError::Tensor {
+            path: path.clone(),
+            tensor: name.to_string(),
+            what: e.to_string(),
+        })?;
+        let b = view.data();
+        let data: Vec<f32> = match view.dtype() {
+            Dtype::F32 => b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+            Dtype::BF16 => b.chunks_exact(2).map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+            Dtype::F16 => b.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+            other => {
+                return Err(ModelError::Tensor {
+                    path: path.clone(),
+                    tensor: name.to_string(),
+                    what: format!("dtype {other:?} is not supported (supported: F32, BF16, F16)"),
+                })
+            }
+        };
+        Ok(Some(HostTensor { shape: view.shape().to_vec(), data }))
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        self.index.contains_key(name)
+    }
+
+    fn path_for(&self, name: &str) -> PathBuf {
+        self.index
+            .get(name)
+            .map_or_else(|| self.files.first().map(|f| f.0.clone()).unwrap_or_default(), |&i| self.files[i].0.clone())
+    }
+}
+
+/// GGUF weights under Hugging Face names; Llama q/k rows are un-permuted
+/// back to the Hugging Face layout (llama.cpp's converter permutes them for
+/// its interleaved RoPE).
+pub struct GgufSource<'a> {
+    file: &'a GgufFile,
+    arch: Arch,
+    num_heads: usize,
+    num_kv_heads: usize,
+}
+
+impl<'a> GgufSource<'a> {
+    /// Weights of `file`, whose config is `cfg`.
+    pub fn new(file: &'a GgufFile, cfg: &ModelConfig) -> Self {
+        Self { file, arch: cfg.arch, num_heads: cfg.num_heads, num_kv_heads: cfg.num_kv_heads }
+    }
+}
+
+/// The GGUF name of a Hugging Face tensor name, if the model has one.
+pub fn gguf_name(hf: &str) -> Option<String> {
+    let fixed = match hf {
+        "model.embed_tokens.weight" => Some("token_embd.weight"),
+        "model.norm.weight" => Some("output_norm.weight"),
+        "lm_head.weight" => Some("output.weight"),
+        _ => None,
+    };
+    if let Some(f) = fixed {
+        return Some(f.to_string());
+    }
+    let rest = hf.strip_prefix("model.layers.")?;
+    let (layer, tail) = rest.split_once('.')?;
+    let part = match tail {
+        "input_layernorm.weight" => "attn_norm.weight",
+        "post_attention_layernorm.weight" => "ffn_norm.weight",
+        "self_attn.q_proj.weight" => "attn_q.weight",
+        "self_attn.k_proj.weight" => "attn_k.weight",
+        "self_attn.v_proj.weight" => "attn_v.weight",
+        "self_attn.o_proj.weight" => "attn_output.weight",
+        "self_attn.q_norm.weight" => "attn_q_norm.weight",
+        "self_attn.k_norm.weight" => "attn_k_norm.weight",
+        "mlp.gate_proj.weight" => "ffn_gate.weight",
+        "mlp.up_proj.weight" => "ffn_up.weight",
+        "mlp.down_proj.weight" => "ffn_down.weight",
+        _ => return None,
+    };
+    Some(format!("blk.{layer}.{part}"))
+}
+
+/// Undoes llama.cpp's q/k row permutation: GGUF row `h·d + 2j + t` holds
+/// Hugging Face row `h·d + t·d/2 + j` (`convert_hf_to_gguf.py` `LlamaModel.permute`).
+fn unpermute_rows(data: &[f32], rows: usize, cols: usize, heads: usize) -> Vec<f32> {
+    let d = rows / heads;
+    let half = d / 2;
+    let mut out = vec![0.0; data.len()];
+    for h in 0..heads {
+        for j in 0..half {
+            for t in 0..2 {
+                let src = h * d + 2 * j + t;
+                let dst = h * d + t * half + j;
+                out[dst * cols..(dst + 1) * cols].copy_from_slice(&data[src * cols..(src + 1) * cols]);
+            }
+        }
+    }
+    out
+}
+
+impl WeightSource for GgufSource<'_> {
+    fn get(&self, name: &str) -> Result<Option<HostTensor>> {
+        let Some(g) = gguf_name(name) else { return Ok(None) };
+        if !self.file.tensors().contains_key(&g) {
+            return Ok(None);
+        }
+        let (shape, mut data) = self.file.tensor_f32(&g)?;
+        if self.arch == Arch::Llama && shape.len() == 2 {
+            let heads = if g.ends_with("attn_q.weight") {
+                Some(self.num_heads)
+            } else if g.ends_with("attn_k.weight") {
+                Some(self.num_kv_heads)
+            } else {
+                None
+            };
+            if let Some(h) = heads {
+                if shape[0] % (2 * h) != 0 {
+                    return Err(ModelError::Tensor {
+                        path: self.file.path().to_path_buf(),
+                        tensor: g,
+                        what: format!("{} rows cannot be split into {h} heads of even size", shape[0]),
+                    });
+                }
+                data = unpermute_rows(&data, shape[0], shape[1], h);
+            }
+        }
+        Ok(Some(HostTensor { shape, data }))
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        gguf_name(name).is_some_and(|g| self.file.tensors().contains_key(&g))
+    }
+
+    fn path_for(&self, _name: &str) -> PathBuf {
+        self.file.path().to_path_buf()
+    }
+}
