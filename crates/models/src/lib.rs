@@ -13,11 +13,13 @@
 pub mod config;
 pub mod error;
 pub mod gguf;
+pub mod loader;
 pub mod model;
 pub mod weights;
 
 pub use config::{Arch, Llama3Scaling, ModelConfig};
 pub use error::{ModelError, Result};
 pub use gguf::{GgufFile, GgufValue};
+pub use loader::{load_gguf, load_model};
 pub use model::{ForwardOutput, Model, Session};
 pub use weights::{GgufSource, HostTensor, SafetensorsSource, WeightSource};

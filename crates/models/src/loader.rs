@@ -1,0 +1,63 @@
+//! Opening a target from a path: a Hugging Face folder or a GGUF file.
+
+use std::path::Path;
+
+use burn::tensor::Device;
+
+use crate::config::ModelConfig;
+use crate::error::{ModelError, Result};
+use crate::gguf::GgufFile;
+use crate::model::Model;
+use crate::weights::{GgufSource, SafetensorsSource, WeightSource};
+
+/// Loads a target from `path`: a `.gguf` file, or a Hugging Face folder
+/// holding `config.json` and `model.safetensors` (or shards with
+/// `model.safetensors.index.json`).
+///
+/// # Errors
+/// [`ModelError::Io`] when the path does not exist; otherwise the errors of
+/// the format readers and of [`Model::load`], each naming the file involved.
+pub fn load_model(path: impl AsRef<Path>, device: &Device) -> Result<Model> {
+    let path = path.as_ref();
+    if path.is_file() && path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
+        let file = GgufFile::open(path)?;
+        return load_gguf(&file, device);
+    }
+    if path.is_dir() {
+        let cfg = ModelConfig::from_hf_json(path.join("config.json"))?;
+        let src = SafetensorsSource::open(path)?;
+        return Model::load(cfg, &src, device);
+    }
+    Err(ModelError::Io {
+        path: path.to_path_buf(),
+        source: std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "expected a .gguf file or a folder with config.json and model.safetensors",
+        ),
+    })
+}
+
+/// Builds the model held by an opened GGUF file. A `rope_freqs.weight`
+/// tensor (llama.cpp's form of Llama-3.1 RoPE scaling) divides the inverse
+/// frequencies, as llama.cpp applies it.
+///
+/// # Errors
+/// As [`Model::load`]; [`ModelError::Tensor`] for a `rope_freqs` of the wrong length.
+pub fn load_gguf(file: &GgufFile, device: &Device) -> Result<Model> {
+    let cfg = ModelConfig::from_gguf(file)?;
+    let src = GgufSource::new(file, &cfg);
+    let mut model = Model::load(cfg.clone(), &src, device)?;
+    if file.tensors().contains_key("rope_freqs.weight") {
+        let (_, factors) = file.tensor_f32("rope_freqs.weight")?;
+        if factors.len() != cfg.head_dim / 2 {
+            return Err(ModelError::Tensor {
+                path: src.path_for("rope_freqs.weight"),
+                tensor: "rope_freqs.weight".into(),
+                what: format!("{} values, expected head_dim / 2 = {}", factors.len(), cfg.head_dim / 2),
+            });
+        }
+        let inv: Vec<f32> = cfg.rope_inv_freq().iter().zip(&factors).map(|(f, s)| f / s).collect();
+        model.set_rope_inv_freq(inv)?;
+    }
+    Ok(model)
+}

@@ -1,0 +1,76 @@
+//! SmolLM2-135M-Instruct (Q4_1 GGUF, de-quantised to f32) against
+//! transformers: prompt logits, top-10 at every position, 64-token greedy
+//! continuations. Needs `scripts/fetch-model.sh` (run by `.ci/run`).
+
+use std::path::PathBuf;
+
+use bastion_models::{load_model, Model};
+use bastion_testkit::Fixture;
+use burn::tensor::Device;
+
+/// The default model file (override with `BASTION_SMOLLM2_GGUF`).
+fn model_path() -> PathBuf {
+    std::env::var_os("BASTION_SMOLLM2_GGUF").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf")
+    })
+}
+
+fn model() -> Model {
+    let path = model_path();
+    assert!(path.is_file(), "{} is missing: run scripts/fetch-model.sh first", path.display());
+    load_model(&path, &Device::flex()).unwrap()
+}
+
+fn argmax(row: &[f32]) -> u32 {
+    row.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map(|(i, _)| i as u32).unwrap()
+}
+
+#[test]
+fn prompt_logits_and_greedy_match_transformers() {
+    let fx = Fixture::load("smollm2-135m");
+    let model = model();
+    let cfg = model.config();
+    assert_eq!((cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads), (30, 576, 9, 3));
+    assert!(cfg.tie_embeddings);
+    for name in ["gsm8k_style", "coding"] {
+        let ids = fx.ids(&format!("{name}_input_ids"));
+        let out = model.session().prefill_all_logits(&ids, &[]).unwrap();
+        assert_eq!(out.rows, ids.len());
+        // Last-position logits: atol 2e-3 / rtol 1e-4 (README).
+        let want = fx.f32(&format!("{name}_last_logits")).data;
+        let got = out.row(ids.len() - 1);
+        for (v, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!((g - w).abs() <= 2e-3 + 1e-4 * w.abs(), "{name}: logit {v}: {g} vs {w}");
+        }
+        // Top-10 at every position: values within tolerance at the reference ids.
+        let (_, top_ids) = fx.i64(&format!("{name}_top10_ids"));
+        let top_vals = fx.f32(&format!("{name}_top10_values")).data;
+        for p in 0..ids.len() {
+            let row = out.row(p);
+            for r in 0..10 {
+                let (id, w) = (top_ids[p * 10 + r] as usize, top_vals[p * 10 + r]);
+                assert!(
+                    (row[id] - w).abs() <= 2e-3 + 1e-4 * w.abs(),
+                    "{name}: position {p} top-{r} id {id}: {} vs {w}",
+                    row[id]
+                );
+            }
+            let mut ours: Vec<u32> = (0..row.len() as u32).collect();
+            ours.sort_by(|&a, &b| row[b as usize].total_cmp(&row[a as usize]));
+            assert_eq!(ours[0] as i64, top_ids[p * 10], "{name}: position {p} argmax");
+        }
+        // Greedy: 64 new tokens or <|im_end|> (2).
+        let want = fx.ids(&format!("{name}_greedy_ids"));
+        let mut session = model.session();
+        let mut seq = ids.clone();
+        let mut next = argmax(session.prefill(&ids, &[]).unwrap().row(0));
+        while seq.len() < want.len() {
+            seq.push(next);
+            if next == 2 || seq.len() == want.len() {
+                break;
+            }
+            next = argmax(session.prefill(&[next], &[]).unwrap().row(0));
+        }
+        assert_eq!(seq, want, "{name}: greedy continuation");
+    }
+}
