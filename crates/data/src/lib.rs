@@ -172,10 +172,16 @@ pub struct Prompt {
 pub struct Selection {
     /// Use the papers' 128-prompt subsets (DDTree / CaDDTree:
     /// `shuffle(seed=0).select(range(128))`, listed in
-    /// `datasets/subsets_seed0.json`) for gsm8k, math500 and mbpp; the other
-    /// sets are used whole, as in the papers.
+    /// `datasets/subsets_seed0.json`) for gsm8k, math500 and mbpp. HumanEval,
+    /// AIME25 and MT-Bench are used whole, as in the papers. Alpaca has no
+    /// subset here: the papers draw 128 of the 52k records with a seed-0
+    /// shuffle, but only a 1000-record sample is stored (`datasets/SOURCES.md`),
+    /// so its 128 prompts cannot be reproduced.
     pub paper_subset: bool,
-    /// Keep at most this many prompts (after the subset).
+    /// Keep at most this many prompts: a prefix of the subset when
+    /// `paper_subset` is set (which equals the references'
+    /// `shuffle(seed=0).select(range(n))`), otherwise a prefix in file order
+    /// (the references shuffle whenever a set has more rows than `n`).
     pub max_samples: Option<usize>,
 }
 
@@ -220,13 +226,13 @@ impl Datasets {
     /// expected and the actual hash.
     pub fn read_verified(&self, name: &str) -> Result<Vec<u8>> {
         let path = self.root.join(name);
-        let bytes = std::fs::read(&path).map_err(|source| DataError::Io { path: path.clone(), source })?;
         let expected = self.expected.get(name).ok_or_else(|| DataError::Record {
             path: path.clone(),
             line: 0,
             field: "SHA256SUMS".into(),
             expected: "a committed checksum for this file".into(),
         })?;
+        let bytes = std::fs::read(&path).map_err(|source| DataError::Io { path: path.clone(), source })?;
         let actual: String = Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect();
         if &actual != expected {
             return Err(DataError::Checksum { path, expected: expected.clone(), actual });
@@ -257,11 +263,9 @@ impl Datasets {
             field: "(file)".into(),
             expected: format!("UTF-8 text ({e})"),
         })?;
-        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-        let indices: Vec<usize> = match (selection.paper_subset, self.subset(name)?) {
-            (true, Some(idx)) => idx,
-            _ => (0..lines.len()).collect(),
-        };
+        let lines: Vec<&str> = text.lines().collect();
+        let subset = if selection.paper_subset { self.subset(name)? } else { None };
+        let indices: Vec<usize> = subset.unwrap_or_else(|| (0..lines.len()).collect());
         let take = selection.max_samples.unwrap_or(usize::MAX).min(indices.len());
         indices[..take]
             .iter()

@@ -112,9 +112,10 @@ impl Bastion {
     /// The policy with `config` over the calibrated roofline `model`.
     ///
     /// # Errors
-    /// [`TreeError::Config`] from [`BastionConfig::validate`].
+    /// [`TreeError::Config`] from [`BastionConfig::validate`] or [`RooflineModel::validate`].
     pub fn new(config: BastionConfig, model: RooflineModel) -> Result<Self> {
         config.validate()?;
+        model.validate()?;
         Ok(Self { config, model, estimator: model.at_context(0), cost: 0.0, surrogate: 0.0 })
     }
 
@@ -129,8 +130,13 @@ impl Bastion {
     }
 
     /// Swaps in a re-calibrated model; takes effect from the next round.
-    pub fn set_model(&mut self, model: RooflineModel) {
+    ///
+    /// # Errors
+    /// [`TreeError::Config`] from [`RooflineModel::validate`]; the old model is kept.
+    pub fn set_model(&mut self, model: RooflineModel) -> Result<()> {
+        model.validate()?;
         self.model = model;
+        Ok(())
     }
 
     /// Surrogate `Â` of the tree built so far this round (tokens).

@@ -27,7 +27,11 @@ struct Candidate {
 /// size (the surrogate expected acceptance under independent marginals).
 ///
 /// `root_token` becomes node 0; `context_len` is passed to
-/// [`BudgetPolicy::begin_round`]. `k = min(policy.top_k(), topk.k())`.
+/// [`BudgetPolicy::begin_round`]. Candidates per depth are
+/// `k = min(policy.top_k(), topk.k())`: a `topk` computed with fewer
+/// candidates than the policy asks for caps the tree (e.g. `k = 1` yields a
+/// chain whatever the budget). [`build_tree_from_logits`] sizes the top-k
+/// from the policy.
 pub fn build_tree<P: BudgetPolicy + ?Sized>(
     topk: &TopK,
     root_token: u32,

@@ -76,7 +76,8 @@ impl<C: RoundCostModel> BudgetPolicy for CaddTree<C> {
     fn admit(&mut self, nodes: usize, path_prob: f64) -> bool {
         let cv = self.cost.verify_seconds(nodes + 1, self.context_len);
         let theta = (1.0 + self.phi + path_prob) / (self.draft_seconds + cv);
-        if theta <= self.theta {
+        // A non-finite θ (NaN or negative costs) never justifies growing the tree.
+        if !theta.is_finite() || theta <= self.theta {
             return false;
         }
         self.phi += path_prob;
@@ -87,11 +88,18 @@ impl<C: RoundCostModel> BudgetPolicy for CaddTree<C> {
 
 /// Median verification latencies measured at one context length: the input
 /// of [`ConvexCostModel::fit`] (CaDDTree `profile_verify_latency.py`).
+///
+/// `nodes[i]` is the `n` that `Cv(n; ℓ)` will be looked up with: the number
+/// of drafted nodes, root excluded. Note that CaDDTree's own profiler times
+/// `n` query tokens for that `n` (no root), so the reference prices a tree of
+/// `1 + n` verified tokens at the measured cost of `n`; a profiler that times
+/// `1 + n` tokens for `nodes[i] = n` gives the cost of the tree actually
+/// verified. Record which one was used with the profile.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VerifyProfile {
     /// Committed tokens in the KV cache when verifying (ℓ).
     pub context_len: usize,
-    /// Tree node counts measured (`n`, root excluded), strictly increasing.
+    /// Drafted-node counts `n` (root excluded), strictly increasing.
     pub nodes: Vec<usize>,
     /// Median verification time at each node count (seconds).
     pub seconds: Vec<f64>,
@@ -102,10 +110,26 @@ pub struct VerifyProfile {
 /// looked up directly, extrapolated linearly past `max_n`, interpolated
 /// linearly across context lengths and clamped outside the profiled range.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "RawConvexCostModel")]
 pub struct ConvexCostModel {
     draft_seconds: f64,
     contexts: Vec<usize>,
     curves: Vec<Vec<f64>>,
+}
+
+/// The serialized form, checked by [`ConvexCostModel::from_curves`] on load.
+#[derive(Deserialize)]
+struct RawConvexCostModel {
+    draft_seconds: f64,
+    contexts: Vec<usize>,
+    curves: Vec<Vec<f64>>,
+}
+
+impl TryFrom<RawConvexCostModel> for ConvexCostModel {
+    type Error = TreeError;
+    fn try_from(r: RawConvexCostModel) -> Result<Self> {
+        Self::from_curves(r.draft_seconds, r.contexts, r.curves)
+    }
 }
 
 impl ConvexCostModel {
@@ -141,6 +165,9 @@ impl ConvexCostModel {
                     p.seconds.len()
                 )));
             }
+            if let Some(s) = p.seconds.iter().find(|s| !(s.is_finite() && **s >= 0.0)) {
+                return Err(TreeError::Fit(format!("context length {ctx}: latency {s} s is not a finite time ≥ 0")));
+            }
             let (xs, ys): (Vec<f64>, Vec<f64>) =
                 p.nodes.iter().zip(&p.seconds).filter(|(n, _)| **n <= max_nodes).map(|(&n, &s)| (n as f64, s)).unzip();
             if xs.len() < 3 {
@@ -157,6 +184,33 @@ impl ConvexCostModel {
         }
         if contexts.is_empty() {
             return Err(TreeError::Fit("no verification profiles given".into()));
+        }
+        Self::from_curves(draft_seconds, contexts, curves)
+    }
+
+    /// A model from already fitted curves: `curves[i][n]` is `Cv(n; contexts[i])`
+    /// in seconds for `n = 0..curves[i].len()`.
+    ///
+    /// # Errors
+    /// [`TreeError::Config`] unless the draft cost is finite and ≥ 0, contexts
+    /// are non-empty, strictly increasing and as many as the curves, and every
+    /// curve is non-empty with finite values ≥ 0.
+    pub fn from_curves(draft_seconds: f64, contexts: Vec<usize>, curves: Vec<Vec<f64>>) -> Result<Self> {
+        let bad = |field, reason: String| Err(TreeError::Config { field, reason });
+        if !(draft_seconds >= 0.0 && draft_seconds.is_finite()) {
+            return bad("draft_seconds", format!("must be a finite time ≥ 0 s, got {draft_seconds}"));
+        }
+        if contexts.is_empty() || contexts.len() != curves.len() {
+            return bad(
+                "contexts",
+                format!("{} context lengths for {} curves (need ≥ 1, equal)", contexts.len(), curves.len()),
+            );
+        }
+        if contexts.windows(2).any(|w| w[1] <= w[0]) {
+            return bad("contexts", "must be strictly increasing".into());
+        }
+        if let Some(i) = curves.iter().position(|c| c.is_empty() || c.iter().any(|v| !(v.is_finite() && *v >= 0.0))) {
+            return bad("curves", format!("curve {i} (context {}) must be non-empty, finite and ≥ 0 s", contexts[i]));
         }
         Ok(Self { draft_seconds, contexts, curves })
     }
@@ -242,6 +296,20 @@ mod tests {
         close(m.verify_seconds(4, 550), 0.5 * 0.014 + 0.5 * 0.018); // across ℓ
         close(m.verify_seconds(4, 5), 0.014); // clamped below
         close(m.verify_seconds(4, 99_999), 0.018); // clamped above
+    }
+
+    #[test]
+    fn loading_checks_the_curves() {
+        let json = serde_json::to_string(&model()).unwrap();
+        assert_eq!(serde_json::from_str::<ConvexCostModel>(&json).unwrap(), model());
+        for bad in [
+            r#"{"draft_seconds":0.004,"contexts":[],"curves":[]}"#,
+            r#"{"draft_seconds":0.004,"contexts":[100,50],"curves":[[0.1],[0.2]]}"#,
+            r#"{"draft_seconds":0.004,"contexts":[100],"curves":[[]]}"#,
+            r#"{"draft_seconds":-1.0,"contexts":[100],"curves":[[0.1]]}"#,
+        ] {
+            assert!(serde_json::from_str::<ConvexCostModel>(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

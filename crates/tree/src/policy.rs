@@ -64,7 +64,8 @@ impl<P: BudgetPolicy + ?Sized> BudgetPolicy for Box<P> {
 }
 
 /// DDTree with a fixed budget: exactly `nodes` drafted nodes (fewer only if
-/// the candidate space runs out). `top_k = nodes`, as in `build_ddtree_tree`
+/// the candidate space runs out, or the [`crate::TopK`] passed to
+/// [`crate::build_tree`] holds fewer than `nodes` candidates per depth). `top_k = nodes`, as in `build_ddtree_tree`
 /// (`k = min(budget, vocab)`), which can never cut a tree of that size.
 ///
 /// With `nodes = block_size − 1` and `top_k = 1` ([`FixedBudget::chain`]) the

@@ -76,9 +76,12 @@ impl ModelShape {
     }
 
     /// Bytes moved when verifying `s` tokens against `c` cached ones
-    /// (`calculate_qwen_inference_memory_footprint`): all weights (embedding
-    /// and LM head counted separately), the KV cache read (`2c·h_kv` per
-    /// layer) and written (`2s·h_kv`), and the activations' reads and writes.
+    /// (`calculate_qwen_inference_memory_footprint`): all weights, the KV
+    /// cache read (`2c·h_kv` per layer) and written (`2s·h_kv`), and the
+    /// activations' reads and writes. As in the release, the embedding table
+    /// and the LM head are both counted in full, even for tied-embedding
+    /// models and although a step reads only `s` embedding rows; the
+    /// calibration absorbs such constant offsets.
     pub fn verify_bytes(&self, s: f64, c: f64) -> f64 {
         let (h, f, v) = (self.hidden as f64, self.ffn as f64, self.vocab as f64);
         let hq = (self.q_heads * self.head_dim) as f64;
@@ -146,6 +149,32 @@ pub struct RooflineModel {
 }
 
 impl RooflineModel {
+    /// Checks that the roof is positive and finite and the calibration
+    /// parameters are finite and ≥ 0.
+    ///
+    /// # Errors
+    /// [`TreeError::Config`] naming the offending field.
+    pub fn validate(&self) -> Result<()> {
+        let d = &self.device;
+        for (field, v) in [("device.peak_flops", d.peak_flops), ("device.bandwidth", d.bandwidth)] {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(TreeError::Config { field, reason: format!("must be finite and > 0, got {v}") });
+            }
+        }
+        let k = &self.calibration;
+        for (field, v) in [
+            ("calibration.alpha_c", k.alpha_c),
+            ("calibration.beta_c", k.beta_c),
+            ("calibration.alpha_m", k.alpha_m),
+            ("calibration.beta_m", k.beta_m),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(TreeError::Config { field, reason: format!("must be finite and ≥ 0, got {v}") });
+            }
+        }
+        Ok(())
+    }
+
     /// Uncalibrated analytic times `(T_comp, T_mem)` in seconds for `s` tokens at context `c`.
     pub fn raw_times(&self, s: usize, c: usize) -> (f64, f64) {
         (
@@ -178,9 +207,9 @@ fn quadratic_through(y0: f64, y1: f64, y2: f64) -> [f64; 3] {
 /// `s` (tokens verified, **root included**): BASTION's `VerifiedLatencyEstimator`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RooflineEstimator {
-    /// Uncalibrated compute time `[quadratic, linear, constant]` (s).
+    /// Uncalibrated compute time `[quadratic, linear, constant]` in s/token², s/token, s.
     pub compute: [f64; 3],
-    /// Uncalibrated memory time `[quadratic, linear, constant]` (s).
+    /// Uncalibrated memory time `[quadratic, linear, constant]` in s/token², s/token, s.
     pub memory: [f64; 3],
     /// Calibration applied on top.
     pub calibration: RooflineCalibration,
@@ -249,11 +278,19 @@ pub struct CalibrationFit {
 ///
 /// # Errors
 /// [`TreeError::Fit`] when `samples` is empty, holds non-finite or negative
-/// times, or the QP solver fails.
+/// times, or the QP solver fails from every seed; [`TreeError::Config`] for a
+/// negative or non-finite `sigma_scale` or an invalid model.
 pub fn fit_calibration(samples: &[VerifySample], model: &RooflineModel, sigma_scale: f64) -> Result<CalibrationFit> {
     if samples.is_empty() {
         return Err(TreeError::Fit("no verification samples to calibrate on".into()));
     }
+    if !(sigma_scale.is_finite() && sigma_scale >= 0.0) {
+        return Err(TreeError::Config {
+            field: "sigma_scale",
+            reason: format!("must be finite and ≥ 0, got {sigma_scale}"),
+        });
+    }
+    model.validate()?;
     if let Some(bad) = samples.iter().find(|x| !(x.seconds.is_finite() && x.seconds >= 0.0)) {
         return Err(TreeError::Fit(format!(
             "verify time at s = {}, c = {} is {} s; expected a finite time ≥ 0",
@@ -341,7 +378,8 @@ pub fn fit_calibration(samples: &[VerifySample], model: &RooflineModel, sigma_sc
             if !visited.insert(compute_bound.clone()) {
                 break;
             }
-            let fit = fit_with_assignment(&raw, &y, &w, &compute_bound)?;
+            // A seed whose QP fails is dropped; only all seeds failing is an error.
+            let Ok(fit) = fit_with_assignment(&raw, &y, &w, &compute_bound) else { break };
             k = Some(fit);
             let next: Vec<bool> = raw.iter().map(|&(tc, tm)| fit[0] * tc + fit[1] > fit[2] * tm + fit[3]).collect();
             if next == compute_bound {
@@ -356,7 +394,8 @@ pub fn fit_calibration(samples: &[VerifySample], model: &RooflineModel, sigma_sc
             }
         }
     }
-    let (e, k) = best.expect("the first seed is never a revisit");
+    let (e, k) =
+        best.ok_or_else(|| TreeError::Fit("the calibration QP failed from every starting assignment".into()))?;
     let calibration = RooflineCalibration {
         alpha_c: k[0].max(0.0),
         beta_c: k[1].max(0.0) * unit,

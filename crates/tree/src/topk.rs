@@ -27,8 +27,9 @@ impl TopK {
     /// matrix (`k` is clamped to `vocab`).
     ///
     /// # Errors
-    /// [`TreeError::Shape`] when `logits.len() != depth * vocab`, `vocab == 0`
-    /// or `k == 0`; [`TreeError::NonFinite`] when a row holds NaN or ±inf.
+    /// [`TreeError::Shape`] when `logits.len() != depth * vocab` or
+    /// `vocab == 0`; [`TreeError::Config`] when `k == 0`;
+    /// [`TreeError::NonFinite`] when a row holds NaN or ±inf.
     pub fn from_logits(logits: &[f32], depth: usize, vocab: usize, k: usize) -> Result<Self> {
         if vocab == 0 || logits.len() != depth * vocab {
             return Err(TreeError::Shape {
@@ -59,7 +60,9 @@ impl TopK {
     /// test a policy on hand-made distributions.
     ///
     /// # Errors
-    /// [`TreeError::Shape`] when the lengths disagree or `k == 0`.
+    /// [`TreeError::Shape`] when the lengths disagree or `k == 0`;
+    /// [`TreeError::Config`] when a row is not a valid top-k: log-probs must
+    /// be finite, ≤ 0 and non-increasing, tokens distinct within the row.
     pub fn from_sorted(log_probs: Vec<f32>, tokens: Vec<u32>, depth: usize, k: usize) -> Result<Self> {
         if k == 0 || log_probs.len() != depth * k || tokens.len() != depth * k {
             return Err(TreeError::Shape {
@@ -67,6 +70,21 @@ impl TopK {
                 expected: format!("{} log-probs and tokens ([{depth}, {k}], k > 0)", depth * k),
                 actual: format!("{} log-probs, {} tokens", log_probs.len(), tokens.len()),
             });
+        }
+        for (row, (lp, tok)) in log_probs.chunks_exact(k).zip(tokens.chunks_exact(k)).enumerate() {
+            let bad =
+                |reason: String| Err(TreeError::Config { field: "top-k rows", reason: format!("row {row}: {reason}") });
+            if lp.iter().any(|v| !(v.is_finite() && *v <= 0.0)) {
+                return bad("log-probabilities must be finite and ≤ 0".into());
+            }
+            if lp.windows(2).any(|w| w[1] > w[0]) {
+                return bad("log-probabilities must be non-increasing".into());
+            }
+            let mut seen = tok.to_vec();
+            seen.sort_unstable();
+            if seen.windows(2).any(|w| w[0] == w[1]) {
+                return bad("tokens must be distinct".into());
+            }
         }
         Ok(Self { depth, k, log_probs, tokens })
     }
@@ -82,12 +100,18 @@ impl TopK {
     }
 
     /// Log-probability (nats) of the `rank`-th most likely token at `depth` (1-based).
+    ///
+    /// # Panics
+    /// If `depth` is 0 or > [`TopK::depth`], or `rank ≥ k`.
     #[inline]
     pub fn log_prob(&self, depth: usize, rank: usize) -> f32 {
         self.log_probs[(depth - 1) * self.k + rank]
     }
 
     /// Token id of the `rank`-th most likely token at `depth` (1-based).
+    ///
+    /// # Panics
+    /// If `depth` is 0 or > [`TopK::depth`], or `rank ≥ k`.
     #[inline]
     pub fn token(&self, depth: usize, rank: usize) -> u32 {
         self.tokens[(depth - 1) * self.k + rank]
@@ -194,7 +218,7 @@ fn log_sum_exp_portable(xs: &[f32]) -> Option<f32> {
     Some((f64::from(max) + sum.ln()) as f32)
 }
 
-/// `exp(x)` for `x ≤ 0` (values below −87 give 0): `2^n · 2^f` with
+/// `exp(x)` for `x ≤ 0` (inputs below −87 are clamped, giving ≈ 1.6e-38): `2^n · 2^f` with
 /// `n = round(x·log₂e)`, `|f| ≤ ½`, and a degree-6 Taylor polynomial of
 /// `2^f = e^(f·ln 2)` (truncation error < 1.2e-7, rounding included < 5e-7 relative).
 #[inline(always)]
@@ -245,6 +269,26 @@ mod tests {
             let (ours, std) = (exp_nonpositive(x), x.exp());
             assert!((ours - std).abs() <= 5e-7 * std, "exp({x}): {ours} vs {std}");
         }
+    }
+
+    #[test]
+    fn log_sum_exp_matches_f64_on_a_large_vocabulary() {
+        // 49152 = SmolLM2's vocabulary: exercises the blocked, vectorised path.
+        let xs: Vec<f32> = (0..49_152u64).map(|i| ((i * 2_654_435_761) % 10_007) as f32 * 2e-3 - 10.0).collect();
+        let m = xs.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+        let want = m + xs.iter().map(|&x| (x as f64 - m).exp()).sum::<f64>().ln();
+        let got = log_sum_exp(&xs).unwrap() as f64;
+        assert!((got - want).abs() < 2e-6, "{got} vs {want}");
+        assert_eq!(log_sum_exp(&[0.0, f32::NAN]), None);
+    }
+
+    #[test]
+    fn from_sorted_rejects_invalid_rows() {
+        assert!(TopK::from_sorted(vec![-0.1, -1.0], vec![3, 4], 1, 2).is_ok());
+        assert!(TopK::from_sorted(vec![-1.0, -0.1], vec![3, 4], 1, 2).is_err());
+        assert!(TopK::from_sorted(vec![-0.1, -1.0], vec![3, 3], 1, 2).is_err());
+        assert!(TopK::from_sorted(vec![0.5, -1.0], vec![3, 4], 1, 2).is_err());
+        assert!(TopK::from_sorted(vec![f32::NAN, -1.0], vec![3, 4], 1, 2).is_err());
     }
 
     #[test]

@@ -53,7 +53,8 @@ impl DraftTree {
     }
 
     /// The DFlash single path: the root followed by a chain of `tokens`
-    /// (depths 1, 2, …), each with path log-probability 0 when unknown.
+    /// (depths 1, 2, …). Path log-probabilities are unknown here and set to 0,
+    /// so [`DraftTree::expected_acceptance`] of such a chain is `1 + n`.
     pub fn chain(root_token: u32, tokens: &[u32]) -> Self {
         let mut t = Self::with_capacity(root_token, tokens.len());
         for (i, &tok) in tokens.iter().enumerate() {
@@ -64,8 +65,9 @@ impl DraftTree {
 
     /// Builds a tree from explicit arrays (root included at index 0), e.g. a
     /// tree stored by a reference run. `parents[0]` must be `-1`, every other
-    /// parent must precede its child, depths must be parent depth + 1, and
-    /// siblings must carry distinct tokens.
+    /// parent must precede its child, and siblings must carry distinct
+    /// tokens; depths follow from the parents. `log_w` (path log-probs, root
+    /// first) defaults to 0; ranks are set to 0.
     ///
     /// # Errors
     /// [`TreeError::Shape`] naming the first violated rule.
@@ -74,7 +76,7 @@ impl DraftTree {
         if tokens.is_empty() || tokens.len() != parents.len() || log_w.is_some_and(|w| w.len() != tokens.len()) {
             return Err(bad(
                 "non-empty tokens, parents (and log_w) of equal length".into(),
-                format!("{} tokens, {} parents", tokens.len(), parents.len()),
+                format!("{} tokens, {} parents, {} log_w", tokens.len(), parents.len(), log_w.map_or(0, <[f64]>::len)),
             ));
         }
         if parents[0] != -1 {
@@ -159,11 +161,17 @@ impl DraftTree {
     }
 
     /// Token of node `i`.
+    ///
+    /// # Panics
+    /// If `i ≥ len()`.
     pub fn token(&self, i: usize) -> u32 {
         self.tokens[i]
     }
 
     /// Parent of node `i` (`None` for the root).
+    ///
+    /// # Panics
+    /// If `i ≥ len()`.
     pub fn parent(&self, i: usize) -> Option<usize> {
         (self.parents[i] != NONE).then_some(self.parents[i] as usize)
     }
@@ -174,6 +182,9 @@ impl DraftTree {
     }
 
     /// Depth of node `i` (root 0).
+    ///
+    /// # Panics
+    /// If `i ≥ len()`.
     pub fn depth(&self, i: usize) -> usize {
         self.depths[i] as usize
     }
@@ -184,11 +195,17 @@ impl DraftTree {
     }
 
     /// Rank of node `i` among its depth's top-k candidates (root 0).
+    ///
+    /// # Panics
+    /// If `i ≥ len()`.
     pub fn rank(&self, i: usize) -> usize {
         self.ranks[i] as usize
     }
 
     /// Path log-probability of node `i` (nats; root 0).
+    ///
+    /// # Panics
+    /// If `i ≥ len()`.
     pub fn log_w(&self, i: usize) -> f64 {
         self.log_w[i]
     }
@@ -274,13 +291,17 @@ impl AncestorMask {
     }
 
     /// The bit row of node `i` (bit `j` set ⇔ `i` sees `j`).
+    ///
+    /// # Panics
+    /// If `i ≥ len()`.
     pub fn row(&self, i: usize) -> &[u64] {
         &self.bits[i * self.words..(i + 1) * self.words]
     }
 
-    /// Whether node `i` attends to node `j` (`j` is `i` or one of its ancestors).
+    /// Whether node `i` attends to node `j` (`j` is `i` or one of its
+    /// ancestors); `false` when either index is outside the tree.
     pub fn visible(&self, i: usize, j: usize) -> bool {
-        self.bits[i * self.words + j / 64] >> (j % 64) & 1 == 1
+        i < self.len && j < self.len && self.bits[i * self.words + j / 64] >> (j % 64) & 1 == 1
     }
 
     /// Dense row-major `[1 + n, 1 + n]` boolean matrix (the references' layout).

@@ -296,6 +296,7 @@ fn bastion_generate_rounds_are_reproduced() {
     let config = bastion_config(&fx, "default_min32_fixed_interval");
     for p in 0..3 {
         let run = &fx.json["bastion_generate"][p];
+        let sizes: Vec<u32> = u32s(&run["tree_sizes"]);
         replay(
             &fx,
             run,
@@ -304,12 +305,12 @@ fn bastion_generate_rounds_are_reproduced() {
             |r, l, root, start| {
                 let want_ctx = run["rounds"][r]["context_prefix_length"].as_u64().unwrap() as usize;
                 assert_eq!(want_ctx, start, "context length = round start");
-                build_tree(&topk(l, 128), root, start, &mut Bastion::new(config, model).unwrap())
+                let tree = build_tree(&topk(l, 128), root, start, &mut Bastion::new(config, model).unwrap());
+                assert_eq!(tree.len() as u32, sizes[r], "p{p} round {r}: tree size N");
+                tree
             },
             assert_same_bastion_tree,
         );
-        let sizes: Vec<u32> = u32s(&run["tree_sizes"]);
-        assert_eq!(sizes.len(), run["rounds"].as_array().unwrap().len());
     }
 }
 
