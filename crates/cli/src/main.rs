@@ -1,12 +1,19 @@
 //! `bastion`: the command-line entry point of the harness.
 //!
 //! Subcommands so far: `datasets` (list, verify and print the offline
-//! evaluation sets). Decoding, sweeps and tables arrive with later issues.
+//! evaluation sets) and `generate` (greedy autoregressive decoding with a
+//! target model). Speculative decoding, sweeps and tables arrive with later
+//! issues.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use std::io::Write;
+use std::time::Instant;
+
 use bastion_data::{DatasetName, Datasets, Selection};
+use bastion_models::{load_model, load_tokenizer, Message};
+use burn::tensor::Device;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -29,6 +36,22 @@ enum Command {
         dir: PathBuf,
         #[command(subcommand)]
         action: DatasetAction,
+    },
+    /// Greedy autoregressive generation with a target model; prints the text
+    /// and decode speed (tokens/s, prefill excluded).
+    Generate {
+        /// A `.gguf` file or a Hugging Face folder (config.json, model.safetensors, tokenizer.json).
+        #[arg(long)]
+        model: PathBuf,
+        /// The prompt text.
+        #[arg(long)]
+        prompt: String,
+        /// Wrap the prompt in the model's chat template (one user turn, generation prompt added).
+        #[arg(long)]
+        chat: bool,
+        /// Stop after this many new tokens.
+        #[arg(long, default_value_t = 128)]
+        max_new_tokens: usize,
     },
 }
 
@@ -63,6 +86,7 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     match cli.command {
+        Command::Generate { model, prompt, chat, max_new_tokens } => generate(&model, &prompt, chat, max_new_tokens)?,
         Command::Datasets { dir, action } => {
             let sets = Datasets::open(&dir)?;
             match action {
@@ -88,5 +112,53 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     }
+    Ok(())
+}
+
+fn generate(
+    model: &std::path::Path,
+    prompt: &str,
+    chat: bool,
+    max_new_tokens: usize,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let device = Device::flex();
+    let target = load_model(model, &device)?;
+    let tok = load_tokenizer(model)?;
+    let ids = if chat {
+        let template =
+            tok.chat_template().ok_or_else(|| format!("{}: the model has no chat template", model.display()))?;
+        tok.encode(&template.render(&[Message::new("user", prompt)], true)?, false)?
+    } else {
+        tok.encode(prompt, true)?
+    };
+    let mut stop: Vec<u32> = tok.eos_ids().to_vec();
+    stop.extend(&target.config().eos_token_ids);
+    let argmax = |row: &[f32]| row.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map_or(0, |(i, _)| i as u32);
+    let mut session = target.session();
+    let t0 = Instant::now();
+    let mut next = argmax(session.prefill(&ids, &[])?.row(0));
+    let prefill_s = t0.elapsed().as_secs_f64();
+    let mut out = Vec::new();
+    let mut steps = 0usize;
+    let t1 = Instant::now();
+    while out.len() < max_new_tokens && !stop.contains(&next) {
+        out.push(next);
+        if out.len() == max_new_tokens {
+            break;
+        }
+        next = argmax(session.prefill(&[next], &[])?.row(0));
+        steps += 1;
+    }
+    let decode_s = t1.elapsed().as_secs_f64();
+    println!("{}", tok.decode(&out, true)?);
+    std::io::stdout().flush()?;
+    eprintln!(
+        "prompt {} tokens, prefill {:.3} s; generated {} tokens, decode {:.3} s, {:.1} tokens/s",
+        ids.len(),
+        prefill_s,
+        out.len(),
+        decode_s,
+        if steps == 0 { 0.0 } else { steps as f64 / decode_s }
+    );
     Ok(())
 }

@@ -10,16 +10,20 @@
 
 #![warn(missing_docs)]
 
+pub mod chat;
 pub mod config;
 pub mod error;
 pub mod gguf;
 pub mod loader;
 pub mod model;
+pub mod tokenizer;
 pub mod weights;
 
+pub use chat::{ChatTemplate, Message};
 pub use config::{Arch, Llama3Scaling, ModelConfig};
 pub use error::{ModelError, Result};
 pub use gguf::{GgufFile, GgufValue};
-pub use loader::{load_gguf, load_model};
+pub use loader::{load_gguf, load_model, load_tokenizer};
 pub use model::{ForwardOutput, Model, Session};
+pub use tokenizer::Tokenizer;
 pub use weights::{GgufSource, HostTensor, SafetensorsSource, WeightSource};

@@ -8,6 +8,7 @@ use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
 use crate::model::Model;
+use crate::tokenizer::Tokenizer;
 use crate::weights::{GgufSource, SafetensorsSource, WeightSource};
 
 /// Loads a target from `path`: a `.gguf` file, or a Hugging Face folder
@@ -60,4 +61,18 @@ pub fn load_gguf(file: &GgufFile, device: &Device) -> Result<Model> {
         model.set_rope_inv_freq(inv)?;
     }
     Ok(model)
+}
+
+/// Loads the tokenizer (and chat template) that goes with [`load_model`]'s
+/// `path`: rebuilt from GGUF metadata, or `tokenizer.json` +
+/// `tokenizer_config.json` in a Hugging Face folder.
+///
+/// # Errors
+/// As [`Tokenizer::from_gguf`] / [`Tokenizer::from_hf_dir`].
+pub fn load_tokenizer(path: impl AsRef<Path>) -> Result<Tokenizer> {
+    let path = path.as_ref();
+    if path.is_file() {
+        return Tokenizer::from_gguf(&GgufFile::open(path)?);
+    }
+    Tokenizer::from_hf_dir(path)
 }

@@ -1,0 +1,77 @@
+//! Chat templates: the model's own Jinja template rendered with `minijinja`
+//! the way transformers renders it (`apply_chat_template`: trim_blocks,
+//! lstrip_blocks, loop controls, Python string methods via
+//! `minijinja-contrib`'s pycompat).
+
+use minijinja::{context, Environment, Error, ErrorKind};
+use serde::Serialize;
+
+use crate::error::{ModelError, Result};
+
+/// One chat message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Message {
+    /// `system`, `user` or `assistant`.
+    pub role: String,
+    /// The text.
+    pub content: String,
+}
+
+impl Message {
+    /// A message with `role` and `content`.
+    pub fn new(role: &str, content: &str) -> Self {
+        Self { role: role.to_string(), content: content.to_string() }
+    }
+}
+
+/// A compiled chat template with its special-token strings.
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    bos_token: String,
+    eos_token: String,
+}
+
+impl ChatTemplate {
+    /// Compiles `source` (from `tokenizer_config.json` `chat_template` or GGUF
+    /// `tokenizer.chat_template`); `origin` names that file in errors.
+    ///
+    /// # Errors
+    /// [`ModelError::Config`] naming `origin` when the template does not parse.
+    pub fn new(source: &str, bos_token: &str, eos_token: &str, origin: &std::path::Path) -> Result<Self> {
+        let mut env = Environment::new();
+        let syntax = minijinja::syntax::SyntaxConfig::builder()
+            .trim_blocks(true)
+            .lstrip_blocks(true)
+            .build()
+            .expect("default delimiters are valid");
+        env.set_syntax(syntax);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", |msg: String| -> std::result::Result<String, Error> {
+            Err(Error::new(ErrorKind::InvalidOperation, msg))
+        });
+        env.add_template_owned("chat", source.to_string()).map_err(|e| ModelError::Config {
+            path: origin.to_path_buf(),
+            field: "chat_template".into(),
+            expected: format!("a valid Jinja template ({e})"),
+        })?;
+        Ok(Self { env, bos_token: bos_token.to_string(), eos_token: eos_token.to_string() })
+    }
+
+    /// Renders `messages`, ending with the assistant header when
+    /// `add_generation_prompt`; `enable_thinking = false` is passed for
+    /// templates that read it (Qwen3).
+    ///
+    /// # Errors
+    /// [`ModelError::Usage`] when rendering fails (e.g. the template raises).
+    pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        let tmpl = self.env.get_template("chat").expect("added in new");
+        tmpl.render(context! {
+            messages => minijinja::value::Serde(messages),
+            add_generation_prompt => add_generation_prompt,
+            enable_thinking => false,
+            bos_token => self.bos_token.as_str(),
+            eos_token => self.eos_token.as_str(),
+        })
+        .map_err(|e| ModelError::Usage(format!("chat template failed to render: {e}")))
+    }
+}

@@ -1,0 +1,193 @@
+//! Bad model files and configs give clear errors naming the file and the
+//! tensor or field, never a panic.
+
+use std::path::Path;
+
+use bastion_models::gguf::write_gguf;
+use bastion_models::{load_model, ChatTemplate, GgufFile, GgufValue, ModelConfig, Tokenizer};
+use bastion_testkit::fixture_dir;
+use burn::tensor::Device;
+use safetensors::tensor::TensorView;
+use safetensors::{Dtype, SafeTensors};
+
+fn err_of<T>(r: bastion_models::Result<T>) -> String {
+    match r {
+        Ok(_) => panic!("expected an error"),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn assert_has(msg: &str, parts: &[&str]) {
+    for p in parts {
+        assert!(msg.contains(p), "message {msg:?} lacks {p:?}");
+    }
+}
+
+/// A copy of tiny-qwen3 whose weights are rewritten by `edit(name, shape, data) -> keep?`.
+fn edited_tiny_qwen3(dir: &Path, edit: impl Fn(&str, &mut Vec<usize>, &mut Vec<u8>) -> bool) {
+    let src = fixture_dir("tiny-qwen3");
+    std::fs::copy(src.join("config.json"), dir.join("config.json")).unwrap();
+    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let mut kept: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+    for (name, view) in st.tensors() {
+        let (mut shape, mut data) = (view.shape().to_vec(), view.data().to_vec());
+        if edit(&name, &mut shape, &mut data) {
+            kept.push((name, shape, data));
+        }
+    }
+    let views: Vec<(String, TensorView<'_>)> =
+        kept.iter().map(|(n, s, d)| (n.clone(), TensorView::new(Dtype::F32, s.clone(), d).unwrap())).collect();
+    std::fs::write(dir.join("model.safetensors"), safetensors::serialize(views, None).unwrap()).unwrap();
+}
+
+fn llama_meta() -> Vec<(&'static str, GgufValue)> {
+    vec![
+        ("general.architecture", GgufValue::Str("llama".into())),
+        ("llama.block_count", GgufValue::UInt(1)),
+        ("llama.embedding_length", GgufValue::UInt(32)),
+        ("llama.feed_forward_length", GgufValue::UInt(64)),
+        ("llama.attention.head_count", GgufValue::UInt(2)),
+        ("llama.attention.head_count_kv", GgufValue::UInt(1)),
+        ("llama.attention.layer_norm_rms_epsilon", GgufValue::Float(1e-5)),
+        ("llama.vocab_size", GgufValue::UInt(8)),
+    ]
+}
+
+#[test]
+fn missing_tensor_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    edited_tiny_qwen3(tmp.path(), |name, _, _| name != "model.layers.3.mlp.up_proj.weight");
+    let msg = err_of(load_model(tmp.path(), &Device::flex()));
+    assert_has(&msg, &["model.safetensors", "model.layers.3.mlp.up_proj.weight", "missing", "[160, 64]"]);
+}
+
+#[test]
+fn wrong_shape_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    edited_tiny_qwen3(tmp.path(), |name, shape, data| {
+        if name == "model.layers.0.self_attn.k_proj.weight" {
+            *shape = vec![16, 64];
+            data.truncate(16 * 64 * 4);
+        }
+        true
+    });
+    let msg = err_of(load_model(tmp.path(), &Device::flex()));
+    assert_has(&msg, &["model.layers.0.self_attn.k_proj.weight", "shape [16, 64], expected [32, 64]"]);
+}
+
+#[test]
+fn truncated_safetensors_is_a_format_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    edited_tiny_qwen3(tmp.path(), |_, _, _| true);
+    let path = tmp.path().join("model.safetensors");
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+    let msg = err_of(load_model(tmp.path(), &Device::flex()));
+    assert_has(&msg, &["model.safetensors", "not a valid safetensors file"]);
+}
+
+#[test]
+fn bad_config_json_names_file_and_field() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("config.json");
+    std::fs::write(&cfg, "{ not json").unwrap();
+    assert_has(&err_of(ModelConfig::from_hf_json(&cfg)), &["config.json", "not valid JSON"]);
+    std::fs::write(&cfg, r#"{"model_type": "qwen3", "num_attention_heads": 4, "vocab_size": 10}"#).unwrap();
+    assert_has(&err_of(ModelConfig::from_hf_json(&cfg)), &["config.json", "field `hidden_size`"]);
+    std::fs::write(&cfg, r#"{"model_type": "mamba"}"#).unwrap();
+    assert_has(&err_of(ModelConfig::from_hf_json(&cfg)), &["field `model_type`", "\"mamba\""]);
+    let text = std::fs::read_to_string(fixture_dir("tiny-qwen3").join("config.json")).unwrap();
+    std::fs::write(&cfg, text.replace("\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3")).unwrap();
+    assert_has(&err_of(ModelConfig::from_hf_json(&cfg)), &["num_key_value_heads", "divisor"]);
+}
+
+#[test]
+fn gguf_with_bad_magic_or_truncated_header() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("m.gguf");
+    std::fs::write(&path, b"GGML\x03\0\0\0").unwrap();
+    assert_has(&err_of(GgufFile::open(&path)), &["m.gguf", "not a GGUF file"]);
+    let full = write_gguf(&llama_meta(), &[]);
+    std::fs::write(&path, &full[..full.len() - 5]).unwrap();
+    assert_has(&err_of(GgufFile::open(&path)), &["m.gguf", "truncated GGUF header"]);
+}
+
+#[test]
+fn gguf_with_truncated_tensor_data() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("m.gguf");
+    let full = write_gguf(&llama_meta(), &[("token_embd.weight", vec![8, 32], 0, vec![0u8; 8 * 32 * 4])]);
+    std::fs::write(&path, &full[..full.len() - 100]).unwrap();
+    assert_has(&err_of(GgufFile::open(&path)), &["m.gguf", "token_embd.weight", "runs past the end of the file"]);
+}
+
+#[test]
+fn gguf_unsupported_quant_type_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("m.gguf");
+    // Q4_K (ggml type 12): 256-element super-blocks of 144 bytes.
+    let file = write_gguf(&llama_meta(), &[("token_embd.weight", vec![8, 32], 12, vec![0u8; 144])]);
+    std::fs::write(&path, file).unwrap();
+    let g = GgufFile::open(&path).unwrap();
+    assert_has(&err_of(g.tensor_f32("token_embd.weight")), &["m.gguf", "token_embd.weight", "Q4_K is not supported"]);
+    assert_has(&err_of(g.tensor_f32("output.weight")), &["output.weight", "not in the file"]);
+}
+
+#[test]
+fn gguf_unknown_architecture_and_missing_metadata() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("m.gguf");
+    let mut meta = llama_meta();
+    meta[0] = ("general.architecture", GgufValue::Str("rwkv".into()));
+    std::fs::write(&path, write_gguf(&meta, &[])).unwrap();
+    assert_has(&err_of(ModelConfig::from_gguf(&GgufFile::open(&path).unwrap())), &["general.architecture", "\"rwkv\""]);
+    let meta: Vec<_> = llama_meta().into_iter().filter(|(k, _)| *k != "llama.feed_forward_length").collect();
+    std::fs::write(&path, write_gguf(&meta, &[])).unwrap();
+    assert_has(
+        &err_of(ModelConfig::from_gguf(&GgufFile::open(&path).unwrap())),
+        &["m.gguf", "llama.feed_forward_length"],
+    );
+    // A GGUF without a tokenizer.
+    assert_has(&err_of(Tokenizer::from_gguf(&GgufFile::open(&path).unwrap())), &["tokenizer.ggml.model"]);
+}
+
+#[test]
+fn gguf_dequantises_q4_0_q4_1_q8_0_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("m.gguf");
+    let d = half::f16::from_f32(0.5).to_le_bytes();
+    let m = half::f16::from_f32(-1.0).to_le_bytes();
+    let qs: Vec<u8> = (0..16u8).map(|j| j | ((15 - j) << 4)).collect();
+    let q4_0 = [&d[..], &qs].concat();
+    let q4_1 = [&d[..], &m[..], &qs].concat();
+    let q8: Vec<u8> = [&d[..], &(0..32).map(|i| (i as i8 - 16) as u8).collect::<Vec<_>>()].concat();
+    let file = write_gguf(&[], &[("a", vec![32], 2, q4_0), ("b", vec![32], 3, q4_1), ("c", vec![32], 8, q8)]);
+    std::fs::write(&path, file).unwrap();
+    let g = GgufFile::open(&path).unwrap();
+    let nib = |i: usize| if i < 16 { i as f32 } else { (15 - (i - 16)) as f32 };
+    let (_, a) = g.tensor_f32("a").unwrap();
+    let (_, b) = g.tensor_f32("b").unwrap();
+    let (_, c) = g.tensor_f32("c").unwrap();
+    for i in 0..32 {
+        assert_eq!(a[i], (nib(i) - 8.0) * 0.5, "Q4_0 element {i}");
+        assert_eq!(b[i], nib(i) * 0.5 - 1.0, "Q4_1 element {i}");
+        assert_eq!(c[i], (i as f32 - 16.0) * 0.5, "Q8_0 element {i}");
+    }
+}
+
+#[test]
+fn bad_chat_template_is_a_config_error() {
+    let origin = Path::new("tokenizer_config.json");
+    assert_has(
+        &err_of(ChatTemplate::new("{% for m in messages %}{{ m.content }", "", "", origin)),
+        &["tokenizer_config.json", "chat_template", "valid Jinja"],
+    );
+    let raising = ChatTemplate::new("{{ raise_exception('roles must alternate') }}", "", "", origin).unwrap();
+    assert_has(&err_of(raising.render(&[], true)), &["roles must alternate"]);
+}
+
+#[test]
+fn missing_model_path_is_named() {
+    assert_has(&err_of(load_model("no/such/model.gguf", &Device::flex())), &["no/such/model.gguf"]);
+}

@@ -1,0 +1,57 @@
+//! SmolLM2's tokenizer and chat template, rebuilt from the GGUF, against
+//! transformers (`tests/fixtures/smollm2-135m/reference.json`). Needs
+//! `scripts/fetch-model.sh`.
+
+use std::path::PathBuf;
+
+use bastion_models::{GgufFile, Message, Tokenizer};
+use bastion_testkit::{u32s, Fixture};
+
+fn tokenizer() -> Tokenizer {
+    let path = std::env::var_os("BASTION_SMOLLM2_GGUF").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf")
+    });
+    assert!(path.is_file(), "{} is missing: run scripts/fetch-model.sh first", path.display());
+    Tokenizer::from_gguf(&GgufFile::open(&path).unwrap()).unwrap()
+}
+
+#[test]
+fn tokenization_and_decoding_match_transformers() {
+    let fx = Fixture::load("smollm2-135m");
+    let tok = tokenizer();
+    assert_eq!(tok.vocab_size(), 49152);
+    let cases = fx.json["tokenization"].as_array().unwrap();
+    assert_eq!(cases.len(), 33);
+    for case in cases {
+        let text = case["text"].as_str().unwrap();
+        let ids = tok.encode(text, false).unwrap();
+        assert_eq!(ids, u32s(&case["ids"]), "ids of {text:?}");
+        assert_eq!(tok.encode(text, true).unwrap(), u32s(&case["ids_with_default_add_special_tokens"]), "{text:?}");
+        let pieces: Vec<String> =
+            case["tokens"].as_array().unwrap().iter().map(|t| t.as_str().unwrap().to_string()).collect();
+        assert_eq!(tok.pieces(text).unwrap(), pieces, "pieces of {text:?}");
+        assert_eq!(tok.decode(&ids, false).unwrap(), case["decoded"].as_str().unwrap(), "decode of {text:?}");
+        assert_eq!(tok.decode(&ids, true).unwrap(), case["decoded_skip_special_tokens"].as_str().unwrap(), "{text:?}");
+    }
+}
+
+#[test]
+fn chat_template_renders_match_transformers() {
+    let fx = Fixture::load("smollm2-135m");
+    let tok = tokenizer();
+    let chat = tok.chat_template().expect("SmolLM2 ships a chat template");
+    let renders = fx.json["chat_template_renders"].as_object().unwrap();
+    assert_eq!(renders.len(), 3);
+    for (name, case) in renders {
+        let messages: Vec<Message> = case["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| Message::new(m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
+            .collect();
+        let rendered = chat.render(&messages, true).unwrap();
+        assert_eq!(rendered, case["rendered"].as_str().unwrap(), "{name}: rendered text");
+        assert_eq!(tok.encode(&rendered, false).unwrap(), u32s(&case["ids"]), "{name}: ids");
+    }
+    assert_eq!(tok.eos_ids(), &[2]);
+}
