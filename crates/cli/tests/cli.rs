@@ -37,3 +37,25 @@ fn bad_input_fails_with_a_clear_message() {
     assert!(!ok);
     assert!(err.contains("no/such/dir"), "{err}");
 }
+
+#[test]
+fn generate_reproduces_the_smollm2_greedy_reference() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let model = format!("{root}/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(std::path::Path::new(&model).is_file(), "{model} is missing: run scripts/fetch-model.sh first");
+    let fx = bastion_testkit::Fixture::load("smollm2-135m");
+    let case = &fx.json["prompts"]["coding"];
+    let prompt = case["messages"][0]["content"].as_str().unwrap();
+    let (ok, out, err) =
+        bastion(&["generate", "--model", &model, "--prompt", prompt, "--chat", "--max-new-tokens", "64"]);
+    assert!(ok, "{err}");
+    assert_eq!(out.strip_suffix('\n').unwrap(), case["greedy_text"].as_str().unwrap());
+    assert!(err.contains("generated 64 tokens") && err.contains("tokens/s"), "{err}");
+}
+
+#[test]
+fn generate_names_a_missing_model() {
+    let (ok, _, err) = bastion(&["generate", "--model", "no/such.gguf", "--prompt", "hi"]);
+    assert!(!ok);
+    assert!(err.contains("no/such.gguf"), "{err}");
+}
