@@ -53,6 +53,22 @@ enum Command {
         #[arg(long, default_value_t = 128)]
         max_new_tokens: usize,
     },
+    /// Benchmark a target on this machine: greedy decode speed and the
+    /// latency of verifying trees of N nodes at a given context length.
+    BenchTarget {
+        /// A `.gguf` file or a Hugging Face folder.
+        #[arg(long)]
+        model: PathBuf,
+        /// Committed context before each verification (tokens).
+        #[arg(long, default_value_t = 256)]
+        context: usize,
+        /// Tree sizes to time (tokens verified, root included).
+        #[arg(long, value_delimiter = ',', default_values_t = vec![1, 2, 4, 8, 16, 32, 64])]
+        nodes: Vec<usize>,
+        /// Timed repetitions per size (median reported), after one warm-up.
+        #[arg(long, default_value_t = 5)]
+        reps: usize,
+    },
 }
 
 #[derive(Subcommand)]
@@ -87,6 +103,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     match cli.command {
         Command::Generate { model, prompt, chat, max_new_tokens } => generate(&model, &prompt, chat, max_new_tokens)?,
+        Command::BenchTarget { model, context, nodes, reps } => bench_target(&model, context, &nodes, reps)?,
         Command::Datasets { dir, action } => {
             let sets = Datasets::open(&dir)?;
             match action {
@@ -160,5 +177,68 @@ fn generate(
         decode_s,
         if steps == 0 { 0.0 } else { steps as f64 / decode_s }
     );
+    Ok(())
+}
+
+/// Median of `reps` timings of `f` (seconds), after one untimed warm-up.
+fn median_seconds(
+    reps: usize,
+    mut f: impl FnMut() -> Result<(), Box<dyn std::error::Error>>,
+) -> Result<f64, Box<dyn std::error::Error>> {
+    f()?;
+    let mut times = Vec::with_capacity(reps.max(1));
+    for _ in 0..reps.max(1) {
+        let t = Instant::now();
+        f()?;
+        times.push(t.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
+fn bench_target(
+    model: &std::path::Path,
+    context: usize,
+    nodes: &[usize],
+    reps: usize,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let device = Device::flex();
+    let target = load_model(model, &device)?;
+    let vocab = target.config().vocab_size as u32;
+    // Deterministic filler context (token ids spread over the vocabulary).
+    let ctx: Vec<u32> = (0..context as u32).map(|i| (i * 7919 + 13) % vocab).collect();
+    let mut base = target.session();
+    base.prefill(&ctx, &[])?;
+    println!("model {} | context {context} tokens | {reps} reps, median", model.display());
+    // Greedy decode: one token per forward pass.
+    let step = median_seconds(reps, || {
+        let mut s = target.session();
+        s.prefill(&ctx, &[])?;
+        s.prefill(&[1], &[])?;
+        Ok(())
+    })? - median_seconds(reps, || {
+        let mut s = target.session();
+        s.prefill(&ctx, &[])?;
+        Ok(())
+    })?;
+    println!("AR decode step at context {context}: {:.2} ms ({:.1} tokens/s)", step * 1e3, 1.0 / step);
+    println!("{:>6} {:>12} {:>12}", "N", "verify ms", "vs N=1");
+    let mut first = None;
+    for &n in nodes {
+        if n == 0 {
+            continue;
+        }
+        // A heap-shaped tree (node i under (i-1)/2): depth ~log2 N, distinct sibling tokens.
+        let tokens: Vec<u32> = (0..n as u32).map(|i| (i * 31 + 7) % vocab).collect();
+        let parents: Vec<i64> = (0..n as i64).map(|i| if i == 0 { -1 } else { (i - 1) / 2 }).collect();
+        let tree = bastion_tree::DraftTree::from_parts(&tokens, &parents, None)?;
+        let t = median_seconds(reps, || {
+            base.verify(&tree, &[])?;
+            base.discard();
+            Ok(())
+        })?;
+        let ratio = t / *first.get_or_insert(t);
+        println!("{n:>6} {:>12.2} {ratio:>12.2}", t * 1e3);
+    }
     Ok(())
 }

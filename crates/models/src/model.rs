@@ -42,10 +42,18 @@ fn to_tensor1(t: HostTensor, device: &Device) -> Tensor<1> {
     Tensor::from_data(TensorData::new(t.data, [n]), device)
 }
 
+/// `[out, in]` weight → contiguous `[in, out]` tensor. Transposed on the
+/// host once at load, so every matmul reads a contiguous matrix instead of a
+/// strided view.
 fn to_tensor2_transposed(t: HostTensor, device: &Device) -> Tensor<2> {
     let (r, c) = (t.shape[0], t.shape[1]);
-    let m: Tensor<2> = Tensor::from_data(TensorData::new(t.data, [r, c]), device);
-    m.transpose()
+    let mut data = vec![0.0f32; r * c];
+    for (i, row) in t.data.chunks_exact(c).enumerate() {
+        for (j, &v) in row.iter().enumerate() {
+            data[j * r + i] = v;
+        }
+    }
+    Tensor::from_data(TensorData::new(data, [c, r]), device)
 }
 
 /// What a forward pass returns.
