@@ -10,6 +10,9 @@ use burn::tensor::Device;
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 
+/// `(name, shape, little-endian bytes)` of the tensors of one file.
+type Entries = Vec<(String, Vec<usize>, Vec<u8>)>;
+
 /// Writes tiny-qwen3's weights into `dir` as `shards` files (round-robin by
 /// tensor) in `dtype`, with an index when sharded.
 fn rewrite(dir: &Path, shards: usize, dtype: Dtype) {
@@ -17,7 +20,7 @@ fn rewrite(dir: &Path, shards: usize, dtype: Dtype) {
     std::fs::copy(src.join("config.json"), dir.join("config.json")).unwrap();
     let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
-    let mut files: Vec<Vec<(String, Vec<usize>, Vec<u8>)>> = vec![Vec::new(); shards];
+    let mut files: Vec<Entries> = vec![Vec::new(); shards];
     let mut names: Vec<String> = st.names().into_iter().map(str::to_string).collect();
     names.sort();
     let mut weight_map = BTreeMap::new();
