@@ -178,6 +178,30 @@ impl Model {
         x.matmul(self.lm_head.clone())
     }
 
+    /// Greedy autoregressive decoding: prefill `prompt`, then append the
+    /// argmax token until `max_new_tokens` are generated or a token of `stop`
+    /// is emitted (kept in the output). Returns the new tokens only.
+    ///
+    /// # Errors
+    /// As [`Session::prefill`].
+    pub fn greedy(&self, prompt: &[u32], max_new_tokens: usize, stop: &[u32]) -> Result<Vec<u32>> {
+        let argmax =
+            |row: &[f32]| row.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map_or(0, |(i, _)| i as u32);
+        let mut session = self.session();
+        let mut out = Vec::with_capacity(max_new_tokens);
+        if max_new_tokens == 0 {
+            return Ok(out);
+        }
+        let mut next = argmax(session.prefill(prompt, &[])?.row(0));
+        loop {
+            out.push(next);
+            if out.len() == max_new_tokens || stop.contains(&next) {
+                return Ok(out);
+            }
+            next = argmax(session.prefill(&[next], &[])?.row(0));
+        }
+    }
+
     /// Starts an empty session (KV cache) on this model.
     pub fn session(&self) -> Session<'_> {
         Session {
