@@ -227,6 +227,12 @@ impl GgufFile {
                 shape.push(r.u64(&name)? as usize);
             }
             shape.reverse();
+            if shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).is_none() {
+                return Err(ModelError::Format {
+                    path: path.clone(),
+                    what: format!("tensor `{name}`: shape {shape:?} overflows"),
+                });
+            }
             let ggml_type = r.u32(&name)?;
             let offset = r.u64(&name)?;
             tensors.insert(name.clone(), GgufTensorInfo { name, shape, ggml_type, offset });
@@ -239,6 +245,12 @@ impl GgufFile {
         let file = Self { path, version, metadata, tensors, data_start, bytes };
         // Check every tensor's extent now, so a truncated file fails at open.
         for t in file.tensors.values() {
+            if block_layout(t.ggml_type).is_some() && file.byte_len(t).is_none() {
+                return Err(ModelError::Format {
+                    path: file.path.clone(),
+                    what: format!("tensor `{}`: size in bytes overflows", t.name),
+                });
+            }
             if let Some(len) = file.byte_len(t) {
                 let end = (file.data_start as u64).checked_add(t.offset).and_then(|s| s.checked_add(len as u64));
                 if end.is_none_or(|e| e > file.bytes.len() as u64) {
@@ -340,10 +352,11 @@ impl GgufFile {
         }
     }
 
+    /// Bytes of a tensor of a supported type (`None` for other types or on overflow).
     fn byte_len(&self, t: &GgufTensorInfo) -> Option<usize> {
         let (per_block, bytes) = block_layout(t.ggml_type)?;
         let n: usize = t.shape.iter().product();
-        Some(n.div_ceil(per_block) * bytes)
+        n.div_ceil(per_block).checked_mul(bytes)
     }
 
     /// De-quantises tensor `name` to `f32`; returns its row-major shape and values.

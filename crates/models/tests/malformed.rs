@@ -114,6 +114,14 @@ fn gguf_with_bad_magic_or_truncated_header() {
 }
 
 #[test]
+fn gguf_with_absurd_shape_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("m.gguf");
+    std::fs::write(&path, write_gguf(&[], &[("x", vec![1 << 40, 1 << 40], 0, vec![0u8; 32])])).unwrap();
+    assert_has(&err_of(GgufFile::open(&path)), &["m.gguf", "`x`", "overflows"]);
+}
+
+#[test]
 fn gguf_with_truncated_tensor_data() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("m.gguf");
