@@ -12,8 +12,7 @@ use std::io::Write;
 use std::time::Instant;
 
 use bastion_data::{DatasetName, Datasets, Selection};
-use bastion_models::{load_model, load_tokenizer, Message};
-use burn::tensor::Device;
+use bastion_models::{load_model, load_tokenizer, BackendKind, Message};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -52,6 +51,9 @@ enum Command {
         /// Stop after this many new tokens.
         #[arg(long, default_value_t = 128)]
         max_new_tokens: usize,
+        /// Burn backend: flex (default), ndarray, wgpu or cuda (the last three need the matching Cargo feature).
+        #[arg(long, default_value = "flex")]
+        backend: BackendKind,
     },
     /// Benchmark a target on this machine: the latency of verifying trees of
     /// N nodes at a given context length (N = 1 is a greedy decode step).
@@ -68,6 +70,9 @@ enum Command {
         /// Timed repetitions per size (median reported), after one warm-up.
         #[arg(long, default_value_t = 5)]
         reps: usize,
+        /// Burn backend: flex (default), ndarray, wgpu or cuda (the last three need the matching Cargo feature).
+        #[arg(long, default_value = "flex")]
+        backend: BackendKind,
     },
 }
 
@@ -102,8 +107,12 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     match cli.command {
-        Command::Generate { model, prompt, chat, max_new_tokens } => generate(&model, &prompt, chat, max_new_tokens)?,
-        Command::BenchTarget { model, context, nodes, reps } => bench_target(&model, context, &nodes, reps)?,
+        Command::Generate { model, prompt, chat, max_new_tokens, backend } => {
+            generate(&model, &prompt, chat, max_new_tokens, backend)?
+        }
+        Command::BenchTarget { model, context, nodes, reps, backend } => {
+            bench_target(&model, context, &nodes, reps, backend)?
+        }
         Command::Datasets { dir, action } => {
             let sets = Datasets::open(&dir)?;
             match action {
@@ -137,8 +146,9 @@ fn generate(
     prompt: &str,
     chat: bool,
     max_new_tokens: usize,
+    backend: BackendKind,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let device = Device::flex();
+    let device = backend.device()?;
     let target = load_model(model, &device)?;
     let tok = load_tokenizer(model)?;
     let ids = if chat {
@@ -201,15 +211,16 @@ fn bench_target(
     context: usize,
     nodes: &[usize],
     reps: usize,
+    backend: BackendKind,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let device = Device::flex();
+    let device = backend.device()?;
     let target = load_model(model, &device)?;
     let vocab = target.config().vocab_size as u32;
     // Deterministic filler context (token ids spread over the vocabulary).
     let ctx: Vec<u32> = (0..context as u32).map(|i| (i * 7919 + 13) % vocab).collect();
     let mut base = target.session();
     base.prefill(&ctx, &[])?;
-    println!("model {} | context {context} tokens | {reps} reps, median", model.display());
+    println!("model {} | backend {backend} | context {context} tokens | {reps} reps, median", model.display());
     println!("{:>6} {:>12} {:>12}", "N", "verify ms", "vs N=1");
     let mut first = None;
     for &n in nodes {

@@ -10,8 +10,10 @@
 
 #![warn(missing_docs)]
 
+pub mod backend;
 pub mod chat;
 pub mod config;
+pub mod drafter;
 pub mod error;
 pub mod gguf;
 pub mod loader;
@@ -19,8 +21,10 @@ pub mod model;
 pub mod tokenizer;
 pub mod weights;
 
+pub use backend::BackendKind;
 pub use chat::{ChatTemplate, Message};
 pub use config::{Arch, Llama3Scaling, ModelConfig};
+pub use drafter::{build_target_layer_ids, context_features, DraftSession, Drafter, DrafterConfig};
 pub use error::{ModelError, Result};
 pub use gguf::{GgufFile, GgufValue};
 pub use loader::{load_gguf, load_model, load_tokenizer};

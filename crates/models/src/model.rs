@@ -12,18 +12,84 @@ use crate::weights::{HostTensor, WeightSource};
 
 /// One decoder layer's weights; projections are stored transposed
 /// (`[in, out]`) so that `x · W` applies them to row vectors.
-struct Layer {
-    input_norm: Tensor<1>,
-    q: Tensor<2>,
-    k: Tensor<2>,
-    v: Tensor<2>,
-    o: Tensor<2>,
-    q_norm: Option<Tensor<1>>,
-    k_norm: Option<Tensor<1>>,
-    post_norm: Tensor<1>,
-    gate: Tensor<2>,
-    up: Tensor<2>,
-    down: Tensor<2>,
+pub(crate) struct Layer {
+    pub(crate) input_norm: Tensor<1>,
+    pub(crate) q: Tensor<2>,
+    pub(crate) k: Tensor<2>,
+    pub(crate) v: Tensor<2>,
+    pub(crate) o: Tensor<2>,
+    pub(crate) q_norm: Option<Tensor<1>>,
+    pub(crate) k_norm: Option<Tensor<1>>,
+    pub(crate) post_norm: Tensor<1>,
+    pub(crate) gate: Tensor<2>,
+    pub(crate) up: Tensor<2>,
+    pub(crate) down: Tensor<2>,
+}
+
+impl Layer {
+    /// Loads `{prefix}input_layernorm.weight`, `{prefix}self_attn.*`,
+    /// `{prefix}mlp.*`, …; `q_norm` / `k_norm` for Qwen3.
+    pub(crate) fn load(src: &dyn WeightSource, prefix: &str, cfg: &ModelConfig, device: &Device) -> Result<Self> {
+        let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
+        let (qd, kd) = (cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim);
+        let p = |s: &str| format!("{prefix}{s}");
+        let lin = |s: &str, shape: [usize; 2]| -> Result<Tensor<2>> {
+            Ok(to_tensor2_transposed(src.require(&p(s), &shape)?, device))
+        };
+        let vec1 = |s: &str, n: usize| -> Result<Tensor<1>> { Ok(to_tensor1(src.require(&p(s), &[n])?, device)) };
+        let qk_norm = cfg.arch == Arch::Qwen3;
+        Ok(Layer {
+            input_norm: vec1("input_layernorm.weight", h)?,
+            q: lin("self_attn.q_proj.weight", [qd, h])?,
+            k: lin("self_attn.k_proj.weight", [kd, h])?,
+            v: lin("self_attn.v_proj.weight", [kd, h])?,
+            o: lin("self_attn.o_proj.weight", [h, qd])?,
+            q_norm: if qk_norm { Some(vec1("self_attn.q_norm.weight", cfg.head_dim)?) } else { None },
+            k_norm: if qk_norm { Some(vec1("self_attn.k_norm.weight", cfg.head_dim)?) } else { None },
+            post_norm: vec1("post_attention_layernorm.weight", h)?,
+            gate: lin("mlp.gate_proj.weight", [i, h])?,
+            up: lin("mlp.up_proj.weight", [i, h])?,
+            down: lin("mlp.down_proj.weight", [h, i])?,
+        })
+    }
+
+    /// Projects `[t, hidden]` rows to heads `[heads, t, head_dim]` with
+    /// `w` (`[hidden, heads · head_dim]`), applying the per-head RMSNorm
+    /// `norm` when given (Qwen3 `q_norm` / `k_norm`).
+    pub(crate) fn heads(x: Tensor<2>, w: &Tensor<2>, heads: usize, norm: Option<&Tensor<1>>, eps: f64) -> Tensor<3> {
+        let [t, _] = x.dims();
+        let [_, out] = w.dims();
+        let y = x.matmul(w.clone()).reshape([t, heads, out / heads]).swap_dims(0, 1);
+        match norm {
+            Some(n) => rms_norm3(y, n, eps),
+            None => y,
+        }
+    }
+
+    /// The SwiGLU MLP with its residual: `x + down(silu(gate(n)) · up(n))`,
+    /// `n = post_attention_layernorm(x)`; `[t, hidden]` → `[t, hidden]`.
+    pub(crate) fn mlp_residual(&self, x: Tensor<2>, eps: f64) -> Tensor<2> {
+        let h = rms_norm(x.clone(), &self.post_norm, eps);
+        x + (silu(h.clone().matmul(self.gate.clone())) * h.matmul(self.up.clone())).matmul(self.down.clone())
+    }
+}
+
+/// Scaled dot-product attention with grouped KV heads, without copying K/V:
+/// `q` `[nh, t, hd]`, `k`/`v` `[nkv, s, hd]`, optional `mask`
+/// `[1, group · t, s]` (true = hidden; rows ordered group-major, the
+/// `[t, s]` pattern repeated per query head of a KV head). Query head `h`
+/// uses KV head `h / group`. Returns `[t, nh · hd]`.
+pub(crate) fn attention(q: Tensor<3>, k: Tensor<3>, v: Tensor<3>, mask: Option<&Tensor<3, Bool>>) -> Tensor<2> {
+    let [nh, t, hd] = q.dims();
+    let [nkv, _, _] = k.dims();
+    let group = nh / nkv;
+    let scale = 1.0 / (hd as f64).sqrt();
+    let scores = q.reshape([nkv, group * t, hd]).matmul(k.swap_dims(1, 2)) * scale;
+    let scores = match mask {
+        Some(mask) => scores.mask_fill(mask.clone(), f32::NEG_INFINITY),
+        None => scores,
+    };
+    softmax(scores, 2).matmul(v).reshape([nh, t, hd]).swap_dims(0, 1).reshape([t, nh * hd])
 }
 
 /// A decoder-only target LLM (Llama or Qwen3 family) on a Burn device.
@@ -45,7 +111,7 @@ fn to_tensor1(t: HostTensor, device: &Device) -> Tensor<1> {
 /// `[out, in]` weight → contiguous `[in, out]` tensor. Transposed on the
 /// host once at load, so every matmul reads a contiguous matrix instead of a
 /// strided view.
-fn to_tensor2_transposed(t: HostTensor, device: &Device) -> Tensor<2> {
+pub(crate) fn to_tensor2_transposed(t: HostTensor, device: &Device) -> Tensor<2> {
     let (r, c) = (t.shape[0], t.shape[1]);
     let mut data = vec![0.0f32; r * c];
     for (i, row) in t.data.chunks_exact(c).enumerate() {
@@ -85,8 +151,7 @@ impl Model {
     /// [`ModelError::Tensor`] naming the file and tensor for a missing tensor
     /// or a shape mismatch; [`ModelError::Config`] for an invalid config.
     pub fn load(cfg: ModelConfig, src: &dyn WeightSource, device: &Device) -> Result<Self> {
-        let (h, i, v) = (cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size);
-        let (qd, kd) = (cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim);
+        let (h, v) = (cfg.hidden_size, cfg.vocab_size);
         let embed_host = src.require("model.embed_tokens.weight", &[v, h])?;
         // Tied checkpoints usually omit `lm_head.weight`; use it when present.
         let lm_head = if cfg.tie_embeddings && !src.contains("lm_head.weight") {
@@ -96,25 +161,7 @@ impl Model {
         };
         let mut layers = Vec::with_capacity(cfg.num_layers);
         for l in 0..cfg.num_layers {
-            let p = |s: &str| format!("model.layers.{l}.{s}");
-            let lin = |s: &str, shape: [usize; 2]| -> Result<Tensor<2>> {
-                Ok(to_tensor2_transposed(src.require(&p(s), &shape)?, device))
-            };
-            let vec1 = |s: &str, n: usize| -> Result<Tensor<1>> { Ok(to_tensor1(src.require(&p(s), &[n])?, device)) };
-            let qk_norm = cfg.arch == Arch::Qwen3;
-            layers.push(Layer {
-                input_norm: vec1("input_layernorm.weight", h)?,
-                q: lin("self_attn.q_proj.weight", [qd, h])?,
-                k: lin("self_attn.k_proj.weight", [kd, h])?,
-                v: lin("self_attn.v_proj.weight", [kd, h])?,
-                o: lin("self_attn.o_proj.weight", [h, qd])?,
-                q_norm: if qk_norm { Some(vec1("self_attn.q_norm.weight", cfg.head_dim)?) } else { None },
-                k_norm: if qk_norm { Some(vec1("self_attn.k_norm.weight", cfg.head_dim)?) } else { None },
-                post_norm: vec1("post_attention_layernorm.weight", h)?,
-                gate: lin("mlp.gate_proj.weight", [i, h])?,
-                up: lin("mlp.up_proj.weight", [i, h])?,
-                down: lin("mlp.down_proj.weight", [h, i])?,
-            });
+            layers.push(Layer::load(src, &format!("model.layers.{l}."), &cfg, device)?);
         }
         let norm = to_tensor1(src.require("model.norm.weight", &[h])?, device);
         let embed = Tensor::from_data(TensorData::new(embed_host.data, [v, h]), device);
@@ -217,46 +264,54 @@ impl Model {
         rms_norm(x, w, self.cfg.rms_norm_eps)
     }
 
-    /// `(cos, sin)` `[tokens, head_dim]` for absolute positions, HF's
-    /// `rotate_half` layout (frequencies repeated over both halves).
+    /// `(cos, sin)` `[tokens, head_dim]` for absolute positions.
     fn rope_tables(&self, positions: &[usize]) -> (Tensor<2>, Tensor<2>) {
-        let hd = self.cfg.head_dim;
-        let mut cos = Vec::with_capacity(positions.len() * hd);
-        let mut sin = Vec::with_capacity(positions.len() * hd);
-        for &p in positions {
-            for _ in 0..2 {
-                for &f in &self.inv_freq {
-                    // HF: freqs = position (f32) · inv_freq (f32), then cos/sin in f32.
-                    let angle = p as f32 * f;
-                    cos.push(angle.cos());
-                    sin.push(angle.sin());
-                }
-            }
-        }
-        let shape = [positions.len(), hd];
-        (
-            Tensor::from_data(TensorData::new(cos, shape), &self.device),
-            Tensor::from_data(TensorData::new(sin, shape), &self.device),
-        )
+        rope_tables(&self.inv_freq, positions, &self.device)
+    }
+
+    /// The hidden size `H`.
+    pub fn hidden_size(&self) -> usize {
+        self.cfg.hidden_size
     }
 }
 
+/// `(cos, sin)` `[tokens, head_dim]` for absolute `positions` with RoPE
+/// inverse frequencies `inv_freq` (`[head_dim / 2]`), in HF's `rotate_half`
+/// layout (frequencies repeated over both halves).
+pub(crate) fn rope_tables(inv_freq: &[f32], positions: &[usize], device: &Device) -> (Tensor<2>, Tensor<2>) {
+    let hd = inv_freq.len() * 2;
+    let mut cos = Vec::with_capacity(positions.len() * hd);
+    let mut sin = Vec::with_capacity(positions.len() * hd);
+    for &p in positions {
+        for _ in 0..2 {
+            for &f in inv_freq {
+                // HF: freqs = position (f32) · inv_freq (f32), then cos/sin in f32.
+                let angle = p as f32 * f;
+                cos.push(angle.cos());
+                sin.push(angle.sin());
+            }
+        }
+    }
+    let shape = [positions.len(), hd];
+    (Tensor::from_data(TensorData::new(cos, shape), device), Tensor::from_data(TensorData::new(sin, shape), device))
+}
+
 /// RMSNorm over the last axis of `[rows, d]`: `x / sqrt(mean(x²) + eps) · w`.
-fn rms_norm(x: Tensor<2>, w: &Tensor<1>, eps: f64) -> Tensor<2> {
+pub(crate) fn rms_norm(x: Tensor<2>, w: &Tensor<1>, eps: f64) -> Tensor<2> {
     let var = x.clone().powf_scalar(2.0).mean_dim(1);
     let inv = (var + eps).sqrt().recip();
     x * inv * w.clone().unsqueeze::<2>()
 }
 
 /// Same over the last axis of `[heads, tokens, d]`.
-fn rms_norm3(x: Tensor<3>, w: &Tensor<1>, eps: f64) -> Tensor<3> {
+pub(crate) fn rms_norm3(x: Tensor<3>, w: &Tensor<1>, eps: f64) -> Tensor<3> {
     let var = x.clone().powf_scalar(2.0).mean_dim(2);
     let inv = (var + eps).sqrt().recip();
     x * inv * w.clone().unsqueeze::<3>()
 }
 
 /// HF `apply_rotary_pos_emb` on `[heads, tokens, head_dim]`.
-fn rope(x: Tensor<3>, cos: &Tensor<2>, sin: &Tensor<2>) -> Tensor<3> {
+pub(crate) fn rope(x: Tensor<3>, cos: &Tensor<2>, sin: &Tensor<2>) -> Tensor<3> {
     let [_, _, d] = x.dims();
     let half = d / 2;
     let x1 = x.clone().narrow(2, 0, half);
@@ -409,27 +464,31 @@ impl<'m> Session<'m> {
             return Err(ModelError::Usage(format!("hidden-state index {bad} > num_layers = {}", cfg.num_layers)));
         }
         let t = tokens.len();
-        let (nh, nkv, hd) = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
+        let (nh, nkv) = (cfg.num_heads, cfg.num_kv_heads);
         let group = nh / nkv;
         let past = self.len;
         let total = past + t;
-        // Mask `[t, total]`: true = masked.
+        // Mask `[group · t, total]` (true = masked), the same `[t, total]`
+        // pattern repeated for the `group` query heads sharing a KV head. A
+        // single causal token sees everything: no mask at all.
         let ancestors = match vis {
             Visibility::Causal => None,
             Visibility::Tree(tree) => Some(tree.ancestor_mask()),
         };
-        let mut mask = vec![false; t * total];
-        for i in 0..t {
-            for j in 0..t {
-                let visible = ancestors.as_ref().map_or(j <= i, |a| a.visible(i, j));
-                mask[i * total + past + j] = !visible;
+        let mask: Option<Tensor<3, Bool>> = if t == 1 {
+            None
+        } else {
+            let mut mask = vec![false; t * total];
+            for i in 0..t {
+                for j in 0..t {
+                    let visible = ancestors.as_ref().map_or(j <= i, |a| a.visible(i, j));
+                    mask[i * total + past + j] = !visible;
+                }
             }
-        }
-        let mask: Tensor<3, Bool> = Tensor::<2, Bool>::from_data(TensorData::new(mask, [t, total]), &m.device)
-            .unsqueeze::<3>()
-            .expand([nh, t, total]);
+            let mask = mask.repeat(group);
+            Some(Tensor::<2, Bool>::from_data(TensorData::new(mask, [group * t, total]), &m.device).unsqueeze::<3>())
+        };
         let (cos, sin) = m.rope_tables(positions);
-        let scale = 1.0 / (hd as f64).sqrt();
 
         let mut x = m.embed(tokens)?;
         let mut taps: Vec<(usize, Tensor<2>)> = Vec::new();
@@ -440,14 +499,11 @@ impl<'m> Session<'m> {
         };
         tap(0, &x);
         for (l, layer) in m.layers.iter().enumerate() {
+            let eps = cfg.rms_norm_eps;
             let h = m.rms_norm(x.clone(), &layer.input_norm);
-            let q = h.clone().matmul(layer.q.clone()).reshape([t, nh, hd]).swap_dims(0, 1);
-            let k = h.clone().matmul(layer.k.clone()).reshape([t, nkv, hd]).swap_dims(0, 1);
-            let v = h.matmul(layer.v.clone()).reshape([t, nkv, hd]).swap_dims(0, 1);
-            let (q, k) = match (&layer.q_norm, &layer.k_norm) {
-                (Some(qn), Some(kn)) => (rms_norm3(q, qn, cfg.rms_norm_eps), rms_norm3(k, kn, cfg.rms_norm_eps)),
-                _ => (q, k),
-            };
+            let q = Layer::heads(h.clone(), &layer.q, nh, layer.q_norm.as_ref(), eps);
+            let k = Layer::heads(h.clone(), &layer.k, nkv, layer.k_norm.as_ref(), eps);
+            let v = Layer::heads(h, &layer.v, nkv, None, eps);
             let q = rope(q, &cos, &sin);
             let k = rope(k, &cos, &sin);
             let k_all = match self.keys[l].take() {
@@ -460,17 +516,9 @@ impl<'m> Session<'m> {
             };
             self.keys[l] = Some(k_all.clone());
             self.values[l] = Some(v_all.clone());
-            // GQA: query head h uses KV head h / group.
-            let k_rep = k_all.unsqueeze_dim::<4>(1).expand([nkv, group, total, hd]).reshape([nh, total, hd]);
-            let v_rep = v_all.unsqueeze_dim::<4>(1).expand([nkv, group, total, hd]).reshape([nh, total, hd]);
-            let scores = q.matmul(k_rep.swap_dims(1, 2)) * scale;
-            let probs = softmax(scores.mask_fill(mask.clone(), f32::NEG_INFINITY), 2);
-            let attn = probs.matmul(v_rep).swap_dims(0, 1).reshape([t, nh * hd]);
+            let attn = attention(q, k_all, v_all, mask.as_ref());
             x = x + attn.matmul(layer.o.clone());
-            let h = m.rms_norm(x.clone(), &layer.post_norm);
-            let mlp =
-                (silu(h.clone().matmul(layer.gate.clone())) * h.matmul(layer.up.clone())).matmul(layer.down.clone());
-            x = x + mlp;
+            x = layer.mlp_residual(x, eps);
             if l + 1 < cfg.num_layers {
                 tap(l + 1, &x);
             }

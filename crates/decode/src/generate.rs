@@ -1,0 +1,224 @@
+//! The decoding loop shared by every method.
+
+use std::time::Instant;
+
+use bastion_models::{context_features, Drafter, Model};
+use bastion_tree::{build_tree_from_logits, walk, BudgetPolicy, DraftTree};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{DecodeError, Result};
+use crate::sampling::Sampler;
+
+/// Settings of one generation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GenerateConfig {
+    /// New tokens to generate at most (the papers: 2048).
+    pub max_new_tokens: usize,
+    /// Generation stops after the first of these tokens (kept in the output).
+    pub stop_tokens: Vec<u32>,
+    /// Sampling temperature; 0 = greedy.
+    pub temperature: f64,
+    /// Seed of the posterior sampler (used when `temperature > 0`).
+    pub seed: u64,
+    /// Keep every round's draft logits, tree and accepted indices in
+    /// [`Generation::trace`] (for tests and debugging; costs memory).
+    pub trace: bool,
+}
+
+impl Default for GenerateConfig {
+    fn default() -> Self {
+        Self { max_new_tokens: 128, stop_tokens: Vec::new(), temperature: 0.0, seed: 0, trace: false }
+    }
+}
+
+/// Measurements of one round (DESIGN §7). Times are wall-clock seconds,
+/// taken after the device finished (every stage reads its results back).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoundRecord {
+    /// Committed tokens before the round's root (the papers' ℓ / c).
+    pub context_len: usize,
+    /// Tokens verified: tree nodes, root included.
+    pub tree_size: usize,
+    /// Tokens committed: accepted drafted nodes + the bonus token (τ's term).
+    pub accepted: usize,
+    /// Drafter forward (s); 0 for `ar`.
+    pub draft_s: f64,
+    /// Top-k and best-first tree construction with the budget policy (s).
+    pub build_s: f64,
+    /// Target verification of the tree (s).
+    pub verify_s: f64,
+    /// Posterior sampling, the walk and KV-cache compaction (s).
+    pub commit_s: f64,
+}
+
+/// What one round saw, kept when [`GenerateConfig::trace`] is set.
+#[derive(Debug, Clone)]
+pub struct RoundTrace {
+    /// Draft logits `[B − 1, vocab]` row-major (empty for `ar`).
+    pub draft_logits: Vec<f32>,
+    /// The verified tree.
+    pub tree: DraftTree,
+    /// Accepted tree indices, root first.
+    pub accepted: Vec<usize>,
+}
+
+/// The result of one generation.
+#[derive(Debug, Clone)]
+pub struct Generation {
+    /// New tokens (prompt excluded), truncated at `max_new_tokens` and after
+    /// the first stop token.
+    pub tokens: Vec<u32>,
+    /// One record per round.
+    pub rounds: Vec<RoundRecord>,
+    /// Target prefill of the prompt (s).
+    pub prefill_s: f64,
+    /// The first draft call (s), excluded from the decode time as in the
+    /// references (it prefills the drafter's context cache).
+    pub first_draft_s: f64,
+    /// Decode time (s): every round, minus the first draft call.
+    pub decode_s: f64,
+    /// Per-round traces when requested.
+    pub trace: Vec<RoundTrace>,
+}
+
+impl Generation {
+    /// Tokens committed per round, bonus included.
+    pub fn acceptance_lengths(&self) -> Vec<usize> {
+        self.rounds.iter().map(|r| r.accepted).collect()
+    }
+
+    /// τ: mean tokens committed per round (bonus included); 0 without rounds.
+    pub fn tau(&self) -> f64 {
+        if self.rounds.is_empty() {
+            return 0.0;
+        }
+        self.rounds.iter().map(|r| r.accepted as f64).sum::<f64>() / self.rounds.len() as f64
+    }
+
+    /// TPOT: decode time per output token (s), prefill and first draft
+    /// excluded (DESIGN §7); 0 for an empty output.
+    pub fn tpot(&self) -> f64 {
+        if self.tokens.is_empty() {
+            0.0
+        } else {
+            self.decode_s / self.tokens.len() as f64
+        }
+    }
+}
+
+/// Generates from `prompt` with `target`, drafting with `draft` (a drafter
+/// and the budget policy that sizes each round's tree) or autoregressively
+/// when `draft` is `None` (each round verifies the root alone).
+///
+/// The loop follows the references (z-lab `dflash_generate`, DDTree
+/// `ddtree_generate`): the prefill samples the first token, the root of
+/// round 0; each round drafts a block from the context features of the
+/// tokens committed since the last round, builds the tree (context length =
+/// committed tokens), verifies it, samples the posterior at every node,
+/// walks (DESIGN §3), commits the accepted path and appends the accepted
+/// tokens and the bonus token. Rounds continue while fewer than
+/// `max_new_tokens` tokens sit in the target cache beyond the prompt (so,
+/// as in the references, a round may start when the output is already
+/// `max_new_tokens` long) and no stop token was emitted.
+///
+/// # Errors
+/// [`DecodeError::Usage`] for an empty prompt or one that, with
+/// `max_new_tokens` and a block, exceeds the target's
+/// `max_position_embeddings`; model and tree errors otherwise.
+pub fn generate(
+    target: &Model,
+    mut draft: Option<(&Drafter, &mut dyn BudgetPolicy)>,
+    prompt: &[u32],
+    cfg: &GenerateConfig,
+) -> Result<Generation> {
+    if prompt.is_empty() {
+        return Err(DecodeError::Usage("the prompt is empty".into()));
+    }
+    let tcfg = target.config();
+    let block = draft.as_ref().map_or(1, |(d, _)| d.block_size());
+    let needed = prompt.len() + cfg.max_new_tokens + block;
+    if needed > tcfg.max_position_embeddings {
+        return Err(DecodeError::Usage(format!(
+            "prompt of {} tokens + max_new_tokens {} + block {block} = {needed} positions exceeds the target's \
+             context of {} tokens (max_position_embeddings)",
+            prompt.len(),
+            cfg.max_new_tokens,
+            tcfg.max_position_embeddings
+        )));
+    }
+    let (vocab, hidden) = (tcfg.vocab_size, tcfg.hidden_size);
+    let hidden_idx = draft.as_ref().map(|(d, _)| d.hidden_indices()).unwrap_or_default();
+    let mut sampler = Sampler::new(cfg.temperature, cfg.seed);
+    let mut session = target.session();
+    let mut dsession = draft.as_ref().map(|(d, _)| d.session());
+
+    let t0 = Instant::now();
+    let out = session.prefill(prompt, &hidden_idx)?;
+    let mut root = sampler.sample(out.row(0));
+    let prefill_s = t0.elapsed().as_secs_f64();
+    let mut features = if draft.is_some() { context_features(&out, hidden, None)? } else { Vec::new() };
+    drop(out);
+
+    let mut gen = Generation {
+        tokens: vec![root],
+        rounds: Vec::new(),
+        prefill_s,
+        first_draft_s: 0.0,
+        decode_s: 0.0,
+        trace: Vec::new(),
+    };
+    let stopped = |tokens: &[u32]| tokens.iter().any(|t| cfg.stop_tokens.contains(t));
+    let decode_start = Instant::now();
+    while session.len() - prompt.len() < cfg.max_new_tokens && !stopped(&gen.tokens) {
+        let context_len = session.len();
+        let t = Instant::now();
+        let draft_logits = match (&draft, &mut dsession) {
+            (Some(_), Some(ds)) => ds.draft(target, &features, root)?,
+            _ => Vec::new(),
+        };
+        let draft_s = t.elapsed().as_secs_f64();
+        if gen.rounds.is_empty() {
+            gen.first_draft_s = draft_s;
+        }
+        let t = Instant::now();
+        let tree = match &mut draft {
+            Some((_, policy)) => {
+                let depth = block - 1;
+                build_tree_from_logits(&draft_logits, depth, vocab, root, context_len, &mut **policy)?
+            }
+            None => DraftTree::root_only(root),
+        };
+        let build_s = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let out = session.verify(&tree, &hidden_idx)?;
+        let verify_s = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let posterior = sampler.sample_rows(&out.logits, out.rows);
+        let acc = walk(&tree, &posterior)?;
+        session.commit(&acc.accepted)?;
+        if draft.is_some() {
+            features = context_features(&out, hidden, Some(&acc.accepted))?;
+        }
+        gen.tokens.extend(acc.committed_tokens(&tree));
+        root = acc.bonus;
+        let commit_s = t.elapsed().as_secs_f64();
+        gen.rounds.push(RoundRecord {
+            context_len,
+            tree_size: tree.len(),
+            accepted: acc.committed(),
+            draft_s,
+            build_s,
+            verify_s,
+            commit_s,
+        });
+        if cfg.trace {
+            gen.trace.push(RoundTrace { draft_logits, tree, accepted: acc.accepted });
+        }
+    }
+    gen.decode_s = (decode_start.elapsed().as_secs_f64() - gen.first_draft_s).max(0.0);
+    gen.tokens.truncate(cfg.max_new_tokens);
+    if let Some(stop) = gen.tokens.iter().position(|t| cfg.stop_tokens.contains(t)) {
+        gen.tokens.truncate(stop + 1);
+    }
+    Ok(gen)
+}

@@ -1,0 +1,21 @@
+//! # bastion-decode
+//!
+//! One speculative decoding loop for every method of the papers (DESIGN §1,
+//! §3, §7): `ar` (no drafter: a root-only tree per round, the baseline),
+//! `dflash` (the DFlash chain), `ddtree:N` (best-first tree of N drafted
+//! nodes), `caddtree` (per-round budget from a measured cost model) and
+//! `bastion` (per-round budget from a calibrated roofline). Per round:
+//! draft → the budget policy grows the tree → target verification → the
+//! lossless walk → KV-cache commit. Every round is measured.
+
+#![warn(missing_docs)]
+
+mod error;
+mod generate;
+mod method;
+mod sampling;
+
+pub use error::{DecodeError, Result};
+pub use generate::{generate, GenerateConfig, Generation, RoundRecord, RoundTrace};
+pub use method::Method;
+pub use sampling::{argmax, Sampler};

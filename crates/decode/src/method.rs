@@ -1,0 +1,92 @@
+//! The decoding methods (rows of the papers' tables, DESIGN §1).
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::error::DecodeError;
+
+/// A decoding method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Method {
+    /// Autoregressive decoding with the target alone (the speedup baseline).
+    Ar,
+    /// DFlash: the drafter's top-1 chain of `block_size − 1` tokens
+    /// (z-lab/dflash `dflash_generate`).
+    DFlash,
+    /// DDTree with a fixed budget of drafted nodes, root excluded
+    /// (liranringel/ddtree `ddtree_generate`).
+    DDTree {
+        /// Drafted nodes per round.
+        budget: usize,
+    },
+    /// CaDDTree: per-round budget from a convex cost model
+    /// (ZhangShuai1230/CaDDTree `caddtree_generate`).
+    CaddTree,
+    /// BASTION: per-round budget from a calibrated roofline
+    /// (kaist-ai-osi-lab/BASTION `bastion_generate`).
+    Bastion,
+}
+
+impl Method {
+    /// Whether the method drafts with a DFlash drafter.
+    pub fn needs_drafter(self) -> bool {
+        self != Method::Ar
+    }
+}
+
+impl fmt::Display for Method {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Method::Ar => f.write_str("ar"),
+            Method::DFlash => f.write_str("dflash"),
+            Method::DDTree { budget } => write!(f, "ddtree:{budget}"),
+            Method::CaddTree => f.write_str("caddtree"),
+            Method::Bastion => f.write_str("bastion"),
+        }
+    }
+}
+
+impl FromStr for Method {
+    type Err = DecodeError;
+
+    /// Parses `ar`, `dflash`, `ddtree:N` (N ≥ 1), `caddtree`, `bastion`.
+    fn from_str(s: &str) -> Result<Self, DecodeError> {
+        let bad = || {
+            DecodeError::Usage(format!(
+                "unknown method `{s}`: expected ar, dflash, ddtree:N (N ≥ 1 drafted nodes), caddtree or bastion"
+            ))
+        };
+        Ok(match s.trim().to_ascii_lowercase().as_str() {
+            "ar" => Method::Ar,
+            "dflash" => Method::DFlash,
+            "caddtree" => Method::CaddTree,
+            "bastion" => Method::Bastion,
+            other => {
+                let n = other.strip_prefix("ddtree:").ok_or_else(bad)?;
+                let budget: usize = n.parse().map_err(|_| bad())?;
+                if budget == 0 {
+                    return Err(bad());
+                }
+                Method::DDTree { budget }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_rejects() {
+        for m in [Method::Ar, Method::DFlash, Method::DDTree { budget: 64 }, Method::CaddTree, Method::Bastion] {
+            assert_eq!(m.to_string().parse::<Method>().unwrap(), m);
+        }
+        assert_eq!("DDTree:16".parse::<Method>().unwrap(), Method::DDTree { budget: 16 });
+        for bad in ["ddtree", "ddtree:0", "ddtree:x", "eagle", ""] {
+            let e = bad.parse::<Method>().unwrap_err().to_string();
+            assert!(e.contains("unknown method") && e.contains("ddtree:N"), "{e}");
+        }
+        assert!(!Method::Ar.needs_drafter() && Method::DFlash.needs_drafter());
+    }
+}

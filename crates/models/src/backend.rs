@@ -1,0 +1,132 @@
+//! Choosing the Burn backend (device) a model runs on.
+//!
+//! `flex` (pure-Rust CPU, SIMD + rayon) is always compiled in and is the
+//! default: it measured fastest on the 2-core CPU machines this harness is
+//! developed on (numbers in the project notes and `bastion bench-target`).
+//! The others are optional Cargo features of `bastion-models` (and of the
+//! `bastion` binary): `ndarray` (deprecated Burn CPU backend, for
+//! comparison), `wgpu` (CubeCL on Vulkan / Metal / WebGPU; on a CPU-only
+//! machine it runs through Mesa's software Vulkan driver) and `cuda` (CubeCL
+//! CUDA; its build downloads an LLVM bundle, so it needs internet access at
+//! build time).
+
+use std::fmt;
+use std::str::FromStr;
+
+use burn::tensor::Device;
+
+use crate::error::{ModelError, Result};
+
+/// A Burn backend the harness can run models on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum BackendKind {
+    /// Burn `flex`: pure-Rust CPU backend (the default).
+    #[default]
+    Flex,
+    /// Burn `ndarray`: deprecated CPU backend (feature `ndarray`).
+    NdArray,
+    /// CubeCL `wgpu`, best adapter wgpu finds (feature `wgpu`).
+    Wgpu,
+    /// CubeCL `cuda`, device 0 (feature `cuda`).
+    Cuda,
+}
+
+impl BackendKind {
+    /// Every backend, compiled in or not.
+    pub const ALL: [BackendKind; 4] = [BackendKind::Flex, BackendKind::NdArray, BackendKind::Wgpu, BackendKind::Cuda];
+
+    /// The name used on the command line and in experiment files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendKind::Flex => "flex",
+            BackendKind::NdArray => "ndarray",
+            BackendKind::Wgpu => "wgpu",
+            BackendKind::Cuda => "cuda",
+        }
+    }
+
+    /// Whether this build of `bastion-models` includes the backend.
+    pub fn is_compiled(self) -> bool {
+        match self {
+            BackendKind::Flex => true,
+            BackendKind::NdArray => cfg!(feature = "ndarray"),
+            BackendKind::Wgpu => cfg!(feature = "wgpu"),
+            BackendKind::Cuda => cfg!(feature = "cuda"),
+        }
+    }
+
+    /// Whether the backend executes asynchronously, so that wall-clock
+    /// timings must wait for the device (read a value back) before stopping
+    /// the clock.
+    pub fn is_async(self) -> bool {
+        matches!(self, BackendKind::Wgpu | BackendKind::Cuda)
+    }
+
+    /// The Burn device of this backend.
+    ///
+    /// # Errors
+    /// [`ModelError::Usage`] naming the Cargo feature to enable when the
+    /// backend is not compiled into this build.
+    pub fn device(self) -> Result<Device> {
+        if !self.is_compiled() {
+            return Err(ModelError::Usage(format!(
+                "backend `{}` is not compiled into this build: rebuild with `--features {}`",
+                self.as_str(),
+                self.as_str()
+            )));
+        }
+        Ok(match self {
+            BackendKind::Flex => Device::flex(),
+            #[cfg(feature = "ndarray")]
+            #[allow(deprecated)] // measured for comparison only
+            BackendKind::NdArray => Device::ndarray(),
+            #[cfg(feature = "wgpu")]
+            BackendKind::Wgpu => Device::wgpu(burn::tensor::DeviceKind::DefaultDevice),
+            #[cfg(feature = "cuda")]
+            BackendKind::Cuda => Device::cuda(0),
+            #[allow(unreachable_patterns)]
+            _ => unreachable!("checked by is_compiled"),
+        })
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for BackendKind {
+    type Err = ModelError;
+
+    /// Parses `flex`, `ndarray`, `wgpu` or `cuda` (case-insensitive).
+    fn from_str(s: &str) -> Result<Self> {
+        BackendKind::ALL.into_iter().find(|b| b.as_str().eq_ignore_ascii_case(s)).ok_or_else(|| {
+            ModelError::Usage(format!("unknown backend `{s}`: expected one of flex, ndarray, wgpu, cuda"))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_unknown_is_an_error() {
+        for b in BackendKind::ALL {
+            assert_eq!(b.as_str().parse::<BackendKind>().unwrap(), b);
+            assert_eq!(b.to_string().to_uppercase().parse::<BackendKind>().unwrap(), b);
+        }
+        let err = "tpu".parse::<BackendKind>().unwrap_err().to_string();
+        assert!(err.contains("unknown backend `tpu`") && err.contains("flex, ndarray, wgpu, cuda"), "{err}");
+    }
+
+    #[test]
+    fn missing_feature_names_the_feature() {
+        assert!(BackendKind::Flex.device().is_ok());
+        for b in BackendKind::ALL.into_iter().filter(|b| !b.is_compiled()) {
+            let err = b.device().unwrap_err().to_string();
+            assert!(err.contains(&format!("--features {}", b.as_str())), "{err}");
+        }
+    }
+}

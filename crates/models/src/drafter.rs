@@ -1,0 +1,376 @@
+//! The DFlash block-diffusion drafter (z-lab/dflash `dflash/model.py`,
+//! `DFlashDraftModel`; DESIGN §2), with its own KV cache of context K/V.
+
+use std::path::{Path, PathBuf};
+
+use burn::tensor::{Device, Tensor, TensorData};
+use serde_json::Value;
+
+use crate::config::{Arch, ModelConfig};
+use crate::error::{ModelError, Result};
+use crate::model::{attention, rms_norm, rope, rope_tables, ForwardOutput, Layer, Model};
+use crate::weights::{HostTensor, SafetensorsSource, WeightSource};
+
+/// A DFlash drafter's configuration (`config.json` of a z-lab checkpoint).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DrafterConfig {
+    /// The Qwen3 hyper-parameters of the draft layers (`num_layers` = draft depth).
+    pub model: ModelConfig,
+    /// Block size `B` (slot 0 = last committed token, slots 1..B−1 = mask).
+    pub block_size: usize,
+    /// Layers of the target the drafter was trained against.
+    pub num_target_layers: usize,
+    /// Token id that fills the masked block slots.
+    pub mask_token_id: u32,
+    /// Target decoder layers whose outputs form the context features
+    /// (HF `hidden_states[id + 1]`).
+    pub target_layer_ids: Vec<usize>,
+}
+
+fn cfg_err(path: &Path, field: &str, expected: impl Into<String>) -> ModelError {
+    ModelError::Config { path: path.to_path_buf(), field: field.to_string(), expected: expected.into() }
+}
+
+/// z-lab `build_target_layer_ids`: one draft layer → `[n / 2]`; otherwise
+/// `round(1 + i·(n − 4)/(k − 1))` for `i = 0..k` (Python's round-half-even).
+pub fn build_target_layer_ids(num_target_layers: usize, num_draft_layers: usize) -> Vec<usize> {
+    if num_draft_layers == 1 {
+        return vec![num_target_layers / 2];
+    }
+    let span = num_target_layers as f64 - 4.0;
+    (0..num_draft_layers)
+        .map(|i| (1.0 + i as f64 * span / (num_draft_layers - 1) as f64).round_ties_even() as usize)
+        .collect()
+}
+
+impl DrafterConfig {
+    /// Reads a z-lab drafter `config.json`: Qwen3 keys plus `block_size`,
+    /// `num_target_layers` and `dflash_config {mask_token_id, target_layer_ids}`.
+    ///
+    /// # Errors
+    /// [`ModelError::Io`] / [`ModelError::Format`] for an unreadable file,
+    /// [`ModelError::Config`] naming the file and field.
+    pub fn from_json(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let text = std::fs::read(path).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })?;
+        let v: Value = serde_json::from_slice(&text)
+            .map_err(|e| ModelError::Format { path: path.to_path_buf(), what: format!("not valid JSON: {e}") })?;
+        let mut model = ModelConfig::from_hf_value(path, &v)?;
+        // z-lab drafters are Qwen3 layers whatever `model_type` says.
+        model.arch = Arch::Qwen3;
+        let uint = |v: Option<&Value>, field: &str| -> Result<usize> {
+            v.and_then(Value::as_u64)
+                .map(|x| x as usize)
+                .filter(|&x| x > 0)
+                .ok_or_else(|| cfg_err(path, field, "an integer > 0"))
+        };
+        let block_size = uint(v.get("block_size"), "block_size")?;
+        if block_size < 2 {
+            return Err(cfg_err(path, "block_size", "at least 2 (slot 0 plus one drafted slot)"));
+        }
+        let num_target_layers = uint(v.get("num_target_layers"), "num_target_layers")?;
+        let dcfg = v.get("dflash_config").filter(|d| d.is_object());
+        let mask_token_id =
+            dcfg.and_then(|d| d.get("mask_token_id"))
+                .and_then(Value::as_u64)
+                .ok_or_else(|| cfg_err(path, "dflash_config.mask_token_id", "a token id"))? as u32;
+        let target_layer_ids = match dcfg.and_then(|d| d.get("target_layer_ids")) {
+            None | Some(Value::Null) => build_target_layer_ids(num_target_layers, model.num_layers),
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|x| x.as_u64().map(|x| x as usize))
+                .collect::<Option<Vec<_>>>()
+                .filter(|ids| !ids.is_empty())
+                .ok_or_else(|| cfg_err(path, "dflash_config.target_layer_ids", "a non-empty list of layer indices"))?,
+            Some(_) => {
+                return Err(cfg_err(path, "dflash_config.target_layer_ids", "a non-empty list of layer indices"))
+            }
+        };
+        Ok(Self { model, block_size, num_target_layers, mask_token_id, target_layer_ids })
+    }
+
+    /// The target hidden-state indices to request (HF convention, `id + 1`).
+    pub fn hidden_indices(&self) -> Vec<usize> {
+        self.target_layer_ids.iter().map(|id| id + 1).collect()
+    }
+}
+
+/// Reads drafter tensors under their z-lab names, also accepting a `model.` prefix.
+struct Prefixed<'a>(&'a dyn WeightSource);
+
+impl Prefixed<'_> {
+    fn name(&self, name: &str) -> String {
+        if self.0.contains(name) {
+            name.to_string()
+        } else {
+            format!("model.{name}")
+        }
+    }
+}
+
+impl WeightSource for Prefixed<'_> {
+    fn get(&self, name: &str) -> Result<Option<HostTensor>> {
+        self.0.get(&self.name(name))
+    }
+    fn path_for(&self, name: &str) -> PathBuf {
+        self.0.path_for(name)
+    }
+    fn contains(&self, name: &str) -> bool {
+        self.0.contains(name) || self.0.contains(&format!("model.{name}"))
+    }
+}
+
+/// A DFlash drafter bound to its target's shape (DESIGN §2).
+///
+/// Context features: the target's hidden states after the layers in
+/// `target_layer_ids`, concatenated (`[T, K·H]`), projected by `fc`
+/// (`[K·H] → [H]`, no bias) and `hidden_norm`. Each draft layer is a Qwen3
+/// layer whose queries come from the block only and whose keys/values are
+/// `k_proj`/`v_proj` of `[context ; block]` (no norm on the context side),
+/// `k_norm` on every key, RoPE at absolute positions, no mask. The block is
+/// embedded and decoded with the *target's* `embed_tokens` / `lm_head`.
+pub struct Drafter {
+    cfg: DrafterConfig,
+    layers: Vec<Layer>,
+    /// `[K·H, H]` (transposed `fc.weight`).
+    fc: Tensor<2>,
+    hidden_norm: Tensor<1>,
+    norm: Tensor<1>,
+    inv_freq: Vec<f32>,
+    device: Device,
+}
+
+impl Drafter {
+    /// Loads a z-lab checkpoint folder (`config.json`, `model.safetensors`)
+    /// for `target`, on the target's device.
+    ///
+    /// # Errors
+    /// The errors of [`DrafterConfig::from_json`] and of the weight reader
+    /// (naming file and tensor); [`ModelError::Config`] naming the drafter's
+    /// `config.json` when it does not fit the target (hidden size, layer ids,
+    /// mask token, vocabulary).
+    pub fn load(dir: impl AsRef<Path>, target: &Model) -> Result<Self> {
+        let dir = dir.as_ref();
+        let cfg_path = dir.join("config.json");
+        let cfg = DrafterConfig::from_json(&cfg_path)?;
+        let src = SafetensorsSource::open(dir)?;
+        Self::from_source(cfg, &cfg_path, &src, target)
+    }
+
+    /// Builds a drafter from an already read configuration and weights.
+    /// `cfg_path` names the configuration in error messages.
+    ///
+    /// # Errors
+    /// As [`Drafter::load`].
+    pub fn from_source(cfg: DrafterConfig, cfg_path: &Path, src: &dyn WeightSource, target: &Model) -> Result<Self> {
+        let t = target.config();
+        let m = &cfg.model;
+        if m.hidden_size != t.hidden_size {
+            return Err(cfg_err(cfg_path, "hidden_size", format!("the target's hidden size {}", t.hidden_size)));
+        }
+        if cfg.num_target_layers != t.num_layers {
+            return Err(cfg_err(
+                cfg_path,
+                "num_target_layers",
+                format!("the target's layer count {} (got {})", t.num_layers, cfg.num_target_layers),
+            ));
+        }
+        if let Some(bad) = cfg.target_layer_ids.iter().find(|&&id| id >= t.num_layers) {
+            return Err(cfg_err(
+                cfg_path,
+                "dflash_config.target_layer_ids",
+                format!("layer indices < {} (the target's layers), got {bad}", t.num_layers),
+            ));
+        }
+        if cfg.mask_token_id as usize >= t.vocab_size {
+            return Err(cfg_err(
+                cfg_path,
+                "dflash_config.mask_token_id",
+                format!("an id < the target's vocabulary size {}", t.vocab_size),
+            ));
+        }
+        let device = target.device().clone();
+        let src = Prefixed(src);
+        let h = m.hidden_size;
+        let k = cfg.target_layer_ids.len();
+        let fc = src.require("fc.weight", &[h, k * h])?;
+        let fc = crate::model::to_tensor2_transposed(fc, &device);
+        let vec1 = |name: &str| -> Result<Tensor<1>> {
+            let w = src.require(name, &[h])?;
+            Ok(Tensor::from_data(TensorData::new(w.data, [h]), &device))
+        };
+        let hidden_norm = vec1("hidden_norm.weight")?;
+        let norm = vec1("norm.weight")?;
+        let layers =
+            (0..m.num_layers).map(|l| Layer::load(&src, &format!("layers.{l}."), m, &device)).collect::<Result<_>>()?;
+        Ok(Self { inv_freq: m.rope_inv_freq(), cfg, layers, fc, hidden_norm, norm, device })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &DrafterConfig {
+        &self.cfg
+    }
+
+    /// Block size `B`.
+    pub fn block_size(&self) -> usize {
+        self.cfg.block_size
+    }
+
+    /// Target hidden-state indices the drafter needs from every target
+    /// forward (HF convention: `target_layer_ids + 1`).
+    pub fn hidden_indices(&self) -> Vec<usize> {
+        self.cfg.hidden_indices()
+    }
+
+    /// A fresh draft session (empty context cache).
+    pub fn session(&self) -> DraftSession<'_> {
+        DraftSession {
+            drafter: self,
+            keys: vec![None; self.layers.len()],
+            values: vec![None; self.layers.len()],
+            len: 0,
+        }
+    }
+}
+
+/// Concatenates, row by row, the hidden states a target forward returned
+/// for the drafter's layers (requested in [`Drafter::hidden_indices`]
+/// order) into context features `[rows, K·H]`, keeping only the rows
+/// `rows` (tree indices of accepted nodes) or all rows when `None`.
+///
+/// # Errors
+/// [`ModelError::Usage`] when `out` lacks hidden states or a row is out of range.
+pub fn context_features(out: &ForwardOutput, hidden_size: usize, rows: Option<&[usize]>) -> Result<Vec<f32>> {
+    let h = hidden_size;
+    let Some(first) = out.hidden.first() else {
+        return Err(ModelError::Usage("the target forward returned no hidden states for the drafter".into()));
+    };
+    let total = first.len() / h;
+    let all: Vec<usize>;
+    let rows = match rows {
+        Some(r) => r,
+        None => {
+            all = (0..total).collect();
+            &all
+        }
+    };
+    let mut feats = Vec::with_capacity(rows.len() * h * out.hidden.len());
+    for &r in rows {
+        if r >= total {
+            return Err(ModelError::Usage(format!("context feature row {r} outside the {total} rows returned")));
+        }
+        for layer in &out.hidden {
+            feats.extend_from_slice(&layer[r * h..(r + 1) * h]);
+        }
+    }
+    Ok(feats)
+}
+
+/// The drafter's KV cache: context K/V (positions `0..len`), one
+/// `[kv_heads, len, head_dim]` pair per draft layer. Block K/V never
+/// persist: the cache is "cropped back to `start`" after every block.
+pub struct DraftSession<'d> {
+    drafter: &'d Drafter,
+    keys: Vec<Option<Tensor<3>>>,
+    values: Vec<Option<Tensor<3>>>,
+    len: usize,
+}
+
+impl DraftSession<'_> {
+    /// Context positions cached so far.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no context is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Drafts one block. `features` are the context features `[n, K·H]` of
+    /// the `n` tokens committed since the last call (positions
+    /// `len..len + n`, see [`context_features`]); they are cached. The block
+    /// is `[root, mask × (B − 1)]` at positions `start..start + B`,
+    /// `start = len + n`, `root` = the last committed token (not yet in the
+    /// target's cache). Returns draft logits `[B − 1, vocab]` row-major (row
+    /// `r` = position `start + 1 + r`), from the target's `lm_head`.
+    ///
+    /// # Errors
+    /// [`ModelError::Usage`] when `features` is not a whole number of
+    /// `K·H` rows or `root` is outside the vocabulary.
+    pub fn draft(&mut self, target: &Model, features: &[f32], root: u32) -> Result<Vec<f32>> {
+        Ok(self.draft_with_hidden(target, features, root)?.1)
+    }
+
+    /// As [`DraftSession::draft`], also returning the drafter's output
+    /// hidden states `[B, hidden]` (after its final norm, all slots).
+    ///
+    /// # Errors
+    /// As [`DraftSession::draft`].
+    pub fn draft_with_hidden(&mut self, target: &Model, features: &[f32], root: u32) -> Result<(Vec<f32>, Vec<f32>)> {
+        let b = self.drafter.cfg.block_size;
+        let out = self.run_block(target, features, root)?;
+        let logits = target.lm_head(out.clone().narrow(0, 1, b - 1));
+        Ok((to_vec(out)?, to_vec(logits)?))
+    }
+
+    fn run_block(&mut self, target: &Model, features: &[f32], root: u32) -> Result<Tensor<2>> {
+        let d = self.drafter;
+        let m = &d.cfg.model;
+        let width = d.cfg.target_layer_ids.len() * m.hidden_size;
+        if features.len() % width != 0 {
+            return Err(ModelError::Usage(format!(
+                "context features hold {} values, not a multiple of K·H = {width}",
+                features.len()
+            )));
+        }
+        let n = features.len() / width;
+        let b = d.cfg.block_size;
+        let start = self.len + n;
+        let mut block = vec![d.cfg.mask_token_id; b];
+        block[0] = root;
+        let mut x = target.embed(&block)?;
+        let blk_pos: Vec<usize> = (start..start + b).collect();
+        let (cos_b, sin_b) = rope_tables(&d.inv_freq, &blk_pos, &d.device);
+        let (nh, nkv, eps) = (m.num_heads, m.num_kv_heads, m.rms_norm_eps);
+        let ctx = if n > 0 {
+            let ctx_pos: Vec<usize> = (self.len..start).collect();
+            let f = Tensor::<2>::from_data(TensorData::new(features.to_vec(), [n, width]), &d.device);
+            Some((rms_norm(f.matmul(d.fc.clone()), &d.hidden_norm, eps), rope_tables(&d.inv_freq, &ctx_pos, &d.device)))
+        } else {
+            None
+        };
+        for (l, layer) in d.layers.iter().enumerate() {
+            // New context K/V (no per-layer norm on the context side), cached.
+            if let Some((c, (cos_c, sin_c))) = &ctx {
+                let k = rope(Layer::heads(c.clone(), &layer.k, nkv, layer.k_norm.as_ref(), eps), cos_c, sin_c);
+                let v = Layer::heads(c.clone(), &layer.v, nkv, None, eps);
+                self.keys[l] = Some(match self.keys[l].take() {
+                    Some(prev) => Tensor::cat(vec![prev, k], 1),
+                    None => k,
+                });
+                self.values[l] = Some(match self.values[l].take() {
+                    Some(prev) => Tensor::cat(vec![prev, v], 1),
+                    None => v,
+                });
+            }
+            let h = rms_norm(x.clone(), &layer.input_norm, eps);
+            let q = rope(Layer::heads(h.clone(), &layer.q, nh, layer.q_norm.as_ref(), eps), &cos_b, &sin_b);
+            let k_blk = rope(Layer::heads(h.clone(), &layer.k, nkv, layer.k_norm.as_ref(), eps), &cos_b, &sin_b);
+            let v_blk = Layer::heads(h, &layer.v, nkv, None, eps);
+            // Attention over [cached context ; block]; the block K/V are not kept.
+            let (k_all, v_all) = match (&self.keys[l], &self.values[l]) {
+                (Some(k), Some(v)) => (Tensor::cat(vec![k.clone(), k_blk], 1), Tensor::cat(vec![v.clone(), v_blk], 1)),
+                _ => (k_blk, v_blk),
+            };
+            x = x + attention(q, k_all, v_all, None).matmul(layer.o.clone());
+            x = layer.mlp_residual(x, eps);
+        }
+        self.len = start;
+        Ok(rms_norm(x, &d.norm, eps))
+    }
+}
+
+fn to_vec(x: Tensor<2>) -> Result<Vec<f32>> {
+    x.into_data().try_into_vec::<f32>().map_err(|e| ModelError::Usage(format!("reading a tensor back: {e:?}")))
+}

@@ -1,0 +1,149 @@
+//! The DFlash drafter against z-lab `DFlashDraftModel` on the tiny fixtures
+//! (`tests/fixtures/tiny-dflash` with target `tiny-qwen3`), and its
+//! config / fit checks.
+
+use bastion_models::{
+    build_target_layer_ids, context_features, Drafter, DrafterConfig, Model, ModelConfig, SafetensorsSource,
+};
+use bastion_testkit::{fixture_dir, max_abs_diff, Fixture};
+use burn::tensor::Device;
+
+const ATOL: f32 = 1e-4;
+
+fn target() -> Model {
+    let dir = fixture_dir("tiny-qwen3");
+    let cfg = ModelConfig::from_hf_json(dir.join("config.json")).unwrap();
+    Model::load(cfg, &SafetensorsSource::open(&dir).unwrap(), &Device::flex()).unwrap()
+}
+
+#[test]
+fn target_layer_ids_follow_z_lab() {
+    assert_eq!(build_target_layer_ids(36, 5), vec![1, 9, 17, 25, 33]);
+    assert_eq!(build_target_layer_ids(6, 2), vec![1, 3]);
+    assert_eq!(build_target_layer_ids(36, 1), vec![18]);
+    // Python round-half-even: 1 + 1·(28 − 4)/(5 − 1)... = exact; 1 + 1·5/2 = 3.5 → 4.
+    assert_eq!(build_target_layer_ids(9, 3), vec![1, 4, 6]);
+}
+
+#[test]
+fn config_reads_the_fixture() {
+    let cfg = DrafterConfig::from_json(fixture_dir("tiny-dflash").join("config.json")).unwrap();
+    assert_eq!(cfg.block_size, 8);
+    assert_eq!(cfg.mask_token_id, 255);
+    assert_eq!(cfg.target_layer_ids, vec![1, 3]);
+    assert_eq!(cfg.hidden_indices(), vec![2, 4]);
+    assert_eq!(cfg.model.num_layers, 2);
+}
+
+#[test]
+fn single_forward_matches_reference() {
+    let fx = Fixture::load("tiny-dflash");
+    let target = target();
+    let drafter = Drafter::load(fixture_dir("tiny-dflash"), &target).unwrap();
+    let ctx = fx.ids("fwd_context_ids");
+    let block = fx.ids("fwd_block_ids");
+    // Context features from our target equal the reference's.
+    let out = target.session().prefill(&ctx, &drafter.hidden_indices()).unwrap();
+    let feats = context_features(&out, 64, None).unwrap();
+    let want = fx.f32("fwd_target_hidden");
+    let d = max_abs_diff(&feats, &want.data);
+    assert!(d < ATOL, "context features differ by {d}");
+    // One block on an empty cache: positions 0..C for the context, C..C+8 for the block.
+    let mut session = drafter.session();
+    let (hidden, logits) = session.draft_with_hidden(&target, &feats, block[0]).unwrap();
+    let d = max_abs_diff(&hidden, &fx.f32("fwd_draft_hidden").data);
+    assert!(d < ATOL, "draft hidden differs by {d}");
+    let d = max_abs_diff(&logits, &fx.f32("fwd_draft_logits").data);
+    assert!(d < ATOL, "draft logits differ by {d}");
+    // The cache keeps the context only (cropped to C).
+    assert_eq!(session.len(), ctx.len());
+    let argmax: Vec<u64> =
+        logits.chunks(256).map(|r| r.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0 as u64).collect();
+    let want: Vec<u64> =
+        fx.json["draft_forward"]["draft_argmax"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+    assert_eq!(argmax, want);
+}
+
+#[test]
+fn cached_context_equals_one_shot_context() {
+    // Feeding the context in two pieces (as rounds do) gives the same block
+    // as feeding it at once.
+    let fx = Fixture::load("tiny-dflash");
+    let target = target();
+    let drafter = Drafter::load(fixture_dir("tiny-dflash"), &target).unwrap();
+    let ctx = fx.ids("fwd_context_ids");
+    let out = target.session().prefill(&ctx, &drafter.hidden_indices()).unwrap();
+    let feats = context_features(&out, 64, None).unwrap();
+    let root = fx.ids("fwd_block_ids")[0];
+    let mut one = drafter.session();
+    let want = one.draft(&target, &feats, root).unwrap();
+    let mut two = drafter.session();
+    let split = 10 * 128;
+    two.draft(&target, &feats[..split], ctx[10]).unwrap();
+    let got = two.draft(&target, &feats[split..], root).unwrap();
+    let d = max_abs_diff(&got, &want);
+    assert!(d < 1e-5, "two-step context differs by {d}");
+}
+
+#[test]
+fn drafter_that_does_not_fit_is_rejected() {
+    let target = target();
+    let dir = fixture_dir("tiny-dflash");
+    let src = SafetensorsSource::open(&dir).unwrap();
+    let cfg_path = dir.join("config.json");
+    let base = DrafterConfig::from_json(&cfg_path).unwrap();
+    let cases: Vec<(DrafterConfig, &str)> = vec![
+        (
+            {
+                let mut c = base.clone();
+                c.model.hidden_size = 32;
+                c
+            },
+            "field `hidden_size`: expected the target's hidden size 64",
+        ),
+        (
+            {
+                let mut c = base.clone();
+                c.target_layer_ids = vec![1, 6];
+                c
+            },
+            "field `dflash_config.target_layer_ids`",
+        ),
+        (
+            {
+                let mut c = base.clone();
+                c.num_target_layers = 36;
+                c
+            },
+            "field `num_target_layers`",
+        ),
+        (
+            {
+                let mut c = base.clone();
+                c.mask_token_id = 256;
+                c
+            },
+            "field `dflash_config.mask_token_id`",
+        ),
+    ];
+    for (cfg, want) in cases {
+        let err = Drafter::from_source(cfg, &cfg_path, &src, &target).err().expect("must be rejected").to_string();
+        assert!(err.contains(want) && err.contains("config.json"), "{err}");
+    }
+    // Bad config files.
+    let tmp = tempfile::tempdir().unwrap();
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&cfg_path).unwrap()).unwrap();
+    v.as_object_mut().unwrap().remove("block_size");
+    let p = tmp.path().join("config.json");
+    std::fs::write(&p, serde_json::to_vec(&v).unwrap()).unwrap();
+    let err = DrafterConfig::from_json(&p).unwrap_err().to_string();
+    assert!(err.contains("field `block_size`"), "{err}");
+    v["block_size"] = 8.into();
+    v["dflash_config"] = serde_json::json!({"target_layer_ids": [1, 3]});
+    std::fs::write(&p, serde_json::to_vec(&v).unwrap()).unwrap();
+    let err = DrafterConfig::from_json(&p).unwrap_err().to_string();
+    assert!(err.contains("dflash_config.mask_token_id"), "{err}");
+    // Missing weights file.
+    let err = Drafter::load(tmp.path(), &target).err().unwrap().to_string();
+    assert!(err.contains(&tmp.path().display().to_string()), "{err}");
+}
