@@ -3,11 +3,29 @@
 use std::time::Instant;
 
 use bastion_models::{context_features, Drafter, Model};
-use bastion_tree::{build_tree_from_logits, walk, BudgetPolicy, DraftTree};
+use bastion_tree::{build_tree_from_logits, walk, Acceptance, BudgetPolicy, DraftTree};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{DecodeError, Result};
-use crate::sampling::Sampler;
+use crate::sampling::{argmax, Sampler};
+
+/// How the verified tree's accepted path is chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AcceptRule {
+    /// The lossless walk (DESIGN §3, DDTree `follow_verified_tree`): sample
+    /// the posterior at every node, follow the children whose token was
+    /// sampled. Preserves the target's distribution at every temperature.
+    #[default]
+    Walk,
+    /// BASTION's released path choice (`bastion/tree_draft.py`
+    /// `_select_best_tree_path`): follow the children matching the target's
+    /// **argmax**, then sample the bonus token at the last accepted node.
+    /// Identical to [`AcceptRule::Walk`] at T = 0; at T > 0 it over-weights
+    /// greedy tokens and is **not** distribution-preserving. For ablations
+    /// that reproduce the release only.
+    ArgmaxPath,
+}
 
 /// Settings of one generation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -20,6 +38,10 @@ pub struct GenerateConfig {
     pub temperature: f64,
     /// Seed of the posterior sampler (used when `temperature > 0`).
     pub seed: u64,
+    /// Path choice after verification ([`AcceptRule::Walk`] unless
+    /// reproducing BASTION's released, biased rule).
+    #[serde(default)]
+    pub accept: AcceptRule,
     /// Keep every round's draft logits, tree and accepted indices in
     /// [`Generation::trace`] (for tests and debugging; costs memory).
     pub trace: bool,
@@ -27,7 +49,14 @@ pub struct GenerateConfig {
 
 impl Default for GenerateConfig {
     fn default() -> Self {
-        Self { max_new_tokens: 128, stop_tokens: Vec::new(), temperature: 0.0, seed: 0, trace: false }
+        Self {
+            max_new_tokens: 128,
+            stop_tokens: Vec::new(),
+            temperature: 0.0,
+            seed: 0,
+            accept: AcceptRule::Walk,
+            trace: false,
+        }
     }
 }
 
@@ -193,8 +222,15 @@ pub fn generate(
         let out = session.verify(&tree, &hidden_idx)?;
         let verify_s = t.elapsed().as_secs_f64();
         let t = Instant::now();
-        let posterior = sampler.sample_rows(&out.logits, out.rows);
-        let acc = walk(&tree, &posterior)?;
+        let acc = match cfg.accept {
+            AcceptRule::Walk => walk(&tree, &sampler.sample_rows(&out.logits, out.rows))?,
+            AcceptRule::ArgmaxPath => {
+                let greedy: Vec<u32> = (0..out.rows).map(|i| argmax(out.row(i))).collect();
+                let accepted = walk(&tree, &greedy)?.accepted;
+                let last = *accepted.last().expect("the walk always accepts the root");
+                Acceptance { bonus: sampler.sample(out.row(last)), accepted }
+            }
+        };
         session.commit(&acc.accepted)?;
         if draft.is_some() {
             features = context_features(&out, hidden, Some(&acc.accepted))?;

@@ -16,6 +16,6 @@ mod method;
 mod sampling;
 
 pub use error::{DecodeError, Result};
-pub use generate::{generate, GenerateConfig, Generation, RoundRecord, RoundTrace};
+pub use generate::{generate, AcceptRule, GenerateConfig, Generation, RoundRecord, RoundTrace};
 pub use method::Method;
 pub use sampling::{argmax, Sampler};

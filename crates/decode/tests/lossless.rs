@@ -1,0 +1,182 @@
+//! Lossless decoding on the tiny pair (`tiny-qwen3` target + `tiny-dflash`
+//! drafter): at T = 0 every method reproduces the target's greedy output on
+//! random prompts; at T > 0 every tree method samples the target's
+//! distribution (χ² test against AR sampling), and BASTION's released
+//! argmax path choice, which is biased, fails the same test.
+
+use std::collections::HashMap;
+
+use bastion_decode::{generate, AcceptRule, GenerateConfig, Method};
+use bastion_models::{Drafter, Model, ModelConfig, SafetensorsSource};
+use bastion_testkit::fixture_dir;
+
+use bastion_tree::{
+    Bastion, BastionConfig, BudgetPolicy, CaddTree, DevicePeak, FixedBudget, ModelShape, RooflineCalibration,
+    RooflineModel, RoundCostModel,
+};
+use burn::tensor::Device;
+use proptest::prelude::*;
+use statrs::distribution::{ChiSquared, ContinuousCDF};
+
+fn target() -> Model {
+    let dir = fixture_dir("tiny-qwen3");
+    let cfg = ModelConfig::from_hf_json(dir.join("config.json")).unwrap();
+    Model::load(cfg, &SafetensorsSource::open(&dir).unwrap(), &Device::flex()).unwrap()
+}
+
+/// CaDDTree cost model of the fixture (README (e)).
+struct Synthetic;
+
+impl RoundCostModel for Synthetic {
+    fn draft_seconds(&self) -> f64 {
+        0.004
+    }
+    fn verify_seconds(&self, n: usize, l: usize) -> f64 {
+        let n = n as f64;
+        0.010 + 0.0004 * n + 0.000004 * n * n + 1e-7 * l as f64
+    }
+}
+
+fn policy(method: Method) -> Box<dyn BudgetPolicy> {
+    match method {
+        Method::Ar => unreachable!("AR has no policy"),
+        Method::DFlash => Box::new(FixedBudget::chain(7)),
+        Method::DDTree { budget } => Box::new(FixedBudget::new(budget)),
+        Method::CaddTree => Box::new(CaddTree::new(Synthetic, 1024)),
+        Method::Bastion => {
+            let model = RooflineModel {
+                shape: ModelShape::qwen3_4b(),
+                device: DevicePeak::h200(),
+                calibration: RooflineCalibration { alpha_c: 1.25, beta_c: 0.0022, alpha_m: 1.0, beta_m: 0.0 },
+            };
+            // The bare stop rule, so that trees vary in size round to round.
+            Box::new(Bastion::new(BastionConfig::raw_rule(0.0035, 0.0006), model).unwrap())
+        }
+    }
+}
+
+const TREE_METHODS: [Method; 6] = [
+    Method::DFlash,
+    Method::DDTree { budget: 4 },
+    Method::DDTree { budget: 16 },
+    Method::DDTree { budget: 64 },
+    Method::CaddTree,
+    Method::Bastion,
+];
+
+fn run(target: &Model, drafter: &Drafter, method: Method, prompt: &[u32], cfg: &GenerateConfig) -> Vec<u32> {
+    if method == Method::Ar {
+        return generate(target, None, prompt, cfg).unwrap().tokens;
+    }
+    let mut p = policy(method);
+    generate(target, Some((drafter, &mut *p)), prompt, cfg).unwrap().tokens
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+
+    /// Greedy decoding: every method's output equals AR's, token for token.
+    #[test]
+    fn every_method_equals_greedy_ar(prompt in prop::collection::vec(1u32..255, 1..40), max_new in 1usize..48) {
+        let target = target();
+        let drafter = Drafter::load(fixture_dir("tiny-dflash"), &target).unwrap();
+        let cfg = GenerateConfig { max_new_tokens: max_new, stop_tokens: vec![0], ..GenerateConfig::default() };
+        let ar = run(&target, &drafter, Method::Ar, &prompt, &cfg);
+        prop_assert!(ar.len() <= max_new);
+        for m in TREE_METHODS {
+            prop_assert_eq!(&run(&target, &drafter, m, &prompt, &cfg), &ar, "{}", m);
+        }
+        // BASTION's release path choice is the same walk at T = 0.
+        let biased = GenerateConfig { accept: AcceptRule::ArgmaxPath, ..cfg.clone() };
+        prop_assert_eq!(&run(&target, &drafter, Method::DDTree { budget: 16 }, &prompt, &biased), &ar);
+    }
+}
+
+/// Fixture prompt 1 (an arithmetic sequence with one corrupted term): at
+/// T = 1.2 the target's greedy continuation has ~45 % of the mass and the
+/// rest spreads over hundreds of continuations.
+const PROMPT: [u32; 24] =
+    [30, 35, 40, 45, 50, 55, 60, 65, 215, 75, 80, 85, 90, 95, 100, 105, 110, 115, 120, 39, 130, 135, 140, 145];
+const SAMPLES: usize = 1000;
+const LEN: usize = 3;
+const TEMPERATURE: f64 = 1.2;
+/// Significance level of the χ² homogeneity test.
+const ALPHA: f64 = 1e-3;
+
+/// The first `LEN` generated tokens of `SAMPLES` runs seeded `seed0..`.
+fn sample_prefixes(target: &Model, drafter: &Drafter, method: Method, accept: AcceptRule, seed0: u64) -> Vec<Vec<u32>> {
+    (0..SAMPLES)
+        .map(|i| {
+            let cfg = GenerateConfig {
+                max_new_tokens: LEN,
+                temperature: TEMPERATURE,
+                seed: seed0 + i as u64,
+                accept,
+                ..GenerateConfig::default()
+            };
+            let mut t = run(target, drafter, method, &PROMPT, &cfg);
+            t.truncate(LEN);
+            t
+        })
+        .collect()
+}
+
+/// χ² homogeneity test of two samples of token sequences. Each sequence
+/// frequent in the pooled sample (≥ 10) is its own category; the rare ones
+/// are pooled by how many leading tokens agree with the greedy
+/// continuation `greedy` (0..=LEN), which keeps the test sensitive to a
+/// sampler that over-weights greedy tokens. Returns (statistic, dof, p).
+fn chi2(a: &[Vec<u32>], b: &[Vec<u32>], greedy: &[u32]) -> (f64, usize, f64) {
+    let mut pooled: HashMap<&[u32], usize> = HashMap::new();
+    for x in a.iter().chain(b) {
+        *pooled.entry(x.as_slice()).or_default() += 1;
+    }
+    let category = |x: &[u32]| -> (bool, Vec<u32>) {
+        if pooled[x] >= 10 {
+            (true, x.to_vec())
+        } else {
+            (false, vec![x.iter().zip(greedy).take_while(|(t, g)| t == g).count() as u32])
+        }
+    };
+    let mut cells: HashMap<(bool, Vec<u32>), [f64; 2]> = HashMap::new();
+    for (j, s) in [a, b].iter().enumerate() {
+        for x in s.iter() {
+            cells.entry(category(x)).or_default()[j] += 1.0;
+        }
+    }
+    let (na, nb) = (a.len() as f64, b.len() as f64);
+    let mut stat = 0.0;
+    for c in cells.values() {
+        let tot = c[0] + c[1];
+        for (j, n) in [na, nb].iter().enumerate() {
+            let e = tot * n / (na + nb);
+            stat += (c[j] - e).powi(2) / e;
+        }
+    }
+    let dof = cells.len().saturating_sub(1).max(1);
+    let p = 1.0 - ChiSquared::new(dof as f64).unwrap().cdf(stat);
+    (stat, dof, p)
+}
+
+#[test]
+fn tree_methods_preserve_the_sampling_distribution() {
+    let target = target();
+    let drafter = Drafter::load(fixture_dir("tiny-dflash"), &target).unwrap();
+    let ar = sample_prefixes(&target, &drafter, Method::Ar, AcceptRule::Walk, 1_000_000);
+    let distinct: std::collections::HashSet<_> = ar.iter().collect();
+    assert!(distinct.len() >= 100, "the test needs an uncertain distribution ({} outcomes)", distinct.len());
+    let greedy =
+        run(&target, &drafter, Method::Ar, &PROMPT, &GenerateConfig { max_new_tokens: LEN, ..Default::default() });
+    for (i, m) in TREE_METHODS.into_iter().enumerate() {
+        // Independent seeds per method.
+        let s = sample_prefixes(&target, &drafter, m, AcceptRule::Walk, (i as u64 + 1) * 100_000);
+        let (stat, dof, p) = chi2(&ar, &s, &greedy);
+        eprintln!("{m}: χ² = {stat:.1}, dof {dof}, p = {p:.3e}");
+        assert!(p > ALPHA, "{m}: χ² = {stat:.1} on {dof} dof, p = {p:.2e} ≤ {ALPHA}");
+    }
+    // The same test rejects BASTION's released (biased) path choice.
+    let biased = sample_prefixes(&target, &drafter, Method::DDTree { budget: 16 }, AcceptRule::ArgmaxPath, 0);
+    let (stat, dof, p) = chi2(&ar, &biased, &greedy);
+    eprintln!("argmax path: χ² = {stat:.1}, dof {dof}, p = {p:.3e}");
+    assert!(p < ALPHA, "the biased walk passed: χ² = {stat:.1} on {dof} dof, p = {p:.2e}");
+}

@@ -1,0 +1,110 @@
+//! Lossless greedy decoding on the default real model, SmolLM2-135M-Instruct
+//! (Q4_1 GGUF; `scripts/fetch-model.sh`), with an untrained DFlash drafter
+//! that fits it: correctness must not depend on drafter quality. Prompts
+//! are GSM8K questions in the model's chat template.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use bastion_data::{DatasetName, Datasets, Selection};
+use bastion_decode::{generate, GenerateConfig};
+use bastion_models::{
+    build_target_layer_ids, load_model, load_tokenizer, Drafter, DrafterConfig, HostTensor, Message, Model,
+    ModelConfig, ModelError, WeightSource,
+};
+use bastion_tree::{BudgetPolicy, FixedBudget};
+use burn::tensor::Device;
+
+fn model_path() -> PathBuf {
+    std::env::var_os("BASTION_SMOLLM2_GGUF").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf")
+    })
+}
+
+/// Drafter weights held in memory.
+struct MapSource(HashMap<String, HostTensor>);
+
+impl WeightSource for MapSource {
+    fn get(&self, name: &str) -> Result<Option<HostTensor>, ModelError> {
+        Ok(self.0.get(name).cloned())
+    }
+    fn path_for(&self, _name: &str) -> PathBuf {
+        PathBuf::from("<random drafter>")
+    }
+    fn contains(&self, name: &str) -> bool {
+        self.0.contains_key(name)
+    }
+}
+
+/// A one-layer Qwen3-style drafter with random weights (uniform ±0.05,
+/// norms at 1) shaped for `target`.
+fn random_drafter(target: &Model) -> Drafter {
+    let t = target.config();
+    let model =
+        ModelConfig { num_layers: 1, num_heads: 4, num_kv_heads: 2, head_dim: 64, intermediate_size: 256, ..t.clone() };
+    let cfg = DrafterConfig {
+        block_size: 8,
+        num_target_layers: t.num_layers,
+        mask_token_id: 2,
+        target_layer_ids: build_target_layer_ids(t.num_layers, 1),
+        model,
+    };
+    let h = t.hidden_size;
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut rand = |shape: Vec<usize>| {
+        let data = (0..shape.iter().product::<usize>())
+            .map(|_| {
+                state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                ((state >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.1
+            })
+            .collect();
+        HostTensor { shape, data }
+    };
+    let ones = |n: usize| HostTensor { shape: vec![n], data: vec![1.0; n] };
+    let mut w = HashMap::new();
+    w.insert("fc.weight".to_string(), rand(vec![h, h]));
+    for n in ["hidden_norm.weight", "norm.weight", "layers.0.input_layernorm.weight"] {
+        w.insert(n.to_string(), ones(h));
+    }
+    w.insert("layers.0.post_attention_layernorm.weight".into(), ones(h));
+    w.insert("layers.0.self_attn.q_norm.weight".into(), ones(64));
+    w.insert("layers.0.self_attn.k_norm.weight".into(), ones(64));
+    w.insert("layers.0.self_attn.q_proj.weight".into(), rand(vec![256, h]));
+    w.insert("layers.0.self_attn.k_proj.weight".into(), rand(vec![128, h]));
+    w.insert("layers.0.self_attn.v_proj.weight".into(), rand(vec![128, h]));
+    w.insert("layers.0.self_attn.o_proj.weight".into(), rand(vec![h, 256]));
+    w.insert("layers.0.mlp.gate_proj.weight".into(), rand(vec![256, h]));
+    w.insert("layers.0.mlp.up_proj.weight".into(), rand(vec![256, h]));
+    w.insert("layers.0.mlp.down_proj.weight".into(), rand(vec![h, 256]));
+    Drafter::from_source(cfg, Path::new("<random drafter>"), &MapSource(w), target).unwrap()
+}
+
+#[test]
+fn greedy_tree_decoding_equals_ar_on_gsm8k() {
+    let path = model_path();
+    assert!(path.is_file(), "{} is missing: run scripts/fetch-model.sh first", path.display());
+    let target = load_model(&path, &Device::flex()).unwrap();
+    let tok = load_tokenizer(&path).unwrap();
+    let template = tok.chat_template().unwrap();
+    let drafter = random_drafter(&target);
+    let sets = Datasets::open(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../datasets")).unwrap();
+    let prompts = sets.load(DatasetName::Gsm8k, &Selection { paper_subset: true, max_samples: Some(2) }).unwrap();
+    let mut stop = tok.eos_ids().to_vec();
+    stop.extend(&target.config().eos_token_ids);
+    let cfg = GenerateConfig { max_new_tokens: 12, stop_tokens: stop, ..GenerateConfig::default() };
+    for p in &prompts {
+        let text = template.render(&[Message::new("user", &p.turns[0])], true).unwrap();
+        let ids = tok.encode(&text, false).unwrap();
+        let ar = generate(&target, None, &ids, &cfg).unwrap();
+        assert_eq!(ar.tokens.len(), 12, "{}: AR output", p.id);
+        // Equal to the model's own greedy loop.
+        assert_eq!(ar.tokens, target.greedy(&ids, 12, &cfg.stop_tokens).unwrap(), "{}", p.id);
+        let policies: Vec<(&str, Box<dyn BudgetPolicy>)> =
+            vec![("dflash", Box::new(FixedBudget::chain(7))), ("ddtree:16", Box::new(FixedBudget::new(16)))];
+        for (name, mut policy) in policies {
+            let gen = generate(&target, Some((&drafter, &mut *policy)), &ids, &cfg).unwrap();
+            assert_eq!(gen.tokens, ar.tokens, "{}: {name} differs from AR", p.id);
+            assert!(gen.rounds.iter().all(|r| r.accepted >= 1 && r.accepted <= 8));
+        }
+    }
+}
