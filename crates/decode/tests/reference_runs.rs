@@ -22,7 +22,7 @@ fn pair() -> (Model, Fixture) {
 }
 
 fn config() -> GenerateConfig {
-    GenerateConfig { max_new_tokens: 64, stop_tokens: vec![0], temperature: 0.0, seed: 0, trace: true }
+    GenerateConfig { max_new_tokens: 64, stop_tokens: vec![0], trace: true, ..GenerateConfig::default() }
 }
 
 fn run(target: &Model, drafter: &Drafter, policy: &mut dyn BudgetPolicy, prompt: &[u32]) -> Generation {

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::config::{Arch, ModelConfig};
 use crate::error::{ModelError, Result};
-use crate::model::{attention, rms_norm, rope, rope_tables, ForwardOutput, Layer, Model};
+use crate::model::{attention, rms_norm, rope, rope_tables, ForwardOutput, Layer, Linear, Model};
 use crate::weights::{HostTensor, SafetensorsSource, WeightSource};
 
 /// A DFlash drafter's configuration (`config.json` of a z-lab checkpoint).
@@ -132,8 +132,8 @@ impl WeightSource for Prefixed<'_> {
 pub struct Drafter {
     cfg: DrafterConfig,
     layers: Vec<Layer>,
-    /// `[K·H, H]` (transposed `fc.weight`).
-    fc: Tensor<2>,
+    /// `fc`: `[K·H] → [H]`.
+    fc: Linear,
     hidden_norm: Tensor<1>,
     norm: Tensor<1>,
     inv_freq: Vec<f32>,
@@ -194,7 +194,7 @@ impl Drafter {
         let h = m.hidden_size;
         let k = cfg.target_layer_ids.len();
         let fc = src.require("fc.weight", &[h, k * h])?;
-        let fc = crate::model::to_tensor2_transposed(fc, &device);
+        let fc = Linear::new(fc, &device);
         let vec1 = |name: &str| -> Result<Tensor<1>> {
             let w = src.require(name, &[h])?;
             Ok(Tensor::from_data(TensorData::new(w.data, [h]), &device))
@@ -336,7 +336,7 @@ impl DraftSession<'_> {
         let ctx = if n > 0 {
             let ctx_pos: Vec<usize> = (self.len..start).collect();
             let f = Tensor::<2>::from_data(TensorData::new(features.to_vec(), [n, width]), &d.device);
-            Some((rms_norm(f.matmul(d.fc.clone()), &d.hidden_norm, eps), rope_tables(&d.inv_freq, &ctx_pos, &d.device)))
+            Some((rms_norm(d.fc.forward(f), &d.hidden_norm, eps), rope_tables(&d.inv_freq, &ctx_pos, &d.device)))
         } else {
             None
         };
@@ -363,7 +363,7 @@ impl DraftSession<'_> {
                 (Some(k), Some(v)) => (Tensor::cat(vec![k.clone(), k_blk], 1), Tensor::cat(vec![v.clone(), v_blk], 1)),
                 _ => (k_blk, v_blk),
             };
-            x = x + attention(q, k_all, v_all, None).matmul(layer.o.clone());
+            x = x + layer.o.forward(attention(q, k_all, v_all, None));
             x = layer.mlp_residual(x, eps);
         }
         self.len = start;

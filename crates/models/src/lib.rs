@@ -13,6 +13,7 @@
 pub mod backend;
 pub mod chat;
 pub mod config;
+mod cpu_matmul;
 pub mod drafter;
 pub mod error;
 pub mod gguf;

@@ -14,16 +14,16 @@ use crate::weights::{HostTensor, WeightSource};
 /// (`[in, out]`) so that `x · W` applies them to row vectors.
 pub(crate) struct Layer {
     pub(crate) input_norm: Tensor<1>,
-    pub(crate) q: Tensor<2>,
-    pub(crate) k: Tensor<2>,
-    pub(crate) v: Tensor<2>,
-    pub(crate) o: Tensor<2>,
+    pub(crate) q: Linear,
+    pub(crate) k: Linear,
+    pub(crate) v: Linear,
+    pub(crate) o: Linear,
     pub(crate) q_norm: Option<Tensor<1>>,
     pub(crate) k_norm: Option<Tensor<1>>,
     pub(crate) post_norm: Tensor<1>,
-    pub(crate) gate: Tensor<2>,
-    pub(crate) up: Tensor<2>,
-    pub(crate) down: Tensor<2>,
+    pub(crate) gate: Linear,
+    pub(crate) up: Linear,
+    pub(crate) down: Linear,
 }
 
 impl Layer {
@@ -33,9 +33,8 @@ impl Layer {
         let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
         let (qd, kd) = (cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim);
         let p = |s: &str| format!("{prefix}{s}");
-        let lin = |s: &str, shape: [usize; 2]| -> Result<Tensor<2>> {
-            Ok(to_tensor2_transposed(src.require(&p(s), &shape)?, device))
-        };
+        let lin =
+            |s: &str, shape: [usize; 2]| -> Result<Linear> { Ok(Linear::new(src.require(&p(s), &shape)?, device)) };
         let vec1 = |s: &str, n: usize| -> Result<Tensor<1>> { Ok(to_tensor1(src.require(&p(s), &[n])?, device)) };
         let qk_norm = cfg.arch == Arch::Qwen3;
         Ok(Layer {
@@ -56,10 +55,9 @@ impl Layer {
     /// Projects `[t, hidden]` rows to heads `[heads, t, head_dim]` with
     /// `w` (`[hidden, heads · head_dim]`), applying the per-head RMSNorm
     /// `norm` when given (Qwen3 `q_norm` / `k_norm`).
-    pub(crate) fn heads(x: Tensor<2>, w: &Tensor<2>, heads: usize, norm: Option<&Tensor<1>>, eps: f64) -> Tensor<3> {
+    pub(crate) fn heads(x: Tensor<2>, w: &Linear, heads: usize, norm: Option<&Tensor<1>>, eps: f64) -> Tensor<3> {
         let [t, _] = x.dims();
-        let [_, out] = w.dims();
-        let y = x.matmul(w.clone()).reshape([t, heads, out / heads]).swap_dims(0, 1);
+        let y = w.forward(x).reshape([t, heads, w.out_features() / heads]).swap_dims(0, 1);
         match norm {
             Some(n) => rms_norm3(y, n, eps),
             None => y,
@@ -70,7 +68,48 @@ impl Layer {
     /// `n = post_attention_layernorm(x)`; `[t, hidden]` → `[t, hidden]`.
     pub(crate) fn mlp_residual(&self, x: Tensor<2>, eps: f64) -> Tensor<2> {
         let h = rms_norm(x.clone(), &self.post_norm, eps);
-        x + (silu(h.clone().matmul(self.gate.clone())) * h.matmul(self.up.clone())).matmul(self.down.clone())
+        x + self.down.forward(silu(self.gate.forward(h.clone())) * self.up.forward(h))
+    }
+}
+
+/// A linear layer without bias, `[in] → [out]`.
+///
+/// The weight is kept as a Burn tensor `[in, out]` (contiguous, transposed
+/// once at load) for GEMM; on the `flex` CPU backend also in the Hugging
+/// Face `[out, in]` layout for the small-row kernel of
+/// [`crate::cpu_matmul`], which decode steps and small trees use.
+pub(crate) struct Linear {
+    t: Tensor<2>,
+    host: Option<Vec<f32>>,
+    in_features: usize,
+    out_features: usize,
+}
+
+impl Linear {
+    /// From a Hugging Face weight `[out, in]`, on `device`.
+    pub(crate) fn new(w: HostTensor, device: &Device) -> Self {
+        let (out_features, in_features) = (w.shape[0], w.shape[1]);
+        let host = (*device == Device::flex()).then(|| w.data.clone());
+        Self { t: to_tensor2_transposed(w, device), host, in_features, out_features }
+    }
+
+    /// Output features.
+    pub(crate) fn out_features(&self) -> usize {
+        self.out_features
+    }
+
+    /// `x · Wᵀ`: `[rows, in]` → `[rows, out]`.
+    pub(crate) fn forward(&self, x: Tensor<2>) -> Tensor<2> {
+        let [m, _] = x.dims();
+        match &self.host {
+            Some(w) if m <= crate::cpu_matmul::SMALL_M => {
+                let device = x.device();
+                let xs = x.into_data().try_into_vec::<f32>().expect("activations are f32 tensors");
+                let y = crate::cpu_matmul::matmul_wt(&xs, w, m, self.out_features, self.in_features);
+                Tensor::from_data(TensorData::new(y, [m, self.out_features]), &device)
+            }
+            _ => x.matmul(self.t.clone()),
+        }
     }
 }
 
@@ -99,7 +138,7 @@ pub struct Model {
     embed: Tensor<2>,
     layers: Vec<Layer>,
     norm: Tensor<1>,
-    lm_head: Tensor<2>,
+    lm_head: Linear,
     inv_freq: Vec<f32>,
 }
 
@@ -166,15 +205,7 @@ impl Model {
         let norm = to_tensor1(src.require("model.norm.weight", &[h])?, device);
         let embed = Tensor::from_data(TensorData::new(embed_host.data, [v, h]), device);
         let inv_freq = cfg.rope_inv_freq();
-        Ok(Self {
-            lm_head: to_tensor2_transposed(lm_head, device),
-            embed,
-            layers,
-            norm,
-            inv_freq,
-            device: device.clone(),
-            cfg,
-        })
+        Ok(Self { lm_head: Linear::new(lm_head, device), embed, layers, norm, inv_freq, device: device.clone(), cfg })
     }
 
     /// The configuration.
@@ -222,7 +253,7 @@ impl Model {
 
     /// Applies the LM head to `[rows, hidden]` states (already final-normed).
     pub fn lm_head(&self, x: Tensor<2>) -> Tensor<2> {
-        x.matmul(self.lm_head.clone())
+        self.lm_head.forward(x)
     }
 
     /// Greedy autoregressive decoding: prefill `prompt`, then append the
@@ -517,7 +548,7 @@ impl<'m> Session<'m> {
             self.keys[l] = Some(k_all.clone());
             self.values[l] = Some(v_all.clone());
             let attn = attention(q, k_all, v_all, mask.as_ref());
-            x = x + attn.matmul(layer.o.clone());
+            x = x + layer.o.forward(attn);
             x = layer.mlp_residual(x, eps);
             if l + 1 < cfg.num_layers {
                 tap(l + 1, &x);
