@@ -1,18 +1,20 @@
 //! `bastion`: the command-line entry point of the harness.
 //!
 //! Subcommands so far: `datasets` (list, verify and print the offline
-//! evaluation sets) and `generate` (greedy autoregressive decoding with a
-//! target model). Speculative decoding, sweeps and tables arrive with later
-//! issues.
+//! evaluation sets), `generate` (one generation with any method: AR,
+//! DFlash, DDTree, CaDDTree, BASTION) and `bench-target` (verify latency vs
+//! tree size). Sweeps and tables arrive with later issues.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use std::io::Write;
 use std::time::Instant;
 
 use bastion_data::{DatasetName, Datasets, Selection};
-use bastion_models::{load_model, load_tokenizer, BackendKind, Message};
+use bastion_decode::{policy_for, read_json, GenerateConfig, Method, PolicyInputs};
+use bastion_models::{load_model, load_tokenizer, BackendKind, Drafter, Message};
+use bastion_tree::BudgetPolicy;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -36,17 +38,22 @@ enum Command {
         #[command(subcommand)]
         action: DatasetAction,
     },
-    /// Greedy autoregressive generation with a target model; prints the text
-    /// and decode speed (tokens/s, prefill excluded).
+    /// Generate with a target model, autoregressively or speculatively
+    /// with a DFlash drafter; prints the text, then (stderr) τ, TPOT and
+    /// tokens/s (prefill and first draft call excluded).
     Generate {
         /// A `.gguf` file or a Hugging Face folder (config.json, model.safetensors, tokenizer.json).
         #[arg(long)]
         model: PathBuf,
         /// The prompt text.
-        #[arg(long)]
-        prompt: String,
+        #[arg(long, required_unless_present = "prompt_ids", conflicts_with = "prompt_ids")]
+        prompt: Option<String>,
+        /// The prompt as token ids (comma-separated); the output is printed as ids too. For
+        /// token-level reproduction and for models without a tokenizer.
+        #[arg(long, value_delimiter = ',')]
+        prompt_ids: Option<Vec<u32>>,
         /// Wrap the prompt in the model's chat template (one user turn, generation prompt added).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "prompt_ids")]
         chat: bool,
         /// Stop after this many new tokens.
         #[arg(long, default_value_t = 128)]
@@ -54,6 +61,24 @@ enum Command {
         /// Burn backend: flex (default), ndarray, wgpu or cuda (the last three need the matching Cargo feature).
         #[arg(long, default_value = "flex")]
         backend: BackendKind,
+        /// Decoding method: ar, dflash, ddtree:N, caddtree or bastion.
+        #[arg(long, default_value = "ar")]
+        method: Method,
+        /// DFlash drafter folder (config.json + model.safetensors); needed by every method but ar.
+        #[arg(long)]
+        drafter: Option<PathBuf>,
+        /// Sampling temperature (0 = greedy).
+        #[arg(long, default_value_t = 0.0)]
+        temperature: f64,
+        /// Seed of the sampler (T > 0).
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// CaDDTree cost model (JSON), for --method caddtree.
+        #[arg(long)]
+        cost_model: Option<PathBuf>,
+        /// BASTION calibration (JSON: roofline + stop-rule config), for --method bastion.
+        #[arg(long)]
+        bastion_calibration: Option<PathBuf>,
     },
     /// Benchmark a target on this machine: the latency of verifying trees of
     /// N nodes at a given context length (N = 1 is a greedy decode step).
@@ -107,8 +132,28 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     match cli.command {
-        Command::Generate { model, prompt, chat, max_new_tokens, backend } => {
-            generate(&model, &prompt, chat, max_new_tokens, backend)?
+        Command::Generate {
+            model,
+            prompt,
+            prompt_ids,
+            chat,
+            max_new_tokens,
+            backend,
+            method,
+            drafter,
+            temperature,
+            seed,
+            cost_model,
+            bastion_calibration,
+        } => {
+            let spec = Speculation { method, drafter, cost_model, bastion_calibration };
+            let cfg = GenerateConfig { max_new_tokens, temperature, seed, ..GenerateConfig::default() };
+            let prompt = match (prompt, prompt_ids) {
+                (_, Some(ids)) => PromptInput::Ids(ids),
+                (Some(text), None) => PromptInput::Text { text, chat },
+                (None, None) => unreachable!("clap requires --prompt or --prompt-ids"),
+            };
+            generate(&model, &prompt, backend, &spec, cfg)?
         }
         Command::BenchTarget { model, context, nodes, reps, backend } => {
             bench_target(&model, context, &nodes, reps, backend)?
@@ -141,51 +186,79 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+/// The speculative-decoding part of `generate`'s arguments.
+struct Speculation {
+    method: Method,
+    drafter: Option<PathBuf>,
+    cost_model: Option<PathBuf>,
+    bastion_calibration: Option<PathBuf>,
+}
+
+/// What to generate from.
+enum PromptInput {
+    /// Text, optionally wrapped in the chat template.
+    Text { text: String, chat: bool },
+    /// Token ids (no tokenizer needed).
+    Ids(Vec<u32>),
+}
+
 fn generate(
-    model: &std::path::Path,
-    prompt: &str,
-    chat: bool,
-    max_new_tokens: usize,
+    model: &Path,
+    prompt: &PromptInput,
     backend: BackendKind,
+    spec: &Speculation,
+    mut cfg: GenerateConfig,
 ) -> Result<(), Box<dyn std::error::Error>> {
+    let inputs = PolicyInputs {
+        cost_model: spec.cost_model.as_deref().map(|p| read_json(p, "CaDDTree cost model")).transpose()?,
+        bastion: spec.bastion_calibration.as_deref().map(|p| read_json(p, "BASTION calibration")).transpose()?,
+    };
     let device = backend.device()?;
     let target = load_model(model, &device)?;
-    let tok = load_tokenizer(model)?;
-    let ids = if chat {
-        let template =
-            tok.chat_template().ok_or_else(|| format!("{}: the model has no chat template", model.display()))?;
-        tok.encode(&template.render(&[Message::new("user", prompt)], true)?, false)?
-    } else {
-        tok.encode(prompt, true)?
+    let drafter = match (&spec.drafter, spec.method.needs_drafter()) {
+        (Some(dir), true) => Some(Drafter::load(dir, &target)?),
+        (None, true) => return Err(format!("method {} needs --drafter DIR", spec.method).into()),
+        (_, false) => None,
     };
-    let mut stop: Vec<u32> = tok.eos_ids().to_vec();
-    stop.extend(&target.config().eos_token_ids);
-    let argmax = |row: &[f32]| row.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map_or(0, |(i, _)| i as u32);
-    let mut session = target.session();
-    let t0 = Instant::now();
-    let mut next = argmax(session.prefill(&ids, &[])?.row(0));
-    let prefill_s = t0.elapsed().as_secs_f64();
-    let mut out = Vec::new();
-    let mut steps = 0usize;
-    let t1 = Instant::now();
-    while out.len() < max_new_tokens && !stop.contains(&next) {
-        out.push(next);
-        if out.len() == max_new_tokens {
-            break;
+    let mut policy = policy_for(spec.method, drafter.as_ref().map_or(1, Drafter::block_size), &inputs)?;
+    cfg.stop_tokens = target.config().eos_token_ids.clone();
+    let (ids, tok) = match prompt {
+        PromptInput::Ids(ids) => (ids.clone(), None),
+        PromptInput::Text { text, chat } => {
+            let tok = load_tokenizer(model)?;
+            let ids = if *chat {
+                let template = tok
+                    .chat_template()
+                    .ok_or_else(|| format!("{}: the model has no chat template", model.display()))?;
+                tok.encode(&template.render(&[Message::new("user", text)], true)?, false)?
+            } else {
+                tok.encode(text, true)?
+            };
+            cfg.stop_tokens.extend(tok.eos_ids());
+            (ids, Some(tok))
         }
-        next = argmax(session.prefill(&[next], &[])?.row(0));
-        steps += 1;
+    };
+    let draft: Option<(&Drafter, &mut dyn BudgetPolicy)> = match (drafter.as_ref(), policy.as_mut()) {
+        (Some(d), Some(p)) => Some((d, p.as_mut())),
+        _ => None,
+    };
+    let gen = bastion_decode::generate(&target, draft, &ids, &cfg)?;
+    match &tok {
+        Some(tok) => println!("{}", tok.decode(&gen.tokens, true)?),
+        None => println!("{}", gen.tokens.iter().map(u32::to_string).collect::<Vec<_>>().join(" ")),
     }
-    let decode_s = t1.elapsed().as_secs_f64();
-    println!("{}", tok.decode(&out, true)?);
     std::io::stdout().flush()?;
+    let tpot = gen.tpot();
     eprintln!(
-        "prompt {} tokens, prefill {:.3} s; generated {} tokens, decode {:.3} s, {:.1} tokens/s",
+        "{} | prompt {} tokens, prefill {:.3} s | {} tokens in {} rounds, τ {:.2}, TPOT {:.1} ms, {:.1} tokens/s",
+        spec.method,
         ids.len(),
-        prefill_s,
-        out.len(),
-        decode_s,
-        if steps == 0 { 0.0 } else { steps as f64 / decode_s }
+        gen.prefill_s,
+        gen.tokens.len(),
+        gen.rounds.len(),
+        gen.tau(),
+        tpot * 1e3,
+        if tpot > 0.0 { 1.0 / tpot } else { 0.0 }
     );
     Ok(())
 }
@@ -207,7 +280,7 @@ fn median_seconds(
 }
 
 fn bench_target(
-    model: &std::path::Path,
+    model: &Path,
     context: usize,
     nodes: &[usize],
     reps: usize,

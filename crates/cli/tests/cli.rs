@@ -50,7 +50,7 @@ fn generate_reproduces_the_smollm2_greedy_reference() {
         bastion(&["generate", "--model", &model, "--prompt", prompt, "--chat", "--max-new-tokens", "64"]);
     assert!(ok, "{err}");
     assert_eq!(out.strip_suffix('\n').unwrap(), case["greedy_text"].as_str().unwrap());
-    assert!(err.contains("generated 64 tokens") && err.contains("tokens/s"), "{err}");
+    assert!(err.contains("64 tokens in 64 rounds, τ 1.00") && err.contains("tokens/s"), "{err}");
 }
 
 #[test]
@@ -58,4 +58,55 @@ fn generate_names_a_missing_model() {
     let (ok, _, err) = bastion(&["generate", "--model", "no/such.gguf", "--prompt", "hi"]);
     assert!(!ok);
     assert!(err.contains("no/such.gguf"), "{err}");
+}
+
+#[test]
+fn generate_speculates_with_the_tiny_pair() {
+    // z-lab dflash_generate on fixture prompt 0: 13 rounds, τ = 71 / 13.
+    let fx = bastion_testkit::Fixture::load("tiny-dflash");
+    let prompt = fx.ids("prompt_0");
+    let ids = prompt.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    let want: Vec<u32> = bastion_testkit::u32s(&fx.json["dflash_generate"][0]["output_ids"])[prompt.len()..].to_vec();
+    let base = ["generate", "--model", "tests/fixtures/tiny-qwen3", "--prompt-ids", &ids, "--max-new-tokens", "64"];
+    for method in ["ar", "dflash", "ddtree:16"] {
+        let mut args = base.to_vec();
+        args.extend(["--method", method, "--drafter", "tests/fixtures/tiny-dflash"]);
+        let (ok, out, err) = bastion(&args);
+        assert!(ok, "{method}: {err}");
+        let got: Vec<u32> = out.split_whitespace().map(|t| t.parse().unwrap()).collect();
+        assert_eq!(got, want, "{method}");
+        assert!(err.starts_with(method) && err.contains("64 tokens in"), "{err}");
+    }
+    let mut args = base.to_vec();
+    args.extend(["--method", "dflash", "--drafter", "tests/fixtures/tiny-dflash"]);
+    let (_, _, err) = bastion(&args);
+    assert!(err.contains("64 tokens in 13 rounds, τ 5.46"), "{err}");
+}
+
+#[test]
+fn generate_rejects_incomplete_speculation_settings() {
+    let base = ["generate", "--model", "tests/fixtures/tiny-qwen3", "--prompt-ids", "5,6,7"];
+    let cases: [(&[&str], &str); 4] = [
+        (&["--method", "dflash"], "method dflash needs --drafter DIR"),
+        (&["--method", "caddtree", "--drafter", "tests/fixtures/tiny-dflash"], "method caddtree needs a cost model"),
+        (&["--method", "eagle"], "unknown method `eagle`"),
+        (
+            &[
+                "--method",
+                "bastion",
+                "--drafter",
+                "tests/fixtures/tiny-dflash",
+                "--bastion-calibration",
+                "no/such.json",
+            ],
+            "cannot read no/such.json",
+        ),
+    ];
+    for (extra, want) in cases {
+        let mut args = base.to_vec();
+        args.extend(extra);
+        let (ok, _, err) = bastion(&args);
+        assert!(!ok, "{extra:?} should fail");
+        assert!(err.contains(want), "{extra:?}: {err}");
+    }
 }

@@ -13,9 +13,11 @@
 mod error;
 mod generate;
 mod method;
+mod policy;
 mod sampling;
 
 pub use error::{DecodeError, Result};
 pub use generate::{generate, AcceptRule, GenerateConfig, Generation, RoundRecord, RoundTrace};
 pub use method::Method;
+pub use policy::{policy_for, read_json, BastionSetup, PolicyInputs, CADDTREE_MAX_BUDGET};
 pub use sampling::{argmax, Sampler};

@@ -1,0 +1,117 @@
+//! The budget policy each method drafts with.
+
+use std::path::Path;
+
+use bastion_tree::{Bastion, BastionConfig, BudgetPolicy, CaddTree, ConvexCostModel, FixedBudget, RooflineModel};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{DecodeError, Result};
+use crate::method::Method;
+
+/// CaDDTree's cap on drafted nodes per round (`caddtree.py`, `max_budget=1024`).
+pub const CADDTREE_MAX_BUDGET: usize = 1024;
+
+/// What BASTION needs: the calibrated roofline of (device, target) and the
+/// stop-rule settings (`T_d`, `T_nv`, size floor / cap / bucket, top-k).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BastionSetup {
+    /// Calibrated roofline verify-time model.
+    pub roofline: RooflineModel,
+    /// Stop-rule settings.
+    pub config: BastionConfig,
+}
+
+/// Cost models for the cost-aware methods; each is needed only by its method.
+#[derive(Debug, Clone, Default)]
+pub struct PolicyInputs {
+    /// CaDDTree's measured cost model.
+    pub cost_model: Option<ConvexCostModel>,
+    /// BASTION's calibration.
+    pub bastion: Option<BastionSetup>,
+}
+
+/// Reads a JSON file into `T`.
+///
+/// # Errors
+/// [`DecodeError::Usage`] naming the file, for an unreadable file or JSON
+/// that does not describe `what` (serde's message names the field).
+pub fn read_json<T: DeserializeOwned>(path: &Path, what: &str) -> Result<T> {
+    let text = std::fs::read(path).map_err(|e| DecodeError::Usage(format!("cannot read {}: {e}", path.display())))?;
+    serde_json::from_slice(&text)
+        .map_err(|e| DecodeError::Usage(format!("{}: not a valid {what}: {e}", path.display())))
+}
+
+/// The budget policy of `method` for a drafter of block size `block_size`:
+/// `None` for `ar`; the chain of `block_size − 1` for `dflash`; a fixed
+/// budget for `ddtree:N`; CaDDTree (cap 1024) or BASTION from `inputs`.
+///
+/// # Errors
+/// [`DecodeError::Usage`] when `caddtree` lacks a cost model or `bastion` a
+/// calibration, or when the calibration is invalid.
+pub fn policy_for(method: Method, block_size: usize, inputs: &PolicyInputs) -> Result<Option<Box<dyn BudgetPolicy>>> {
+    Ok(match method {
+        Method::Ar => None,
+        Method::DFlash => Some(Box::new(FixedBudget::chain(block_size.saturating_sub(1)))),
+        Method::DDTree { budget } => Some(Box::new(FixedBudget::new(budget))),
+        Method::CaddTree => {
+            let cost = inputs.cost_model.clone().ok_or_else(|| {
+                DecodeError::Usage("method caddtree needs a cost model (--cost-model FILE, JSON)".into())
+            })?;
+            Some(Box::new(CaddTree::new(cost, CADDTREE_MAX_BUDGET)))
+        }
+        Method::Bastion => {
+            let setup = inputs.bastion.as_ref().ok_or_else(|| {
+                DecodeError::Usage("method bastion needs a calibration (--bastion-calibration FILE, JSON)".into())
+            })?;
+            Some(Box::new(Bastion::new(setup.config, setup.roofline)?))
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bastion_tree::{DevicePeak, ModelShape, RooflineCalibration};
+
+    #[test]
+    fn policies_follow_the_method() {
+        let none = PolicyInputs::default();
+        assert!(policy_for(Method::Ar, 16, &none).unwrap().is_none());
+        let chain = policy_for(Method::DFlash, 16, &none).unwrap().unwrap();
+        assert_eq!((chain.max_nodes(), chain.top_k()), (15, 1));
+        let dd = policy_for(Method::DDTree { budget: 64 }, 16, &none).unwrap().unwrap();
+        assert_eq!(dd.max_nodes(), 64);
+        for m in [Method::CaddTree, Method::Bastion] {
+            let e = policy_for(m, 16, &none).err().unwrap().to_string();
+            assert!(e.contains(&format!("method {m} needs")), "{e}");
+        }
+        let setup = BastionSetup {
+            roofline: RooflineModel {
+                shape: ModelShape::qwen3_8b(),
+                device: DevicePeak::h200(),
+                calibration: RooflineCalibration::default(),
+            },
+            config: BastionConfig::paper(0.003, 0.0005),
+        };
+        let json = serde_json::to_string(&setup).unwrap();
+        let back: BastionSetup = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, setup);
+        let inputs = PolicyInputs { bastion: Some(setup), ..PolicyInputs::default() };
+        let b = policy_for(Method::Bastion, 16, &inputs).unwrap().unwrap();
+        assert_eq!(b.max_nodes(), 8191);
+    }
+
+    #[test]
+    fn bad_json_names_the_file() {
+        let dir = std::env::temp_dir().join(format!("bastion-decode-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("calib.json");
+        std::fs::write(&p, br#"{"roofline": {"shape": 3}}"#).unwrap();
+        let e = read_json::<BastionSetup>(&p, "BASTION calibration").unwrap_err().to_string();
+        assert!(e.contains("calib.json") && e.contains("not a valid BASTION calibration"), "{e}");
+        let e = read_json::<BastionSetup>(&dir.join("missing.json"), "x").unwrap_err().to_string();
+        assert!(e.contains("cannot read") && e.contains("missing.json"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
