@@ -61,7 +61,8 @@ impl Default for GenerateConfig {
 }
 
 /// Measurements of one round (DESIGN §7). Times are wall-clock seconds,
-/// taken after the device finished (every stage reads its results back).
+/// taken after the device finished: drafting and verification read their
+/// results back, the commit stage synchronises the device.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RoundRecord {
     /// Committed tokens before the round's root (the papers' ℓ / c).
@@ -237,6 +238,8 @@ pub fn generate(
         }
         gen.tokens.extend(acc.committed_tokens(&tree));
         root = acc.bonus;
+        // The KV compaction is queued asynchronously on CubeCL backends.
+        target.sync()?;
         let commit_s = t.elapsed().as_secs_f64();
         gen.rounds.push(RoundRecord {
             context_len,

@@ -35,6 +35,7 @@ fn usizes(v: &Value) -> Vec<usize> {
 
 /// Output, acceptance lengths and per-round draft logits against one reference run.
 fn check_run(fx: &Fixture, gen: &Generation, prompt: &[u32], reference: &Value, logits_key: &str, label: &str) {
+    eprintln!("{label}: τ {:.2}, TPOT {:.2} ms, {} rounds", gen.tau(), gen.tpot() * 1e3, gen.rounds.len());
     let want_out = u32s(&reference["output_ids"]);
     assert_eq!(&want_out[..prompt.len()], prompt, "{label}: prompt");
     assert_eq!(gen.tokens, want_out[prompt.len()..], "{label}: output tokens");

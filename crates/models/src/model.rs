@@ -218,6 +218,16 @@ impl Model {
         &self.device
     }
 
+    /// Waits until the device has finished all queued work. CubeCL backends
+    /// run asynchronously: wall-clock timings must call this (or read a value
+    /// back) before stopping the clock. A no-op cost on CPU backends.
+    ///
+    /// # Errors
+    /// [`ModelError::Usage`] when a queued operation failed on the device.
+    pub fn sync(&self) -> Result<()> {
+        self.device.sync().map_err(|e| ModelError::Usage(format!("device execution failed: {e:?}")))
+    }
+
     /// Replaces the RoPE inverse frequencies (`[head_dim / 2]`), e.g. with a
     /// GGUF `rope_freqs` correction.
     ///
