@@ -33,7 +33,8 @@ impl Sampler {
 
     /// Whether this sampler is greedy (argmax).
     pub fn is_greedy(&self) -> bool {
-        !(self.temperature >= 1e-5)
+        // NaN counts as greedy.
+        self.temperature.is_nan() || self.temperature < 1e-5
     }
 
     /// One token from a logit row `[vocab]`.

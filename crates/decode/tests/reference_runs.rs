@@ -178,3 +178,28 @@ fn bastion_matches_bastion_generate() {
         }
     }
 }
+
+#[test]
+fn bad_requests_are_errors() {
+    let (target, _) = pair();
+    let ctx = target.config().max_position_embeddings;
+    let long = vec![5u32; ctx];
+    let cfg = GenerateConfig { max_new_tokens: 8, ..GenerateConfig::default() };
+    let e = generate(&target, None, &long, &cfg).unwrap_err().to_string();
+    assert!(e.contains(&format!("exceeds the target's context of {ctx} tokens")), "{e}");
+    let e = generate(&target, None, &[], &cfg).unwrap_err().to_string();
+    assert!(e.contains("the prompt is empty"), "{e}");
+    let e = generate(&target, None, &[5, 300], &cfg).unwrap_err().to_string();
+    assert!(e.contains("token id 300") && e.contains("vocabulary size 256"), "{e}");
+    // max_new_tokens is a hard cap, also when a round commits several tokens.
+    let drafter = Drafter::load(fixture_dir("tiny-dflash"), &target).unwrap();
+    let fx = Fixture::load("tiny-dflash");
+    let prompt = fx.ids("prompt_2");
+    for n in [1, 5, 9] {
+        let cfg = GenerateConfig { max_new_tokens: n, ..GenerateConfig::default() };
+        let gen = generate(&target, Some((&drafter, &mut FixedBudget::new(16))), &prompt, &cfg).unwrap();
+        let ar = generate(&target, None, &prompt, &cfg).unwrap();
+        assert_eq!(gen.tokens.len(), n);
+        assert_eq!(gen.tokens, ar.tokens);
+    }
+}
