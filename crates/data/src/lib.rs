@@ -321,6 +321,107 @@ impl Datasets {
     }
 }
 
+/// A prompt for drafter training (self-distillation), never an evaluation
+/// prompt: GSM8K's train split (`datasets/train/gsm8k-train.jsonl`, with
+/// the math template) and the MBPP sanitized tasks outside the test split
+/// (task ids outside 11–510, from `mbpp-sanitized-all.jsonl`, raw prompt).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrainPrompt {
+    /// Stable id: `gsm8k-train:{line}` or `mbpp-train:{task_id}`.
+    pub id: String,
+    /// The user message, templated as the matching evaluation set is.
+    pub text: String,
+}
+
+/// Lower-cased text with runs of whitespace collapsed: the form in which
+/// training and evaluation prompts are compared.
+pub fn normalize(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ").to_lowercase()
+}
+
+/// MBPP task ids of the test split (google-research `mbpp/README.md`).
+const MBPP_TEST_IDS: std::ops::RangeInclusive<u64> = 11..=510;
+
+impl Datasets {
+    /// The drafter-training prompts: MBPP non-test tasks interleaved with
+    /// GSM8K train problems (one MBPP task after every four GSM8K
+    /// problems while they last), so any prefix mixes math and code.
+    /// At most `max` prompts.
+    ///
+    /// # Errors
+    /// As [`Datasets::load`]: checksum mismatch, malformed record.
+    pub fn load_train(&self, max: Option<usize>) -> Result<Vec<TrainPrompt>> {
+        let records = |file: &str| -> Result<Vec<(usize, Value)>> {
+            let path = self.root.join(file);
+            let bytes = self.read_verified(file)?;
+            String::from_utf8_lossy(&bytes)
+                .lines()
+                .enumerate()
+                .map(|(i, line)| {
+                    serde_json::from_str(line).map(|v| (i, v)).map_err(|e| DataError::Record {
+                        path: path.clone(),
+                        line: i + 1,
+                        field: "(record)".into(),
+                        expected: format!("a JSON object ({e})"),
+                    })
+                })
+                .collect()
+        };
+        let field = |file: &str, line: usize, v: &Value, f: &str| -> Result<String> {
+            v.get(f).and_then(Value::as_str).map(str::to_string).ok_or_else(|| DataError::Record {
+                path: self.root.join(file),
+                line: line + 1,
+                field: f.into(),
+                expected: "a string".into(),
+            })
+        };
+        let gsm_file = "train/gsm8k-train.jsonl";
+        let gsm = records(gsm_file)?
+            .into_iter()
+            .map(|(i, v)| {
+                Ok(TrainPrompt {
+                    id: format!("gsm8k-train:{i}"),
+                    text: format!("{}{MATH_SUFFIX}", field(gsm_file, i, &v, "question")?),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mbpp_file = "mbpp-sanitized-all.jsonl";
+        let mut mbpp = Vec::new();
+        for (i, v) in records(mbpp_file)? {
+            let task = v.get("task_id").and_then(Value::as_u64).ok_or_else(|| DataError::Record {
+                path: self.root.join(mbpp_file),
+                line: i + 1,
+                field: "task_id".into(),
+                expected: "a non-negative integer".into(),
+            })?;
+            if !MBPP_TEST_IDS.contains(&task) {
+                mbpp.push(TrainPrompt { id: format!("mbpp-train:{task}"), text: field(mbpp_file, i, &v, "prompt")? });
+            }
+        }
+        // MBPP repeats some prompts across splits: drop any training prompt
+        // whose text is an evaluation prompt's.
+        let mut eval = std::collections::HashSet::new();
+        for name in DatasetName::ALL {
+            for p in self.load(name, &Selection::default())? {
+                eval.extend(p.turns.iter().map(|t| normalize(t)));
+            }
+        }
+        let mbpp: Vec<TrainPrompt> = mbpp.into_iter().filter(|p| !eval.contains(&normalize(&p.text))).collect();
+        let gsm: Vec<TrainPrompt> = gsm.into_iter().filter(|p| !eval.contains(&normalize(&p.text))).collect();
+        let mut out = Vec::with_capacity(gsm.len() + mbpp.len());
+        let mut code = mbpp.into_iter();
+        for (i, p) in gsm.into_iter().enumerate() {
+            out.push(p);
+            if i % 4 == 3 {
+                out.extend(code.next());
+            }
+        }
+        out.extend(code);
+        out.truncate(max.unwrap_or(usize::MAX));
+        Ok(out)
+    }
+}
+
 /// Suffix the papers append to every math prompt.
 const MATH_SUFFIX: &str = "\nPlease reason step by step, and put your final answer within \\boxed{}.";
 
