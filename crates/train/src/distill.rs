@@ -1,0 +1,206 @@
+//! Self-distillation data: the target's own greedy responses to training
+//! prompts, stored as token ids (one JSON line per prompt), resumable.
+
+use std::collections::HashSet;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use bastion_data::TrainPrompt;
+use bastion_decode::{generate, GenerateConfig, Generation};
+use bastion_models::{Drafter, Message, Model, Tokenizer};
+use bastion_tree::BudgetPolicy;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, TrainError};
+
+/// One distilled sequence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DistillRecord {
+    /// The training prompt's id ([`TrainPrompt::id`]).
+    pub id: String,
+    /// The prompt as the target saw it (chat template applied), token ids.
+    pub prompt_ids: Vec<u32>,
+    /// The target's greedy response, token ids (a stop token, if reached, included).
+    pub response_ids: Vec<u32>,
+    /// Whether the response ended with a stop token (else it hit `max_new_tokens`).
+    pub stopped: bool,
+}
+
+/// A prompt ready for the target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DistillJob {
+    /// Stable id.
+    pub id: String,
+    /// Token ids.
+    pub prompt_ids: Vec<u32>,
+}
+
+/// Wraps each prompt in the target's chat template (one user turn,
+/// generation prompt added; Qwen3 thinking off) and tokenizes it.
+///
+/// # Errors
+/// [`TrainError::Usage`] when the tokenizer has no chat template; tokenizer
+/// and template errors otherwise.
+pub fn chat_jobs(tok: &Tokenizer, prompts: &[TrainPrompt]) -> Result<Vec<DistillJob>> {
+    let template =
+        tok.chat_template().ok_or_else(|| TrainError::Usage("the target's tokenizer has no chat template".into()))?;
+    prompts
+        .iter()
+        .map(|p| {
+            let text = template.render(&[Message::new("user", &p.text)], true)?;
+            Ok(DistillJob { id: p.id.clone(), prompt_ids: tok.encode(&text, false)? })
+        })
+        .collect()
+}
+
+/// The output file: JSON lines of [`DistillRecord`], appended one at a time
+/// and flushed, so a crash loses at most the record being written.
+pub struct DistillStore {
+    path: PathBuf,
+    file: File,
+    done: HashSet<String>,
+    tokens: usize,
+}
+
+impl DistillStore {
+    /// Opens (or creates) `path`. Records already there are kept and their
+    /// ids skipped by [`distill`]; a torn last line (a crash mid-write) is
+    /// cut off.
+    ///
+    /// # Errors
+    /// [`TrainError::Io`] naming the file; [`TrainError::Format`] naming the
+    /// line for a complete line that is not a record.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let io = |e| TrainError::Io { path: path.clone(), source: e };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        let mut file = OpenOptions::new().read(true).append(true).create(true).open(&path).map_err(io)?;
+        let mut done = HashSet::new();
+        let mut tokens = 0;
+        let mut good_len = 0u64;
+        let mut reader = BufReader::new(&file);
+        let mut line = String::new();
+        let mut n = 0;
+        loop {
+            line.clear();
+            let read = reader.read_line(&mut line).map_err(io)?;
+            if read == 0 {
+                break;
+            }
+            n += 1;
+            if !line.ends_with('\n') {
+                break; // torn last line: dropped below
+            }
+            let rec: DistillRecord = serde_json::from_str(&line).map_err(|e| TrainError::Format {
+                path: path.clone(),
+                what: format!("line {n}: not a distillation record ({e})"),
+            })?;
+            tokens += rec.response_ids.len();
+            done.insert(rec.id);
+            good_len += read as u64;
+        }
+        drop(reader);
+        if file.metadata().map_err(io)?.len() != good_len {
+            file.set_len(good_len).map_err(io)?;
+        }
+        file.seek(SeekFrom::End(0)).map_err(io)?;
+        Ok(Self { path, file, done, tokens })
+    }
+
+    /// Ids already distilled.
+    pub fn done(&self) -> &HashSet<String> {
+        &self.done
+    }
+
+    /// Response tokens stored so far.
+    pub fn tokens(&self) -> usize {
+        self.tokens
+    }
+
+    /// Appends one record and flushes it to disk.
+    ///
+    /// # Errors
+    /// [`TrainError::Io`] naming the file; [`TrainError::Usage`] for an id already stored.
+    pub fn append(&mut self, rec: &DistillRecord) -> Result<()> {
+        if !self.done.insert(rec.id.clone()) {
+            return Err(TrainError::Usage(format!("{}: record `{}` is already stored", self.path.display(), rec.id)));
+        }
+        let mut line = serde_json::to_string(rec).expect("records serialise");
+        line.push('\n');
+        let io = |e| TrainError::Io { path: self.path.clone(), source: e };
+        self.file.write_all(line.as_bytes()).map_err(io)?;
+        self.file.flush().map_err(io)?;
+        self.file.sync_data().map_err(io)?;
+        self.tokens += rec.response_ids.len();
+        Ok(())
+    }
+
+    /// Reads every record of a finished (or partial) file.
+    ///
+    /// # Errors
+    /// As [`DistillStore::open`].
+    pub fn read_all(path: impl AsRef<Path>) -> Result<Vec<DistillRecord>> {
+        let path = path.as_ref();
+        let file = File::open(path).map_err(|e| TrainError::Io { path: path.to_path_buf(), source: e })?;
+        let mut out = Vec::new();
+        for (i, line) in BufReader::new(file).lines().enumerate() {
+            let line = line.map_err(|e| TrainError::Io { path: path.to_path_buf(), source: e })?;
+            match serde_json::from_str(&line) {
+                Ok(rec) => out.push(rec),
+                // A torn last line is tolerated, as by `open`.
+                Err(_) if line.is_empty() => {}
+                Err(e) => {
+                    return Err(TrainError::Format {
+                        path: path.to_path_buf(),
+                        what: format!("line {}: not a distillation record ({e})", i + 1),
+                    })
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Generates the target's greedy response (`cfg.temperature` is forced to
+/// 0) to every job not yet in `store`, with any decoding method (`draft`:
+/// a drafter and budget policy, or `None` for AR; outputs are identical at
+/// T = 0), appending each record as it completes. `on_record` sees each new
+/// record and its generation (for progress reporting). Returns the number
+/// of records written.
+///
+/// # Errors
+/// Generation errors (naming the prompt id) and store errors.
+pub fn distill(
+    target: &Model,
+    mut draft: Option<(&Drafter, &mut dyn BudgetPolicy)>,
+    jobs: &[DistillJob],
+    store: &mut DistillStore,
+    cfg: &GenerateConfig,
+    mut on_record: impl FnMut(&DistillRecord, &Generation),
+) -> Result<usize> {
+    let cfg = GenerateConfig { temperature: 0.0, trace: false, ..cfg.clone() };
+    let mut written = 0;
+    let pending: Vec<&DistillJob> = jobs.iter().filter(|j| !store.done().contains(&j.id)).collect();
+    for job in pending {
+        let draft: Option<(&Drafter, &mut dyn BudgetPolicy)> = match &mut draft {
+            Some((d, p)) => Some((*d, &mut **p)),
+            None => None,
+        };
+        let gen = generate(target, draft, &job.prompt_ids, &cfg)
+            .map_err(|e| TrainError::Usage(format!("prompt `{}`: {e}", job.id)))?;
+        let stopped = gen.tokens.last().is_some_and(|t| cfg.stop_tokens.contains(t));
+        let rec = DistillRecord {
+            id: job.id.clone(),
+            prompt_ids: job.prompt_ids.clone(),
+            response_ids: gen.tokens.clone(),
+            stopped,
+        };
+        store.append(&rec)?;
+        on_record(&rec, &gen);
+        written += 1;
+    }
+    Ok(written)
+}

@@ -1,0 +1,14 @@
+//! # bastion-train
+//!
+//! Drafter training for targets without a published DFlash drafter:
+//! [`distill`] stores the target's own greedy responses to training prompts
+//! (never evaluation prompts, see `bastion_data::Datasets::load_train`),
+//! resumably, as token ids.
+
+#![warn(missing_docs)]
+
+mod distill;
+mod error;
+
+pub use distill::{chat_jobs, distill, DistillJob, DistillRecord, DistillStore};
+pub use error::{Result, TrainError};

@@ -1,0 +1,74 @@
+//! Distillation on the tiny pair: records equal the target's greedy output
+//! whatever the decoding method, and a stopped run resumes without
+//! duplicates, also after a torn last line.
+
+use std::io::Write;
+
+use bastion_decode::GenerateConfig;
+use bastion_models::{Drafter, Model, ModelConfig, SafetensorsSource};
+use bastion_testkit::{fixture_dir, Fixture};
+use bastion_train::{distill, DistillJob, DistillStore};
+use bastion_tree::FixedBudget;
+use burn::tensor::Device;
+
+fn target() -> Model {
+    let dir = fixture_dir("tiny-qwen3");
+    let cfg = ModelConfig::from_hf_json(dir.join("config.json")).unwrap();
+    Model::load(cfg, &SafetensorsSource::open(&dir).unwrap(), &Device::flex()).unwrap()
+}
+
+fn jobs() -> Vec<DistillJob> {
+    let fx = Fixture::load("tiny-dflash");
+    (0..3).map(|i| DistillJob { id: format!("p{i}"), prompt_ids: fx.ids(&format!("prompt_{i}")) }).collect()
+}
+
+#[test]
+fn records_are_greedy_outputs_and_runs_resume() {
+    let target = target();
+    let drafter = Drafter::load(fixture_dir("tiny-dflash"), &target).unwrap();
+    let fx = Fixture::load("tiny-dflash");
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("sub/distill.jsonl");
+    let cfg = GenerateConfig { max_new_tokens: 64, stop_tokens: vec![0], ..GenerateConfig::default() };
+    let all = jobs();
+    // First run stops after two prompts.
+    let mut store = DistillStore::open(&path).unwrap();
+    let mut policy = FixedBudget::new(16);
+    let n = distill(&target, Some((&drafter, &mut policy)), &all[..2], &mut store, &cfg, |_, _| {}).unwrap();
+    assert_eq!(n, 2);
+    drop(store);
+    // A crash mid-write leaves a torn line.
+    std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(b"{\"id\": \"p2\", \"prompt_i").unwrap();
+    let mut store = DistillStore::open(&path).unwrap();
+    assert_eq!(store.done().len(), 2);
+    let mut seen = Vec::new();
+    let n = distill(&target, None, &all, &mut store, &cfg, |r, _| seen.push(r.id.clone())).unwrap();
+    assert_eq!((n, seen), (1, vec!["p2".to_string()]));
+    let recs = DistillStore::read_all(&path).unwrap();
+    assert_eq!(recs.len(), 3);
+    for (i, rec) in recs.iter().enumerate() {
+        let want = fx.ids(&format!("target_greedy_{i}"));
+        assert_eq!(rec.id, format!("p{i}"));
+        assert_eq!(rec.prompt_ids, want[..rec.prompt_ids.len()]);
+        assert_eq!(rec.response_ids, want[rec.prompt_ids.len()..], "p{i}");
+        assert_eq!(rec.stopped, i == 1, "prompt 1 ends with EOS");
+    }
+    assert_eq!(store.tokens(), recs.iter().map(|r| r.response_ids.len()).sum::<usize>());
+    // Nothing left to do; a duplicate append is refused.
+    assert_eq!(distill(&target, None, &all, &mut store, &cfg, |_, _| {}).unwrap(), 0);
+    let e = store.append(&recs[0]).unwrap_err().to_string();
+    assert!(e.contains("`p0` is already stored"), "{e}");
+}
+
+#[test]
+fn a_corrupt_record_names_file_and_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("bad.jsonl");
+    std::fs::write(
+        &path,
+        "{\"id\": \"a\", \"prompt_ids\": [1], \"response_ids\": [2], \"stopped\": false}\nnot json\n",
+    )
+    .unwrap();
+    let e = DistillStore::open(&path).err().unwrap().to_string();
+    assert!(e.contains("bad.jsonl") && e.contains("line 2"), "{e}");
+}
