@@ -80,6 +80,35 @@ enum Command {
         #[arg(long)]
         bastion_calibration: Option<PathBuf>,
     },
+    /// Self-distillation data for drafter training: the target's greedy
+    /// responses to the training prompts (GSM8K train + MBPP non-test, never
+    /// evaluation prompts), appended to a JSON-lines file; rerun to resume.
+    Distill {
+        /// The target: a `.gguf` file or a Hugging Face folder (needs a chat template).
+        #[arg(long)]
+        model: PathBuf,
+        /// Output file (JSON lines of prompt / response token ids).
+        #[arg(long)]
+        out: PathBuf,
+        /// Use at most this many training prompts (in the fixed interleaved order).
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Longest response (tokens).
+        #[arg(long, default_value_t = 256)]
+        max_new_tokens: usize,
+        /// The dataset folder.
+        #[arg(long, default_value = "datasets")]
+        datasets: PathBuf,
+        /// Decoding method (outputs are identical to AR at T = 0): ar, dflash, ddtree:N.
+        #[arg(long, default_value = "ar")]
+        method: Method,
+        /// DFlash drafter folder, for methods other than ar.
+        #[arg(long)]
+        drafter: Option<PathBuf>,
+        /// Burn backend.
+        #[arg(long, default_value = "flex")]
+        backend: BackendKind,
+    },
     /// Benchmark a target on this machine: the latency of verifying trees of
     /// N nodes at a given context length (N = 1 is a greedy decode step).
     BenchTarget {
@@ -157,6 +186,9 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         }
         Command::BenchTarget { model, context, nodes, reps, backend } => {
             bench_target(&model, context, &nodes, reps, backend)?
+        }
+        Command::Distill { model, out, limit, max_new_tokens, datasets, method, drafter, backend } => {
+            run_distill(&model, &out, limit, max_new_tokens, &datasets, method, drafter.as_deref(), backend)?
         }
         Command::Datasets { dir, action } => {
             let sets = Datasets::open(&dir)?;
@@ -260,6 +292,60 @@ fn generate(
         tpot * 1e3,
         if tpot > 0.0 { 1.0 / tpot } else { 0.0 }
     );
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_distill(
+    model: &Path,
+    out: &Path,
+    limit: Option<usize>,
+    max_new_tokens: usize,
+    datasets: &Path,
+    method: Method,
+    drafter: Option<&Path>,
+    backend: BackendKind,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let prompts = Datasets::open(datasets)?.load_train(limit)?;
+    let device = backend.device()?;
+    let target = load_model(model, &device)?;
+    let tok = load_tokenizer(model)?;
+    let drafter = match (drafter, method.needs_drafter()) {
+        (Some(dir), true) => Some(Drafter::load(dir, &target)?),
+        (None, true) => return Err(format!("method {method} needs --drafter DIR").into()),
+        (_, false) => None,
+    };
+    let mut policy = policy_for(method, drafter.as_ref().map_or(1, Drafter::block_size), &PolicyInputs::default())?;
+    let jobs = bastion_train::chat_jobs(&tok, &prompts)?;
+    let mut store = bastion_train::DistillStore::open(out)?;
+    let mut stop = target.config().eos_token_ids.clone();
+    stop.extend(tok.eos_ids());
+    let cfg = GenerateConfig { max_new_tokens, stop_tokens: stop, ..GenerateConfig::default() };
+    let todo = jobs.iter().filter(|j| !store.done().contains(&j.id)).count();
+    eprintln!(
+        "{}: {} records ({} tokens) already there, {todo} prompts to go",
+        out.display(),
+        store.done().len(),
+        store.tokens()
+    );
+    let bar = indicatif::ProgressBar::new(todo as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} prompts, {msg}, eta {eta}")
+            .expect("valid progress template"),
+    );
+    let (mut tokens, mut seconds) = (0usize, 0.0f64);
+    let draft: Option<(&Drafter, &mut dyn BudgetPolicy)> = match (drafter.as_ref(), policy.as_mut()) {
+        (Some(d), Some(p)) => Some((d, p.as_mut())),
+        _ => None,
+    };
+    let written = bastion_train::distill(&target, draft, &jobs, &mut store, &cfg, |rec, gen| {
+        tokens += rec.response_ids.len();
+        seconds += gen.prefill_s + gen.first_draft_s + gen.decode_s;
+        bar.set_message(format!("{tokens} tokens, {:.1} tokens/s", tokens as f64 / seconds.max(1e-9)));
+        bar.inc(1);
+    })?;
+    bar.finish();
+    eprintln!("wrote {written} records; {} in total, {} response tokens", store.done().len(), store.tokens());
     Ok(())
 }
 

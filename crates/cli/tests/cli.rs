@@ -110,3 +110,24 @@ fn generate_rejects_incomplete_speculation_settings() {
         assert!(err.contains(want), "{extra:?}: {err}");
     }
 }
+
+#[test]
+fn distill_writes_and_resumes() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let model = format!("{root}/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(std::path::Path::new(&model).is_file(), "{model} is missing: run scripts/fetch-model.sh first");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("d.jsonl");
+    let out = out.to_str().unwrap();
+    let args = ["distill", "--model", &model, "--out", out, "--limit", "2", "--max-new-tokens", "4"];
+    let (ok, _, err) = bastion(&args);
+    assert!(ok, "{err}");
+    assert!(err.contains("2 prompts to go") && err.contains("wrote 2 records"), "{err}");
+    let text = std::fs::read_to_string(out).unwrap();
+    let recs: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(recs.len(), 2);
+    assert_eq!(recs[0]["id"], "gsm8k-train:0");
+    assert_eq!(recs[0]["response_ids"].as_array().unwrap().len(), 4);
+    let (ok, _, err) = bastion(&args);
+    assert!(ok && err.contains("0 prompts to go") && err.contains("wrote 0 records"), "{err}");
+}
