@@ -19,6 +19,12 @@ pub mod error;
 pub mod gguf;
 pub mod loader;
 pub mod model;
+
+/// Tensor building blocks shared by the target, the drafter and drafter
+/// training (all Burn ops, so they differentiate on an autodiff device).
+pub mod ops {
+    pub use crate::model::{attention, rms_norm, rms_norm3, rope, rope_tables};
+}
 pub mod tokenizer;
 pub mod weights;
 

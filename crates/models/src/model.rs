@@ -89,7 +89,7 @@ impl Linear {
     /// From a Hugging Face weight `[out, in]`, on `device`.
     pub(crate) fn new(w: HostTensor, device: &Device) -> Self {
         let (out_features, in_features) = (w.shape[0], w.shape[1]);
-        let host = (*device == Device::flex()).then(|| w.data.clone());
+        let host = (*device == Device::flex() && !device.is_autodiff()).then(|| w.data.clone());
         Self { t: to_tensor2_transposed(w, device), host, in_features, out_features }
     }
 
@@ -118,7 +118,7 @@ impl Linear {
 /// `[1, group · t, s]` (true = hidden; rows ordered group-major, the
 /// `[t, s]` pattern repeated per query head of a KV head). Query head `h`
 /// uses KV head `h / group`. Returns `[t, nh · hd]`.
-pub(crate) fn attention(q: Tensor<3>, k: Tensor<3>, v: Tensor<3>, mask: Option<&Tensor<3, Bool>>) -> Tensor<2> {
+pub fn attention(q: Tensor<3>, k: Tensor<3>, v: Tensor<3>, mask: Option<&Tensor<3, Bool>>) -> Tensor<2> {
     let [nh, t, hd] = q.dims();
     let [nkv, _, _] = k.dims();
     let group = nh / nkv;
@@ -261,6 +261,17 @@ impl Model {
         Ok(self.embed.clone().select(0, idx))
     }
 
+    /// The LM head weight as a Burn tensor `[hidden, vocab]` (for training
+    /// drafters against the frozen head).
+    pub fn lm_head_weight(&self) -> Tensor<2> {
+        self.lm_head.t.clone()
+    }
+
+    /// The token embedding table `[vocab, hidden]`.
+    pub fn embedding_table(&self) -> Tensor<2> {
+        self.embed.clone()
+    }
+
     /// Applies the LM head to `[rows, hidden]` states (already final-normed).
     pub fn lm_head(&self, x: Tensor<2>) -> Tensor<2> {
         self.lm_head.forward(x)
@@ -319,7 +330,7 @@ impl Model {
 /// `(cos, sin)` `[tokens, head_dim]` for absolute `positions` with RoPE
 /// inverse frequencies `inv_freq` (`[head_dim / 2]`), in HF's `rotate_half`
 /// layout (frequencies repeated over both halves).
-pub(crate) fn rope_tables(inv_freq: &[f32], positions: &[usize], device: &Device) -> (Tensor<2>, Tensor<2>) {
+pub fn rope_tables(inv_freq: &[f32], positions: &[usize], device: &Device) -> (Tensor<2>, Tensor<2>) {
     let hd = inv_freq.len() * 2;
     let mut cos = Vec::with_capacity(positions.len() * hd);
     let mut sin = Vec::with_capacity(positions.len() * hd);
@@ -338,21 +349,21 @@ pub(crate) fn rope_tables(inv_freq: &[f32], positions: &[usize], device: &Device
 }
 
 /// RMSNorm over the last axis of `[rows, d]`: `x / sqrt(mean(x²) + eps) · w`.
-pub(crate) fn rms_norm(x: Tensor<2>, w: &Tensor<1>, eps: f64) -> Tensor<2> {
+pub fn rms_norm(x: Tensor<2>, w: &Tensor<1>, eps: f64) -> Tensor<2> {
     let var = x.clone().powf_scalar(2.0).mean_dim(1);
     let inv = (var + eps).sqrt().recip();
     x * inv * w.clone().unsqueeze::<2>()
 }
 
 /// Same over the last axis of `[heads, tokens, d]`.
-pub(crate) fn rms_norm3(x: Tensor<3>, w: &Tensor<1>, eps: f64) -> Tensor<3> {
+pub fn rms_norm3(x: Tensor<3>, w: &Tensor<1>, eps: f64) -> Tensor<3> {
     let var = x.clone().powf_scalar(2.0).mean_dim(2);
     let inv = (var + eps).sqrt().recip();
     x * inv * w.clone().unsqueeze::<3>()
 }
 
 /// HF `apply_rotary_pos_emb` on `[heads, tokens, head_dim]`.
-pub(crate) fn rope(x: Tensor<3>, cos: &Tensor<2>, sin: &Tensor<2>) -> Tensor<3> {
+pub fn rope(x: Tensor<3>, cos: &Tensor<2>, sin: &Tensor<2>) -> Tensor<3> {
     let [_, _, d] = x.dims();
     let half = d / 2;
     let x1 = x.clone().narrow(2, 0, half);

@@ -9,6 +9,8 @@
 
 mod distill;
 mod error;
+mod trainer;
 
 pub use distill::{chat_jobs, distill, DistillJob, DistillRecord, DistillStore};
 pub use error::{Result, TrainError};
+pub use trainer::{default_drafter_config, train, DraftLayerParams, DraftParams, StepReport, TrainConfig};
