@@ -109,6 +109,49 @@ enum Command {
         #[arg(long, default_value = "flex")]
         backend: BackendKind,
     },
+    /// Train a DFlash drafter for a target on `bastion distill` output and
+    /// save it in z-lab layout (config.json + model.safetensors).
+    TrainDrafter {
+        /// The target (frozen): a `.gguf` file or a Hugging Face folder.
+        #[arg(long)]
+        model: PathBuf,
+        /// Distilled sequences (JSON lines from `bastion distill`).
+        #[arg(long)]
+        data: PathBuf,
+        /// Output folder for the drafter.
+        #[arg(long)]
+        out: PathBuf,
+        /// Token id filling the masked block slots (a special token that never appears in responses).
+        #[arg(long)]
+        mask_token: u32,
+        /// Draft layers.
+        #[arg(long, default_value_t = 1)]
+        layers: usize,
+        /// Block size B.
+        #[arg(long, default_value_t = 16)]
+        block_size: usize,
+        /// Optimiser steps.
+        #[arg(long, default_value_t = 1000)]
+        steps: usize,
+        /// Sequences per step.
+        #[arg(long, default_value_t = 16)]
+        sequences_per_step: usize,
+        /// Anchors per sequence per step.
+        #[arg(long, default_value_t = 4)]
+        anchors: usize,
+        /// Peak learning rate (Adam; linear warm-up, cosine decay to 10 %).
+        #[arg(long, default_value_t = 1e-3)]
+        learning_rate: f64,
+        /// Warm-up steps.
+        #[arg(long, default_value_t = 50)]
+        warmup_steps: usize,
+        /// Seed (initialisation, anchor sampling).
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Use at most this many distilled sequences.
+        #[arg(long)]
+        max_sequences: Option<usize>,
+    },
     /// Benchmark a target on this machine: the latency of verifying trees of
     /// N nodes at a given context length (N = 1 is a greedy decode step).
     BenchTarget {
@@ -189,6 +232,50 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         }
         Command::Distill { model, out, limit, max_new_tokens, datasets, method, drafter, backend } => {
             run_distill(&model, &out, limit, max_new_tokens, &datasets, method, drafter.as_deref(), backend)?
+        }
+        Command::TrainDrafter {
+            model,
+            data,
+            out,
+            mask_token,
+            layers,
+            block_size,
+            steps,
+            sequences_per_step,
+            anchors,
+            learning_rate,
+            warmup_steps,
+            seed,
+            max_sequences,
+        } => {
+            let target = load_model(&model, &BackendKind::Flex.device()?)?;
+            let mut records = bastion_train::DistillStore::read_all(&data)?;
+            records.truncate(max_sequences.unwrap_or(usize::MAX));
+            let cfg = bastion_train::TrainConfig {
+                drafter: bastion_train::default_drafter_config(target.config(), layers, block_size, mask_token),
+                steps,
+                sequences_per_step,
+                anchors_per_sequence: anchors,
+                learning_rate,
+                warmup_steps,
+                seed,
+            };
+            eprintln!("{} sequences from {}; {steps} steps", records.len(), data.display());
+            let bar = indicatif::ProgressBar::new(steps as u64);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template("{bar:30} step {pos}/{len}, {msg}, eta {eta}")
+                    .expect("valid progress template"),
+            );
+            let mut avg = None::<f64>;
+            let params = bastion_train::train(&target, &records, &cfg, |r| {
+                let a = avg.map_or(r.loss, |a| 0.95 * a + 0.05 * r.loss);
+                avg = Some(a);
+                bar.set_message(format!("loss {a:.3}, lr {:.2e}", r.learning_rate));
+                bar.inc(1);
+            })?;
+            bar.finish();
+            params.save(&cfg.drafter, &out)?;
+            eprintln!("saved {} (final loss {:.3})", out.display(), avg.unwrap_or(f64::NAN));
         }
         Command::Datasets { dir, action } => {
             let sets = Datasets::open(&dir)?;

@@ -131,3 +131,57 @@ fn distill_writes_and_resumes() {
     let (ok, _, err) = bastion(&args);
     assert!(ok && err.contains("0 prompts to go") && err.contains("wrote 0 records"), "{err}");
 }
+
+#[test]
+fn train_drafter_saves_a_loadable_drafter() {
+    let fx = bastion_testkit::Fixture::load("tiny-dflash");
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("d.jsonl");
+    let mut lines = String::new();
+    for i in 0..3 {
+        let p = fx.ids(&format!("prompt_{i}"));
+        let all = fx.ids(&format!("target_greedy_{i}"));
+        let rec = serde_json::json!({"id": format!("p{i}"), "prompt_ids": p, "response_ids": &all[p.len()..], "stopped": false});
+        lines.push_str(&format!("{rec}\n"));
+    }
+    std::fs::write(&data, lines).unwrap();
+    let out = tmp.path().join("drafter");
+    let (data, out) = (data.to_str().unwrap(), out.to_str().unwrap());
+    let args = [
+        "train-drafter",
+        "--model",
+        "tests/fixtures/tiny-qwen3",
+        "--data",
+        data,
+        "--out",
+        out,
+        "--mask-token",
+        "255",
+        "--layers",
+        "2",
+        "--block-size",
+        "8",
+        "--steps",
+        "5",
+    ];
+    let (ok, _, err) = bastion(&args);
+    assert!(ok, "{err}");
+    assert!(err.contains("3 sequences") && err.contains("saved"), "{err}");
+    // The checkpoint drafts (losslessly) through `generate`.
+    let prompt = fx.ids("prompt_0").iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    let base = ["generate", "--model", "tests/fixtures/tiny-qwen3", "--prompt-ids", &prompt, "--max-new-tokens", "16"];
+    let (ok, ar, err) = bastion(&base);
+    assert!(ok, "{err}");
+    let mut args = base.to_vec();
+    args.extend(["--method", "dflash", "--drafter", out]);
+    let (ok, spec, err) = bastion(&args);
+    assert!(ok, "{err}");
+    assert_eq!(spec, ar);
+    // Missing mask token: clap error.
+    let (ok, _, err) = bastion(&args_without_mask(&args));
+    assert!(!ok && err.contains("--mask-token"), "{err}");
+}
+
+fn args_without_mask<'a>(_: &[&'a str]) -> Vec<&'a str> {
+    vec!["train-drafter", "--model", "tests/fixtures/tiny-qwen3", "--data", "x.jsonl", "--out", "y"]
+}
