@@ -25,6 +25,9 @@ pub(crate) const SMALL_M: usize = 16;
 pub(crate) fn matmul_wt(x: &[f32], w: &[f32], m: usize, n: usize, k: usize) -> Vec<f32> {
     assert_eq!(x.len(), m * k);
     assert_eq!(w.len(), n * k);
+    if m == 0 || n == 0 {
+        return Vec::new();
+    }
     // Column-major result per chunk of output features, transposed at the end.
     const CHUNK: usize = 64;
     let mut cols = vec![0.0f32; n * m];
@@ -47,6 +50,8 @@ pub(crate) fn matmul_wt(x: &[f32], w: &[f32], m: usize, n: usize, k: usize) -> V
 
 /// `out[i] = x[i, :] · wr` for every row `i` of `x` `[m, k]`.
 fn dots(x: &[f32], wr: &[f32], m: usize, k: usize, out: &mut [f32]) {
+    // The AVX2 path reads through raw pointers: these bounds make it sound.
+    assert!(x.len() >= m * k && wr.len() >= k && out.len() >= m);
     #[cfg(target_arch = "x86_64")]
     {
         if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {

@@ -82,19 +82,16 @@ impl DistillStore {
         let mut tokens = 0;
         let mut good_len = 0u64;
         let mut reader = BufReader::new(&file);
-        let mut line = String::new();
+        let mut line = Vec::new();
         let mut n = 0;
         loop {
             line.clear();
-            let read = reader.read_line(&mut line).map_err(io)?;
-            if read == 0 {
-                break;
+            let read = reader.read_until(b'\n', &mut line).map_err(io)?;
+            if read == 0 || line.last() != Some(&b'\n') {
+                break; // end, or a torn last line: dropped below
             }
             n += 1;
-            if !line.ends_with('\n') {
-                break; // torn last line: dropped below
-            }
-            let rec: DistillRecord = serde_json::from_str(&line).map_err(|e| TrainError::Format {
+            let rec: DistillRecord = serde_json::from_slice(&line).map_err(|e| TrainError::Format {
                 path: path.clone(),
                 what: format!("line {n}: not a distillation record ({e})"),
             })?;
@@ -125,15 +122,21 @@ impl DistillStore {
     /// # Errors
     /// [`TrainError::Io`] naming the file; [`TrainError::Usage`] for an id already stored.
     pub fn append(&mut self, rec: &DistillRecord) -> Result<()> {
-        if !self.done.insert(rec.id.clone()) {
+        if self.done.contains(&rec.id) {
             return Err(TrainError::Usage(format!("{}: record `{}` is already stored", self.path.display(), rec.id)));
         }
         let mut line = serde_json::to_string(rec).expect("records serialise");
         line.push('\n');
         let io = |e| TrainError::Io { path: self.path.clone(), source: e };
-        self.file.write_all(line.as_bytes()).map_err(io)?;
-        self.file.flush().map_err(io)?;
-        self.file.sync_data().map_err(io)?;
+        let before = self.file.metadata().map_err(io)?.len();
+        let written =
+            self.file.write_all(line.as_bytes()).and_then(|()| self.file.flush()).and_then(|()| self.file.sync_data());
+        if let Err(e) = written {
+            // Leave no partial line behind for the next append to glue onto.
+            let _ = self.file.set_len(before);
+            return Err(io(e));
+        }
+        self.done.insert(rec.id.clone());
         self.tokens += rec.response_ids.len();
         Ok(())
     }
@@ -146,19 +149,23 @@ impl DistillStore {
         let path = path.as_ref();
         let file = File::open(path).map_err(|e| TrainError::Io { path: path.to_path_buf(), source: e })?;
         let mut out = Vec::new();
-        for (i, line) in BufReader::new(file).lines().enumerate() {
-            let line = line.map_err(|e| TrainError::Io { path: path.to_path_buf(), source: e })?;
-            match serde_json::from_str(&line) {
-                Ok(rec) => out.push(rec),
-                // A torn last line is tolerated, as by `open`.
-                Err(_) if line.is_empty() => {}
-                Err(e) => {
-                    return Err(TrainError::Format {
-                        path: path.to_path_buf(),
-                        what: format!("line {}: not a distillation record ({e})", i + 1),
-                    })
-                }
+        let mut reader = BufReader::new(file);
+        let mut line = Vec::new();
+        let mut n = 0;
+        loop {
+            line.clear();
+            let read = reader
+                .read_until(b'\n', &mut line)
+                .map_err(|e| TrainError::Io { path: path.to_path_buf(), source: e })?;
+            // End of file, or a torn last line (tolerated, as by `open`).
+            if read == 0 || line.last() != Some(&b'\n') {
+                break;
             }
+            n += 1;
+            out.push(serde_json::from_slice(&line).map_err(|e| TrainError::Format {
+                path: path.to_path_buf(),
+                what: format!("line {n}: not a distillation record ({e})"),
+            })?);
         }
         Ok(out)
     }

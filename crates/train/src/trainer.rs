@@ -287,6 +287,16 @@ impl DraftParams {
             "tie_word_embeddings": false,
             "torch_dtype": "float32",
         });
+        let mut config = config;
+        if let Some(r) = c.rope_scaling {
+            config["rope_scaling"] = serde_json::json!({
+                "rope_type": "llama3",
+                "factor": r.factor,
+                "low_freq_factor": r.low_freq_factor,
+                "high_freq_factor": r.high_freq_factor,
+                "original_max_position_embeddings": r.original_max_position,
+            });
+        }
         let cp = dir.join("config.json");
         std::fs::write(&cp, serde_json::to_vec_pretty(&config).expect("json")).map_err(io(&cp))?;
         Ok(())
@@ -316,6 +326,7 @@ pub fn train(
     cfg: &TrainConfig,
     mut on_step: impl FnMut(&StepReport),
 ) -> Result<DraftParams> {
+    validate(target, cfg)?;
     let seqs = prepare(target, &cfg.drafter, records)?;
     if seqs.is_empty() {
         return Err(TrainError::Usage("no training sequence has a response of two tokens or more".into()));
@@ -373,6 +384,35 @@ pub fn train(
         on_step(&StepReport { step, loss: value, learning_rate: lr });
     }
     Ok(params)
+}
+
+/// Rejects settings that would panic or save a drafter that cannot load.
+fn validate(target: &Model, cfg: &TrainConfig) -> Result<()> {
+    let d = &cfg.drafter;
+    let bad = |what: String| Err(TrainError::Usage(what));
+    if d.block_size < 2 {
+        return bad(format!("block size {} < 2 (slot 0 plus at least one drafted slot)", d.block_size));
+    }
+    if d.model.num_layers == 0 {
+        return bad("a drafter needs at least one layer".into());
+    }
+    if cfg.sequences_per_step == 0 || cfg.anchors_per_sequence == 0 || cfg.steps == 0 {
+        return bad("steps, sequences per step and anchors per sequence must be ≥ 1".into());
+    }
+    if d.mask_token_id as usize >= target.config().vocab_size {
+        return bad(format!(
+            "mask token {} ≥ the target's vocabulary size {}",
+            d.mask_token_id,
+            target.config().vocab_size
+        ));
+    }
+    if let Some(id) = d.target_layer_ids.iter().find(|&&id| id >= target.config().num_layers) {
+        return bad(format!("target layer id {id} ≥ the target's {} layers", target.config().num_layers));
+    }
+    if !(cfg.learning_rate > 0.0 && cfg.learning_rate.is_finite()) {
+        return bad(format!("learning rate {} must be > 0", cfg.learning_rate));
+    }
+    Ok(())
 }
 
 /// Linear warm-up to the peak, then cosine decay to 10 % of it.

@@ -39,6 +39,7 @@ fn records_are_greedy_outputs_and_runs_resume() {
     drop(store);
     // A crash mid-write leaves a torn line.
     std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(b"{\"id\": \"p2\", \"prompt_i").unwrap();
+    assert_eq!(DistillStore::read_all(&path).unwrap().len(), 2, "read_all skips the torn line");
     let mut store = DistillStore::open(&path).unwrap();
     assert_eq!(store.done().len(), 2);
     let mut seen = Vec::new();

@@ -79,3 +79,46 @@ fn training_from_scratch_reaches_tau_3() {
     eprintln!("τ held-out {held_tau:.2}, fixture prompts {fixture_tau:.2}");
     assert!(held_tau >= 3.0, "held-out τ = {held_tau:.2}");
 }
+
+#[test]
+fn bad_settings_are_errors_and_rope_scaling_is_saved() {
+    let target = target();
+    let records = distilled(&target, 2, 7);
+    let base = TrainConfig {
+        drafter: default_drafter_config(target.config(), 1, 8, 255),
+        steps: 1,
+        sequences_per_step: 1,
+        anchors_per_sequence: 1,
+        learning_rate: 1e-3,
+        warmup_steps: 0,
+        seed: 0,
+    };
+    let cases: Vec<(TrainConfig, &str)> = vec![
+        (TrainConfig { anchors_per_sequence: 0, ..base.clone() }, "anchors per sequence must be ≥ 1"),
+        (TrainConfig { sequences_per_step: 0, ..base.clone() }, "anchors per sequence must be ≥ 1"),
+        (TrainConfig { drafter: default_drafter_config(target.config(), 1, 1, 255), ..base.clone() }, "block size 1"),
+        (
+            TrainConfig { drafter: default_drafter_config(target.config(), 0, 8, 255), ..base.clone() },
+            "at least one layer",
+        ),
+        (TrainConfig { drafter: default_drafter_config(target.config(), 1, 8, 256), ..base.clone() }, "mask token 256"),
+    ];
+    for (cfg, want) in cases {
+        let e = train(&target, &records, &cfg, |_| {}).err().expect("must fail").to_string();
+        assert!(e.contains(want), "{e}");
+    }
+    // A Llama-3.1 style RoPE scaling survives save → load.
+    let mut cfg = base.drafter.clone();
+    cfg.model.rope_scaling = Some(bastion_models::Llama3Scaling {
+        factor: 8.0,
+        low_freq_factor: 1.0,
+        high_freq_factor: 4.0,
+        original_max_position: 8192.0,
+    });
+    let params = bastion_train::DraftParams::init(&cfg, 0, &Device::flex());
+    let dir = tempfile::tempdir().unwrap();
+    params.save(&cfg, dir.path()).unwrap();
+    let back = bastion_models::DrafterConfig::from_json(dir.path().join("config.json")).unwrap();
+    assert_eq!(back.model.rope_scaling, cfg.model.rope_scaling);
+    assert_eq!(back.model.rope_inv_freq(), cfg.model.rope_inv_freq());
+}
