@@ -104,7 +104,8 @@ fn bad_settings_are_errors_and_rope_scaling_is_saved() {
         (TrainConfig { drafter: default_drafter_config(target.config(), 1, 8, 256), ..base.clone() }, "mask token 256"),
     ];
     for (cfg, want) in cases {
-        let e = train(&target, &records, &cfg, |_| {}).err().expect("must fail").to_string();
+        let Err(e) = train(&target, &records, &cfg, |_| {}) else { panic!("{want}: must fail") };
+        let e = e.to_string();
         assert!(e.contains(want), "{e}");
     }
     // A Llama-3.1 style RoPE scaling survives save → load.
