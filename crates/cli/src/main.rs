@@ -272,6 +272,10 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 avg = Some(a);
                 bar.set_message(format!("loss {a:.3}, lr {:.2e}", r.learning_rate));
                 bar.inc(1);
+                // No terminal (logs, CI): a plain line every 5 % of the run.
+                if bar.is_hidden() && ((r.step + 1) % (steps / 20).max(1) == 0 || r.step + 1 == steps) {
+                    eprintln!("step {}/{steps}: loss {a:.3} (EMA), lr {:.2e}", r.step + 1, r.learning_rate);
+                }
             })?;
             bar.finish();
             params.save(&cfg.drafter, &out)?;
@@ -428,8 +432,13 @@ fn run_distill(
     let written = bastion_train::distill(&target, draft, &jobs, &mut store, &cfg, |rec, gen| {
         tokens += rec.response_ids.len();
         seconds += gen.prefill_s + gen.first_draft_s + gen.decode_s;
-        bar.set_message(format!("{tokens} tokens, {:.1} tokens/s", tokens as f64 / seconds.max(1e-9)));
+        let msg = format!("{tokens} tokens, {:.1} tokens/s", tokens as f64 / seconds.max(1e-9));
         bar.inc(1);
+        // No terminal (logs, CI): a plain line every 10 prompts.
+        if bar.is_hidden() && (bar.position() % 10 == 0 || bar.position() == todo as u64) {
+            eprintln!("{}/{todo} prompts, {msg}", bar.position());
+        }
+        bar.set_message(msg);
     })?;
     bar.finish();
     eprintln!("wrote {written} records; {} in total, {} response tokens", store.done().len(), store.tokens());
