@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use bastion_data::{DatasetName, Datasets, Selection};
 use bastion_decode::{policy_for, read_json, GenerateConfig, Method, PolicyInputs};
-use bastion_models::{load_model, load_tokenizer, BackendKind, Drafter, Message};
+use bastion_models::{load_model, load_tokenizer, BackendKind, Drafter, Message, Model};
 use bastion_tree::BudgetPolicy;
 use clap::{Parser, Subcommand};
 
@@ -317,6 +317,19 @@ struct Speculation {
     bastion_calibration: Option<PathBuf>,
 }
 
+/// The drafter `method` needs (`None` for `ar`, which ignores `--drafter`).
+fn load_drafter(
+    method: Method,
+    dir: Option<&Path>,
+    target: &Model,
+) -> Result<Option<Drafter>, Box<dyn std::error::Error>> {
+    match (dir, method.needs_drafter()) {
+        (Some(dir), true) => Ok(Some(Drafter::load(dir, target)?)),
+        (None, true) => Err(format!("method {method} needs --drafter DIR").into()),
+        (_, false) => Ok(None),
+    }
+}
+
 /// What to generate from.
 enum PromptInput {
     /// Text, optionally wrapped in the chat template.
@@ -338,11 +351,7 @@ fn generate(
     };
     let device = backend.device()?;
     let target = load_model(model, &device)?;
-    let drafter = match (&spec.drafter, spec.method.needs_drafter()) {
-        (Some(dir), true) => Some(Drafter::load(dir, &target)?),
-        (None, true) => return Err(format!("method {} needs --drafter DIR", spec.method).into()),
-        (_, false) => None,
-    };
+    let drafter = load_drafter(spec.method, spec.drafter.as_deref(), &target)?;
     let mut policy = policy_for(spec.method, drafter.as_ref().map_or(1, Drafter::block_size), &inputs)?;
     cfg.stop_tokens = target.config().eos_token_ids.clone();
     let (ids, tok) = match prompt {
@@ -401,11 +410,7 @@ fn run_distill(
     let device = backend.device()?;
     let target = load_model(model, &device)?;
     let tok = load_tokenizer(model)?;
-    let drafter = match (drafter, method.needs_drafter()) {
-        (Some(dir), true) => Some(Drafter::load(dir, &target)?),
-        (None, true) => return Err(format!("method {method} needs --drafter DIR").into()),
-        (_, false) => None,
-    };
+    let drafter = load_drafter(method, drafter, &target)?;
     let mut policy = policy_for(method, drafter.as_ref().map_or(1, Drafter::block_size), &PolicyInputs::default())?;
     let jobs = bastion_train::chat_jobs(&tok, &prompts)?;
     let mut store = bastion_train::DistillStore::open(out)?;

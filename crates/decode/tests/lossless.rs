@@ -8,11 +8,11 @@ use std::collections::HashMap;
 
 use bastion_decode::{generate, AcceptRule, GenerateConfig, Method};
 use bastion_models::{Drafter, Model, ModelConfig, SafetensorsSource};
-use bastion_testkit::fixture_dir;
+use bastion_testkit::{fixture_dir, FixtureCaddCost};
 
 use bastion_tree::{
     Bastion, BastionConfig, BudgetPolicy, CaddTree, DevicePeak, FixedBudget, ModelShape, RooflineCalibration,
-    RooflineModel, RoundCostModel,
+    RooflineModel,
 };
 use burn::tensor::Device;
 use proptest::prelude::*;
@@ -24,25 +24,12 @@ fn target() -> Model {
     Model::load(cfg, &SafetensorsSource::open(&dir).unwrap(), &Device::flex()).unwrap()
 }
 
-/// CaDDTree cost model of the fixture (README (e)).
-struct Synthetic;
-
-impl RoundCostModel for Synthetic {
-    fn draft_seconds(&self) -> f64 {
-        0.004
-    }
-    fn verify_seconds(&self, n: usize, l: usize) -> f64 {
-        let n = n as f64;
-        0.010 + 0.0004 * n + 0.000004 * n * n + 1e-7 * l as f64
-    }
-}
-
 fn policy(method: Method) -> Box<dyn BudgetPolicy> {
     match method {
         Method::Ar => unreachable!("AR has no policy"),
         Method::DFlash => Box::new(FixedBudget::chain(7)),
         Method::DDTree { budget } => Box::new(FixedBudget::new(budget)),
-        Method::CaddTree => Box::new(CaddTree::new(Synthetic, 1024)),
+        Method::CaddTree => Box::new(CaddTree::new(FixtureCaddCost, 1024)),
         Method::Bastion => {
             let model = RooflineModel {
                 shape: ModelShape::qwen3_4b(),

@@ -6,10 +6,10 @@
 
 use bastion_decode::{generate, GenerateConfig, Generation};
 use bastion_models::{Drafter, Model, ModelConfig, SafetensorsSource};
-use bastion_testkit::{fixture_dir, i64s, max_abs_diff, u32s, Fixture};
+use bastion_testkit::{fixture_dir, i64s, max_abs_diff, u32s, Fixture, FixtureCaddCost};
 use bastion_tree::{
     Bastion, BastionConfig, BudgetPolicy, CaddTree, DevicePeak, FixedBudget, ModelShape, RooflineCalibration,
-    RooflineModel, RoundCostModel,
+    RooflineModel,
 };
 use burn::tensor::Device;
 use serde_json::Value;
@@ -108,26 +108,13 @@ fn ddtree_matches_ddtree_generate() {
     }
 }
 
-/// The fixture's synthetic CaDDTree cost model (README (e)).
-struct Synthetic;
-
-impl RoundCostModel for Synthetic {
-    fn draft_seconds(&self) -> f64 {
-        0.004
-    }
-    fn verify_seconds(&self, n: usize, l: usize) -> f64 {
-        let n = n as f64;
-        0.010 + 0.0004 * n + 0.000004 * n * n + 1e-7 * l as f64
-    }
-}
-
 #[test]
 fn caddtree_matches_caddtree_generate() {
     let (target, fx) = pair();
     let drafter = Drafter::load(fixture_dir("tiny-dflash"), &target).unwrap();
     for (i, reference) in fx.json["caddtree_generate"].as_array().unwrap().iter().enumerate() {
         let prompt = fx.ids(&format!("prompt_{i}"));
-        let gen = run(&target, &drafter, &mut CaddTree::new(Synthetic, 1024), &prompt);
+        let gen = run(&target, &drafter, &mut CaddTree::new(FixtureCaddCost, 1024), &prompt);
         let label = format!("caddtree prompt {i}");
         check_run(&fx, &gen, &prompt, reference, &format!("caddtree_p{i}_round_draft_logits"), &label);
         let budgets: Vec<usize> = gen.rounds.iter().map(|r| r.tree_size - 1).collect();

@@ -64,7 +64,7 @@ pub struct ModelConfig {
     pub eos_token_ids: Vec<u32>,
 }
 
-fn cfg_err(path: &Path, field: &str, expected: &str) -> ModelError {
+pub(crate) fn cfg_err(path: &Path, field: &str, expected: &str) -> ModelError {
     ModelError::Config { path: path.to_path_buf(), field: field.to_string(), expected: expected.to_string() }
 }
 

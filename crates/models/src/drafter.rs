@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use burn::tensor::{Device, Tensor, TensorData};
 use serde_json::Value;
 
-use crate::config::{Arch, ModelConfig};
+use crate::config::{cfg_err, Arch, ModelConfig};
 use crate::error::{ModelError, Result};
 use crate::model::{attention, rms_norm, rope, rope_tables, ForwardOutput, Layer, Linear, Model};
 use crate::weights::{HostTensor, SafetensorsSource, WeightSource};
@@ -25,10 +25,6 @@ pub struct DrafterConfig {
     /// Target decoder layers whose outputs form the context features
     /// (HF `hidden_states[id + 1]`).
     pub target_layer_ids: Vec<usize>,
-}
-
-fn cfg_err(path: &Path, field: &str, expected: impl Into<String>) -> ModelError {
-    ModelError::Config { path: path.to_path_buf(), field: field.to_string(), expected: expected.into() }
 }
 
 /// z-lab `build_target_layer_ids`: one draft layer → `[n / 2]`; otherwise
@@ -166,27 +162,27 @@ impl Drafter {
         let t = target.config();
         let m = &cfg.model;
         if m.hidden_size != t.hidden_size {
-            return Err(cfg_err(cfg_path, "hidden_size", format!("the target's hidden size {}", t.hidden_size)));
+            return Err(cfg_err(cfg_path, "hidden_size", &format!("the target's hidden size {}", t.hidden_size)));
         }
         if cfg.num_target_layers != t.num_layers {
             return Err(cfg_err(
                 cfg_path,
                 "num_target_layers",
-                format!("the target's layer count {} (got {})", t.num_layers, cfg.num_target_layers),
+                &format!("the target's layer count {} (got {})", t.num_layers, cfg.num_target_layers),
             ));
         }
         if let Some(bad) = cfg.target_layer_ids.iter().find(|&&id| id >= t.num_layers) {
             return Err(cfg_err(
                 cfg_path,
                 "dflash_config.target_layer_ids",
-                format!("layer indices < {} (the target's layers), got {bad}", t.num_layers),
+                &format!("layer indices < {} (the target's layers), got {bad}", t.num_layers),
             ));
         }
         if cfg.mask_token_id as usize >= t.vocab_size {
             return Err(cfg_err(
                 cfg_path,
                 "dflash_config.mask_token_id",
-                format!("an id < the target's vocabulary size {}", t.vocab_size),
+                &format!("an id < the target's vocabulary size {}", t.vocab_size),
             ));
         }
         let device = target.device().clone();

@@ -88,3 +88,17 @@ pub fn i64s(v: &Value) -> Vec<i64> {
 pub fn f64s(v: &Value) -> Vec<f64> {
     v.as_array().expect("array").iter().map(|x| x.as_f64().expect("number")).collect()
 }
+
+/// The synthetic CaDDTree cost model of `tests/fixtures/tiny-dflash`
+/// (README (e)): `Cd = 0.004` s, `Cv(n; l) = 0.010 + 0.0004 n + 0.000004 n² + 1e-7 l` s.
+pub struct FixtureCaddCost;
+
+impl bastion_tree::RoundCostModel for FixtureCaddCost {
+    fn draft_seconds(&self) -> f64 {
+        0.004
+    }
+    fn verify_seconds(&self, n: usize, l: usize) -> f64 {
+        let n = n as f64;
+        0.010 + 0.0004 * n + 0.000004 * n * n + 1e-7 * l as f64
+    }
+}

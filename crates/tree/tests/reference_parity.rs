@@ -3,7 +3,7 @@
 //! `build_adaptive_best_tree_from_draft_logits`, and the per-round trees of the
 //! reference generation loops). See that folder's README for provenance.
 
-use bastion_testkit::{f64s, i64s, u32s, Fixture};
+use bastion_testkit::{f64s, i64s, u32s, Fixture, FixtureCaddCost};
 use bastion_tree::{
     build_tree, walk, Bastion, BastionConfig, BucketMode, CaddTree, DevicePeak, DraftTree, FixedBudget, ModelShape,
     RooflineCalibration, RooflineModel, RoundCostModel, TopK,
@@ -73,19 +73,6 @@ fn ddtree_best_first_matches_build_ddtree_tree() {
     }
 }
 
-/// The fixture's synthetic CaDDTree cost model (README (e)).
-struct Synthetic;
-
-impl RoundCostModel for Synthetic {
-    fn draft_seconds(&self) -> f64 {
-        0.004
-    }
-    fn verify_seconds(&self, n: usize, l: usize) -> f64 {
-        let n = n as f64;
-        0.010 + 0.0004 * n + 0.000004 * n * n + 1e-7 * l as f64
-    }
-}
-
 #[test]
 fn caddtree_matches_build_caddtree_tree() {
     let fx = Fixture::load("tiny-dflash");
@@ -97,7 +84,7 @@ fn caddtree_matches_build_caddtree_tree() {
         let ctx = case["context_length"].as_u64().unwrap() as usize;
         let max_budget = case["max_budget"].as_u64().unwrap() as usize;
         let label = format!("M{m} ctx {ctx}");
-        let mut policy = CaddTree::new(Synthetic, max_budget);
+        let mut policy = CaddTree::new(FixtureCaddCost, max_budget);
         let tree = build_tree(&topk(logits.slice(m), max_budget), 0, ctx, &mut policy);
         assert_eq!(tree.num_nodes() as u64, case["budget"].as_u64().unwrap(), "{label}: budget");
         assert_same_tree(&tree, case, &label);
@@ -108,7 +95,7 @@ fn caddtree_matches_build_caddtree_tree() {
             if n > 0 {
                 phi += tree.log_w(n).exp();
             }
-            let theta = (1.0 + phi) / (Synthetic.draft_seconds() + Synthetic.verify_seconds(n, ctx));
+            let theta = (1.0 + phi) / (FixtureCaddCost.draft_seconds() + FixtureCaddCost.verify_seconds(n, ctx));
             assert!((theta - want).abs() < 1e-6 * want, "{label}: θ({n}) {theta} vs {want}");
         }
         assert!((policy.theta() - theta_want.last().unwrap()).abs() < 1e-6 * policy.theta());
@@ -280,7 +267,7 @@ fn caddtree_generate_rounds_are_reproduced() {
             &format!("caddtree_p{p}_round_draft_logits"),
             |r, l, root, start| {
                 assert_eq!(ctxs[r] as usize, start, "context length = round start");
-                let tree = build_tree(&topk(l, 1024), root, start, &mut CaddTree::new(Synthetic, 1024));
+                let tree = build_tree(&topk(l, 1024), root, start, &mut CaddTree::new(FixtureCaddCost, 1024));
                 assert_eq!(tree.num_nodes() as u32, budgets[r]);
                 tree
             },
