@@ -148,9 +148,72 @@ enum Command {
         /// Seed (initialisation, anchor sampling).
         #[arg(long, default_value_t = 0)]
         seed: u64,
-        /// Use at most this many distilled sequences.
+        /// Use at most this many distilled sequences (held-out ones included).
         #[arg(long)]
         max_sequences: Option<usize>,
+        /// Target layers whose hidden states feed the drafter (comma-separated; default: z-lab's
+        /// choice for the number of draft layers).
+        #[arg(long, value_delimiter = ',')]
+        target_layers: Option<Vec<usize>>,
+        /// Loss weight decay γ over block slots (slot k weighs exp(−(k−1)/γ)); 0 = uniform.
+        #[arg(long, default_value_t = 0.0)]
+        loss_decay: f64,
+        /// Sampled softmax: the loss covers the training responses' tokens plus N random others
+        /// per step instead of the whole vocabulary (much faster on a CPU; drafting still uses
+        /// the whole vocabulary).
+        #[arg(long)]
+        sampled_vocab: Option<usize>,
+        /// The first N distilled sequences are held out (never trained on) for the τ estimate.
+        #[arg(long, default_value_t = 16)]
+        held_out: usize,
+        /// Steps between held-out τ estimates (0 = only at the end).
+        #[arg(long, default_value_t = 100)]
+        eval_every: usize,
+        /// Checkpoint folder (default: OUT/checkpoints).
+        #[arg(long)]
+        checkpoint_dir: Option<PathBuf>,
+        /// Steps between checkpoints (0 = only at the end).
+        #[arg(long, default_value_t = 100)]
+        checkpoint_every: usize,
+        /// Continue from the newest checkpoint (the settings must be the same).
+        #[arg(long)]
+        resume: bool,
+    },
+    /// τ and speedup of a drafter on evaluation prompts (chat template, first
+    /// turn, T = 0): per dataset, τ (mean of per-prompt means), TPOT and the
+    /// AR baseline's TPOT measured in the same process; exits non-zero when
+    /// any output differs from AR's.
+    Tau {
+        /// The target: a `.gguf` file or a Hugging Face folder.
+        #[arg(long)]
+        model: PathBuf,
+        /// DFlash drafter folder.
+        #[arg(long)]
+        drafter: PathBuf,
+        /// Decoding method: dflash or ddtree:N.
+        #[arg(long, default_value = "dflash")]
+        method: Method,
+        /// Evaluation sets (comma-separated).
+        #[arg(long, value_delimiter = ',', default_value = "gsm8k,math500,humaneval,mt-bench")]
+        sets: Vec<String>,
+        /// Prompts per set (the papers' 128-prompt subsets, in order).
+        #[arg(long, default_value_t = 32)]
+        samples: usize,
+        /// Stop after this many new tokens.
+        #[arg(long, default_value_t = 128)]
+        max_new_tokens: usize,
+        /// The dataset folder.
+        #[arg(long, default_value = "datasets")]
+        datasets: PathBuf,
+        /// Skip the AR baseline (no speedup, no lossless check).
+        #[arg(long)]
+        no_ar: bool,
+        /// Also write per-prompt results here (JSON lines).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Burn backend.
+        #[arg(long, default_value = "flex")]
+        backend: BackendKind,
     },
     /// Benchmark a target on this machine: the latency of verifying trees of
     /// N nodes at a given context length (N = 1 is a greedy decode step).
@@ -227,6 +290,10 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             };
             generate(&model, &prompt, backend, &spec, cfg)?
         }
+        Command::Tau { model, drafter, method, sets, samples, max_new_tokens, datasets, no_ar, out, backend } => {
+            let args = TauArgs { method, samples, max_new_tokens, no_ar, backend };
+            tau_eval(&model, &drafter, &datasets, &sets, out.as_deref(), &args)?
+        }
         Command::BenchTarget { model, context, nodes, reps, backend } => {
             bench_target(&model, context, &nodes, reps, backend)?
         }
@@ -247,39 +314,36 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             warmup_steps,
             seed,
             max_sequences,
+            target_layers,
+            loss_decay,
+            sampled_vocab,
+            held_out,
+            eval_every,
+            checkpoint_dir,
+            checkpoint_every,
+            resume,
         } => {
-            let target = load_model(&model, &BackendKind::Flex.device()?)?;
-            let mut records = bastion_train::DistillStore::read_all(&data)?;
-            records.truncate(max_sequences.unwrap_or(usize::MAX));
-            let cfg = bastion_train::TrainConfig {
-                drafter: bastion_train::default_drafter_config(target.config(), layers, block_size, mask_token),
+            let settings = TrainSettings {
+                mask_token,
+                layers,
+                block_size,
                 steps,
                 sequences_per_step,
-                anchors_per_sequence: anchors,
+                anchors,
                 learning_rate,
                 warmup_steps,
                 seed,
+                max_sequences,
+                target_layers,
+                loss_decay,
+                sampled_vocab,
+                held_out,
+                eval_every,
+                checkpoint_every,
+                resume,
             };
-            eprintln!("{} sequences from {}; {steps} steps", records.len(), data.display());
-            let bar = indicatif::ProgressBar::new(steps as u64);
-            bar.set_style(
-                indicatif::ProgressStyle::with_template("{bar:30} step {pos}/{len}, {msg}, eta {eta}")
-                    .expect("valid progress template"),
-            );
-            let mut avg = None::<f64>;
-            let params = bastion_train::train(&target, &records, &cfg, |r| {
-                let a = avg.map_or(r.loss, |a| 0.95 * a + 0.05 * r.loss);
-                avg = Some(a);
-                bar.set_message(format!("loss {a:.3}, lr {:.2e}", r.learning_rate));
-                bar.inc(1);
-                // No terminal (logs, CI): a plain line every 5 % of the run.
-                if bar.is_hidden() && ((r.step + 1) % (steps / 20).max(1) == 0 || r.step + 1 == steps) {
-                    eprintln!("step {}/{steps}: loss {a:.3} (EMA), lr {:.2e}", r.step + 1, r.learning_rate);
-                }
-            })?;
-            bar.finish();
-            params.save(&cfg.drafter, &out)?;
-            eprintln!("saved {} (final loss {:.3})", out.display(), avg.unwrap_or(f64::NAN));
+            let checkpoint_dir = checkpoint_dir.unwrap_or_else(|| out.join("checkpoints"));
+            train_drafter(&model, &data, &out, &checkpoint_dir, &settings)?
         }
         Command::Datasets { dir, action } => {
             let sets = Datasets::open(&dir)?;
@@ -305,6 +369,306 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 }
             }
         }
+    }
+    Ok(())
+}
+
+/// A line above the progress bar, or on stderr when there is no terminal
+/// (a hidden bar prints nothing).
+fn say(bar: &indicatif::ProgressBar, line: String) {
+    if bar.is_hidden() {
+        eprintln!("{line}");
+    } else {
+        bar.println(line);
+    }
+}
+
+/// `train-drafter`'s numeric settings.
+struct TrainSettings {
+    mask_token: u32,
+    layers: usize,
+    block_size: usize,
+    steps: usize,
+    sequences_per_step: usize,
+    anchors: usize,
+    learning_rate: f64,
+    warmup_steps: usize,
+    seed: u64,
+    max_sequences: Option<usize>,
+    target_layers: Option<Vec<usize>>,
+    loss_decay: f64,
+    sampled_vocab: Option<usize>,
+    held_out: usize,
+    eval_every: usize,
+    checkpoint_every: usize,
+    resume: bool,
+}
+
+/// Trains a drafter; writes it to `out` with `training_log.jsonl` (one line
+/// per reported step: step, target tokens, EMA loss, learning rate, held-out
+/// τ when estimated; appended, so a resumed run continues the file).
+fn train_drafter(
+    model: &Path,
+    data: &Path,
+    out: &Path,
+    checkpoint_dir: &Path,
+    s: &TrainSettings,
+) -> Result<(), Box<dyn std::error::Error>> {
+    use bastion_train::TrainEvent;
+    use std::ops::ControlFlow;
+    let target = load_model(model, &BackendKind::Flex.device()?)?;
+    let mut records = bastion_train::DistillStore::read_all(data)?;
+    records.truncate(s.max_sequences.unwrap_or(usize::MAX));
+    if s.held_out >= records.len() {
+        return Err(format!(
+            "{}: {} sequences, but --held-out {} leaves none to train on",
+            data.display(),
+            records.len(),
+            s.held_out
+        )
+        .into());
+    }
+    // The first N: the file only grows at its end, so they stay held out as distillation continues.
+    let held: Vec<_> = records.drain(..s.held_out).collect();
+    let mut drafter = bastion_train::default_drafter_config(target.config(), s.layers, s.block_size, s.mask_token);
+    if let Some(ids) = &s.target_layers {
+        if ids.is_empty() {
+            return Err("--target-layers: expected at least one layer id".into());
+        }
+        drafter.target_layer_ids = ids.clone();
+    }
+    let cfg = bastion_train::TrainConfig {
+        drafter,
+        steps: s.steps,
+        sequences_per_step: s.sequences_per_step,
+        anchors_per_sequence: s.anchors,
+        learning_rate: s.learning_rate,
+        warmup_steps: s.warmup_steps,
+        seed: s.seed,
+        loss_decay: s.loss_decay,
+        sampled_vocab: s.sampled_vocab,
+    };
+    let opts = bastion_train::TrainOptions {
+        checkpoint_dir: Some(checkpoint_dir.to_path_buf()),
+        checkpoint_every: s.checkpoint_every,
+        resume: s.resume,
+        held_out: held,
+        eval_every: s.eval_every,
+    };
+    eprintln!(
+        "{} sequences from {} ({} held out); {} steps; target layers {:?}",
+        records.len(),
+        data.display(),
+        opts.held_out.len(),
+        s.steps,
+        cfg.drafter.target_layer_ids
+    );
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let log_path = out.join("training_log.jsonl");
+    let mut log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| format!("{}: {e}", log_path.display()))?;
+    let bar = indicatif::ProgressBar::new(s.steps as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} step {pos}/{len}, {msg}, eta {eta}")
+            .expect("valid progress template"),
+    );
+    let started = Instant::now();
+    let (mut avg, mut tau, mut last) = (None::<f64>, None::<f64>, None);
+    let mut log_err = None;
+    let params = bastion_train::train(&target, &records, &cfg, &opts, |e| {
+        let line = match e {
+            TrainEvent::Resumed { steps, tokens, dir } => {
+                bar.set_position(*steps as u64);
+                say(&bar, format!("resumed from {} ({steps} steps, {tokens} tokens)", dir.display()));
+                None
+            }
+            TrainEvent::Step(r) => {
+                let a = avg.map_or(r.loss, |a| 0.95 * a + 0.05 * r.loss);
+                avg = Some(a);
+                last = Some(*r);
+                let held = tau.map(|t| format!(", held-out τ {t:.2}")).unwrap_or_default();
+                bar.set_message(format!("loss {a:.3}, lr {:.2e}{held}", r.learning_rate));
+                bar.inc(1);
+                // No terminal (logs, CI): a plain line every 5 % of the run.
+                if bar.is_hidden() && ((r.step + 1) % (s.steps / 20).max(1) == 0 || r.step + 1 == s.steps) {
+                    eprintln!("step {}/{}: loss {a:.3} (EMA), lr {:.2e}{held}", r.step + 1, s.steps, r.learning_rate);
+                }
+                ((r.step + 1) % 10 == 0).then(|| {
+                    serde_json::json!({"step": r.step + 1, "tokens": r.tokens, "loss_ema": a, "lr": r.learning_rate,
+                        "seconds": started.elapsed().as_secs_f64()})
+                })
+            }
+            TrainEvent::HeldOut(h) => {
+                tau = Some(h.tau.tau);
+                say(
+                    &bar,
+                    format!(
+                        "step {}: held-out τ {:.3} ({} rounds, {} tokens trained)",
+                        h.steps, h.tau.tau, h.tau.rounds, h.tokens
+                    ),
+                );
+                Some(serde_json::json!({"step": h.steps, "tokens": h.tokens, "held_out_tau": h.tau.tau,
+                    "held_out_rounds": h.tau.rounds, "loss_ema": avg, "seconds": started.elapsed().as_secs_f64()}))
+            }
+            TrainEvent::Checkpoint { .. } => None,
+        };
+        if let Some(line) = line {
+            if let Err(e) = writeln!(log, "{line}") {
+                log_err = Some(format!("{}: {e}", log_path.display()));
+                return ControlFlow::Break(());
+            }
+        }
+        ControlFlow::Continue(())
+    })?;
+    bar.finish();
+    if let Some(e) = log_err {
+        return Err(e.into());
+    }
+    params.save(&cfg.drafter, out)?;
+    eprintln!(
+        "saved {} after {} steps, {} target tokens (final EMA loss {:.3}, held-out τ {})",
+        out.display(),
+        last.map_or(0, |r| r.step + 1),
+        last.map_or(0, |r| r.tokens),
+        avg.unwrap_or(f64::NAN),
+        tau.map_or("-".into(), |t| format!("{t:.3}"))
+    );
+    Ok(())
+}
+
+/// `tau`'s settings.
+struct TauArgs {
+    method: Method,
+    samples: usize,
+    max_new_tokens: usize,
+    no_ar: bool,
+    backend: BackendKind,
+}
+
+/// Mean and (population) standard deviation.
+fn mean_std(x: &[f64]) -> (f64, f64) {
+    if x.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
+    let m = x.iter().sum::<f64>() / x.len() as f64;
+    (m, (x.iter().map(|v| (v - m).powi(2)).sum::<f64>() / x.len() as f64).sqrt())
+}
+
+fn tau_eval(
+    model: &Path,
+    drafter_dir: &Path,
+    datasets: &Path,
+    sets: &[String],
+    out: Option<&Path>,
+    a: &TauArgs,
+) -> Result<(), Box<dyn std::error::Error>> {
+    if !a.method.needs_drafter() {
+        return Err(format!("--method {}: τ needs a speculative method (dflash or ddtree:N)", a.method).into());
+    }
+    let names: Vec<DatasetName> = sets.iter().map(|s| s.parse()).collect::<Result<_, _>>()?;
+    let data = Datasets::open(datasets)?;
+    let target = load_model(model, &a.backend.device()?)?;
+    let tok = load_tokenizer(model)?;
+    let template = tok.chat_template().ok_or_else(|| format!("{}: the model has no chat template", model.display()))?;
+    let drafter = Drafter::load(drafter_dir, &target)?;
+    let mut stop = target.config().eos_token_ids.clone();
+    stop.extend(tok.eos_ids());
+    let cfg = GenerateConfig { max_new_tokens: a.max_new_tokens, stop_tokens: stop, ..GenerateConfig::default() };
+    let mut file = match out {
+        Some(p) => Some(std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?),
+        None => None,
+    };
+    let run = |ids: &[u32], speculative: bool, c: &GenerateConfig| {
+        let mut policy = policy_for(a.method, drafter.block_size(), &PolicyInputs::default())?
+            .ok_or("a speculative method has a budget policy")?;
+        let draft: Option<(&Drafter, &mut dyn BudgetPolicy)> =
+            if speculative { Some((&drafter, policy.as_mut())) } else { None };
+        bastion_decode::generate(&target, draft, ids, c).map_err(Box::<dyn std::error::Error>::from)
+    };
+    // One short warm-up generation per method (DESIGN §7).
+    let warm = tok.encode(&template.render(&[Message::new("user", "Hello")], true)?, false)?;
+    let short = GenerateConfig { max_new_tokens: 8, ..cfg.clone() };
+    run(&warm, true, &short)?;
+    run(&warm, false, &short)?;
+    println!(
+        "{} | drafter {} | {} | T = 0, max {} new tokens, {} prompts per set",
+        model.display(),
+        drafter_dir.display(),
+        a.method,
+        a.max_new_tokens,
+        a.samples
+    );
+    println!(
+        "{:<10} {:>7} {:>6} {:>6} {:>9} {:>9} {:>8} {:>10}",
+        "dataset", "prompts", "τ", "τ std", "TPOT ms", "AR ms", "speedup", "same as AR"
+    );
+    let (mut all_tau, mut all_speedup, mut mismatches) = (Vec::new(), Vec::new(), Vec::new());
+    for name in names {
+        let prompts = data.load(name, &Selection { paper_subset: true, max_samples: Some(a.samples) })?;
+        let bar = indicatif::ProgressBar::new(prompts.len() as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}, eta {eta}")
+                .expect("valid progress template"),
+        );
+        bar.set_message(name.to_string());
+        let (mut taus, mut tpots, mut ar_tpots, mut same) = (Vec::new(), Vec::new(), Vec::new(), 0usize);
+        for p in &prompts {
+            let text = p.turns.first().ok_or_else(|| format!("{name} prompt {}: no turn", p.id))?;
+            let ids = tok.encode(&template.render(&[Message::new("user", text)], true)?, false)?;
+            let g = run(&ids, true, &cfg)?;
+            taus.push(g.tau());
+            tpots.push(g.tpot());
+            let mut line = serde_json::json!({
+                "dataset": name.as_str(), "id": p.id, "method": a.method.to_string(), "tau": g.tau(),
+                "rounds": g.rounds.len(), "tokens": g.tokens.len(), "tpot_s": g.tpot(),
+                "acceptance_lengths": g.acceptance_lengths(),
+            });
+            if !a.no_ar {
+                let ar = run(&ids, false, &cfg)?;
+                ar_tpots.push(ar.tpot());
+                let ok = ar.tokens == g.tokens;
+                same += usize::from(ok);
+                if !ok {
+                    mismatches.push(format!("{name} {}", p.id));
+                }
+                line["ar_tpot_s"] = ar.tpot().into();
+                line["identical_to_ar"] = ok.into();
+            }
+            if let Some(f) = file.as_mut() {
+                writeln!(f, "{line}")?;
+            }
+            bar.inc(1);
+        }
+        bar.finish_and_clear();
+        let (tau, tau_std) = mean_std(&taus);
+        let tpot = mean_std(&tpots).0;
+        all_tau.push(tau);
+        let (ar, speedup, same) = if a.no_ar {
+            ("-".to_string(), "-".to_string(), "-".to_string())
+        } else {
+            let ar = mean_std(&ar_tpots).0;
+            all_speedup.push(ar / tpot);
+            (format!("{:.1}", ar * 1e3), format!("{:.2}×", ar / tpot), format!("{same}/{}", prompts.len()))
+        };
+        println!(
+            "{:<10} {:>7} {:>6.2} {:>6.2} {:>9.1} {:>9} {:>8} {:>10}",
+            name.as_str(),
+            prompts.len(),
+            tau,
+            tau_std,
+            tpot * 1e3,
+            ar,
+            speedup,
+            same
+        );
+    }
+    let speedup = if all_speedup.is_empty() { "-".into() } else { format!("{:.2}×", mean_std(&all_speedup).0) };
+    println!("{:<10} {:>7} {:>6.2} {:>6} {:>9} {:>9} {:>8}", "average", "", mean_std(&all_tau).0, "", "", "", speedup);
+    if !mismatches.is_empty() {
+        return Err(format!("lossless check failed: output differs from AR on {}", mismatches.join(", ")).into());
     }
     Ok(())
 }

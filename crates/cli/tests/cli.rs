@@ -164,12 +164,40 @@ fn train_drafter_saves_a_loadable_drafter() {
         "8",
         "--steps",
         "5",
+        "--held-out",
+        "1",
+        "--eval-every",
+        "0",
+        "--checkpoint-every",
+        "2",
+        "--sampled-vocab",
+        "8",
     ];
     let (ok, _, err) = bastion(&args);
     assert!(ok, "{err}");
-    assert!(err.contains("3 sequences") && err.contains("saved"), "{err}");
+    assert!(err.contains("2 sequences") && err.contains("(1 held out)") && err.contains("saved"), "{err}");
     // Without a terminal, progress comes as plain lines.
     assert!(err.contains("step 5/5: loss"), "{err}");
+    assert!(err.contains("step 5: held-out τ"), "{err}");
+    let log = std::fs::read_to_string(format!("{out}/training_log.jsonl")).unwrap();
+    let last: serde_json::Value = serde_json::from_str(log.lines().last().unwrap()).unwrap();
+    assert_eq!(last["step"], 5);
+    assert!(last["held_out_tau"].as_f64().unwrap() >= 1.0, "{last}");
+    assert_eq!(std::fs::read_to_string(format!("{out}/checkpoints/latest")).unwrap(), "step-0000005");
+    // Resuming a finished run: nothing left to do; other settings are refused.
+    let mut again = args.to_vec();
+    again.push("--resume");
+    let (ok, _, err) = bastion(&again);
+    assert!(ok && err.contains("resumed from") && err.contains("(5 steps"), "{err}");
+    again.extend(["--learning-rate", "0.5"]);
+    let (ok, _, err) = bastion(&again);
+    assert!(!ok && err.contains("state.json") && err.contains("other settings"), "{err}");
+    // Holding out everything leaves nothing to train on.
+    let mut all = args.to_vec();
+    let i = all.iter().position(|a| *a == "--held-out").unwrap();
+    all[i + 1] = "3";
+    let (ok, _, err) = bastion(&all);
+    assert!(!ok && err.contains("--held-out 3 leaves none"), "{err}");
     // The checkpoint drafts (losslessly) through `generate`.
     let prompt = fx.ids("prompt_0").iter().map(u32::to_string).collect::<Vec<_>>().join(",");
     let base = ["generate", "--model", "tests/fixtures/tiny-qwen3", "--prompt-ids", &prompt, "--max-new-tokens", "16"];

@@ -13,4 +13,7 @@ mod trainer;
 
 pub use distill::{chat_jobs, distill, DistillJob, DistillRecord, DistillStore};
 pub use error::{Result, TrainError};
-pub use trainer::{default_drafter_config, train, DraftLayerParams, DraftParams, StepReport, TrainConfig};
+pub use trainer::{
+    chain_acceptance, default_drafter_config, train, ChainTau, DraftLayerParams, DraftParams, HeldOutReport,
+    HeldOutSet, StepReport, TrainConfig, TrainEvent, TrainOptions,
+};

@@ -8,13 +8,16 @@
 //! Several anchors of one sequence share one forward pass: every block sees
 //! the context before its anchor and its own block, nothing else.
 
-use std::collections::HashMap;
-use std::path::Path;
+use std::collections::{BTreeMap, HashMap};
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
 
 use bastion_models::ops::{attention, rms_norm, rms_norm3, rope, rope_tables};
-use bastion_models::{context_features, DrafterConfig, Model, ModelConfig};
+use bastion_models::{context_features, Drafter, DrafterConfig, HostTensor, Model, ModelConfig, WeightSource};
+use bastion_tree::TopK;
 use burn::module::{Module, Param};
-use burn::optim::{AdamConfig, GradientsParams};
+use burn::optim::{AdamConfig, GradientsParams, ModuleOptimizer};
+use burn::store::ModuleRecord;
 use burn::tensor::activation::{log_softmax, silu};
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 use rand::{Rng, SeedableRng};
@@ -66,6 +69,20 @@ pub struct TrainConfig {
     pub warmup_steps: usize,
     /// Seed of the initialisation and of anchor sampling.
     pub seed: u64,
+    /// Loss weight decay γ over block slots: slot `k` (1-based among the
+    /// drafted slots) weighs `exp(−(k − 1)/γ)`, so the first drafted tokens,
+    /// which decide most of τ, count most (the DFlash training recipe's
+    /// exponential decay; NVIDIA Model-Optimizer's DFlash default is γ = 4
+    /// at block 8). `0` = uniform weights.
+    pub loss_decay: f64,
+    /// `None`: the loss is the cross entropy over the whole vocabulary.
+    /// `Some(k)`: over the tokens that occur in the training responses
+    /// plus `k` others drawn uniformly each step (a sampled softmax: the
+    /// LM head, `[hidden, vocab]`, dominates a step's cost, and a chat
+    /// model's responses use a few thousand of its tokens). The drafter
+    /// still drafts over the whole vocabulary; the held-out τ measures
+    /// what the approximation costs.
+    pub sampled_vocab: Option<usize>,
 }
 
 /// A drafter shape for `target`: one Qwen3 layer of the target's width
@@ -209,22 +226,14 @@ impl DraftParams {
         rms_norm(x, &self.norm.val(), eps)
     }
 
-    /// Writes the drafter in z-lab layout: `config.json` and
-    /// `model.safetensors` (f32, `[out, in]` weights) in `dir`.
-    ///
-    /// # Errors
-    /// [`TrainError::Io`] naming the file.
-    pub fn save(&self, cfg: &DrafterConfig, dir: &Path) -> Result<()> {
-        let io = |p: &Path| {
-            let p = p.to_path_buf();
-            move |e| TrainError::Io { path: p, source: e }
-        };
-        std::fs::create_dir_all(dir).map_err(io(dir))?;
-        let mut tensors: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
+    /// The drafter's tensors by z-lab name, `[out, in]` weights.
+    fn host_tensors(&self) -> BTreeMap<String, HostTensor> {
+        let mut out = BTreeMap::new();
         let mut mat = |name: String, p: &Param<Tensor<2>>| {
             let t = p.val().inner().transpose();
             let shape = t.dims().to_vec();
-            tensors.push((name, shape, t.into_data().convert::<f32>().try_into_vec::<f32>().expect("f32 weights")));
+            let data = t.into_data().convert::<f32>().try_into_vec::<f32>().expect("f32 weights");
+            out.insert(name, HostTensor { shape, data });
         };
         mat("fc.weight".into(), &self.fc);
         for (l, layer) in self.layers.iter().enumerate() {
@@ -239,8 +248,9 @@ impl DraftParams {
         }
         let mut vec1 = |name: String, p: &Param<Tensor<1>>| {
             let t = p.val().inner();
-            let n = t.dims()[0];
-            tensors.push((name, vec![n], t.into_data().convert::<f32>().try_into_vec::<f32>().expect("f32 weights")));
+            let shape = t.dims().to_vec();
+            let data = t.into_data().convert::<f32>().try_into_vec::<f32>().expect("f32 weights");
+            out.insert(name, HostTensor { shape, data });
         };
         vec1("hidden_norm.weight".into(), &self.hidden_norm);
         vec1("norm.weight".into(), &self.norm);
@@ -251,8 +261,31 @@ impl DraftParams {
             vec1(p("self_attn.q_norm.weight"), &layer.q_norm);
             vec1(p("self_attn.k_norm.weight"), &layer.k_norm);
         }
-        let bytes: Vec<(String, Vec<usize>, Vec<u8>)> =
-            tensors.into_iter().map(|(n, s, d)| (n, s, d.iter().flat_map(|v| v.to_le_bytes()).collect())).collect();
+        out
+    }
+
+    /// The current weights as an inference [`Drafter`] for `target`,
+    /// without touching the disk (what the held-out τ estimate decodes with).
+    ///
+    /// # Errors
+    /// [`TrainError::Model`] when the shape does not fit `target`.
+    pub fn to_drafter(&self, cfg: &DrafterConfig, target: &Model) -> Result<Drafter> {
+        let src = InMemory(self.host_tensors());
+        Ok(Drafter::from_source(cfg.clone(), Path::new("<drafter in training>"), &src, target)?)
+    }
+
+    /// Writes the drafter in z-lab layout: `config.json` and
+    /// `model.safetensors` (f32, `[out, in]` weights) in `dir`.
+    ///
+    /// # Errors
+    /// [`TrainError::Io`] naming the file.
+    pub fn save(&self, cfg: &DrafterConfig, dir: &Path) -> Result<()> {
+        std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+        let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = self
+            .host_tensors()
+            .into_iter()
+            .map(|(n, t)| (n, t.shape, t.data.iter().flat_map(|v| v.to_le_bytes()).collect()))
+            .collect();
         let views: HashMap<String, safetensors::tensor::TensorView<'_>> = bytes
             .iter()
             .map(|(n, s, d)| {
@@ -298,8 +331,31 @@ impl DraftParams {
             });
         }
         let cp = dir.join("config.json");
-        std::fs::write(&cp, serde_json::to_vec_pretty(&config).expect("json")).map_err(io(&cp))?;
+        std::fs::write(&cp, serde_json::to_vec_pretty(&config).expect("json")).map_err(io_err(&cp))?;
         Ok(())
+    }
+}
+
+/// An I/O error naming `path`.
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> TrainError {
+    let path = path.to_path_buf();
+    move |source| TrainError::Io { path, source }
+}
+
+/// Weights held in memory, addressed by z-lab names.
+struct InMemory(BTreeMap<String, HostTensor>);
+
+impl WeightSource for InMemory {
+    fn get(&self, name: &str) -> bastion_models::Result<Option<HostTensor>> {
+        Ok(self.0.get(name).cloned())
+    }
+
+    fn path_for(&self, _name: &str) -> PathBuf {
+        PathBuf::from("<drafter in training>")
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        self.0.contains_key(name)
     }
 }
 
@@ -308,39 +364,248 @@ impl DraftParams {
 pub struct StepReport {
     /// Step index (0-based).
     pub step: usize,
-    /// Mean cross entropy over the step's predictions (nats).
+    /// Weighted mean cross entropy over the step's predictions (nats).
     pub loss: f64,
     /// Learning rate used.
     pub learning_rate: f64,
+    /// Target tokens predicted so far, this step included (the x axis of a τ-vs-data curve).
+    pub tokens: u64,
+}
+
+/// The held-out τ estimate after a step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HeldOutReport {
+    /// Steps done.
+    pub steps: usize,
+    /// Target tokens predicted so far.
+    pub tokens: u64,
+    /// The estimate (see [`HeldOutSet::tau`]).
+    pub tau: ChainTau,
+}
+
+/// What [`train`] reports to its caller.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum TrainEvent<'a> {
+    /// Continuing from a checkpoint with this many steps done.
+    Resumed {
+        /// Steps already done.
+        steps: usize,
+        /// Target tokens already predicted.
+        tokens: u64,
+        /// The checkpoint.
+        dir: &'a Path,
+    },
+    /// One optimiser step done.
+    Step(StepReport),
+    /// A held-out τ estimate (every `eval_every` steps and at the end).
+    HeldOut(HeldOutReport),
+    /// A checkpoint written (every `checkpoint_every` steps and at the end).
+    Checkpoint {
+        /// Steps done.
+        steps: usize,
+        /// Its folder.
+        dir: &'a Path,
+    },
+}
+
+/// Checkpointing and held-out evaluation of a run.
+#[derive(Debug, Clone, Default)]
+pub struct TrainOptions {
+    /// Folder for checkpoints: `step-NNNNNNN/` (`params.bpk`, `optim.bpk`,
+    /// `state.json`) and `latest` (the newest one's name, replaced
+    /// atomically once the checkpoint is complete). The two newest are kept.
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Steps between checkpoints (0: only at the end).
+    pub checkpoint_every: usize,
+    /// Continue from the newest checkpoint in `checkpoint_dir`, if any. The
+    /// run's settings must equal the checkpoint's. Anchor sampling depends
+    /// only on (seed, step), so a resumed run takes the steps an
+    /// uninterrupted one would.
+    pub resume: bool,
+    /// Held-out sequences for the τ estimate (never trained on).
+    pub held_out: Vec<DistillRecord>,
+    /// Steps between held-out estimates (0: only at the end).
+    pub eval_every: usize,
+}
+
+/// Mean acceptance of the greedy DFlash chain on known target outputs.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct ChainTau {
+    /// τ: tokens committed per round, bonus included; the mean of the
+    /// sequences' means (DESIGN §7).
+    pub tau: f64,
+    /// Rounds simulated.
+    pub rounds: usize,
+    /// Tokens committed.
+    pub tokens: usize,
+}
+
+/// Held-out sequences with their context features, for the τ estimate.
+pub struct HeldOutSet {
+    seqs: Vec<Sequence>,
+}
+
+impl HeldOutSet {
+    /// Runs the frozen target over each record once (features for `cfg`'s layers).
+    ///
+    /// # Errors
+    /// Model errors.
+    pub fn new(target: &Model, cfg: &DrafterConfig, records: &[DistillRecord]) -> Result<Self> {
+        Ok(Self { seqs: prepare(target, cfg, records)? })
+    }
+
+    /// Number of sequences (records with responses of two tokens or more).
+    pub fn len(&self) -> usize {
+        self.seqs.len()
+    }
+
+    /// Whether there is no sequence.
+    pub fn is_empty(&self) -> bool {
+        self.seqs.is_empty()
+    }
+
+    /// The DFlash chain's τ at T = 0 on these sequences, without running
+    /// the target again: because the target's greedy output is known (it
+    /// is the distilled response), each round drafts from the root exactly
+    /// as `bastion_decode::generate` does (same draft session, same
+    /// context features), accepts the longest prefix of the top-1 chain
+    /// that matches the response, and commits it plus the bonus token.
+    /// Per round this equals the decoding loop's acceptance, except in the
+    /// last round, where the response ends (see [`chain_acceptance`]).
+    ///
+    /// # Errors
+    /// Model errors.
+    pub fn tau(&self, target: &Model, drafter: &Drafter) -> Result<ChainTau> {
+        let mut out = ChainTau::default();
+        let mut means = Vec::with_capacity(self.seqs.len());
+        for s in &self.seqs {
+            let acc = chain_acceptance(target, drafter, &s.tokens, s.prompt_len, &s.features)?;
+            let committed = acc.iter().sum::<usize>();
+            means.push(committed as f64 / acc.len().max(1) as f64);
+            out.rounds += acc.len();
+            out.tokens += committed;
+        }
+        out.tau = if means.is_empty() { 0.0 } else { means.iter().sum::<f64>() / means.len() as f64 };
+        Ok(out)
+    }
+}
+
+/// Per-round acceptance lengths (bonus included) of the greedy DFlash chain
+/// on a known greedy output: `tokens` = prompt (`prompt_len` tokens) +
+/// the target's greedy response, `features` `[tokens.len(), K·H]` the
+/// target's context features of all of them. Rounds run while the root is
+/// not the last token; the last round's acceptance is cut where the
+/// response ends.
+///
+/// # Errors
+/// Model errors; [`TrainError::Usage`] when `features` does not cover `tokens`.
+pub fn chain_acceptance(
+    target: &Model,
+    drafter: &Drafter,
+    tokens: &[u32],
+    prompt_len: usize,
+    features: &[f32],
+) -> Result<Vec<usize>> {
+    let width = drafter.config().target_layer_ids.len() * target.config().hidden_size;
+    let n = tokens.len();
+    if features.len() < n.saturating_sub(1) * width || prompt_len == 0 || prompt_len >= n {
+        return Err(TrainError::Usage(format!(
+            "chain τ: {} feature values for {n} tokens of width {width}, prompt {prompt_len}",
+            features.len()
+        )));
+    }
+    let depth = drafter.block_size() - 1;
+    let vocab = target.config().vocab_size;
+    let mut session = drafter.session();
+    let (mut fed, mut root) = (0usize, prompt_len);
+    let mut out = Vec::new();
+    while root + 1 < n {
+        let logits = session.draft(target, &features[fed * width..root * width], tokens[root])?;
+        fed = root;
+        let chain = TopK::from_logits(&logits, depth, vocab, 1)
+            .map_err(|e| TrainError::Usage(format!("chain τ: {e}")))?
+            .argmax_tokens();
+        let accepted = chain.iter().zip(&tokens[root + 1..]).take_while(|(d, t)| d == t).count();
+        let committed = (accepted + 1).min(n - 1 - root);
+        out.push(committed);
+        root += committed;
+    }
+    Ok(out)
 }
 
 /// Trains a drafter for `target` on distilled `records` and returns its
-/// weights. `on_step` sees every step's report.
+/// weights. `on_event` sees every step, held-out estimate and checkpoint;
+/// returning [`ControlFlow::Break`] stops the run there (the weights so far
+/// are returned; with checkpoints, a later run resumes from the last one).
 ///
 /// # Errors
-/// Model errors; [`TrainError::Usage`] when no record has a response of two
-/// tokens or more.
+/// Model errors; [`TrainError::Usage`] for bad settings, no record with a
+/// response of two tokens or more, or a checkpoint written for other
+/// settings; [`TrainError::Io`] / [`TrainError::Format`] naming a
+/// checkpoint file that cannot be written or read.
 pub fn train(
     target: &Model,
     records: &[DistillRecord],
     cfg: &TrainConfig,
-    mut on_step: impl FnMut(&StepReport),
+    opts: &TrainOptions,
+    mut on_event: impl FnMut(&TrainEvent<'_>) -> ControlFlow<()>,
 ) -> Result<DraftParams> {
     validate(target, cfg)?;
     let seqs = prepare(target, &cfg.drafter, records)?;
     if seqs.is_empty() {
         return Err(TrainError::Usage("no training sequence has a response of two tokens or more".into()));
     }
+    let held_out = HeldOutSet::new(target, &cfg.drafter, &opts.held_out)?;
     let device = target.device().clone().autodiff();
     let embed = target.embedding_table();
     let lm_head = target.lm_head_weight().autodiff();
     let mut params = DraftParams::init(&cfg.drafter, cfg.seed, &device);
     let mut optim = AdamConfig::new().init();
-    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x5eed);
+    let (mut first, mut tokens) = (0usize, 0u64);
+    let ckpt = opts.checkpoint_dir.as_deref();
+    if let (Some(dir), true) = (ckpt, opts.resume) {
+        if let Some((state, p, o, from)) = load_checkpoint(dir, cfg, params.clone(), optim.clone())? {
+            (first, tokens, params, optim) = (state.steps, state.tokens, p, o);
+            if on_event(&TrainEvent::Resumed { steps: first, tokens, dir: &from }).is_break() {
+                return Ok(params);
+            }
+        }
+    }
     let b = cfg.drafter.block_size;
     let width = cfg.drafter.target_layer_ids.len() * target.config().hidden_size;
-    for step in 0..cfg.steps {
+    let slot_weight: Vec<f32> = (1..b)
+        .map(|k| if cfg.loss_decay > 0.0 { (-((k - 1) as f64) / cfg.loss_decay).exp() as f32 } else { 1.0 })
+        .collect();
+    let vocab = target.config().vocab_size;
+    // Tokens of the training responses (the targets of every prediction).
+    let mut observed = vec![false; vocab];
+    for s in &seqs {
+        for &t in &s.tokens[s.prompt_len..] {
+            observed[t as usize] = true;
+        }
+    }
+    for step in first..cfg.steps {
         let lr = schedule(cfg, step);
+        // Anchors depend on (seed, step) only: resuming takes the same steps.
+        let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x5eed);
+        rng.set_stream(step as u64);
+        // The softmax's columns this step, and each token's column.
+        let (head, column): (Tensor<2>, Vec<u32>) = match cfg.sampled_vocab {
+            None => (lm_head.clone(), (0..vocab as u32).collect()),
+            Some(k) => {
+                let mut keep = observed.clone();
+                for _ in 0..k {
+                    keep[rng.random_range(0..vocab)] = true;
+                }
+                let cols: Vec<i64> = (0..vocab as i64).filter(|&v| keep[v as usize]).collect();
+                let mut column = vec![u32::MAX; vocab];
+                for (i, &v) in cols.iter().enumerate() {
+                    column[v as usize] = i as u32;
+                }
+                let n = cols.len();
+                (lm_head.clone().select(1, Tensor::<1, Int>::from_data(TensorData::new(cols, [n]), &device)), column)
+            }
+        };
         let mut losses = Vec::new();
         for _ in 0..cfg.sequences_per_step {
             let s = &seqs[rng.random_range(0..seqs.len())];
@@ -358,8 +623,9 @@ pub fn train(
                 block_ids.extend(std::iter::repeat_n(cfg.drafter.mask_token_id as i64, b - 1));
                 for j in 1..b {
                     let valid = a + j < n;
-                    targets.push(if valid { s.tokens[a + j] as i64 } else { 0 });
-                    weights.push(if valid { 1.0f32 } else { 0.0 });
+                    targets.push(if valid { column[s.tokens[a + j] as usize] as i64 } else { 0 });
+                    weights.push(if valid { slot_weight[j - 1] } else { 0.0 });
+                    tokens += u64::from(valid);
                 }
             }
             let idx = Tensor::<1, Int>::from_data(TensorData::new(block_ids, [anchors.len() * b]), &embed.device());
@@ -369,21 +635,121 @@ pub fn train(
             let keep: Vec<i64> = (0..anchors.len()).flat_map(|i| (1..b).map(move |j| (i * b + j) as i64)).collect();
             let rows = keep.len();
             let out = out.select(0, Tensor::<1, Int>::from_data(TensorData::new(keep, [rows]), &device));
-            let logp = log_softmax(out.matmul(lm_head.clone()), 1);
+            let logp = log_softmax(out.matmul(head.clone()), 1);
             let tgt = Tensor::<2, Int>::from_data(TensorData::new(targets, [rows, 1]), &device);
             let picked = logp.gather(1, tgt).reshape([rows]);
             let total_w: f32 = weights.iter().sum();
             let w = Tensor::<1>::from_data(TensorData::new(weights, [rows]), &device);
-            losses.push(picked.mul(w).sum().neg().div_scalar(total_w.max(1.0)));
+            losses.push(picked.mul(w).sum().neg().div_scalar(total_w.max(1e-6)));
         }
         let count = losses.len();
         let loss = Tensor::cat(losses, 0).sum().div_scalar(count as f64);
         let value = f64::from(loss.clone().into_scalar::<f32>());
         let grads = GradientsParams::from_grads(loss.backward(), &params);
         params = optim.step(lr, params, grads);
-        on_step(&StepReport { step, loss: value, learning_rate: lr });
+        let done = step + 1;
+        let mut stop =
+            on_event(&TrainEvent::Step(StepReport { step, loss: value, learning_rate: lr, tokens })).is_break();
+        let last = done == cfg.steps;
+        if !held_out.is_empty() && (last || (opts.eval_every > 0 && done % opts.eval_every == 0)) {
+            let tau = held_out.tau(target, &params.valid().to_drafter(&cfg.drafter, target)?)?;
+            stop |= on_event(&TrainEvent::HeldOut(HeldOutReport { steps: done, tokens, tau })).is_break();
+        }
+        if let Some(dir) = ckpt {
+            if last || stop || (opts.checkpoint_every > 0 && done % opts.checkpoint_every == 0) {
+                let state = CheckpointState { steps: done, tokens, settings: format!("{cfg:?}") };
+                let written = save_checkpoint(dir, &state, &params, &optim)?;
+                stop |= on_event(&TrainEvent::Checkpoint { steps: done, dir: &written }).is_break();
+            }
+        }
+        if stop {
+            break;
+        }
     }
     Ok(params)
+}
+
+/// `state.json` of a checkpoint.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct CheckpointState {
+    /// Steps done.
+    steps: usize,
+    /// Target tokens predicted so far.
+    tokens: u64,
+    /// The run's settings (`{:?}` of [`TrainConfig`]); a resumed run must match.
+    settings: String,
+}
+
+/// Writes `dir/step-NNNNNNN/`, then points `dir/latest` at it (atomic
+/// rename) and removes all but the two newest checkpoints.
+fn save_checkpoint(
+    dir: &Path,
+    state: &CheckpointState,
+    params: &DraftParams,
+    optim: &ModuleOptimizer,
+) -> Result<PathBuf> {
+    let name = format!("step-{:07}", state.steps);
+    let out = dir.join(&name);
+    std::fs::create_dir_all(&out).map_err(io_err(&out))?;
+    let rec = |path: PathBuf| move |e: burn::store::RecordError| TrainError::Format { path, what: e.to_string() };
+    let p = out.join("params.bpk");
+    params.clone().save_file(&p).map_err(rec(p.clone()))?;
+    let o = out.join("optim.bpk");
+    optim.save(&o).map_err(rec(o.clone()))?;
+    let s = out.join("state.json");
+    std::fs::write(&s, serde_json::to_vec_pretty(state).expect("json")).map_err(io_err(&s))?;
+    let tmp = dir.join("latest.tmp");
+    std::fs::write(&tmp, &name).map_err(io_err(&tmp))?;
+    let latest = dir.join("latest");
+    std::fs::rename(&tmp, &latest).map_err(io_err(&latest))?;
+    // Keep the two newest (names sort by step).
+    let mut old: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(io_err(dir))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_dir() && p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("step-")))
+        .collect();
+    old.sort();
+    for p in old.iter().rev().skip(2) {
+        let _ = std::fs::remove_dir_all(p);
+    }
+    Ok(out)
+}
+
+/// The newest checkpoint in `dir`, loaded into `params` / `optim`; `None`
+/// when `dir` has none yet.
+fn load_checkpoint(
+    dir: &Path,
+    cfg: &TrainConfig,
+    params: DraftParams,
+    optim: ModuleOptimizer,
+) -> Result<Option<(CheckpointState, DraftParams, ModuleOptimizer, PathBuf)>> {
+    let latest = dir.join("latest");
+    let name = match std::fs::read_to_string(&latest) {
+        Ok(n) => n,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(TrainError::Io { path: latest, source: e }),
+    };
+    let ck = dir.join(name.trim());
+    let s = ck.join("state.json");
+    let text = std::fs::read(&s).map_err(io_err(&s))?;
+    let state: CheckpointState = serde_json::from_slice(&text)
+        .map_err(|e| TrainError::Format { path: s.clone(), what: format!("not a checkpoint state: {e}") })?;
+    let settings = format!("{cfg:?}");
+    if state.settings != settings {
+        return Err(TrainError::Usage(format!(
+            "{}: field `settings`: the checkpoint was written by a run with other settings\n  checkpoint: {}\n  this run:   {settings}\n\
+             (use the same settings, or another checkpoint folder)",
+            s.display(),
+            state.settings
+        )));
+    }
+    let rec = |path: PathBuf| move |e: burn::store::RecordError| TrainError::Format { path, what: e.to_string() };
+    let p = ck.join("params.bpk");
+    let record = ModuleRecord::load(&p).map_err(rec(p.clone()))?;
+    let params = params.try_load_record(record).map_err(rec(p.clone()))?;
+    let o = ck.join("optim.bpk");
+    let optim = optim.load(&o).map_err(rec(o.clone()))?;
+    Ok(Some((state, params, optim, ck)))
 }
 
 /// Rejects settings that would panic or save a drafter that cannot load.

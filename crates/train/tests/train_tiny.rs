@@ -6,7 +6,11 @@
 use bastion_decode::{generate, GenerateConfig};
 use bastion_models::{Drafter, Model, ModelConfig, SafetensorsSource};
 use bastion_testkit::{fixture_dir, Fixture};
-use bastion_train::{default_drafter_config, train, DistillRecord, TrainConfig};
+use std::ops::ControlFlow;
+
+use bastion_train::{
+    chain_acceptance, default_drafter_config, train, DistillRecord, HeldOutSet, TrainConfig, TrainEvent, TrainOptions,
+};
 use bastion_tree::FixedBudget;
 use burn::tensor::Device;
 
@@ -48,9 +52,23 @@ fn training_from_scratch_reaches_tau_3() {
         learning_rate: 3e-3,
         warmup_steps: 10,
         seed: 0,
+        loss_decay: 0.0,
+        sampled_vocab: None,
     };
-    let mut losses = Vec::new();
-    let params = train(&target, &records, &cfg, |r| losses.push(r.loss)).unwrap();
+    let held_records = distilled(&target, 8, 999);
+    let opts = TrainOptions { held_out: held_records.clone(), eval_every: 100, ..TrainOptions::default() };
+    let (mut losses, mut estimates) = (Vec::new(), Vec::new());
+    let params = train(&target, &records, &cfg, &opts, |e| {
+        match e {
+            TrainEvent::Step(r) => losses.push(r.loss),
+            TrainEvent::HeldOut(h) => estimates.push(*h),
+            _ => {}
+        }
+        ControlFlow::Continue(())
+    })
+    .unwrap();
+    assert_eq!(estimates.iter().map(|h| h.steps).collect::<Vec<_>>(), [100, 200, 300]);
+    assert!(estimates.windows(2).all(|w| w[0].tokens < w[1].tokens));
     let first: f64 = losses[..10].iter().sum::<f64>() / 10.0;
     let last: f64 = losses[losses.len() - 10..].iter().sum::<f64>() / 10.0;
     eprintln!("loss {first:.3} → {last:.3}");
@@ -72,12 +90,110 @@ fn training_from_scratch_reaches_tau_3() {
         }
         committed as f64 / rounds as f64
     };
-    let held: Vec<Vec<u32>> = distilled(&target, 8, 999).into_iter().map(|r| r.prompt_ids).collect();
+    let held: Vec<Vec<u32>> = held_records.iter().map(|r| r.prompt_ids.clone()).collect();
     let fx = Fixture::load("tiny-dflash");
     let fixture_tau = tau((0..3).map(|i| fx.ids(&format!("prompt_{i}"))).collect());
     let held_tau = tau(held);
     eprintln!("τ held-out {held_tau:.2}, fixture prompts {fixture_tau:.2}");
     assert!(held_tau >= 3.0, "held-out τ = {held_tau:.2}");
+
+    // The training-time estimate: the last one is the final weights' τ on
+    // the held-out set; it differs from the decoding loop's τ only in the
+    // last round of each sequence (checked next), which weighs a lot in
+    // these 32-token responses.
+    let set = HeldOutSet::new(&target, &cfg.drafter, &held_records).unwrap();
+    let est = set.tau(&target, &drafter).unwrap();
+    assert_eq!(est, estimates.last().unwrap().tau);
+    eprintln!("τ estimate {:.2} ({} rounds)", est.tau, est.rounds);
+    // Round by round, the simulated chain is the decoding loop's chain.
+    let hidden = drafter.hidden_indices();
+    for r in &held_records {
+        let tokens: Vec<u32> = r.prompt_ids.iter().chain(&r.response_ids).copied().collect();
+        let out = target.session().prefill(&tokens, &hidden).unwrap();
+        let feats = bastion_models::context_features(&out, target.config().hidden_size, None).unwrap();
+        let sim = chain_acceptance(&target, &drafter, &tokens, r.prompt_ids.len(), &feats).unwrap();
+        let real = generate(&target, Some((&drafter, &mut FixedBudget::chain(7))), &r.prompt_ids, &gen_cfg)
+            .unwrap()
+            .acceptance_lengths();
+        let k = sim.len();
+        assert_eq!(sim.iter().sum::<usize>(), r.response_ids.len() - 1);
+        assert_eq!(sim[..k - 1], real[..k - 1], "record {}", r.id);
+        assert!(sim[k - 1] <= real[k - 1]);
+    }
+}
+
+/// A small run's settings on the tiny pair.
+fn small(target: &Model, steps: usize) -> TrainConfig {
+    TrainConfig {
+        drafter: default_drafter_config(target.config(), 1, 8, 255),
+        steps,
+        sequences_per_step: 2,
+        anchors_per_sequence: 2,
+        learning_rate: 3e-3,
+        warmup_steps: 2,
+        seed: 3,
+        loss_decay: 4.0,
+        sampled_vocab: Some(16),
+    }
+}
+
+#[test]
+fn resumed_run_equals_uninterrupted_run() {
+    let target = target();
+    let records = distilled(&target, 16, 42);
+    let cfg = small(&target, 6);
+    let straight = train(&target, &records, &cfg, &TrainOptions::default(), |_| ControlFlow::Continue(())).unwrap();
+
+    let ck = tempfile::tempdir().unwrap();
+    let opts = TrainOptions {
+        checkpoint_dir: Some(ck.path().to_path_buf()),
+        checkpoint_every: 2,
+        resume: true,
+        ..TrainOptions::default()
+    };
+    // Interrupted after step 3 (a checkpoint is written where it stops).
+    let mut seen = Vec::new();
+    train(&target, &records, &cfg, &opts, |e| match e {
+        TrainEvent::Step(r) if r.step == 2 => ControlFlow::Break(()),
+        TrainEvent::Checkpoint { steps, .. } => {
+            seen.push(*steps);
+            ControlFlow::Continue(())
+        }
+        _ => ControlFlow::Continue(()),
+    })
+    .unwrap();
+    assert_eq!(seen, [2, 3]);
+    let mut resumed_at = None;
+    let resumed = train(&target, &records, &cfg, &opts, |e| {
+        if let TrainEvent::Resumed { steps, .. } = e {
+            resumed_at = Some(*steps);
+        }
+        ControlFlow::Continue(())
+    })
+    .unwrap();
+    assert_eq!(resumed_at, Some(3));
+    // Only the two newest checkpoints are kept.
+    let mut kept: Vec<String> = std::fs::read_dir(ck.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with("step-"))
+        .collect();
+    kept.sort();
+    assert_eq!(kept, ["step-0000004", "step-0000006"]);
+
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    straight.save(&cfg.drafter, a.path()).unwrap();
+    resumed.save(&cfg.drafter, b.path()).unwrap();
+    let read = |d: &std::path::Path| std::fs::read(d.join("model.safetensors")).unwrap();
+    assert!(read(a.path()) == read(b.path()), "resumed weights differ from the uninterrupted run's");
+
+    // A checkpoint from other settings is refused, naming the file and field.
+    let other = TrainConfig { learning_rate: 1e-3, ..cfg };
+    let Err(e) = train(&target, &records, &other, &opts, |_| ControlFlow::Continue(())) else {
+        panic!("other settings must not resume")
+    };
+    let e = e.to_string();
+    assert!(e.contains("state.json") && e.contains("settings") && e.contains("learning_rate: 0.001"), "{e}");
 }
 
 #[test]
@@ -92,6 +208,8 @@ fn bad_settings_are_errors_and_rope_scaling_is_saved() {
         learning_rate: 1e-3,
         warmup_steps: 0,
         seed: 0,
+        loss_decay: 0.0,
+        sampled_vocab: None,
     };
     let cases: Vec<(TrainConfig, &str)> = vec![
         (TrainConfig { anchors_per_sequence: 0, ..base.clone() }, "anchors per sequence must be ≥ 1"),
@@ -104,7 +222,9 @@ fn bad_settings_are_errors_and_rope_scaling_is_saved() {
         (TrainConfig { drafter: default_drafter_config(target.config(), 1, 8, 256), ..base.clone() }, "mask token 256"),
     ];
     for (cfg, want) in cases {
-        let Err(e) = train(&target, &records, &cfg, |_| {}) else { panic!("{want}: must fail") };
+        let Err(e) = train(&target, &records, &cfg, &TrainOptions::default(), |_| ControlFlow::Continue(())) else {
+            panic!("{want}: must fail")
+        };
         let e = e.to_string();
         assert!(e.contains(want), "{e}");
     }
