@@ -181,8 +181,10 @@ enum Command {
     },
     /// τ and speedup of a drafter on evaluation prompts (chat template, first
     /// turn, T = 0): per dataset, τ (mean of per-prompt means), TPOT and the
-    /// AR baseline's TPOT measured in the same process; exits non-zero when
-    /// any output differs from AR's.
+    /// AR baseline's TPOT measured in the same process, speedup = mean AR
+    /// TPOT / mean TPOT; the average row is the mean of the per-set values.
+    /// MT-Bench runs its first turn only (row `mt-bench1`). Exits non-zero
+    /// when any output differs from AR's.
     Tau {
         /// The target: a `.gguf` file or a Hugging Face folder.
         #[arg(long)]
@@ -373,6 +375,23 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+/// Drops the lines of a training log whose `step` is past `steps` (a
+/// resumed run redoes them).
+fn truncate_log(path: &Path, steps: usize) -> Result<(), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let keep: String = text
+        .lines()
+        .filter(|l| {
+            serde_json::from_str::<serde_json::Value>(l)
+                .ok()
+                .and_then(|v| v["step"].as_u64())
+                .is_none_or(|st| st as usize <= steps)
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(path, keep).map_err(|e| format!("{}: {e}", path.display()))
+}
+
 /// A line above the progress bar, or on stderr when there is no terminal
 /// (a hidden bar prints nothing).
 fn say(bar: &indicatif::ProgressBar, line: String) {
@@ -455,6 +474,7 @@ fn train_drafter(
         held_out: held,
         eval_every: s.eval_every,
     };
+    let usable = |r: &[bastion_train::DistillRecord]| r.iter().filter(|r| r.response_ids.len() >= 2).count();
     eprintln!(
         "{} sequences from {} ({} held out); {} steps; target layers {:?}",
         records.len(),
@@ -463,26 +483,43 @@ fn train_drafter(
         s.steps,
         cfg.drafter.target_layer_ids
     );
+    let short = records.len() + opts.held_out.len() - usable(&records) - usable(&opts.held_out);
+    if short > 0 {
+        eprintln!("warning: {short} sequences have responses under 2 tokens and are skipped");
+    }
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
     let log_path = out.join("training_log.jsonl");
-    let mut log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_path)
-        .map_err(|e| format!("{}: {e}", log_path.display()))?;
+    let open_log = || {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(|e| format!("{}: {e}", log_path.display()))
+    };
+    if !s.resume {
+        // A fresh run starts a fresh log.
+        std::fs::write(&log_path, "").map_err(|e| format!("{}: {e}", log_path.display()))?;
+    }
+    let mut log = open_log()?;
     let bar = indicatif::ProgressBar::new(s.steps as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{bar:30} step {pos}/{len}, {msg}, eta {eta}")
             .expect("valid progress template"),
     );
     let started = Instant::now();
-    let (mut avg, mut tau, mut last) = (None::<f64>, None::<f64>, None);
+    let (mut avg, mut tau, mut last, mut resumed) = (None::<f64>, None::<f64>, None, None);
     let mut log_err = None;
     let params = bastion_train::train(&target, &records, &cfg, &opts, |e| {
         let line = match e {
             TrainEvent::Resumed { steps, tokens, dir } => {
                 bar.set_position(*steps as u64);
+                resumed = Some((*steps, *tokens));
                 say(&bar, format!("resumed from {} ({steps} steps, {tokens} tokens)", dir.display()));
+                // Lines past the checkpoint are redone by this run.
+                if let Err(e) = truncate_log(&log_path, *steps) {
+                    log_err = Some(e);
+                    return ControlFlow::Break(());
+                }
                 None
             }
             TrainEvent::Step(r) => {
@@ -528,11 +565,10 @@ fn train_drafter(
         return Err(e.into());
     }
     params.save(&cfg.drafter, out)?;
+    let (steps_done, tokens_done) = last.map(|r| (r.step + 1, r.tokens)).or(resumed).unwrap_or((0, 0));
     eprintln!(
-        "saved {} after {} steps, {} target tokens (final EMA loss {:.3}, held-out τ {})",
+        "saved {} after {steps_done} steps, {tokens_done} target tokens (final EMA loss {:.3}, held-out τ {})",
         out.display(),
-        last.map_or(0, |r| r.step + 1),
-        last.map_or(0, |r| r.tokens),
         avg.unwrap_or(f64::NAN),
         tau.map_or("-".into(), |t| format!("{t:.3}"))
     );
@@ -565,8 +601,15 @@ fn tau_eval(
     out: Option<&Path>,
     a: &TauArgs,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    if !a.method.needs_drafter() {
-        return Err(format!("--method {}: τ needs a speculative method (dflash or ddtree:N)", a.method).into());
+    if !matches!(a.method, Method::DFlash | Method::DDTree { .. }) {
+        return Err(format!(
+            "--method {}: τ needs a speculative method with a fixed budget (dflash or ddtree:N)",
+            a.method
+        )
+        .into());
+    }
+    if a.samples == 0 {
+        return Err("--samples must be ≥ 1".into());
     }
     let names: Vec<DatasetName> = sets.iter().map(|s| s.parse()).collect::<Result<_, _>>()?;
     let data = Datasets::open(datasets)?;
@@ -615,12 +658,19 @@ fn tau_eval(
         );
         bar.set_message(name.to_string());
         let (mut taus, mut tpots, mut ar_tpots, mut same) = (Vec::new(), Vec::new(), Vec::new(), 0usize);
+        // Outputs that stop at their first token have no round: no τ, no TPOT.
+        let mut no_round = 0usize;
         for p in &prompts {
             let text = p.turns.first().ok_or_else(|| format!("{name} prompt {}: no turn", p.id))?;
             let ids = tok.encode(&template.render(&[Message::new("user", text)], true)?, false)?;
             let g = run(&ids, true, &cfg)?;
-            taus.push(g.tau());
-            tpots.push(g.tpot());
+            let timed = !g.rounds.is_empty();
+            if timed {
+                taus.push(g.tau());
+                tpots.push(g.tpot());
+            } else {
+                no_round += 1;
+            }
             let mut line = serde_json::json!({
                 "dataset": name.as_str(), "id": p.id, "method": a.method.to_string(), "tau": g.tau(),
                 "rounds": g.rounds.len(), "tokens": g.tokens.len(), "tpot_s": g.tpot(),
@@ -628,7 +678,9 @@ fn tau_eval(
             });
             if !a.no_ar {
                 let ar = run(&ids, false, &cfg)?;
-                ar_tpots.push(ar.tpot());
+                if timed {
+                    ar_tpots.push(ar.tpot());
+                }
                 let ok = ar.tokens == g.tokens;
                 same += usize::from(ok);
                 if !ok {
@@ -643,6 +695,9 @@ fn tau_eval(
             bar.inc(1);
         }
         bar.finish_and_clear();
+        if no_round > 0 {
+            eprintln!("{name}: {no_round} outputs stopped at their first token (no round; left out of τ and TPOT)");
+        }
         let (tau, tau_std) = mean_std(&taus);
         let tpot = mean_std(&tpots).0;
         all_tau.push(tau);
@@ -653,9 +708,11 @@ fn tau_eval(
             all_speedup.push(ar / tpot);
             (format!("{:.1}", ar * 1e3), format!("{:.2}×", ar / tpot), format!("{same}/{}", prompts.len()))
         };
+        // MT-Bench's second turn is not run: its row is not the papers' two-turn number.
+        let label = if name == DatasetName::MtBench { "mt-bench1" } else { name.as_str() };
         println!(
             "{:<10} {:>7} {:>6.2} {:>6.2} {:>9.1} {:>9} {:>8} {:>10}",
-            name.as_str(),
+            label,
             prompts.len(),
             tau,
             tau_std,

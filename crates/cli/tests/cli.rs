@@ -53,6 +53,63 @@ fn generate_reproduces_the_smollm2_greedy_reference() {
     assert!(err.contains("64 tokens in 64 rounds, τ 1.00") && err.contains("tokens/s"), "{err}");
 }
 
+/// The shipped SmolLM2 drafter through the command line: `generate --method
+/// dflash` prints exactly AR's text, and `tau` reports a lossless run.
+#[test]
+fn shipped_drafter_generates_ar_text_and_tau_reports() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let model = format!("{root}/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(std::path::Path::new(&model).is_file(), "{model} is missing: run scripts/fetch-model.sh first");
+    let drafter = format!("{root}/drafters/smollm2-135m-instruct-dflash");
+    let fx = bastion_testkit::Fixture::load("smollm2-135m");
+    let case = &fx.json["prompts"]["coding"];
+    let prompt = case["messages"][0]["content"].as_str().unwrap();
+    let base = ["generate", "--model", &model, "--prompt", prompt, "--chat", "--max-new-tokens", "64"];
+    let mut args = base.to_vec();
+    args.extend(["--method", "dflash", "--drafter", &drafter]);
+    let (ok, out, err) = bastion(&args);
+    assert!(ok, "{err}");
+    assert_eq!(out.strip_suffix('\n').unwrap(), case["greedy_text"].as_str().unwrap());
+    assert!(err.starts_with("dflash |") && err.contains("64 tokens in"), "{err}");
+
+    let tmp = tempfile::tempdir().unwrap();
+    let out_file = tmp.path().join("tau.jsonl");
+    let datasets = format!("{root}/datasets");
+    let (ok, out, err) = bastion(&[
+        "tau",
+        "--model",
+        &model,
+        "--drafter",
+        &drafter,
+        "--sets",
+        "gsm8k,humaneval",
+        "--samples",
+        "1",
+        "--max-new-tokens",
+        "24",
+        "--datasets",
+        &datasets,
+        "--out",
+        out_file.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let rows: Vec<&str> = out.lines().filter(|l| l.starts_with("gsm8k") || l.starts_with("humaneval")).collect();
+    assert_eq!(rows.len(), 2, "{out}");
+    assert!(rows.iter().all(|r| r.ends_with("1/1")), "{out}");
+    let recs: Vec<serde_json::Value> =
+        std::fs::read_to_string(&out_file).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(recs.len(), 2);
+    for r in &recs {
+        assert_eq!(r["identical_to_ar"], true);
+        let acc: Vec<u64> = r["acceptance_lengths"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+        let tau = acc.iter().sum::<u64>() as f64 / acc.len() as f64;
+        assert!((tau - r["tau"].as_f64().unwrap()).abs() < 1e-12 && acc.iter().all(|&a| (1..=16).contains(&a)));
+    }
+    // AR is not a speculative method.
+    let (ok, _, err) = bastion(&["tau", "--model", &model, "--drafter", &drafter, "--method", "ar"]);
+    assert!(!ok && err.contains("needs a speculative method"), "{err}");
+}
+
 #[test]
 fn generate_names_a_missing_model() {
     let (ok, _, err) = bastion(&["generate", "--model", "no/such.gguf", "--prompt", "hi"]);

@@ -77,7 +77,8 @@ pub struct TrainConfig {
     pub loss_decay: f64,
     /// `None`: the loss is the cross entropy over the whole vocabulary.
     /// `Some(k)`: over the tokens that occur in the training responses
-    /// plus `k` others drawn uniformly each step (a sampled softmax: the
+    /// plus up to `k` others, `k` uniform draws with replacement each step
+    /// (a sampled softmax: the
     /// LM head, `[hidden, vocab]`, dominates a step's cost, and a chat
     /// model's responses use a few thousand of its tokens). The drafter
     /// still drafts over the whole vocabulary; the held-out τ measures
@@ -111,22 +112,52 @@ struct Sequence {
 }
 
 /// Runs the frozen target over each record (prompt + response) once and
-/// keeps the drafter's context features.
+/// keeps the drafter's context features. Records whose response has fewer
+/// than two tokens (nothing to predict after the anchor) are skipped.
 ///
 /// # Errors
-/// Model errors; [`TrainError::Usage`] for a record with an empty response.
+/// [`TrainError::Usage`] naming the record for an empty prompt, a token
+/// outside the target's vocabulary or a model error.
 fn prepare(target: &Model, cfg: &DrafterConfig, records: &[DistillRecord]) -> Result<Vec<Sequence>> {
     let hidden = cfg.hidden_indices();
+    let vocab = target.config().vocab_size;
     records
         .iter()
         .filter(|r| r.response_ids.len() >= 2)
         .map(|r| {
+            let bad = |what: String| TrainError::Usage(format!("distilled record {}: {what}", r.id));
+            if r.prompt_ids.is_empty() {
+                return Err(bad("empty prompt (the drafter needs context)".into()));
+            }
             let tokens: Vec<u32> = r.prompt_ids.iter().chain(&r.response_ids).copied().collect();
-            let out = target.session().prefill(&tokens, &hidden)?;
-            let features = context_features(&out, target.config().hidden_size, None)?;
+            if let Some(t) = tokens.iter().find(|&&t| t as usize >= vocab) {
+                return Err(bad(format!("token id {t} ≥ the target's vocabulary size {vocab}")));
+            }
+            let out = target.session().prefill(&tokens, &hidden).map_err(|e| bad(e.to_string()))?;
+            let features = context_features(&out, target.config().hidden_size, None).map_err(|e| bad(e.to_string()))?;
             Ok(Sequence { tokens, prompt_len: r.prompt_ids.len(), features })
         })
         .collect()
+}
+
+/// FNV-1a hash of the records' ids and tokens: a checkpoint remembers the
+/// data it was trained on.
+fn data_fingerprint(records: &[DistillRecord]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for &b in bytes {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    for r in records {
+        eat(r.id.as_bytes());
+        eat(&[0xff]);
+        for t in r.prompt_ids.iter().chain(&[u32::MAX]).chain(&r.response_ids) {
+            eat(&t.to_le_bytes());
+        }
+        eat(&[0xfe]);
+    }
+    format!("{} records, fnv1a {h:016x}", records.len())
 }
 
 /// Deterministic normal(0, std) initial values.
@@ -364,7 +395,9 @@ impl WeightSource for InMemory {
 pub struct StepReport {
     /// Step index (0-based).
     pub step: usize,
-    /// Weighted mean cross entropy over the step's predictions (nats).
+    /// Weighted mean cross entropy over the step's predictions (nats);
+    /// with [`TrainConfig::sampled_vocab`] over the sampled columns, so not
+    /// comparable with a full-vocabulary run's.
     pub loss: f64,
     /// Learning rate used.
     pub learning_rate: f64,
@@ -399,7 +432,8 @@ pub enum TrainEvent<'a> {
     Step(StepReport),
     /// A held-out τ estimate (every `eval_every` steps and at the end).
     HeldOut(HeldOutReport),
-    /// A checkpoint written (every `checkpoint_every` steps and at the end).
+    /// A checkpoint written (every `checkpoint_every` steps, at the end, and
+    /// where the caller stops the run).
     Checkpoint {
         /// Steps done.
         steps: usize,
@@ -535,14 +569,19 @@ pub fn chain_acceptance(
 
 /// Trains a drafter for `target` on distilled `records` and returns its
 /// weights. `on_event` sees every step, held-out estimate and checkpoint;
-/// returning [`ControlFlow::Break`] stops the run there (the weights so far
-/// are returned; with checkpoints, a later run resumes from the last one).
+/// returning [`ControlFlow::Break`] stops the run after the current step
+/// (its held-out estimate, if due, and a checkpoint are still made; the
+/// weights so far are returned and a later run can resume from there).
+///
+/// Without `opts.resume`, a checkpoint folder that already holds a run is
+/// refused rather than mixed with a new one.
 ///
 /// # Errors
 /// Model errors; [`TrainError::Usage`] for bad settings, no record with a
-/// response of two tokens or more, or a checkpoint written for other
-/// settings; [`TrainError::Io`] / [`TrainError::Format`] naming a
-/// checkpoint file that cannot be written or read.
+/// response of two tokens or more, a checkpoint written for other
+/// settings or data, or a non-finite loss (naming the step);
+/// [`TrainError::Io`] / [`TrainError::Format`] naming a checkpoint file
+/// that cannot be written or read.
 pub fn train(
     target: &Model,
     records: &[DistillRecord],
@@ -563,8 +602,18 @@ pub fn train(
     let mut optim = AdamConfig::new().init();
     let (mut first, mut tokens) = (0usize, 0u64);
     let ckpt = opts.checkpoint_dir.as_deref();
+    let data = format!("train {}; held out {}", data_fingerprint(records), data_fingerprint(&opts.held_out));
+    if let (Some(dir), false) = (ckpt, opts.resume) {
+        let latest = dir.join("latest");
+        if latest.exists() {
+            return Err(TrainError::Usage(format!(
+                "{}: the checkpoint folder already holds a run; resume it, or choose another checkpoint folder",
+                latest.display()
+            )));
+        }
+    }
     if let (Some(dir), true) = (ckpt, opts.resume) {
-        if let Some((state, p, o, from)) = load_checkpoint(dir, cfg, params.clone(), optim.clone())? {
+        if let Some((state, p, o, from)) = load_checkpoint(dir, cfg, &data, params.clone(), optim.clone())? {
             (first, tokens, params, optim) = (state.steps, state.tokens, p, o);
             if on_event(&TrainEvent::Resumed { steps: first, tokens, dir: &from }).is_break() {
                 return Ok(params);
@@ -606,7 +655,7 @@ pub fn train(
                 (lm_head.clone().select(1, Tensor::<1, Int>::from_data(TensorData::new(cols, [n]), &device)), column)
             }
         };
-        let mut losses = Vec::new();
+        let (mut losses, mut step_weight) = (Vec::new(), 0.0f32);
         for _ in 0..cfg.sequences_per_step {
             let s = &seqs[rng.random_range(0..seqs.len())];
             let n = s.tokens.len();
@@ -638,13 +687,18 @@ pub fn train(
             let logp = log_softmax(out.matmul(head.clone()), 1);
             let tgt = Tensor::<2, Int>::from_data(TensorData::new(targets, [rows, 1]), &device);
             let picked = logp.gather(1, tgt).reshape([rows]);
-            let total_w: f32 = weights.iter().sum();
+            step_weight += weights.iter().sum::<f32>();
             let w = Tensor::<1>::from_data(TensorData::new(weights, [rows]), &device);
-            losses.push(picked.mul(w).sum().neg().div_scalar(total_w.max(1e-6)));
+            losses.push(picked.mul(w).sum().neg());
         }
-        let count = losses.len();
-        let loss = Tensor::cat(losses, 0).sum().div_scalar(count as f64);
+        // Σ w·nll / Σ w over the whole step.
+        let loss = Tensor::cat(losses, 0).sum().div_scalar(step_weight.max(1e-6));
         let value = f64::from(loss.clone().into_scalar::<f32>());
+        if !value.is_finite() {
+            return Err(TrainError::Usage(format!(
+                "step {step}: the loss is {value} (learning rate {lr:.3e}); training diverged, try a lower learning rate"
+            )));
+        }
         let grads = GradientsParams::from_grads(loss.backward(), &params);
         params = optim.step(lr, params, grads);
         let done = step + 1;
@@ -657,7 +711,7 @@ pub fn train(
         }
         if let Some(dir) = ckpt {
             if last || stop || (opts.checkpoint_every > 0 && done % opts.checkpoint_every == 0) {
-                let state = CheckpointState { steps: done, tokens, settings: format!("{cfg:?}") };
+                let state = CheckpointState { steps: done, tokens, settings: format!("{cfg:?}"), data: data.clone() };
                 let written = save_checkpoint(dir, &state, &params, &optim)?;
                 stop |= on_event(&TrainEvent::Checkpoint { steps: done, dir: &written }).is_break();
             }
@@ -678,10 +732,13 @@ struct CheckpointState {
     tokens: u64,
     /// The run's settings (`{:?}` of [`TrainConfig`]); a resumed run must match.
     settings: String,
+    /// The training and held-out data (counts and hashes); a resumed run must match.
+    data: String,
 }
 
-/// Writes `dir/step-NNNNNNN/`, then points `dir/latest` at it (atomic
-/// rename) and removes all but the two newest checkpoints.
+/// Writes `dir/step-NNNNNNN/` (through a `.tmp` folder, files and folders
+/// synced, then renamed), points `dir/latest` at it the same way, and
+/// removes older checkpoints but the previous one.
 fn save_checkpoint(
     dir: &Path,
     state: &CheckpointState,
@@ -690,29 +747,51 @@ fn save_checkpoint(
 ) -> Result<PathBuf> {
     let name = format!("step-{:07}", state.steps);
     let out = dir.join(&name);
-    std::fs::create_dir_all(&out).map_err(io_err(&out))?;
+    let tmp = dir.join(format!("{name}.tmp"));
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
+    }
+    std::fs::create_dir_all(&tmp).map_err(io_err(&tmp))?;
     let rec = |path: PathBuf| move |e: burn::store::RecordError| TrainError::Format { path, what: e.to_string() };
-    let p = out.join("params.bpk");
+    let p = tmp.join("params.bpk");
     params.clone().save_file(&p).map_err(rec(p.clone()))?;
-    let o = out.join("optim.bpk");
+    let o = tmp.join("optim.bpk");
     optim.save(&o).map_err(rec(o.clone()))?;
-    let s = out.join("state.json");
+    let s = tmp.join("state.json");
     std::fs::write(&s, serde_json::to_vec_pretty(state).expect("json")).map_err(io_err(&s))?;
-    let tmp = dir.join("latest.tmp");
-    std::fs::write(&tmp, &name).map_err(io_err(&tmp))?;
+    for f in [&p, &o, &s, &tmp] {
+        sync(f)?;
+    }
+    if out.exists() {
+        std::fs::remove_dir_all(&out).map_err(io_err(&out))?;
+    }
+    std::fs::rename(&tmp, &out).map_err(io_err(&out))?;
+    let latest_tmp = dir.join("latest.tmp");
+    std::fs::write(&latest_tmp, &name).map_err(io_err(&latest_tmp))?;
+    sync(&latest_tmp)?;
     let latest = dir.join("latest");
-    std::fs::rename(&tmp, &latest).map_err(io_err(&latest))?;
-    // Keep the two newest (names sort by step).
-    let mut old: Vec<PathBuf> = std::fs::read_dir(dir)
+    std::fs::rename(&latest_tmp, &latest).map_err(io_err(&latest))?;
+    sync(dir)?;
+    // Keep this checkpoint and the newest older one.
+    let mut older: Vec<(usize, PathBuf)> = std::fs::read_dir(dir)
         .map_err(io_err(dir))?
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_dir() && p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("step-")))
+        .filter_map(|p| {
+            let step = p.file_name()?.to_str()?.strip_prefix("step-")?.parse::<usize>().ok()?;
+            (p.is_dir() && step < state.steps).then_some((step, p))
+        })
         .collect();
-    old.sort();
-    for p in old.iter().rev().skip(2) {
+    older.sort();
+    older.pop();
+    for (_, p) in older {
         let _ = std::fs::remove_dir_all(p);
     }
     Ok(out)
+}
+
+/// Flushes a file or folder to disk.
+fn sync(path: &Path) -> Result<()> {
+    std::fs::File::open(path).and_then(|f| f.sync_all()).map_err(io_err(path))
 }
 
 /// The newest checkpoint in `dir`, loaded into `params` / `optim`; `None`
@@ -720,6 +799,7 @@ fn save_checkpoint(
 fn load_checkpoint(
     dir: &Path,
     cfg: &TrainConfig,
+    data: &str,
     params: DraftParams,
     optim: ModuleOptimizer,
 ) -> Result<Option<(CheckpointState, DraftParams, ModuleOptimizer, PathBuf)>> {
@@ -735,13 +815,15 @@ fn load_checkpoint(
     let state: CheckpointState = serde_json::from_slice(&text)
         .map_err(|e| TrainError::Format { path: s.clone(), what: format!("not a checkpoint state: {e}") })?;
     let settings = format!("{cfg:?}");
-    if state.settings != settings {
-        return Err(TrainError::Usage(format!(
-            "{}: field `settings`: the checkpoint was written by a run with other settings\n  checkpoint: {}\n  this run:   {settings}\n\
-             (use the same settings, or another checkpoint folder)",
-            s.display(),
-            state.settings
-        )));
+    for (field, theirs, ours) in [("settings", &state.settings, &settings), ("data", &state.data, &data.to_string())] {
+        if theirs != ours {
+            return Err(TrainError::Usage(format!(
+                "{}: field `{field}`: the checkpoint was written by a run with other {field}: {}\n\
+                 (resume with the same {field}, or choose another checkpoint folder)",
+                s.display(),
+                differences(theirs, ours)
+            )));
+        }
     }
     let rec = |path: PathBuf| move |e: burn::store::RecordError| TrainError::Format { path, what: e.to_string() };
     let p = ck.join("params.bpk");
@@ -750,6 +832,21 @@ fn load_checkpoint(
     let o = ck.join("optim.bpk");
     let optim = optim.load(&o).map_err(rec(o.clone()))?;
     Ok(Some((state, params, optim, ck)))
+}
+
+/// The parts of two `{:?}` renderings that differ, as `checkpoint → this run`.
+fn differences(theirs: &str, ours: &str) -> String {
+    let split = |x: &str| -> Vec<String> {
+        x.split([',', '{', '}', ';']).map(|t| t.trim().to_string()).filter(|t| !t.is_empty()).collect()
+    };
+    let (a, b) = (split(theirs), split(ours));
+    let diff: Vec<String> =
+        a.iter().zip(&b).filter(|(x, y)| x != y).map(|(x, y)| format!("{x} → {y}")).take(4).collect();
+    if diff.is_empty() {
+        format!("{theirs} → {ours}")
+    } else {
+        diff.join(", ")
+    }
 }
 
 /// Rejects settings that would panic or save a drafter that cannot load.
@@ -774,6 +871,9 @@ fn validate(target: &Model, cfg: &TrainConfig) -> Result<()> {
     }
     if let Some(id) = d.target_layer_ids.iter().find(|&&id| id >= target.config().num_layers) {
         return bad(format!("target layer id {id} ≥ the target's {} layers", target.config().num_layers));
+    }
+    if !(cfg.loss_decay >= 0.0 && cfg.loss_decay.is_finite()) {
+        return bad(format!("loss decay γ {} must be ≥ 0 (0 = uniform weights)", cfg.loss_decay));
     }
     if !(cfg.learning_rate > 0.0 && cfg.learning_rate.is_finite()) {
         return bad(format!("learning rate {} must be > 0", cfg.learning_rate));

@@ -188,12 +188,22 @@ fn resumed_run_equals_uninterrupted_run() {
     assert!(read(a.path()) == read(b.path()), "resumed weights differ from the uninterrupted run's");
 
     // A checkpoint from other settings is refused, naming the file and field.
-    let other = TrainConfig { learning_rate: 1e-3, ..cfg };
+    let other = TrainConfig { learning_rate: 1e-3, ..cfg.clone() };
     let Err(e) = train(&target, &records, &other, &opts, |_| ControlFlow::Continue(())) else {
         panic!("other settings must not resume")
     };
     let e = e.to_string();
     assert!(e.contains("state.json") && e.contains("settings") && e.contains("learning_rate: 0.001"), "{e}");
+    // So is one from other data, and a fresh run into a folder that holds one.
+    let Err(e) = train(&target, &records[1..], &cfg, &opts, |_| ControlFlow::Continue(())) else {
+        panic!("other data must not resume")
+    };
+    assert!(e.to_string().contains("field `data`") && e.to_string().contains("16 records"), "{e}");
+    let fresh = TrainOptions { resume: false, ..opts.clone() };
+    let Err(e) = train(&target, &records, &cfg, &fresh, |_| ControlFlow::Continue(())) else {
+        panic!("a fresh run must not mix with a stored one")
+    };
+    assert!(e.to_string().contains("already holds a run"), "{e}");
 }
 
 #[test]
@@ -220,6 +230,8 @@ fn bad_settings_are_errors_and_rope_scaling_is_saved() {
             "at least one layer",
         ),
         (TrainConfig { drafter: default_drafter_config(target.config(), 1, 8, 256), ..base.clone() }, "mask token 256"),
+        (TrainConfig { loss_decay: -1.0, ..base.clone() }, "loss decay γ -1 must be ≥ 0"),
+        (TrainConfig { loss_decay: f64::NAN, ..base.clone() }, "loss decay γ NaN"),
     ];
     for (cfg, want) in cases {
         let Err(e) = train(&target, &records, &cfg, &TrainOptions::default(), |_| ControlFlow::Continue(())) else {
