@@ -44,6 +44,7 @@ mod builder;
 mod caddtree;
 mod convex;
 mod error;
+mod online;
 mod policy;
 mod roofline;
 mod topk;
@@ -55,6 +56,7 @@ pub use builder::{build_tree, build_tree_from_logits};
 pub use caddtree::{CaddTree, ConvexCostModel, RoundCostModel, VerifyProfile};
 pub use convex::fit_convex_monotone;
 pub use error::{Result, TreeError};
+pub use online::{OnlineConfig, OnlineRoofline};
 pub use policy::{BudgetPolicy, FixedBudget, TieBreak};
 pub use roofline::{
     fit_calibration, CalibrationFit, DevicePeak, ModelShape, RooflineCalibration, RooflineEstimator, RooflineModel,
