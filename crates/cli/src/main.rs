@@ -178,6 +178,11 @@ enum Command {
         /// Continue from the newest checkpoint (the settings must be the same).
         #[arg(long)]
         resume: bool,
+        /// Stop after this step (checkpoint and drafter saved there; the schedule stays that of
+        /// --steps, so a later --resume continues the same run). With --resume at a checkpoint at or
+        /// past it: export that checkpoint as a drafter without training.
+        #[arg(long)]
+        stop_after: Option<usize>,
     },
     /// τ and speedup of a drafter on evaluation prompts (chat template, first
     /// turn, T = 0): per dataset, τ (mean of per-prompt means), TPOT and the
@@ -324,6 +329,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             checkpoint_dir,
             checkpoint_every,
             resume,
+            stop_after,
         } => {
             let settings = TrainSettings {
                 mask_token,
@@ -343,6 +349,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 eval_every,
                 checkpoint_every,
                 resume,
+                stop_after,
             };
             let checkpoint_dir = checkpoint_dir.unwrap_or_else(|| out.join("checkpoints"));
             train_drafter(&model, &data, &out, &checkpoint_dir, &settings)?
@@ -421,6 +428,7 @@ struct TrainSettings {
     eval_every: usize,
     checkpoint_every: usize,
     resume: bool,
+    stop_after: Option<usize>,
 }
 
 /// Trains a drafter; writes it to `out` with `training_log.jsonl` (one line
@@ -508,10 +516,12 @@ fn train_drafter(
     );
     let started = Instant::now();
     let (mut avg, mut tau, mut last, mut resumed) = (None::<f64>, None::<f64>, None, None);
+    let mut stop = false;
     let mut log_err = None;
     let params = bastion_train::train(&target, &records, &cfg, &opts, |e| {
         let line = match e {
             TrainEvent::Resumed { steps, tokens, dir } => {
+                stop = s.stop_after.is_some_and(|n| *steps >= n);
                 bar.set_position(*steps as u64);
                 resumed = Some((*steps, *tokens));
                 say(&bar, format!("resumed from {} ({steps} steps, {tokens} tokens)", dir.display()));
@@ -532,6 +542,9 @@ fn train_drafter(
                 // No terminal (logs, CI): a plain line every 5 % of the run.
                 if bar.is_hidden() && ((r.step + 1) % (s.steps / 20).max(1) == 0 || r.step + 1 == s.steps) {
                     eprintln!("step {}/{}: loss {a:.3} (EMA), lr {:.2e}{held}", r.step + 1, s.steps, r.learning_rate);
+                }
+                if s.stop_after.is_some_and(|n| r.step + 1 >= n) {
+                    stop = true;
                 }
                 ((r.step + 1) % 10 == 0).then(|| {
                     serde_json::json!({"step": r.step + 1, "tokens": r.tokens, "loss_ema": a, "lr": r.learning_rate,
@@ -558,7 +571,11 @@ fn train_drafter(
                 return ControlFlow::Break(());
             }
         }
-        ControlFlow::Continue(())
+        if stop {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
     })?;
     bar.finish();
     if let Some(e) = log_err {

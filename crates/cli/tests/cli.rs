@@ -249,6 +249,18 @@ fn train_drafter_saves_a_loadable_drafter() {
     again.extend(["--learning-rate", "0.5"]);
     let (ok, _, err) = bastion(&again);
     assert!(!ok && err.contains("state.json") && err.contains("other settings"), "{err}");
+    // A run stopped early resumes to the same end.
+    let part = tmp.path().join("part");
+    let part = part.to_str().unwrap();
+    let mut early: Vec<&str> = args.iter().map(|a| if *a == out { part } else { a }).collect();
+    early.extend(["--stop-after", "3"]);
+    let (ok, _, err) = bastion(&early);
+    assert!(ok && err.contains("after 3 steps"), "{err}");
+    assert_eq!(std::fs::read_to_string(format!("{part}/checkpoints/latest")).unwrap(), "step-0000003");
+    let mut rest: Vec<&str> = early[..early.len() - 2].to_vec();
+    rest.push("--resume");
+    let (ok, _, err) = bastion(&rest);
+    assert!(ok && err.contains("(3 steps") && err.contains("after 5 steps"), "{err}");
     // Holding out everything leaves nothing to train on.
     let mut all = args.to_vec();
     let i = all.iter().position(|a| *a == "--held-out").unwrap();
