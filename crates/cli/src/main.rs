@@ -584,9 +584,9 @@ fn train_drafter(
     params.save(&cfg.drafter, out)?;
     let (steps_done, tokens_done) = last.map(|r| (r.step + 1, r.tokens)).or(resumed).unwrap_or((0, 0));
     eprintln!(
-        "saved {} after {steps_done} steps, {tokens_done} target tokens (final EMA loss {:.3}, held-out τ {})",
+        "saved {} after {steps_done} steps, {tokens_done} target tokens (final EMA loss {}, held-out τ {})",
         out.display(),
-        avg.unwrap_or(f64::NAN),
+        avg.map_or("-".into(), |a| format!("{a:.3}")),
         tau.map_or("-".into(), |t| format!("{t:.3}"))
     );
     Ok(())

@@ -590,11 +590,9 @@ pub fn train(
     mut on_event: impl FnMut(&TrainEvent<'_>) -> ControlFlow<()>,
 ) -> Result<DraftParams> {
     validate(target, cfg)?;
-    let seqs = prepare(target, &cfg.drafter, records)?;
-    if seqs.is_empty() {
+    if !records.iter().any(|r| r.response_ids.len() >= 2) {
         return Err(TrainError::Usage("no training sequence has a response of two tokens or more".into()));
     }
-    let held_out = HeldOutSet::new(target, &cfg.drafter, &opts.held_out)?;
     let device = target.device().clone().autodiff();
     let embed = target.embedding_table();
     let lm_head = target.lm_head_weight().autodiff();
@@ -620,6 +618,12 @@ pub fn train(
             }
         }
     }
+    if first >= cfg.steps {
+        return Ok(params);
+    }
+    // The target's features, once (the expensive part of starting a run).
+    let seqs = prepare(target, &cfg.drafter, records)?;
+    let held_out = HeldOutSet::new(target, &cfg.drafter, &opts.held_out)?;
     let b = cfg.drafter.block_size;
     let width = cfg.drafter.target_layer_ids.len() * target.config().hidden_size;
     let slot_weight: Vec<f32> = (1..b)
