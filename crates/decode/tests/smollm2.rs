@@ -112,7 +112,7 @@ fn greedy_tree_decoding_equals_ar_on_gsm8k() {
 
 /// τ the shipped drafter must reach on the two prompts below (measured: see
 /// the drafter's model card); an untrained drafter gives 1.0.
-const TAU_FLOOR: f64 = 1.3;
+const TAU_FLOOR: f64 = 1.5;
 
 /// The shipped drafter (`drafters/smollm2-135m-instruct-dflash`, trained by
 /// `bastion train-drafter`): decoding with it equals AR token for token, and
