@@ -4,14 +4,13 @@
 //! the shipped trained drafter. Prompts are GSM8K questions in the model's
 //! chat template.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use bastion_data::{DatasetName, Datasets, Selection};
 use bastion_decode::{generate, GenerateConfig};
 use bastion_models::{
-    build_target_layer_ids, load_model, load_tokenizer, Drafter, DrafterConfig, HostTensor, Message, Model,
-    ModelConfig, ModelError, WeightSource,
+    build_target_layer_ids, load_model, load_tokenizer, Drafter, DrafterConfig, HostTensor, MemorySource, Message,
+    Model, ModelConfig,
 };
 use bastion_tree::{BudgetPolicy, FixedBudget};
 use burn::tensor::Device;
@@ -20,21 +19,6 @@ fn model_path() -> PathBuf {
     std::env::var_os("BASTION_SMOLLM2_GGUF").map(PathBuf::from).unwrap_or_else(|| {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf")
     })
-}
-
-/// Drafter weights held in memory.
-struct MapSource(HashMap<String, HostTensor>);
-
-impl WeightSource for MapSource {
-    fn get(&self, name: &str) -> Result<Option<HostTensor>, ModelError> {
-        Ok(self.0.get(name).cloned())
-    }
-    fn path_for(&self, _name: &str) -> PathBuf {
-        PathBuf::from("<random drafter>")
-    }
-    fn contains(&self, name: &str) -> bool {
-        self.0.contains_key(name)
-    }
 }
 
 /// A one-layer Qwen3-style drafter with random weights (uniform ±0.05,
@@ -62,7 +46,7 @@ fn random_drafter(target: &Model) -> Drafter {
         HostTensor { shape, data }
     };
     let ones = |n: usize| HostTensor { shape: vec![n], data: vec![1.0; n] };
-    let mut w = HashMap::new();
+    let mut w = std::collections::BTreeMap::new();
     w.insert("fc.weight".to_string(), rand(vec![h, h]));
     for n in ["hidden_norm.weight", "norm.weight", "layers.0.input_layernorm.weight"] {
         w.insert(n.to_string(), ones(h));
@@ -77,7 +61,8 @@ fn random_drafter(target: &Model) -> Drafter {
     w.insert("layers.0.mlp.gate_proj.weight".into(), rand(vec![256, h]));
     w.insert("layers.0.mlp.up_proj.weight".into(), rand(vec![256, h]));
     w.insert("layers.0.mlp.down_proj.weight".into(), rand(vec![h, 256]));
-    Drafter::from_source(cfg, Path::new("<random drafter>"), &MapSource(w), target).unwrap()
+    let src = MemorySource { tensors: w, label: "<random drafter>".into() };
+    Drafter::from_source(cfg, Path::new("<random drafter>"), &src, target).unwrap()
 }
 
 #[test]

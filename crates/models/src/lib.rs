@@ -37,4 +37,4 @@ pub use gguf::{GgufFile, GgufValue};
 pub use loader::{load_gguf, load_model, load_tokenizer};
 pub use model::{ForwardOutput, Model, Session};
 pub use tokenizer::Tokenizer;
-pub use weights::{GgufSource, HostTensor, SafetensorsSource, WeightSource};
+pub use weights::{GgufSource, HostTensor, MemorySource, SafetensorsSource, WeightSource};

@@ -59,6 +59,30 @@ pub trait WeightSource {
     }
 }
 
+/// Weights held in memory by Hugging Face name (a drafter being trained,
+/// synthetic weights in tests); `label` stands in for a file name in messages.
+#[derive(Debug, Clone, Default)]
+pub struct MemorySource {
+    /// The tensors.
+    pub tensors: BTreeMap<String, HostTensor>,
+    /// What messages name as the weights' file.
+    pub label: String,
+}
+
+impl WeightSource for MemorySource {
+    fn get(&self, name: &str) -> Result<Option<HostTensor>> {
+        Ok(self.tensors.get(name).cloned())
+    }
+
+    fn path_for(&self, _name: &str) -> PathBuf {
+        PathBuf::from(&self.label)
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        self.tensors.contains_key(name)
+    }
+}
+
 /// Safetensors weights: one file, or shards listed by `model.safetensors.index.json`.
 pub struct SafetensorsSource {
     files: Vec<(PathBuf, Mmap)>,

@@ -13,7 +13,7 @@ use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use bastion_models::ops::{attention, rms_norm, rms_norm3, rope, rope_tables};
-use bastion_models::{context_features, Drafter, DrafterConfig, HostTensor, Model, ModelConfig, WeightSource};
+use bastion_models::{context_features, Drafter, DrafterConfig, HostTensor, MemorySource, Model, ModelConfig};
 use bastion_tree::TopK;
 use burn::module::{Module, Param};
 use burn::optim::{AdamConfig, GradientsParams, ModuleOptimizer};
@@ -301,8 +301,9 @@ impl DraftParams {
     /// # Errors
     /// [`TrainError::Model`] when the shape does not fit `target`.
     pub fn to_drafter(&self, cfg: &DrafterConfig, target: &Model) -> Result<Drafter> {
-        let src = InMemory(self.host_tensors());
-        Ok(Drafter::from_source(cfg.clone(), Path::new("<drafter in training>"), &src, target)?)
+        let label = "<drafter in training>";
+        let src = MemorySource { tensors: self.host_tensors(), label: label.into() };
+        Ok(Drafter::from_source(cfg.clone(), Path::new(label), &src, target)?)
     }
 
     /// Writes the drafter in z-lab layout: `config.json` and
@@ -371,23 +372,6 @@ impl DraftParams {
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> TrainError {
     let path = path.to_path_buf();
     move |source| TrainError::Io { path, source }
-}
-
-/// Weights held in memory, addressed by z-lab names.
-struct InMemory(BTreeMap<String, HostTensor>);
-
-impl WeightSource for InMemory {
-    fn get(&self, name: &str) -> bastion_models::Result<Option<HostTensor>> {
-        Ok(self.0.get(name).cloned())
-    }
-
-    fn path_for(&self, _name: &str) -> PathBuf {
-        PathBuf::from("<drafter in training>")
-    }
-
-    fn contains(&self, name: &str) -> bool {
-        self.0.contains_key(name)
-    }
 }
 
 /// Progress of a training run, reported every step.
