@@ -121,68 +121,11 @@ enum Command {
         /// Output folder for the drafter.
         #[arg(long)]
         out: PathBuf,
-        /// Token id filling the masked block slots (a special token that never appears in responses).
-        #[arg(long)]
-        mask_token: u32,
-        /// Draft layers.
-        #[arg(long, default_value_t = 1)]
-        layers: usize,
-        /// Block size B.
-        #[arg(long, default_value_t = 16)]
-        block_size: usize,
-        /// Optimiser steps.
-        #[arg(long, default_value_t = 1000)]
-        steps: usize,
-        /// Sequences per step.
-        #[arg(long, default_value_t = 16)]
-        sequences_per_step: usize,
-        /// Anchors per sequence per step.
-        #[arg(long, default_value_t = 4)]
-        anchors: usize,
-        /// Peak learning rate (Adam; linear warm-up, cosine decay to 10 %).
-        #[arg(long, default_value_t = 1e-3)]
-        learning_rate: f64,
-        /// Warm-up steps.
-        #[arg(long, default_value_t = 50)]
-        warmup_steps: usize,
-        /// Seed (initialisation, anchor sampling).
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-        /// Use at most this many distilled sequences (held-out ones included).
-        #[arg(long)]
-        max_sequences: Option<usize>,
-        /// Target layers whose hidden states feed the drafter (comma-separated; default: z-lab's
-        /// choice for the number of draft layers).
-        #[arg(long, value_delimiter = ',')]
-        target_layers: Option<Vec<usize>>,
-        /// Loss weight decay γ over block slots (slot k weighs exp(−(k−1)/γ)); 0 = uniform.
-        #[arg(long, default_value_t = 0.0)]
-        loss_decay: f64,
-        /// Sampled softmax: the loss covers the training responses' tokens plus N random others
-        /// per step instead of the whole vocabulary (much faster on a CPU; drafting still uses
-        /// the whole vocabulary).
-        #[arg(long)]
-        sampled_vocab: Option<usize>,
-        /// The first N distilled sequences are held out (never trained on) for the τ estimate.
-        #[arg(long, default_value_t = 16)]
-        held_out: usize,
-        /// Steps between held-out τ estimates (0 = only at the end).
-        #[arg(long, default_value_t = 100)]
-        eval_every: usize,
         /// Checkpoint folder (default: OUT/checkpoints).
         #[arg(long)]
         checkpoint_dir: Option<PathBuf>,
-        /// Steps between checkpoints (0 = only at the end).
-        #[arg(long, default_value_t = 100)]
-        checkpoint_every: usize,
-        /// Continue from the newest checkpoint (the settings must be the same).
-        #[arg(long)]
-        resume: bool,
-        /// Stop after this step (checkpoint and drafter saved there; the schedule stays that of
-        /// --steps, so a later --resume continues the same run). With --resume at a checkpoint at or
-        /// past it: export that checkpoint as a drafter without training.
-        #[arg(long)]
-        stop_after: Option<usize>,
+        #[command(flatten)]
+        settings: TrainSettings,
     },
     /// τ and speedup of a drafter on evaluation prompts (chat template, first
     /// turn, T = 0): per dataset, τ (mean of per-prompt means), TPOT and the
@@ -307,50 +250,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         Command::Distill { model, out, limit, max_new_tokens, datasets, method, drafter, backend } => {
             run_distill(&model, &out, limit, max_new_tokens, &datasets, method, drafter.as_deref(), backend)?
         }
-        Command::TrainDrafter {
-            model,
-            data,
-            out,
-            mask_token,
-            layers,
-            block_size,
-            steps,
-            sequences_per_step,
-            anchors,
-            learning_rate,
-            warmup_steps,
-            seed,
-            max_sequences,
-            target_layers,
-            loss_decay,
-            sampled_vocab,
-            held_out,
-            eval_every,
-            checkpoint_dir,
-            checkpoint_every,
-            resume,
-            stop_after,
-        } => {
-            let settings = TrainSettings {
-                mask_token,
-                layers,
-                block_size,
-                steps,
-                sequences_per_step,
-                anchors,
-                learning_rate,
-                warmup_steps,
-                seed,
-                max_sequences,
-                target_layers,
-                loss_decay,
-                sampled_vocab,
-                held_out,
-                eval_every,
-                checkpoint_every,
-                resume,
-                stop_after,
-            };
+        Command::TrainDrafter { model, data, out, checkpoint_dir, settings } => {
             let checkpoint_dir = checkpoint_dir.unwrap_or_else(|| out.join("checkpoints"));
             train_drafter(&model, &data, &out, &checkpoint_dir, &settings)?
         }
@@ -409,25 +309,67 @@ fn say(bar: &indicatif::ProgressBar, line: String) {
     }
 }
 
-/// `train-drafter`'s numeric settings.
+/// `train-drafter`'s recipe and run settings.
+#[derive(clap::Args)]
 struct TrainSettings {
+    /// Token id filling the masked block slots (a special token that never appears in responses).
+    #[arg(long)]
     mask_token: u32,
+    /// Draft layers.
+    #[arg(long, default_value_t = 1)]
     layers: usize,
+    /// Block size B.
+    #[arg(long, default_value_t = 16)]
     block_size: usize,
+    /// Optimiser steps.
+    #[arg(long, default_value_t = 1000)]
     steps: usize,
+    /// Sequences per step.
+    #[arg(long, default_value_t = 16)]
     sequences_per_step: usize,
+    /// Anchors per sequence per step.
+    #[arg(long, default_value_t = 4)]
     anchors: usize,
+    /// Peak learning rate (Adam; linear warm-up, cosine decay to 10 %).
+    #[arg(long, default_value_t = 1e-3)]
     learning_rate: f64,
+    /// Warm-up steps.
+    #[arg(long, default_value_t = 50)]
     warmup_steps: usize,
+    /// Seed (initialisation, anchor sampling).
+    #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Use at most this many distilled sequences (held-out ones included).
+    #[arg(long)]
     max_sequences: Option<usize>,
+    /// Target layers whose hidden states feed the drafter (comma-separated; default: z-lab's
+    /// choice for the number of draft layers).
+    #[arg(long, value_delimiter = ',')]
     target_layers: Option<Vec<usize>>,
+    /// Loss weight decay γ over block slots (slot k weighs exp(−(k−1)/γ)); 0 = uniform.
+    #[arg(long, default_value_t = 0.0)]
     loss_decay: f64,
+    /// Sampled softmax: the loss covers the training responses' tokens plus N random others
+    /// per step instead of the whole vocabulary (much faster on a CPU; drafting still uses
+    /// the whole vocabulary).
+    #[arg(long)]
     sampled_vocab: Option<usize>,
+    /// The first N distilled sequences are held out (never trained on) for the τ estimate.
+    #[arg(long, default_value_t = 16)]
     held_out: usize,
+    /// Steps between held-out τ estimates (0 = only at the end).
+    #[arg(long, default_value_t = 100)]
     eval_every: usize,
+    /// Steps between checkpoints (0 = only at the end).
+    #[arg(long, default_value_t = 100)]
     checkpoint_every: usize,
+    /// Continue from the newest checkpoint (the settings must be the same).
+    #[arg(long)]
     resume: bool,
+    /// Stop after this step (checkpoint and drafter saved there; the schedule stays that of
+    /// --steps, so a later --resume continues the same run). With --resume at a checkpoint at or
+    /// past it: export that checkpoint as a drafter without training.
+    #[arg(long)]
     stop_after: Option<usize>,
 }
 
