@@ -728,6 +728,7 @@ fn generate(
     let inputs = PolicyInputs {
         cost_model: spec.cost_model.as_deref().map(|p| read_json(p, "CaDDTree cost model")).transpose()?,
         bastion: spec.bastion_calibration.as_deref().map(|p| read_json(p, "BASTION calibration")).transpose()?,
+        ..PolicyInputs::default()
     };
     let device = backend.device()?;
     let target = load_model(model, &device)?;

@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use bastion_models::{context_features, Drafter, Model};
-use bastion_tree::{build_tree_from_logits, walk, Acceptance, BudgetPolicy, DraftTree};
+use bastion_tree::{build_tree_from_logits, walk, Acceptance, BudgetPolicy, DraftTree, RoundObservation};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{DecodeError, Result};
@@ -241,6 +241,15 @@ pub fn generate(
         // The KV compaction is queued asynchronously on CubeCL backends.
         target.sync()?;
         let commit_s = t.elapsed().as_secs_f64();
+        if let Some((_, policy)) = &mut draft {
+            policy.observe(&RoundObservation {
+                context_len,
+                tokens: tree.len(),
+                verify_seconds: verify_s,
+                draft_seconds: (!gen.rounds.is_empty()).then_some(draft_s),
+                non_verify_seconds: build_s + commit_s,
+            });
+        }
         gen.rounds.push(RoundRecord {
             context_len,
             tree_size: tree.len(),

@@ -10,12 +10,17 @@
 
 #![warn(missing_docs)]
 
+mod calibration;
 mod error;
 mod generate;
 mod method;
 mod policy;
 mod sampling;
 
+pub use calibration::{
+    profile, Calibration, ConvexCurves, DeviceRecord, DrafterRecord, FitRecord, ProfileEvent, ProfileOptions,
+    TargetRecord, VerifyPoint, CALIBRATION_FORMAT,
+};
 pub use error::{DecodeError, Result};
 pub use generate::{generate, AcceptRule, GenerateConfig, Generation, RoundRecord, RoundTrace};
 pub use method::Method;

@@ -23,8 +23,12 @@ pub enum Method {
     /// (ZhangShuai1230/CaDDTree `caddtree_generate`).
     CaddTree,
     /// BASTION: per-round budget from a calibrated roofline
-    /// (kaist-ai-osi-lab/BASTION `bastion_generate`).
+    /// (kaist-ai-osi-lab/BASTION `bastion_generate`), with the calibration
+    /// and the round constants updated online from the observed rounds
+    /// ([`bastion_tree::Bastion::online`]).
     Bastion,
+    /// BASTION as released: the offline calibration is kept fixed.
+    BastionPaper,
 }
 
 impl Method {
@@ -42,6 +46,7 @@ impl fmt::Display for Method {
             Method::DDTree { budget } => write!(f, "ddtree:{budget}"),
             Method::CaddTree => f.write_str("caddtree"),
             Method::Bastion => f.write_str("bastion"),
+            Method::BastionPaper => f.write_str("bastion-paper"),
         }
     }
 }
@@ -49,11 +54,12 @@ impl fmt::Display for Method {
 impl FromStr for Method {
     type Err = DecodeError;
 
-    /// Parses `ar`, `dflash`, `ddtree:N` (N ≥ 1), `caddtree`, `bastion`.
+    /// Parses `ar`, `dflash`, `ddtree:N` (N ≥ 1), `caddtree`, `bastion`, `bastion-paper`.
     fn from_str(s: &str) -> Result<Self, DecodeError> {
         let bad = || {
             DecodeError::Usage(format!(
-                "unknown method `{s}`: expected ar, dflash, ddtree:N (N ≥ 1 drafted nodes), caddtree or bastion"
+                "unknown method `{s}`: expected ar, dflash, ddtree:N (N ≥ 1 drafted nodes), caddtree, bastion or \
+                 bastion-paper"
             ))
         };
         Ok(match s.trim().to_ascii_lowercase().as_str() {
@@ -61,6 +67,7 @@ impl FromStr for Method {
             "dflash" => Method::DFlash,
             "caddtree" => Method::CaddTree,
             "bastion" => Method::Bastion,
+            "bastion-paper" => Method::BastionPaper,
             other => {
                 let n = other.strip_prefix("ddtree:").ok_or_else(bad)?;
                 let budget: usize = n.parse().map_err(|_| bad())?;
@@ -79,7 +86,14 @@ mod tests {
 
     #[test]
     fn round_trips_and_rejects() {
-        for m in [Method::Ar, Method::DFlash, Method::DDTree { budget: 64 }, Method::CaddTree, Method::Bastion] {
+        for m in [
+            Method::Ar,
+            Method::DFlash,
+            Method::DDTree { budget: 64 },
+            Method::CaddTree,
+            Method::Bastion,
+            Method::BastionPaper,
+        ] {
             assert_eq!(m.to_string().parse::<Method>().unwrap(), m);
         }
         assert_eq!("DDTree:16".parse::<Method>().unwrap(), Method::DDTree { budget: 16 });

@@ -2,7 +2,9 @@
 
 use std::path::Path;
 
-use bastion_tree::{Bastion, BastionConfig, BudgetPolicy, CaddTree, ConvexCostModel, FixedBudget, RooflineModel};
+use bastion_tree::{
+    Bastion, BastionConfig, BudgetPolicy, CaddTree, ConvexCostModel, FixedBudget, OnlineConfig, RooflineModel,
+};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -29,6 +31,8 @@ pub struct PolicyInputs {
     pub cost_model: Option<ConvexCostModel>,
     /// BASTION's calibration.
     pub bastion: Option<BastionSetup>,
+    /// Forgetting of `bastion`'s online calibration (`bastion-paper` keeps it fixed).
+    pub online: OnlineConfig,
 }
 
 /// Reads a JSON file into `T`.
@@ -44,7 +48,8 @@ pub fn read_json<T: DeserializeOwned>(path: &Path, what: &str) -> Result<T> {
 
 /// The budget policy of `method` for a drafter of block size `block_size`:
 /// `None` for `ar`; the chain of `block_size − 1` for `dflash`; a fixed
-/// budget for `ddtree:N`; CaDDTree (cap 1024) or BASTION from `inputs`.
+/// budget for `ddtree:N`; CaDDTree (cap 1024) or BASTION from `inputs`,
+/// online for `bastion`, fixed for `bastion-paper`.
 ///
 /// # Errors
 /// [`DecodeError::Usage`] when `caddtree` lacks a cost model or `bastion` a
@@ -56,15 +61,19 @@ pub fn policy_for(method: Method, block_size: usize, inputs: &PolicyInputs) -> R
         Method::DDTree { budget } => Some(Box::new(FixedBudget::new(budget))),
         Method::CaddTree => {
             let cost = inputs.cost_model.clone().ok_or_else(|| {
-                DecodeError::Usage("method caddtree needs a cost model (--cost-model FILE, JSON)".into())
+                DecodeError::Usage("method caddtree needs a cost model (--calibration FILE, JSON)".into())
             })?;
             Some(Box::new(CaddTree::new(cost, CADDTREE_MAX_BUDGET)))
         }
-        Method::Bastion => {
+        Method::Bastion | Method::BastionPaper => {
             let setup = inputs.bastion.as_ref().ok_or_else(|| {
-                DecodeError::Usage("method bastion needs a calibration (--bastion-calibration FILE, JSON)".into())
+                DecodeError::Usage(format!("method {method} needs a calibration (--calibration FILE, JSON)"))
             })?;
-            Some(Box::new(Bastion::new(setup.config, setup.roofline)?))
+            Some(Box::new(if method == Method::Bastion {
+                Bastion::online(setup.config, setup.roofline, inputs.online)?
+            } else {
+                Bastion::new(setup.config, setup.roofline)?
+            }))
         }
     })
 }
@@ -82,7 +91,7 @@ mod tests {
         assert_eq!((chain.max_nodes(), chain.top_k()), (15, 1));
         let dd = policy_for(Method::DDTree { budget: 64 }, 16, &none).unwrap().unwrap();
         assert_eq!(dd.max_nodes(), 64);
-        for m in [Method::CaddTree, Method::Bastion] {
+        for m in [Method::CaddTree, Method::Bastion, Method::BastionPaper] {
             let e = policy_for(m, 16, &none).err().unwrap().to_string();
             assert!(e.contains(&format!("method {m} needs")), "{e}");
         }
@@ -98,8 +107,10 @@ mod tests {
         let back: BastionSetup = serde_json::from_str(&json).unwrap();
         assert_eq!(back, setup);
         let inputs = PolicyInputs { bastion: Some(setup), ..PolicyInputs::default() };
-        let b = policy_for(Method::Bastion, 16, &inputs).unwrap().unwrap();
-        assert_eq!(b.max_nodes(), 8191);
+        for m in [Method::Bastion, Method::BastionPaper] {
+            let b = policy_for(m, 16, &inputs).unwrap().unwrap();
+            assert_eq!(b.max_nodes(), 8191);
+        }
     }
 
     #[test]

@@ -11,8 +11,8 @@ use bastion_models::{Drafter, Model, ModelConfig, SafetensorsSource};
 use bastion_testkit::{fixture_dir, FixtureCaddCost};
 
 use bastion_tree::{
-    Bastion, BastionConfig, BudgetPolicy, CaddTree, DevicePeak, FixedBudget, ModelShape, RooflineCalibration,
-    RooflineModel,
+    Bastion, BastionConfig, BudgetPolicy, CaddTree, DevicePeak, FixedBudget, ModelShape, OnlineConfig,
+    RooflineCalibration, RooflineModel,
 };
 use burn::tensor::Device;
 use proptest::prelude::*;
@@ -30,25 +30,32 @@ fn policy(method: Method) -> Box<dyn BudgetPolicy> {
         Method::DFlash => Box::new(FixedBudget::chain(7)),
         Method::DDTree { budget } => Box::new(FixedBudget::new(budget)),
         Method::CaddTree => Box::new(CaddTree::new(FixtureCaddCost, 1024)),
-        Method::Bastion => {
+        Method::Bastion | Method::BastionPaper => {
             let model = RooflineModel {
                 shape: ModelShape::qwen3_4b(),
                 device: DevicePeak::h200(),
                 calibration: RooflineCalibration { alpha_c: 1.25, beta_c: 0.0022, alpha_m: 1.0, beta_m: 0.0 },
             };
-            // The bare stop rule, so that trees vary in size round to round.
-            Box::new(Bastion::new(BastionConfig::raw_rule(0.0035, 0.0006), model).unwrap())
+            // The bare stop rule, so that trees vary in size round to round;
+            // `bastion` also re-calibrates from the rounds it observes.
+            let config = BastionConfig::raw_rule(0.0035, 0.0006);
+            Box::new(if method == Method::Bastion {
+                Bastion::online(config, model, OnlineConfig::default()).unwrap()
+            } else {
+                Bastion::new(config, model).unwrap()
+            })
         }
     }
 }
 
-const TREE_METHODS: [Method; 6] = [
+const TREE_METHODS: [Method; 7] = [
     Method::DFlash,
     Method::DDTree { budget: 4 },
     Method::DDTree { budget: 16 },
     Method::DDTree { budget: 64 },
     Method::CaddTree,
     Method::Bastion,
+    Method::BastionPaper,
 ];
 
 fn run(target: &Model, drafter: &Drafter, method: Method, prompt: &[u32], cfg: &GenerateConfig) -> Vec<u32> {

@@ -62,6 +62,41 @@ impl BackendKind {
         matches!(self, BackendKind::Wgpu | BackendKind::Cuda)
     }
 
+    /// A human-readable name of the hardware this backend runs on, used to
+    /// key calibrations (`results/calibration/`): the CPU model and its
+    /// hardware threads for the CPU backends; for the GPU backends the
+    /// first NVIDIA GPU the driver lists (`/proc/driver/nvidia/gpus`), else
+    /// the backend's default adapter.
+    pub fn device_name(self) -> String {
+        let cpu = || {
+            let model = std::fs::read_to_string("/proc/cpuinfo")
+                .ok()
+                .and_then(|s| {
+                    s.lines()
+                        .find(|l| l.starts_with("model name"))
+                        .and_then(|l| l.split_once(':'))
+                        .map(|(_, v)| v.split_whitespace().collect::<Vec<_>>().join(" "))
+                })
+                .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+            let threads = std::thread::available_parallelism().map_or(1, usize::from);
+            format!("{model}, {threads} threads")
+        };
+        let nvidia = || {
+            let mut dirs: Vec<_> =
+                std::fs::read_dir("/proc/driver/nvidia/gpus").ok()?.filter_map(|e| e.ok().map(|e| e.path())).collect();
+            dirs.sort();
+            let info = std::fs::read_to_string(dirs.first()?.join("information")).ok()?;
+            let line = info.lines().find(|l| l.starts_with("Model:"))?;
+            Some(line["Model:".len()..].trim().to_string())
+        };
+        match self {
+            BackendKind::Flex | BackendKind::NdArray => cpu(),
+            BackendKind::Wgpu | BackendKind::Cuda => {
+                nvidia().unwrap_or_else(|| format!("{} default adapter", self.as_str()))
+            }
+        }
+    }
+
     /// The Burn device of this backend.
     ///
     /// # Errors

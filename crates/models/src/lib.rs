@@ -19,6 +19,7 @@ pub mod error;
 pub mod gguf;
 pub mod loader;
 pub mod model;
+pub mod peak;
 
 /// Tensor building blocks shared by the target, the drafter and drafter
 /// training (all Burn ops, so they differentiate on an autodiff device).
@@ -36,5 +37,6 @@ pub use error::{ModelError, Result};
 pub use gguf::{GgufFile, GgufValue};
 pub use loader::{load_gguf, load_model, load_tokenizer};
 pub use model::{ForwardOutput, Model, Session};
+pub use peak::{measure_peak, PeakMeasurement, PeakOptions};
 pub use tokenizer::Tokenizer;
 pub use weights::{GgufSource, HostTensor, MemorySource, SafetensorsSource, WeightSource};

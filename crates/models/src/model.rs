@@ -325,6 +325,26 @@ impl Model {
     pub fn hidden_size(&self) -> usize {
         self.cfg.hidden_size
     }
+
+    /// The target as BASTION's roofline sees it: layers, heads, head
+    /// dimension, MLP width and vocabulary from the config; 4 bytes per
+    /// weight and per activation / KV element, since every backend holds
+    /// the loaded weights in f32 (GGUF quantised ones are dequantised at
+    /// load). Feeds `ModelShape::verify_flops` / `verify_bytes`.
+    pub fn roofline_shape(&self) -> bastion_tree::ModelShape {
+        let c = &self.cfg;
+        bastion_tree::ModelShape {
+            layers: c.num_layers,
+            hidden: c.hidden_size,
+            q_heads: c.num_heads,
+            kv_heads: c.num_kv_heads,
+            head_dim: c.head_dim,
+            ffn: c.intermediate_size,
+            vocab: c.vocab_size,
+            weight_bytes: 4.0,
+            activation_bytes: 4.0,
+        }
+    }
 }
 
 /// `(cos, sin)` `[tokens, head_dim]` for absolute `positions` with RoPE

@@ -4,7 +4,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, TreeError};
-use crate::policy::{BudgetPolicy, TieBreak};
+use crate::online::{OnlineConfig, OnlineRoofline};
+use crate::policy::{BudgetPolicy, RoundObservation, TieBreak};
 use crate::roofline::{RooflineEstimator, RooflineModel};
 
 /// How BASTION rounds the final tree size down (GPU tile heuristics of the release).
@@ -99,13 +100,31 @@ impl BastionConfig {
 /// `C_v` is the calibrated roofline at the round's context length; the tree
 /// cost is accumulated incrementally as in the release. Candidates tie-break
 /// by creation order (child before sibling), the release's heap key.
+///
+/// Built with [`Bastion::new`] the calibration stays fixed, as in the
+/// release. Built with [`Bastion::online`] the policy learns from every
+/// verified round ([`BudgetPolicy::observe`]): the roofline's per-branch
+/// speed factors follow the observed verify times ([`OnlineRoofline`]) and
+/// `T_d`, `T_nv` follow exponentially weighted means of the observed draft
+/// and non-verify times, with the same forgetting factor, so a uniform
+/// change in the machine's speed moves all three together.
 #[derive(Debug, Clone)]
 pub struct Bastion {
     config: BastionConfig,
     model: RooflineModel,
+    online: Option<OnlineState>,
     estimator: RooflineEstimator,
     cost: f64,
     surrogate: f64,
+}
+
+/// The online estimator and the current round constants.
+#[derive(Debug, Clone, Copy)]
+struct OnlineState {
+    roofline: OnlineRoofline,
+    forgetting: f64,
+    draft_seconds: f64,
+    non_verify_seconds: f64,
 }
 
 impl Bastion {
@@ -116,7 +135,42 @@ impl Bastion {
     pub fn new(config: BastionConfig, model: RooflineModel) -> Result<Self> {
         config.validate()?;
         model.validate()?;
-        Ok(Self { config, model, estimator: model.at_context(0), cost: 0.0, surrogate: 0.0 })
+        Ok(Self { config, model, online: None, estimator: model.at_context(0), cost: 0.0, surrogate: 0.0 })
+    }
+
+    /// The policy with online calibration: starts from `model` and the
+    /// round constants of `config`, then follows the observed rounds.
+    ///
+    /// # Errors
+    /// [`TreeError::Config`] from the three `validate`s.
+    pub fn online(config: BastionConfig, model: RooflineModel, online: OnlineConfig) -> Result<Self> {
+        let mut b = Self::new(config, model)?;
+        b.online = Some(OnlineState {
+            roofline: OnlineRoofline::new(model, online)?,
+            forgetting: online.forgetting,
+            draft_seconds: config.draft_seconds,
+            non_verify_seconds: config.non_verify_seconds,
+        });
+        Ok(b)
+    }
+
+    /// The roofline the next round will use: the fixed calibration, or the
+    /// online estimate.
+    pub fn current_model(&self) -> RooflineModel {
+        self.online.map_or(self.model, |o| o.roofline.model())
+    }
+
+    /// `(T_d, T_nv)` the next round will use (s).
+    pub fn round_constants(&self) -> (f64, f64) {
+        match &self.online {
+            Some(o) => (o.draft_seconds, o.non_verify_seconds),
+            None => (self.config.draft_seconds, self.config.non_verify_seconds),
+        }
+    }
+
+    /// Whether the policy learns from observed rounds.
+    pub fn is_online(&self) -> bool {
+        self.online.is_some()
     }
 
     /// The settings.
@@ -129,12 +183,16 @@ impl Bastion {
         &self.model
     }
 
-    /// Swaps in a re-calibrated model; takes effect from the next round.
+    /// Swaps in a re-calibrated model; takes effect from the next round (an
+    /// online policy restarts its estimator from it).
     ///
     /// # Errors
     /// [`TreeError::Config`] from [`RooflineModel::validate`]; the old model is kept.
     pub fn set_model(&mut self, model: RooflineModel) -> Result<()> {
         model.validate()?;
+        if let Some(o) = &mut self.online {
+            o.roofline = OnlineRoofline::new(model, OnlineConfig { forgetting: o.forgetting })?;
+        }
         self.model = model;
         Ok(())
     }
@@ -161,7 +219,7 @@ impl BudgetPolicy for Bastion {
         TieBreak::CreationOrder
     }
     fn begin_round(&mut self, context_len: usize) {
-        self.estimator = self.model.at_context(context_len);
+        self.estimator = self.current_model().at_context(context_len);
         // The root is always in the tree: probability 1, cost C_v(1).
         self.surrogate = 1.0;
         self.cost = self.estimator.estimate(1);
@@ -170,7 +228,8 @@ impl BudgetPolicy for Bastion {
         let size = nodes + 1;
         let prev = self.cost;
         let next = prev + self.estimator.next_delta(size);
-        let lhs = path_prob * (self.config.draft_seconds + self.config.non_verify_seconds + prev);
+        let (draft, non_verify) = self.round_constants();
+        let lhs = path_prob * (draft + non_verify + prev);
         let rhs = self.surrogate * (next - prev);
         if lhs <= rhs && size >= self.config.min_tree_size {
             return false;
@@ -197,5 +256,17 @@ impl BudgetPolicy for Bastion {
             }
         };
         kept - 1
+    }
+    fn observe(&mut self, round: &RoundObservation) {
+        let Some(o) = &mut self.online else { return };
+        o.roofline.observe(round.tokens, round.context_len, round.verify_seconds);
+        let lambda = o.forgetting;
+        if let Some(d) = round.draft_seconds.filter(|d| d.is_finite() && *d > 0.0) {
+            o.draft_seconds = lambda * o.draft_seconds + (1.0 - lambda) * d;
+        }
+        let nv = round.non_verify_seconds;
+        if nv.is_finite() && nv >= 0.0 {
+            o.non_verify_seconds = lambda * o.non_verify_seconds + (1.0 - lambda) * nv;
+        }
     }
 }

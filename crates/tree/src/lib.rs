@@ -57,7 +57,7 @@ pub use caddtree::{CaddTree, ConvexCostModel, RoundCostModel, VerifyProfile};
 pub use convex::fit_convex_monotone;
 pub use error::{Result, TreeError};
 pub use online::{OnlineConfig, OnlineRoofline};
-pub use policy::{BudgetPolicy, FixedBudget, TieBreak};
+pub use policy::{BudgetPolicy, FixedBudget, RoundObservation, TieBreak};
 pub use roofline::{
     fit_calibration, CalibrationFit, DevicePeak, ModelShape, RooflineCalibration, RooflineEstimator, RooflineModel,
     VerifySample,

@@ -13,6 +13,23 @@ pub enum TieBreak {
     CreationOrder,
 }
 
+/// What one decoding round measured, fed back to the policy after
+/// verification ([`BudgetPolicy::observe`]). Times are wall-clock seconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RoundObservation {
+    /// Committed tokens before the round's root (the round's `ℓ` / `c`).
+    pub context_len: usize,
+    /// Tokens verified: drafted nodes + the root.
+    pub tokens: usize,
+    /// The target's verification of the tree (s).
+    pub verify_seconds: f64,
+    /// The drafter's forward (s); `None` for the first round, whose draft
+    /// call also fills the drafter's context cache and is not typical.
+    pub draft_seconds: Option<f64>,
+    /// The rest of the round: tree construction, the walk, the commit (s).
+    pub non_verify_seconds: f64,
+}
+
 /// Decides, node by node, how large the best-first draft tree grows.
 ///
 /// [`crate::build_tree`] calls [`begin_round`](Self::begin_round) once, then
@@ -40,6 +57,10 @@ pub trait BudgetPolicy {
     fn finish(&mut self, nodes: usize) -> usize {
         nodes
     }
+    /// Learns from the round just verified (its tree was this policy's).
+    /// The default ignores it; BASTION's online mode updates its latency
+    /// model here.
+    fn observe(&mut self, _round: &RoundObservation) {}
 }
 
 impl<P: BudgetPolicy + ?Sized> BudgetPolicy for Box<P> {
@@ -60,6 +81,9 @@ impl<P: BudgetPolicy + ?Sized> BudgetPolicy for Box<P> {
     }
     fn finish(&mut self, nodes: usize) -> usize {
         (**self).finish(nodes)
+    }
+    fn observe(&mut self, round: &RoundObservation) {
+        (**self).observe(round)
     }
 }
 

@@ -106,3 +106,82 @@ fn bad_settings_are_named() {
     assert_eq!(online.scales(), (1.0, 1.0));
     assert_eq!(online.model(), m);
 }
+
+/// BASTION's budget at `context_len` for candidates whose path
+/// probabilities fall geometrically (0.97^i): nodes after `finish`.
+fn budget(policy: &mut bastion_tree::Bastion, context_len: usize) -> usize {
+    use bastion_tree::BudgetPolicy;
+    policy.begin_round(context_len);
+    let mut nodes = 0;
+    while nodes < policy.max_nodes() && policy.admit(nodes, 0.97f64.powi(nodes as i32)) {
+        nodes += 1;
+    }
+    policy.finish(nodes)
+}
+
+/// Feeds `rounds` rounds whose verify, draft and non-verify times are the
+/// configured ones times the factors; tree sizes alternate between the
+/// memory-bound (8..64) and the compute-bound regime (256..480) so both
+/// branches learn.
+fn feed(policy: &mut bastion_tree::Bastion, truth: &RooflineModel, rounds: usize, factors: [f64; 3]) {
+    use bastion_tree::{BudgetPolicy, RoundObservation};
+    let (draft, non_verify) = (policy.config().draft_seconds, policy.config().non_verify_seconds);
+    for r in 0..rounds {
+        let k = r / 2 % 8;
+        let tokens = if r % 2 == 0 { 8 + 8 * k } else { 256 + 32 * k };
+        let context_len = 1024 + r;
+        policy.observe(&RoundObservation {
+            context_len,
+            tokens,
+            verify_seconds: factors[0] * truth.at_context(context_len).estimate(tokens),
+            draft_seconds: Some(factors[1] * draft),
+            non_verify_seconds: factors[2] * non_verify,
+        });
+    }
+}
+
+#[test]
+fn online_bastion_moves_the_budget_only_when_the_machine_changes() {
+    use bastion_tree::{Bastion, BastionConfig};
+    let truth = model(RooflineCalibration { alpha_c: 1.4, beta_c: 3e-4, alpha_m: 1.2, beta_m: 1e-4 });
+    let config = BastionConfig::raw_rule(4e-3, 1e-3);
+    let mut fixed = Bastion::new(config, truth).unwrap();
+    let reference = budget(&mut fixed, 1024);
+    assert!(reference > 16 && reference < 4000, "budget {reference}");
+
+    // Rounds exactly as calibrated: the budget does not move.
+    let mut online = Bastion::online(config, truth, OnlineConfig::default()).unwrap();
+    assert!(online.is_online() && !fixed.is_online());
+    feed(&mut online, &truth, 40, [1.0; 3]);
+    assert_eq!(budget(&mut online, 1024), reference);
+
+    // Verification 3× slower, drafting as before: verify time weighs more,
+    // so the tree shrinks (by ≥ 5 %: near the memory roof the marginal
+    // verify cost is small either way); the paper variant keeps its budget.
+    let mut slow_verify = Bastion::online(config, truth, OnlineConfig::default()).unwrap();
+    feed(&mut slow_verify, &truth, 60, [3.0, 1.0, 1.0]);
+    feed(&mut fixed, &truth, 60, [3.0, 1.0, 1.0]);
+    let shrunk = budget(&mut slow_verify, 1024);
+    assert!(shrunk * 20 < reference * 19, "{shrunk} vs {reference}");
+    assert_eq!(budget(&mut fixed, 1024), reference);
+    let (draft, _) = slow_verify.round_constants();
+    assert!((draft - 4e-3).abs() < 1e-12, "{draft}");
+
+    // Drafting 3× slower, verification as before: the tree grows.
+    let mut slow_draft = Bastion::online(config, truth, OnlineConfig::default()).unwrap();
+    feed(&mut slow_draft, &truth, 60, [1.0, 3.0, 1.0]);
+    assert!(budget(&mut slow_draft, 1024) > reference);
+
+    // The whole machine 3× slower: the stop rule is scale-free, so after
+    // the estimates settle the budget is back where it was (±1 node).
+    let mut slow_all = Bastion::online(config, truth, OnlineConfig::default()).unwrap();
+    feed(&mut slow_all, &truth, 120, [3.0; 3]);
+    let n = budget(&mut slow_all, 1024);
+    assert!(n.abs_diff(reference) <= 1, "{n} vs {reference}");
+    let (draft, non_verify) = slow_all.round_constants();
+    assert!((draft / 12e-3 - 1.0).abs() < 0.01 && (non_verify / 3e-3 - 1.0).abs() < 0.01);
+
+    // Swapping in a model restarts the estimator from it.
+    slow_all.set_model(truth).unwrap();
+    assert_eq!(slow_all.current_model(), truth);
+}

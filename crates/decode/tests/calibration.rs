@@ -1,0 +1,201 @@
+//! `bastion profile`'s measurement and its calibration file (issue #6), on
+//! the tiny fixture pair: the grid and the fits are complete and sound, the
+//! file round-trips, the policies load it and stay lossless, and a
+//! calibration that belongs to another target, device, backend or drafter
+//! is refused with a message naming the field.
+
+use std::path::Path;
+
+use bastion_decode::{
+    generate, policy_for, profile, Calibration, GenerateConfig, Method, ProfileEvent, ProfileOptions,
+};
+use bastion_models::{load_model, BackendKind, Drafter, Model, PeakOptions};
+use bastion_testkit::fixture_dir;
+use bastion_tree::RoundCostModel;
+use burn::tensor::Device;
+
+fn options() -> ProfileOptions {
+    ProfileOptions {
+        contexts: vec![16, 64, 160],
+        tokens: vec![1, 2, 4, 8, 16],
+        warmup: 1,
+        repeats: 3,
+        peak: PeakOptions { matmul_size: 64, stream_elements: 1 << 16, repeats: 2 },
+        sigma_scale: 30.0,
+        probe_prompt_len: 16,
+        probe_new_tokens: 24,
+    }
+}
+
+fn tiny() -> (Model, Drafter) {
+    let target = load_model(fixture_dir("tiny-qwen3"), &Device::flex()).unwrap();
+    let drafter = Drafter::load(fixture_dir("tiny-dflash"), &target).unwrap();
+    (target, drafter)
+}
+
+fn measure(target: &Model, drafter: Option<&Drafter>) -> (Calibration, Vec<ProfileEvent>) {
+    let mut events = Vec::new();
+    let dpath = fixture_dir("tiny-dflash");
+    let cal = profile(
+        target,
+        &fixture_dir("tiny-qwen3"),
+        BackendKind::Flex,
+        drafter.map(|d| (d, dpath.as_path())),
+        &options(),
+        &mut |e| events.push(e.clone()),
+    )
+    .unwrap();
+    (cal, events)
+}
+
+#[test]
+fn profile_measures_the_grid_and_fits_both_cost_models() {
+    let (target, drafter) = tiny();
+    let (cal, events) = measure(&target, Some(&drafter));
+    let o = options();
+
+    // Every grid point, in order, with its repeats and their median.
+    assert_eq!(cal.verify.len(), o.contexts.len() * o.tokens.len());
+    for (i, p) in cal.verify.iter().enumerate() {
+        assert_eq!((p.context_len, p.tokens), (o.contexts[i / o.tokens.len()], o.tokens[i % o.tokens.len()]));
+        assert_eq!(p.runs.len(), o.repeats);
+        let mut r = p.runs.clone();
+        r.sort_by(f64::total_cmp);
+        assert_eq!(p.seconds, r[1]);
+        assert!(p.seconds > 0.0);
+    }
+    let verify_events = events.iter().filter(|e| matches!(e, ProfileEvent::Verify { .. })).count();
+    assert_eq!(verify_events, cal.verify.len());
+    assert!(matches!(events[0], ProfileEvent::Peak(_)));
+
+    // The target and drafter it was measured for.
+    assert_eq!(cal.target.shape, target.roofline_shape());
+    assert_eq!((cal.target.shape.weight_bytes, cal.target.shape.layers), (4.0, target.config().num_layers));
+    assert_eq!(cal.device.name, BackendKind::Flex.device_name());
+    let d = cal.drafter.as_ref().unwrap();
+    assert_eq!((d.block_size, d.probe_tree_tokens), (drafter.block_size(), drafter.block_size()));
+    assert!(d.draft_seconds > 0.0 && d.non_verify_seconds > 0.0);
+    assert!(!d.draft_runs.is_empty() && d.draft_runs.len() == d.non_verify_runs.len());
+    assert!(cal.device.peak.peak_flops > 0.0 && cal.device.peak.bandwidth > 0.0);
+
+    // CaDDTree: one monotone convex curve per context over n = 0..=15 drafted
+    // nodes (the largest tree, 16 tokens), n = 0 priced at one token verified.
+    let f = &cal.fit.caddtree;
+    assert_eq!(f.contexts, o.contexts);
+    for curve in &f.curves {
+        assert_eq!(curve.len(), 16);
+        for w in curve.windows(2) {
+            assert!(w[1] >= w[0] - 1e-12, "not monotone: {curve:?}");
+        }
+        for w in curve.windows(3) {
+            assert!(w[2] - 2.0 * w[1] + w[0] >= -1e-9, "not convex: {curve:?}");
+        }
+    }
+    let cost = cal.cost_model().unwrap();
+    assert_eq!(cost.draft_seconds(), d.draft_seconds);
+    assert_eq!(cost.verify_seconds(3, 64), f.curves[1][3]);
+    assert!(cal.fit.caddtree_rmse_seconds.is_finite() && cal.fit.roofline_rmse_seconds.is_finite());
+
+    // BASTION: the roofline over the measured roof, with the paper's rule.
+    let setup = cal.bastion_setup().unwrap();
+    assert_eq!(setup.roofline, cal.roofline());
+    assert_eq!((setup.config.draft_seconds, setup.config.min_tree_size), (d.draft_seconds, 32));
+
+    // Without a drafter: the grid and fits, but no round constants.
+    let (bare, _) = measure(&target, None);
+    assert!(bare.drafter.is_none());
+    let e = bare.policy_inputs().unwrap_err().to_string();
+    assert!(e.contains("field drafter") && e.contains("--drafter"), "{e}");
+}
+
+#[test]
+fn calibration_file_round_trips_and_drives_lossless_policies() {
+    let (target, drafter) = tiny();
+    let (cal, _) = measure(&target, Some(&drafter));
+    let dir = tempfile::tempdir().unwrap();
+    let path = Calibration::default_path(
+        &dir.path().join("calibration"),
+        &cal.device.name,
+        &fixture_dir("tiny-qwen3"),
+        BackendKind::Flex,
+    );
+    cal.save(&path).unwrap();
+    assert!(path.file_name().unwrap().to_string_lossy().ends_with("__tiny-qwen3__flex.json"));
+    let back = Calibration::load(&path).unwrap();
+    assert_eq!(back, cal);
+    back.check_target(&target, BackendKind::Flex, &path).unwrap();
+    back.check_drafter(&drafter, &path).unwrap();
+
+    let inputs = back.policy_inputs().unwrap();
+    let prompt: Vec<u32> = (1..30).map(|i| (i * 37 % 250) as u32).collect();
+    let cfg = GenerateConfig { max_new_tokens: 40, ..GenerateConfig::default() };
+    let ar = generate(&target, None, &prompt, &cfg).unwrap().tokens;
+    for m in [Method::CaddTree, Method::Bastion, Method::BastionPaper] {
+        let mut policy = policy_for(m, drafter.block_size(), &inputs).unwrap().unwrap();
+        let gen = generate(&target, Some((&drafter, &mut *policy)), &prompt, &cfg).unwrap();
+        assert_eq!(gen.tokens, ar, "{m}");
+        assert!(gen.rounds.iter().all(|r| r.tree_size >= 1));
+    }
+}
+
+fn err(r: bastion_decode::Result<impl std::fmt::Debug>) -> String {
+    r.unwrap_err().to_string()
+}
+
+#[test]
+fn calibrations_of_other_setups_and_broken_files_are_refused() {
+    let (target, drafter) = tiny();
+    let (cal, _) = measure(&target, Some(&drafter));
+    let file = Path::new("results/calibration/x.json");
+
+    // Another target: the tiny Llama (same sizes, other architecture), or
+    // another shape.
+    let llama = load_model(fixture_dir("tiny-llama"), &Device::flex()).unwrap();
+    let e = err(cal.check_target(&llama, BackendKind::Flex, file));
+    assert!(e.contains("x.json") && e.contains("another target (field target.arch)"), "{e}");
+    let mut other = cal.clone();
+    other.target.shape.layers += 1;
+    let e = err(other.check_target(&target, BackendKind::Flex, file));
+    assert!(e.contains("another target (field target.shape)") && e.contains("layers: 7"), "{e}");
+    // Another backend, another device.
+    let e = err(cal.check_target(&target, BackendKind::Wgpu, file));
+    assert!(e.contains("another backend (field device.backend)") && e.contains("wgpu"), "{e}");
+    let mut other = cal.clone();
+    other.device.name = "NVIDIA H200".into();
+    let e = err(other.check_target(&target, BackendKind::Flex, file));
+    assert!(e.contains("another device (field device.name)") && e.contains("NVIDIA H200"), "{e}");
+    // Another drafter (block size).
+    let mut other = cal.clone();
+    other.drafter.as_mut().unwrap().block_size += 1;
+    let e = err(other.check_drafter(&drafter, file));
+    assert!(e.contains("measured with drafter") && e.contains("field drafter"), "{e}");
+    let mut other = cal.clone();
+    other.drafter = None;
+    let e = err(other.check_drafter(&drafter, file));
+    assert!(e.contains("no drafter measurements"), "{e}");
+
+    // Broken files name the file and the field.
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("cal.json");
+    let e = err(Calibration::load(&p));
+    assert!(e.contains("cannot read calibration") && e.contains("bastion profile"), "{e}");
+    let write = |c: &Calibration| std::fs::write(&p, serde_json::to_vec(c).unwrap()).unwrap();
+    let mut bad = cal.clone();
+    bad.format = 99;
+    write(&bad);
+    let e = err(Calibration::load(&p));
+    assert!(e.contains("cal.json") && e.contains("field format"), "{e}");
+    let mut bad = cal.clone();
+    bad.fit.caddtree.curves[0][0] = -1.0;
+    write(&bad);
+    let e = err(Calibration::load(&p));
+    assert!(e.contains("field fit.caddtree"), "{e}");
+    let mut bad = cal.clone();
+    bad.device.peak.bandwidth = 0.0;
+    write(&bad);
+    let e = err(Calibration::load(&p));
+    assert!(e.contains("device.bandwidth"), "{e}");
+    std::fs::write(&p, br#"{"format": 1, "device": 3}"#).unwrap();
+    let e = err(Calibration::load(&p));
+    assert!(e.contains("not a valid calibration"), "{e}");
+}

@@ -1,0 +1,133 @@
+//! The device's roof, measured: achievable matmul throughput and memory
+//! bandwidth through Burn on the backend the models run on (issue #6; the
+//! BASTION release looks both up in a table of six GPUs instead,
+//! kaist-ai-osi-lab/BASTION `bastion/cost_model.py` `GPU_SPECS`).
+//!
+//! These are *achievable* peaks, not datasheet ones: the best of a few timed
+//! runs of a square f32 matmul and of a large reduction (pure read) and
+//! scale (read + write). The roofline's calibration (α, β) absorbs the gap
+//! between them and what a model's forward actually reaches.
+
+use std::time::Instant;
+
+use bastion_tree::DevicePeak;
+use burn::tensor::{Device, Distribution, Tensor};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ModelError, Result};
+
+/// Sizes of the peak microbenchmark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeakOptions {
+    /// Side `n` of the square matmul `[n, n] × [n, n]` (2n³ FLOPs).
+    pub matmul_size: usize,
+    /// Elements of the f32 vector streamed for bandwidth (4 bytes each).
+    pub stream_elements: usize,
+    /// Timed runs of each kernel (the best counts), after one warm-up.
+    pub repeats: usize,
+}
+
+impl Default for PeakOptions {
+    /// A 1024² matmul and a 64 Mi-element (256 MiB) stream, 5 runs each:
+    /// about a second on a 2-core CPU, far beyond any cache.
+    fn default() -> Self {
+        Self { matmul_size: 1024, stream_elements: 64 << 20, repeats: 5 }
+    }
+}
+
+/// What the microbenchmark measured: one value per timed run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PeakMeasurement {
+    /// The sizes used.
+    pub options: PeakOptions,
+    /// Matmul throughput of each run (FLOP/s).
+    pub matmul_flops: Vec<f64>,
+    /// Bandwidth of a full reduction (sum) of the stream, bytes read / s.
+    pub read_bandwidth: Vec<f64>,
+    /// Bandwidth of scaling the stream into a new tensor, bytes read and written / s.
+    pub scale_bandwidth: Vec<f64>,
+}
+
+impl PeakMeasurement {
+    /// The roof: the best matmul throughput and the best bandwidth seen.
+    pub fn peak(&self) -> DevicePeak {
+        let best = |v: &[f64]| v.iter().copied().fold(0.0f64, f64::max);
+        DevicePeak {
+            peak_flops: best(&self.matmul_flops),
+            bandwidth: best(&self.read_bandwidth).max(best(&self.scale_bandwidth)),
+        }
+    }
+}
+
+/// Runs the microbenchmark on `device`.
+///
+/// # Errors
+/// [`ModelError::Usage`] for zero sizes or repeats, or when the device
+/// fails to execute.
+pub fn measure_peak(device: &Device, options: &PeakOptions) -> Result<PeakMeasurement> {
+    let PeakOptions { matmul_size: n, stream_elements: m, repeats } = *options;
+    if n == 0 || m == 0 || repeats == 0 {
+        return Err(ModelError::Usage(format!(
+            "peak microbenchmark: matmul_size, stream_elements and repeats must be ≥ 1, got {n}, {m}, {repeats}"
+        )));
+    }
+    let sync = || device.sync().map_err(|e| ModelError::Usage(format!("device execution failed: {e:?}")));
+    let time = |f: &dyn Fn() -> f32| -> Result<f64> {
+        sync()?;
+        let t = Instant::now();
+        let v = f();
+        sync()?;
+        let dt = t.elapsed().as_secs_f64();
+        // Reading a value back both synchronises and keeps the work alive.
+        if !v.is_finite() {
+            return Err(ModelError::Usage(format!("peak microbenchmark produced a non-finite value {v}")));
+        }
+        Ok(dt.max(f64::MIN_POSITIVE))
+    };
+    let a = Tensor::<2>::random([n, n], Distribution::Uniform(-1.0, 1.0), device);
+    let b = Tensor::<2>::random([n, n], Distribution::Uniform(-1.0, 1.0), device);
+    let x = Tensor::<1>::random([m], Distribution::Uniform(0.0, 1.0), device);
+    let matmul = || a.clone().matmul(b.clone()).slice([0..1, 0..1]).into_scalar::<f32>();
+    let read = || x.clone().sum().into_scalar::<f32>();
+    let scale = || {
+        let y = x.clone().mul_scalar(2.0);
+        y.slice([0..1]).into_scalar::<f32>()
+    };
+    let flops = 2.0 * (n as f64).powi(3);
+    let bytes = 4.0 * m as f64;
+    let mut out = PeakMeasurement {
+        options: *options,
+        matmul_flops: Vec::new(),
+        read_bandwidth: Vec::new(),
+        scale_bandwidth: Vec::new(),
+    };
+    for (f, work, into) in [
+        (&matmul as &dyn Fn() -> f32, flops, &mut out.matmul_flops),
+        (&read, bytes, &mut out.read_bandwidth),
+        (&scale, 2.0 * bytes, &mut out.scale_bandwidth),
+    ] {
+        time(f)?;
+        for _ in 0..repeats {
+            into.push(work / time(f)?);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_run_gives_a_positive_roof() {
+        let opts = PeakOptions { matmul_size: 64, stream_elements: 1 << 16, repeats: 2 };
+        let m = measure_peak(&Device::flex(), &opts).unwrap();
+        assert_eq!((m.matmul_flops.len(), m.read_bandwidth.len(), m.scale_bandwidth.len()), (2, 2, 2));
+        let p = m.peak();
+        assert!(p.peak_flops > 1e6 && p.peak_flops.is_finite(), "{p:?}");
+        assert!(p.bandwidth > 1e6 && p.bandwidth.is_finite(), "{p:?}");
+        assert_eq!(p.peak_flops, m.matmul_flops.iter().copied().fold(0.0, f64::max));
+        let e = measure_peak(&Device::flex(), &PeakOptions { repeats: 0, ..opts }).unwrap_err().to_string();
+        assert!(e.contains("repeats must be ≥ 1"), "{e}");
+    }
+}
