@@ -91,7 +91,7 @@ pub fn measure_peak(device: &Device, options: &PeakOptions) -> Result<PeakMeasur
     let read = || x.clone().sum().into_scalar::<f32>();
     let scale = || {
         let y = x.clone().mul_scalar(2.0);
-        y.slice([0..1]).into_scalar::<f32>()
+        y.slice(0..1).into_scalar::<f32>()
     };
     let flops = 2.0 * (n as f64).powi(3);
     let bytes = 4.0 * m as f64;
