@@ -12,10 +12,12 @@ use std::io::Write;
 use std::time::Instant;
 
 use bastion_data::{DatasetName, Datasets, Selection};
-use bastion_decode::{policy_for, read_json, GenerateConfig, Method, PolicyInputs};
+use bastion_decode::{policy_for, Calibration, GenerateConfig, Method, PolicyInputs, ProfileEvent, ProfileOptions};
 use bastion_models::{load_model, load_tokenizer, BackendKind, Drafter, Message, Model};
 use bastion_tree::BudgetPolicy;
 use clap::{Parser, Subcommand};
+
+mod figure;
 
 #[derive(Parser)]
 #[command(
@@ -73,12 +75,10 @@ enum Command {
         /// Seed of the sampler (T > 0).
         #[arg(long, default_value_t = 0)]
         seed: u64,
-        /// CaDDTree cost model (JSON), for --method caddtree.
+        /// Calibration from `bastion profile` (JSON), for caddtree, bastion and bastion-paper
+        /// [default: results/calibration/<device>__<model>__<backend>.json].
         #[arg(long)]
-        cost_model: Option<PathBuf>,
-        /// BASTION calibration (JSON: roofline + stop-rule config), for --method bastion.
-        #[arg(long)]
-        bastion_calibration: Option<PathBuf>,
+        calibration: Option<PathBuf>,
     },
     /// Self-distillation data for drafter training: the target's greedy
     /// responses to the training prompts (GSM8K train + MBPP non-test, never
@@ -140,9 +140,13 @@ enum Command {
         /// DFlash drafter folder.
         #[arg(long)]
         drafter: PathBuf,
-        /// Decoding method: dflash or ddtree:N.
+        /// Decoding method: dflash, ddtree:N, caddtree, bastion or bastion-paper.
         #[arg(long, default_value = "dflash")]
         method: Method,
+        /// Calibration from `bastion profile`, for caddtree, bastion and bastion-paper
+        /// [default: results/calibration/<device>__<model>__<backend>.json].
+        #[arg(long)]
+        calibration: Option<PathBuf>,
         /// Evaluation sets (comma-separated).
         #[arg(long, value_delimiter = ',', default_value = "gsm8k,math500,humaneval,mt-bench")]
         sets: Vec<String>,
@@ -161,6 +165,51 @@ enum Command {
         /// Also write per-prompt results here (JSON lines).
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Burn backend.
+        #[arg(long, default_value = "flex")]
+        backend: BackendKind,
+    },
+    /// Calibrate the cost-aware methods on this machine (CaDDTree, BASTION):
+    /// the device's peak FLOP/s and bandwidth, the target's verify latency
+    /// over tree sizes × context lengths (warm-up, repeats, median), the
+    /// drafter's round cost and the round's other work; fits CaDDTree's convex
+    /// curves and BASTION's roofline α/β. Writes the calibration (JSON, with
+    /// every raw sample) and a figure of measured vs fitted latency (SVG).
+    Profile {
+        /// The target: a `.gguf` file or a Hugging Face folder.
+        #[arg(long)]
+        model: PathBuf,
+        /// DFlash drafter folder (its round cost is part of the calibration; without it only
+        /// verification is profiled).
+        #[arg(long)]
+        drafter: Option<PathBuf>,
+        /// Output file [default: results/calibration/<device>__<model>__<backend>.json].
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// The figure [default: the output file with `.svg`].
+        #[arg(long)]
+        figure: Option<PathBuf>,
+        /// Context lengths (committed tokens).
+        #[arg(long, value_delimiter = ',', default_values_t = ProfileOptions::default().contexts)]
+        contexts: Vec<usize>,
+        /// Tree sizes (tokens verified, root included); at least 3.
+        #[arg(long, value_delimiter = ',', default_values_t = ProfileOptions::default().tokens)]
+        tokens: Vec<usize>,
+        /// Untimed verifications per grid point.
+        #[arg(long, default_value_t = ProfileOptions::default().warmup)]
+        warmup: usize,
+        /// Timed verifications per grid point (median kept).
+        #[arg(long, default_value_t = ProfileOptions::default().repeats)]
+        repeats: usize,
+        /// New tokens of the drafter probe (its rounds give T_d and T_nv).
+        #[arg(long, default_value_t = ProfileOptions::default().probe_new_tokens)]
+        probe_new_tokens: usize,
+        /// Side of the square matmul of the peak microbenchmark.
+        #[arg(long, default_value_t = ProfileOptions::default().peak.matmul_size)]
+        peak_matmul: usize,
+        /// Elements (f32) streamed by the bandwidth microbenchmark.
+        #[arg(long, default_value_t = ProfileOptions::default().peak.stream_elements)]
+        peak_stream: usize,
         /// Burn backend.
         #[arg(long, default_value = "flex")]
         backend: BackendKind,
@@ -228,10 +277,9 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             drafter,
             temperature,
             seed,
-            cost_model,
-            bastion_calibration,
+            calibration,
         } => {
-            let spec = Speculation { method, drafter, cost_model, bastion_calibration };
+            let spec = Speculation { method, drafter, calibration };
             let cfg = GenerateConfig { max_new_tokens, temperature, seed, ..GenerateConfig::default() };
             let prompt = match (prompt, prompt_ids) {
                 (_, Some(ids)) => PromptInput::Ids(ids),
@@ -240,9 +288,47 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             };
             generate(&model, &prompt, backend, &spec, cfg)?
         }
-        Command::Tau { model, drafter, method, sets, samples, max_new_tokens, datasets, no_ar, out, backend } => {
-            let args = TauArgs { method, samples, max_new_tokens, no_ar, backend };
+        Command::Tau {
+            model,
+            drafter,
+            method,
+            calibration,
+            sets,
+            samples,
+            max_new_tokens,
+            datasets,
+            no_ar,
+            out,
+            backend,
+        } => {
+            let args = TauArgs { method, calibration, samples, max_new_tokens, no_ar, backend };
             tau_eval(&model, &drafter, &datasets, &sets, out.as_deref(), &args)?
+        }
+        Command::Profile {
+            model,
+            drafter,
+            out,
+            figure,
+            contexts,
+            tokens,
+            warmup,
+            repeats,
+            probe_new_tokens,
+            peak_matmul,
+            peak_stream,
+            backend,
+        } => {
+            let d = ProfileOptions::default();
+            let options = ProfileOptions {
+                contexts,
+                tokens,
+                warmup,
+                repeats,
+                probe_new_tokens,
+                peak: bastion_models::PeakOptions { matmul_size: peak_matmul, stream_elements: peak_stream, ..d.peak },
+                ..d
+            };
+            run_profile(&model, drafter.as_deref(), out, figure, &options, backend)?
         }
         Command::BenchTarget { model, context, nodes, reps, backend } => {
             bench_target(&model, context, &nodes, reps, backend)?
@@ -537,6 +623,7 @@ fn train_drafter(
 /// `tau`'s settings.
 struct TauArgs {
     method: Method,
+    calibration: Option<PathBuf>,
     samples: usize,
     max_new_tokens: usize,
     no_ar: bool,
@@ -560,12 +647,8 @@ fn tau_eval(
     out: Option<&Path>,
     a: &TauArgs,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    if !matches!(a.method, Method::DFlash | Method::DDTree { .. }) {
-        return Err(format!(
-            "--method {}: τ needs a speculative method with a fixed budget (dflash or ddtree:N)",
-            a.method
-        )
-        .into());
+    if !a.method.needs_drafter() {
+        return Err(format!("--method {}: τ needs a speculative method (anything but ar)", a.method).into());
     }
     if a.samples == 0 {
         return Err("--samples must be ≥ 1".into());
@@ -576,6 +659,7 @@ fn tau_eval(
     let tok = load_tokenizer(model)?;
     let template = tok.chat_template().ok_or_else(|| format!("{}: the model has no chat template", model.display()))?;
     let drafter = Drafter::load(drafter_dir, &target)?;
+    let inputs = policy_inputs(a.method, a.calibration.as_deref(), model, &target, Some(&drafter), a.backend)?;
     let mut stop = target.config().eos_token_ids.clone();
     stop.extend(tok.eos_ids());
     let cfg = GenerateConfig { max_new_tokens: a.max_new_tokens, stop_tokens: stop, ..GenerateConfig::default() };
@@ -584,8 +668,8 @@ fn tau_eval(
         None => None,
     };
     let run = |ids: &[u32], speculative: bool, c: &GenerateConfig| {
-        let mut policy = policy_for(a.method, drafter.block_size(), &PolicyInputs::default())?
-            .ok_or("a speculative method has a budget policy")?;
+        let mut policy =
+            policy_for(a.method, drafter.block_size(), &inputs)?.ok_or("a speculative method has a budget policy")?;
         let draft: Option<(&Drafter, &mut dyn BudgetPolicy)> =
             if speculative { Some((&drafter, policy.as_mut())) } else { None };
         bastion_decode::generate(&target, draft, ids, c).map_err(Box::<dyn std::error::Error>::from)
@@ -604,8 +688,8 @@ fn tau_eval(
         a.samples
     );
     println!(
-        "{:<10} {:>7} {:>6} {:>6} {:>9} {:>9} {:>8} {:>10}",
-        "dataset", "prompts", "τ", "τ std", "TPOT ms", "AR ms", "speedup", "same as AR"
+        "{:<10} {:>7} {:>6} {:>6} {:>7} {:>7} {:>9} {:>9} {:>8} {:>10}",
+        "dataset", "prompts", "τ", "τ std", "budget", "b. std", "TPOT ms", "AR ms", "speedup", "same as AR"
     );
     let (mut all_tau, mut all_speedup, mut mismatches) = (Vec::new(), Vec::new(), Vec::new());
     for name in names {
@@ -617,12 +701,15 @@ fn tau_eval(
         );
         bar.set_message(name.to_string());
         let (mut taus, mut tpots, mut ar_tpots, mut same) = (Vec::new(), Vec::new(), Vec::new(), 0usize);
+        // Drafted nodes per round (tree size minus the root), over every round of the set.
+        let mut budgets = Vec::new();
         // Outputs that stop at their first token have no round: no τ, no TPOT.
         let mut no_round = 0usize;
         for p in &prompts {
             let text = p.turns.first().ok_or_else(|| format!("{name} prompt {}: no turn", p.id))?;
             let ids = tok.encode(&template.render(&[Message::new("user", text)], true)?, false)?;
             let g = run(&ids, true, &cfg)?;
+            budgets.extend(g.rounds.iter().map(|r| r.tree_size as f64 - 1.0));
             let timed = !g.rounds.is_empty();
             if timed {
                 taus.push(g.tau());
@@ -634,6 +721,7 @@ fn tau_eval(
                 "dataset": name.as_str(), "id": p.id, "method": a.method.to_string(), "tau": g.tau(),
                 "rounds": g.rounds.len(), "tokens": g.tokens.len(), "tpot_s": g.tpot(),
                 "acceptance_lengths": g.acceptance_lengths(),
+                "budgets": g.rounds.iter().map(|r| r.tree_size - 1).collect::<Vec<_>>(),
             });
             if !a.no_ar {
                 let ar = run(&ids, false, &cfg)?;
@@ -658,6 +746,7 @@ fn tau_eval(
             eprintln!("{name}: {no_round} outputs stopped at their first token (no round; left out of τ and TPOT)");
         }
         let (tau, tau_std) = mean_std(&taus);
+        let (budget, budget_std) = mean_std(&budgets);
         let tpot = mean_std(&tpots).0;
         all_tau.push(tau);
         let (ar, speedup, same) = if a.no_ar {
@@ -670,11 +759,13 @@ fn tau_eval(
         // MT-Bench's second turn is not run: its row is not the papers' two-turn number.
         let label = if name == DatasetName::MtBench { "mt-bench1" } else { name.as_str() };
         println!(
-            "{:<10} {:>7} {:>6.2} {:>6.2} {:>9.1} {:>9} {:>8} {:>10}",
+            "{:<10} {:>7} {:>6.2} {:>6.2} {:>7.1} {:>7.1} {:>9.1} {:>9} {:>8} {:>10}",
             label,
             prompts.len(),
             tau,
             tau_std,
+            budget,
+            budget_std,
             tpot * 1e3,
             ar,
             speedup,
@@ -682,7 +773,18 @@ fn tau_eval(
         );
     }
     let speedup = if all_speedup.is_empty() { "-".into() } else { format!("{:.2}×", mean_std(&all_speedup).0) };
-    println!("{:<10} {:>7} {:>6.2} {:>6} {:>9} {:>9} {:>8}", "average", "", mean_std(&all_tau).0, "", "", "", speedup);
+    println!(
+        "{:<10} {:>7} {:>6.2} {:>6} {:>7} {:>7} {:>9} {:>9} {:>8}",
+        "average",
+        "",
+        mean_std(&all_tau).0,
+        "",
+        "",
+        "",
+        "",
+        "",
+        speedup
+    );
     if !mismatches.is_empty() {
         return Err(format!("lossless check failed: output differs from AR on {}", mismatches.join(", ")).into());
     }
@@ -693,8 +795,37 @@ fn tau_eval(
 struct Speculation {
     method: Method,
     drafter: Option<PathBuf>,
-    cost_model: Option<PathBuf>,
-    bastion_calibration: Option<PathBuf>,
+    calibration: Option<PathBuf>,
+}
+
+/// Where `bastion profile` writes calibrations and the cost-aware methods look for them.
+const CALIBRATION_DIR: &str = "results/calibration";
+
+/// The cost models `method` needs: none for the fixed-budget methods; for
+/// caddtree, bastion and bastion-paper the calibration at `calibration`
+/// (default: this device's, model's and backend's file under
+/// [`CALIBRATION_DIR`]), checked against the target and the drafter.
+fn policy_inputs(
+    method: Method,
+    calibration: Option<&Path>,
+    model: &Path,
+    target: &Model,
+    drafter: Option<&Drafter>,
+    backend: BackendKind,
+) -> Result<PolicyInputs, Box<dyn std::error::Error>> {
+    if !matches!(method, Method::CaddTree | Method::Bastion | Method::BastionPaper) {
+        return Ok(PolicyInputs::default());
+    }
+    let path = calibration.map_or_else(
+        || Calibration::default_path(Path::new(CALIBRATION_DIR), &backend.device_name(), model, backend),
+        Path::to_path_buf,
+    );
+    let cal = Calibration::load(&path)?;
+    cal.check_target(target, backend, &path)?;
+    if let Some(d) = drafter {
+        cal.check_drafter(d, &path)?;
+    }
+    Ok(cal.policy_inputs()?)
 }
 
 /// The drafter `method` needs (`None` for `ar`, which ignores `--drafter`).
@@ -725,14 +856,10 @@ fn generate(
     spec: &Speculation,
     mut cfg: GenerateConfig,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let inputs = PolicyInputs {
-        cost_model: spec.cost_model.as_deref().map(|p| read_json(p, "CaDDTree cost model")).transpose()?,
-        bastion: spec.bastion_calibration.as_deref().map(|p| read_json(p, "BASTION calibration")).transpose()?,
-        ..PolicyInputs::default()
-    };
     let device = backend.device()?;
     let target = load_model(model, &device)?;
     let drafter = load_drafter(spec.method, spec.drafter.as_deref(), &target)?;
+    let inputs = policy_inputs(spec.method, spec.calibration.as_deref(), model, &target, drafter.as_ref(), backend)?;
     let mut policy = policy_for(spec.method, drafter.as_ref().map_or(1, Drafter::block_size), &inputs)?;
     cfg.stop_tokens = target.config().eos_token_ids.clone();
     let (ids, tok) = match prompt {
@@ -828,6 +955,94 @@ fn run_distill(
     })?;
     bar.finish();
     eprintln!("wrote {written} records; {} in total, {} response tokens", store.done().len(), store.tokens());
+    Ok(())
+}
+
+fn run_profile(
+    model: &Path,
+    drafter_dir: Option<&Path>,
+    out: Option<PathBuf>,
+    figure: Option<PathBuf>,
+    options: &ProfileOptions,
+    backend: BackendKind,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let target = load_model(model, &backend.device()?)?;
+    let drafter = drafter_dir.map(|d| Drafter::load(d, &target)).transpose()?;
+    let device = backend.device_name();
+    let out = out.unwrap_or_else(|| Calibration::default_path(Path::new(CALIBRATION_DIR), &device, model, backend));
+    let figure = figure.unwrap_or_else(|| out.with_extension("svg"));
+    options.validate(target.config().max_position_embeddings, drafter.as_ref().map_or(1, Drafter::block_size))?;
+    eprintln!("profiling {} on {device} ({backend}) -> {}", model.display(), out.display());
+    let bar = indicatif::ProgressBar::new((options.contexts.len() * options.tokens.len()) as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} grid points, {msg}, eta {eta}")
+            .expect("valid progress template"),
+    );
+    let mut on_event = |e: &ProfileEvent| match e {
+        ProfileEvent::Peak(p) => {
+            say(&bar, format!("device roof: {:.1} GFLOP/s matmul, {:.1} GB/s", p.peak_flops / 1e9, p.bandwidth / 1e9))
+        }
+        ProfileEvent::Verify { point, done, .. } => {
+            bar.set_position(*done as u64);
+            bar.set_message(format!("c = {} s = {}: {:.2} ms", point.context_len, point.tokens, point.seconds * 1e3));
+            if bar.is_hidden() && point.tokens == *options.tokens.last().expect("validated") {
+                eprintln!("verify grid: context {} done ({done} points)", point.context_len);
+            }
+        }
+        ProfileEvent::Drafter { draft_seconds, non_verify_seconds, rounds } => say(
+            &bar,
+            format!(
+                "drafter: T_d {:.2} ms, T_nv {:.2} ms (median of {rounds} rounds)",
+                draft_seconds * 1e3,
+                non_verify_seconds * 1e3
+            ),
+        ),
+    };
+    let dpair = drafter.as_ref().zip(drafter_dir);
+    let cal = bastion_decode::profile(&target, model, backend, dpair, options, &mut on_event)?;
+    bar.finish_and_clear();
+    cal.save(&out)?;
+    figure::verify_latency(&cal, &figure)?;
+
+    let roofline = cal.roofline();
+    let cost = bastion_tree::ConvexCostModel::from_curves(
+        0.0,
+        cal.fit.caddtree.contexts.clone(),
+        cal.fit.caddtree.curves.clone(),
+    )?;
+    println!("{:>6} {:>6} {:>11} {:>13} {:>13}", "c", "s", "measured ms", "roofline ms", "CaDDTree ms");
+    for p in &cal.verify {
+        println!(
+            "{:>6} {:>6} {:>11.2} {:>13.2} {:>13.2}",
+            p.context_len,
+            p.tokens,
+            p.seconds * 1e3,
+            roofline.at_context(p.context_len).estimate(p.tokens) * 1e3,
+            bastion_tree::RoundCostModel::verify_seconds(&cost, p.tokens - 1, p.context_len) * 1e3
+        );
+    }
+    let k = &cal.fit.roofline;
+    println!(
+        "roofline: α_c {:.3}, β_c {:.3} ms, α_m {:.3}, β_m {:.3} ms over {:.1} GFLOP/s, {:.1} GB/s; RMSE {:.2} ms \
+         (CaDDTree curves: {:.2} ms)",
+        k.alpha_c,
+        k.beta_c * 1e3,
+        k.alpha_m,
+        k.beta_m * 1e3,
+        cal.device.peak.peak_flops / 1e9,
+        cal.device.peak.bandwidth / 1e9,
+        cal.fit.roofline_rmse_seconds * 1e3,
+        cal.fit.caddtree_rmse_seconds * 1e3
+    );
+    if let Some(d) = &cal.drafter {
+        println!(
+            "drafter (block {}): T_d {:.2} ms, T_nv {:.2} ms",
+            d.block_size,
+            d.draft_seconds * 1e3,
+            d.non_verify_seconds * 1e3
+        );
+    }
+    println!("wrote {} and {}", out.display(), figure.display());
     Ok(())
 }
 

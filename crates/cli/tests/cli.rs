@@ -143,20 +143,17 @@ fn generate_speculates_with_the_tiny_pair() {
 #[test]
 fn generate_rejects_incomplete_speculation_settings() {
     let base = ["generate", "--model", "tests/fixtures/tiny-qwen3", "--prompt-ids", "5,6,7"];
-    let cases: [(&[&str], &str); 4] = [
-        (&["--method", "dflash"], "method dflash needs --drafter DIR"),
-        (&["--method", "caddtree", "--drafter", "tests/fixtures/tiny-dflash"], "method caddtree needs a cost model"),
-        (&["--method", "eagle"], "unknown method `eagle`"),
+    let cases: [(&[&str], &[&str]); 4] = [
+        (&["--method", "dflash"], &["method dflash needs --drafter DIR"]),
+        // No --calibration: this machine's default file, which does not exist.
         (
-            &[
-                "--method",
-                "bastion",
-                "--drafter",
-                "tests/fixtures/tiny-dflash",
-                "--bastion-calibration",
-                "no/such.json",
-            ],
-            "cannot read no/such.json",
+            &["--method", "caddtree", "--drafter", "tests/fixtures/tiny-dflash"],
+            &["cannot read calibration results/calibration/", "__tiny-qwen3__flex.json", "bastion profile"],
+        ),
+        (&["--method", "eagle"], &["unknown method `eagle`"]),
+        (
+            &["--method", "bastion", "--drafter", "tests/fixtures/tiny-dflash", "--calibration", "no/such.json"],
+            &["cannot read calibration no/such.json"],
         ),
     ];
     for (extra, want) in cases {
@@ -164,8 +161,66 @@ fn generate_rejects_incomplete_speculation_settings() {
         args.extend(extra);
         let (ok, _, err) = bastion(&args);
         assert!(!ok, "{extra:?} should fail");
-        assert!(err.contains(want), "{extra:?}: {err}");
+        for w in want {
+            assert!(err.contains(w), "{extra:?}: {err}");
+        }
     }
+}
+
+#[test]
+fn profile_writes_a_calibration_the_cost_aware_methods_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("tiny.json");
+    let out_s = out.to_str().unwrap();
+    let (ok, table, err) = bastion(&[
+        "profile",
+        "--model",
+        "tests/fixtures/tiny-qwen3",
+        "--drafter",
+        "tests/fixtures/tiny-dflash",
+        "--out",
+        out_s,
+        "--contexts",
+        "16,64",
+        "--tokens",
+        "1,2,4,8",
+        "--repeats",
+        "3",
+        "--probe-new-tokens",
+        "24",
+        "--peak-matmul",
+        "128",
+        "--peak-stream",
+        "100000",
+    ]);
+    assert!(ok, "{err}");
+    // The table has one row per grid point, then the fits.
+    let rows = table.lines().filter(|l| l.split_whitespace().count() == 5 && !l.contains("measured")).count();
+    assert_eq!(rows, 8, "{table}");
+    assert!(table.contains("roofline: α_c") && table.contains("drafter (block 8): T_d"), "{table}");
+    let svg = std::fs::read_to_string(dir.path().join("tiny.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("c = 64: measured (median)"), "figure");
+    let cal = bastion_decode::Calibration::load(&out).unwrap();
+    assert_eq!(cal.verify.len(), 8);
+
+    // Every cost-aware method decodes with it, token-identical to AR.
+    let base = ["generate", "--model", "tests/fixtures/tiny-qwen3", "--prompt-ids", "11,13,15,17,19,174,23,25"];
+    let (ok, ar, err) = bastion(&base);
+    assert!(ok, "{err}");
+    for method in ["caddtree", "bastion", "bastion-paper"] {
+        let mut args = base.to_vec();
+        args.extend(["--method", method, "--drafter", "tests/fixtures/tiny-dflash", "--calibration", out_s]);
+        let (ok, out, err) = bastion(&args);
+        assert!(ok, "{method}: {err}");
+        assert_eq!(out, ar, "{method}");
+    }
+
+    // It belongs to the tiny Qwen3: another target is refused by name.
+    let args = ["--method", "bastion", "--drafter", "tests/fixtures/tiny-dflash", "--calibration", out_s];
+    let mut other = vec!["generate", "--model", "tests/fixtures/tiny-llama", "--prompt-ids", "5,6,7"];
+    other.extend(args);
+    let (ok, _, err) = bastion(&other);
+    assert!(!ok && err.contains("belongs to another target (field target.arch)"), "{err}");
 }
 
 #[test]
