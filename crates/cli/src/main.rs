@@ -12,9 +12,9 @@ use std::io::Write;
 use std::time::Instant;
 
 use bastion_data::{DatasetName, Datasets, Selection};
-use bastion_decode::{policy_for, Calibration, GenerateConfig, Method, PolicyInputs, ProfileEvent, ProfileOptions};
+use bastion_decode::{policy_for, BastionRule, Calibration, GenerateConfig, Method, PolicyInputs, ProfileEvent, ProfileOptions};
 use bastion_models::{load_model, load_tokenizer, BackendKind, Drafter, Message, Model};
-use bastion_tree::BudgetPolicy;
+use bastion_tree::{BudgetPolicy, OnlineConfig};
 use clap::{Parser, Subcommand};
 
 mod figure;
@@ -79,6 +79,14 @@ enum Command {
         /// [default: results/calibration/<device>__<model>__<backend>.json].
         #[arg(long)]
         calibration: Option<PathBuf>,
+        /// BASTION's size rules: paper (≥ 32 tokens, multiples of 32: the release's GPU tile
+        /// heuristics) or raw (the bare stop rule).
+        #[arg(long, default_value = "paper")]
+        bastion_rule: BastionRule,
+        /// Forgetting factor λ ∈ [0, 1) of `bastion`'s online calibration (bastion-paper keeps
+        /// the calibration fixed).
+        #[arg(long, default_value_t = OnlineConfig::default().forgetting)]
+        online_forgetting: f64,
     },
     /// Self-distillation data for drafter training: the target's greedy
     /// responses to the training prompts (GSM8K train + MBPP non-test, never
@@ -147,6 +155,14 @@ enum Command {
         /// [default: results/calibration/<device>__<model>__<backend>.json].
         #[arg(long)]
         calibration: Option<PathBuf>,
+        /// BASTION's size rules: paper (≥ 32 tokens, multiples of 32: the release's GPU tile
+        /// heuristics) or raw (the bare stop rule).
+        #[arg(long, default_value = "paper")]
+        bastion_rule: BastionRule,
+        /// Forgetting factor λ ∈ [0, 1) of `bastion`'s online calibration (bastion-paper keeps
+        /// the calibration fixed).
+        #[arg(long, default_value_t = OnlineConfig::default().forgetting)]
+        online_forgetting: f64,
         /// Evaluation sets (comma-separated).
         #[arg(long, value_delimiter = ',', default_value = "gsm8k,math500,humaneval,mt-bench")]
         sets: Vec<String>,
@@ -189,18 +205,20 @@ enum Command {
         /// The figure [default: the output file with `.svg`].
         #[arg(long)]
         figure: Option<PathBuf>,
-        /// Context lengths (committed tokens).
-        #[arg(long, value_delimiter = ',', default_values_t = ProfileOptions::default().contexts)]
-        contexts: Vec<usize>,
-        /// Tree sizes (tokens verified, root included); at least 3.
-        #[arg(long, value_delimiter = ',', default_values_t = ProfileOptions::default().tokens)]
-        tokens: Vec<usize>,
-        /// Untimed verifications per grid point.
-        #[arg(long, default_value_t = ProfileOptions::default().warmup)]
-        warmup: usize,
-        /// Timed verifications per grid point (median kept).
-        #[arg(long, default_value_t = ProfileOptions::default().repeats)]
-        repeats: usize,
+        /// Context lengths (committed tokens) [default: 64,256,512,1024 on CPU backends;
+        /// BASTION's 64,128,…,2048 on GPU backends].
+        #[arg(long, value_delimiter = ',')]
+        contexts: Option<Vec<usize>>,
+        /// Tree sizes (tokens verified, root included), at least 3 [default: 1,2,3,4,6,8,12,16,
+        /// 24,32,48,64 on CPU backends; 1,2,4,8 and BASTION's 16,32,…,512 on GPU backends].
+        #[arg(long, value_delimiter = ',')]
+        tokens: Option<Vec<usize>>,
+        /// Untimed verifications per grid point [default: 2 on CPU, 3 on GPU].
+        #[arg(long)]
+        warmup: Option<usize>,
+        /// Timed verifications per grid point, median kept [default: 9 on CPU, 5 on GPU].
+        #[arg(long)]
+        repeats: Option<usize>,
         /// New tokens of the drafter probe (its rounds give T_d and T_nv).
         #[arg(long, default_value_t = ProfileOptions::default().probe_new_tokens)]
         probe_new_tokens: usize,
@@ -278,8 +296,11 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             temperature,
             seed,
             calibration,
+            bastion_rule,
+            online_forgetting,
         } => {
-            let spec = Speculation { method, drafter, calibration };
+            let cost = CostSettings { calibration, bastion_rule, online: OnlineConfig { forgetting: online_forgetting } };
+            let spec = Speculation { method, drafter, cost };
             let cfg = GenerateConfig { max_new_tokens, temperature, seed, ..GenerateConfig::default() };
             let prompt = match (prompt, prompt_ids) {
                 (_, Some(ids)) => PromptInput::Ids(ids),
@@ -293,6 +314,8 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             drafter,
             method,
             calibration,
+            bastion_rule,
+            online_forgetting,
             sets,
             samples,
             max_new_tokens,
@@ -301,7 +324,8 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             out,
             backend,
         } => {
-            let args = TauArgs { method, calibration, samples, max_new_tokens, no_ar, backend };
+            let cost = CostSettings { calibration, bastion_rule, online: OnlineConfig { forgetting: online_forgetting } };
+            let args = TauArgs { method, cost, samples, max_new_tokens, no_ar, backend };
             tau_eval(&model, &drafter, &datasets, &sets, out.as_deref(), &args)?
         }
         Command::Profile {
@@ -318,12 +342,12 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             peak_stream,
             backend,
         } => {
-            let d = ProfileOptions::default();
+            let d = ProfileOptions::for_backend(backend);
             let options = ProfileOptions {
-                contexts,
-                tokens,
-                warmup,
-                repeats,
+                contexts: contexts.unwrap_or(d.contexts.clone()),
+                tokens: tokens.unwrap_or(d.tokens.clone()),
+                warmup: warmup.unwrap_or(d.warmup),
+                repeats: repeats.unwrap_or(d.repeats),
                 probe_new_tokens,
                 peak: bastion_models::PeakOptions { matmul_size: peak_matmul, stream_elements: peak_stream, ..d.peak },
                 ..d
@@ -623,7 +647,7 @@ fn train_drafter(
 /// `tau`'s settings.
 struct TauArgs {
     method: Method,
-    calibration: Option<PathBuf>,
+    cost: CostSettings,
     samples: usize,
     max_new_tokens: usize,
     no_ar: bool,
@@ -659,7 +683,7 @@ fn tau_eval(
     let tok = load_tokenizer(model)?;
     let template = tok.chat_template().ok_or_else(|| format!("{}: the model has no chat template", model.display()))?;
     let drafter = Drafter::load(drafter_dir, &target)?;
-    let inputs = policy_inputs(a.method, a.calibration.as_deref(), model, &target, Some(&drafter), a.backend)?;
+    let inputs = policy_inputs(a.method, &a.cost, model, &target, Some(&drafter), a.backend)?;
     let mut stop = target.config().eos_token_ids.clone();
     stop.extend(tok.eos_ids());
     let cfg = GenerateConfig { max_new_tokens: a.max_new_tokens, stop_tokens: stop, ..GenerateConfig::default() };
@@ -795,7 +819,17 @@ fn tau_eval(
 struct Speculation {
     method: Method,
     drafter: Option<PathBuf>,
+    cost: CostSettings,
+}
+
+/// How the cost-aware methods get their cost models.
+struct CostSettings {
+    /// The calibration file (default: this setup's under [`CALIBRATION_DIR`]).
     calibration: Option<PathBuf>,
+    /// BASTION's size rules.
+    bastion_rule: BastionRule,
+    /// `bastion`'s online calibration.
+    online: OnlineConfig,
 }
 
 /// Where `bastion profile` writes calibrations and the cost-aware methods look for them.
@@ -807,7 +841,7 @@ const CALIBRATION_DIR: &str = "results/calibration";
 /// [`CALIBRATION_DIR`]), checked against the target and the drafter.
 fn policy_inputs(
     method: Method,
-    calibration: Option<&Path>,
+    cost: &CostSettings,
     model: &Path,
     target: &Model,
     drafter: Option<&Drafter>,
@@ -816,7 +850,8 @@ fn policy_inputs(
     if !matches!(method, Method::CaddTree | Method::Bastion | Method::BastionPaper) {
         return Ok(PolicyInputs::default());
     }
-    let path = calibration.map_or_else(
+    cost.online.validate()?;
+    let path = cost.calibration.as_deref().map_or_else(
         || Calibration::default_path(Path::new(CALIBRATION_DIR), &backend.device_name(), model, backend),
         Path::to_path_buf,
     );
@@ -825,7 +860,7 @@ fn policy_inputs(
     if let Some(d) = drafter {
         cal.check_drafter(d, &path)?;
     }
-    Ok(cal.policy_inputs()?)
+    Ok(cal.policy_inputs(cost.bastion_rule, cost.online)?)
 }
 
 /// The drafter `method` needs (`None` for `ar`, which ignores `--drafter`).
@@ -859,7 +894,7 @@ fn generate(
     let device = backend.device()?;
     let target = load_model(model, &device)?;
     let drafter = load_drafter(spec.method, spec.drafter.as_deref(), &target)?;
-    let inputs = policy_inputs(spec.method, spec.calibration.as_deref(), model, &target, drafter.as_ref(), backend)?;
+    let inputs = policy_inputs(spec.method, &spec.cost, model, &target, drafter.as_ref(), backend)?;
     let mut policy = policy_for(spec.method, drafter.as_ref().map_or(1, Drafter::block_size), &inputs)?;
     cfg.stop_tokens = target.config().eos_token_ids.clone();
     let (ids, tok) = match prompt {

@@ -32,14 +32,14 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use bastion_models::{measure_peak, BackendKind, Drafter, Model, PeakMeasurement, PeakOptions};
 use bastion_tree::{
-    fit_calibration, BastionConfig, ConvexCostModel, DevicePeak, DraftTree, FixedBudget, ModelShape,
+    fit_calibration, ConvexCostModel, DevicePeak, DraftTree, FixedBudget, ModelShape, OnlineConfig,
     RooflineCalibration, RooflineModel, RoundCostModel, VerifyProfile, VerifySample,
 };
 use serde::{Deserialize, Serialize};
 
 use crate::error::{DecodeError, Result};
 use crate::generate::{generate, GenerateConfig};
-use crate::policy::{BastionSetup, PolicyInputs, CADDTREE_MAX_BUDGET};
+use crate::policy::{BastionRule, BastionSetup, PolicyInputs, CADDTREE_MAX_BUDGET};
 
 /// Version of the calibration file layout.
 pub const CALIBRATION_FORMAT: u32 = 1;
@@ -67,14 +67,15 @@ pub struct ProfileOptions {
 }
 
 impl Default for ProfileOptions {
-    /// Sized for a small target on a CPU: contexts 64 to 1024, trees of 1
-    /// to 128 tokens, 2 warm-ups and 7 repeats per point.
+    /// Sized for a small target on a CPU, where verification is
+    /// compute-bound after a few tokens and budgets stay small: contexts 64
+    /// to 1024, trees of 1 to 64 tokens, 2 warm-ups and 9 repeats per point.
     fn default() -> Self {
         Self {
             contexts: vec![64, 256, 512, 1024],
-            tokens: vec![1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128],
+            tokens: vec![1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64],
             warmup: 2,
-            repeats: 7,
+            repeats: 9,
             peak: PeakOptions::default(),
             sigma_scale: 30.0,
             probe_prompt_len: 128,
@@ -84,6 +85,30 @@ impl Default for ProfileOptions {
 }
 
 impl ProfileOptions {
+    /// BASTION's release grid for GPUs (`collect_calibration_data`: tree
+    /// sizes 16 to 512 in steps of 16, contexts 64 to 2048 in powers of two,
+    /// 3 warm-ups, 5 repeats), plus trees of 1 to 8 tokens for CaDDTree's
+    /// small budgets.
+    pub fn gpu() -> Self {
+        Self {
+            contexts: vec![64, 128, 256, 512, 1024, 2048],
+            tokens: [1, 2, 4, 8].into_iter().chain((16..=512).step_by(16)).collect(),
+            warmup: 3,
+            repeats: 5,
+            ..Self::default()
+        }
+    }
+
+    /// The default grid of a backend: [`ProfileOptions::gpu`] on the GPU
+    /// backends (wgpu, cuda), [`ProfileOptions::default`] on the CPU ones.
+    pub fn for_backend(backend: BackendKind) -> Self {
+        if backend.is_async() {
+            Self::gpu()
+        } else {
+            Self::default()
+        }
+    }
+
     /// Checks the grid and the counts against the target's context window.
     ///
     /// # Errors
@@ -594,29 +619,23 @@ impl Calibration {
         Ok(ConvexCostModel::from_curves(d.draft_seconds, f.contexts.clone(), f.curves.clone())?)
     }
 
-    /// BASTION's setup: the calibrated roofline and the release's stop-rule
-    /// settings ([`BastionConfig::paper`]) with the measured `T_d`, `T_nv`.
+    /// BASTION's setup: the calibrated roofline and the stop-rule settings
+    /// of `rule` with the measured `T_d`, `T_nv`.
     ///
     /// # Errors
     /// [`DecodeError::Usage`] without drafter measurements.
-    pub fn bastion_setup(&self) -> Result<BastionSetup> {
+    pub fn bastion_setup(&self, rule: BastionRule) -> Result<BastionSetup> {
         let d = self.drafter_record()?;
-        Ok(BastionSetup {
-            roofline: self.roofline(),
-            config: BastionConfig::paper(d.draft_seconds, d.non_verify_seconds.max(0.0)),
-        })
+        Ok(BastionSetup { roofline: self.roofline(), config: rule.config(d.draft_seconds, d.non_verify_seconds.max(0.0)) })
     }
 
-    /// Policy inputs for every cost-aware method (CaDDTree and BASTION).
+    /// Policy inputs for every cost-aware method: CaDDTree's cost model,
+    /// BASTION's setup under `rule`, and the online settings of `bastion`.
     ///
     /// # Errors
     /// As [`Calibration::cost_model`].
-    pub fn policy_inputs(&self) -> Result<PolicyInputs> {
-        Ok(PolicyInputs {
-            cost_model: Some(self.cost_model()?),
-            bastion: Some(self.bastion_setup()?),
-            ..PolicyInputs::default()
-        })
+    pub fn policy_inputs(&self, rule: BastionRule, online: OnlineConfig) -> Result<PolicyInputs> {
+        Ok(PolicyInputs { cost_model: Some(self.cost_model()?), bastion: Some(self.bastion_setup(rule)?), online })
     }
 
     fn drafter_record(&self) -> Result<&DrafterRecord> {
@@ -644,13 +663,16 @@ mod tests {
             Path::new("models/SmolLM2-135M-Instruct.Q4_1.gguf"),
             BackendKind::Flex,
         );
-        assert_eq!(p, Path::new("results/calibration/nvidia-h200__smollm2-135m-instruct.q4.1__flex.json"));
+        assert_eq!(p, Path::new("results/calibration/nvidia-h200__smollm2-135m-instruct.q4-1__flex.json"));
     }
 
     #[test]
     fn options_are_checked() {
         let ok = ProfileOptions::default();
         ok.validate(2048, 16).unwrap();
+        ProfileOptions::gpu().validate(4096, 16).unwrap();
+        assert_eq!(ProfileOptions::for_backend(BackendKind::Cuda), ProfileOptions::gpu());
+        assert_eq!(ProfileOptions::for_backend(BackendKind::Flex), ok);
         let cases = [
             (ProfileOptions { contexts: vec![], ..ok.clone() }, "contexts"),
             (ProfileOptions { contexts: vec![64, 64], ..ok.clone() }, "contexts"),

@@ -24,6 +24,49 @@ pub struct BastionSetup {
     pub config: BastionConfig,
 }
 
+/// Which size rules BASTION applies around its stop rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BastionRule {
+    /// The release's GPU tile heuristics: at least 32 tokens, rounded down
+    /// to a multiple of 32, at most 8192, top-128 ([`BastionConfig::paper`]).
+    #[default]
+    Paper,
+    /// The bare stop rule: no floor, no rounding ([`BastionConfig::raw_rule`]).
+    Raw,
+}
+
+impl BastionRule {
+    /// The stop-rule settings with round constants `T_d`, `T_nv` (s).
+    pub fn config(self, draft_seconds: f64, non_verify_seconds: f64) -> BastionConfig {
+        match self {
+            BastionRule::Paper => BastionConfig::paper(draft_seconds, non_verify_seconds),
+            BastionRule::Raw => BastionConfig::raw_rule(draft_seconds, non_verify_seconds),
+        }
+    }
+}
+
+impl std::fmt::Display for BastionRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            BastionRule::Paper => "paper",
+            BastionRule::Raw => "raw",
+        })
+    }
+}
+
+impl std::str::FromStr for BastionRule {
+    type Err = DecodeError;
+    /// `paper` or `raw`.
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "paper" => Ok(BastionRule::Paper),
+            "raw" => Ok(BastionRule::Raw),
+            _ => Err(DecodeError::Usage(format!("unknown BASTION rule `{s}`: expected paper or raw"))),
+        }
+    }
+}
+
 /// Cost models for the cost-aware methods; each is needed only by its method.
 #[derive(Debug, Clone, Default)]
 pub struct PolicyInputs {
@@ -111,6 +154,17 @@ mod tests {
             let b = policy_for(m, 16, &inputs).unwrap().unwrap();
             assert_eq!(b.max_nodes(), 8191);
         }
+    }
+
+    #[test]
+    fn bastion_rules() {
+        for r in [BastionRule::Paper, BastionRule::Raw] {
+            assert_eq!(r.to_string().parse::<BastionRule>().unwrap(), r);
+        }
+        assert_eq!(BastionRule::Paper.config(0.01, 0.002), BastionConfig::paper(0.01, 0.002));
+        assert_eq!(BastionRule::Raw.config(0.01, 0.002).min_tree_size, 1);
+        let e = "tile".parse::<BastionRule>().unwrap_err().to_string();
+        assert!(e.contains("expected paper or raw"), "{e}");
     }
 
     #[test]

@@ -7,11 +7,11 @@
 use std::path::Path;
 
 use bastion_decode::{
-    generate, policy_for, profile, Calibration, GenerateConfig, Method, ProfileEvent, ProfileOptions,
+    generate, policy_for, profile, BastionRule, Calibration, GenerateConfig, Method, ProfileEvent, ProfileOptions,
 };
 use bastion_models::{load_model, BackendKind, Drafter, Model, PeakOptions};
 use bastion_testkit::fixture_dir;
-use bastion_tree::RoundCostModel;
+use bastion_tree::{OnlineConfig, RoundCostModel};
 use burn::tensor::Device;
 
 fn options() -> ProfileOptions {
@@ -97,14 +97,15 @@ fn profile_measures_the_grid_and_fits_both_cost_models() {
     assert!(cal.fit.caddtree_rmse_seconds.is_finite() && cal.fit.roofline_rmse_seconds.is_finite());
 
     // BASTION: the roofline over the measured roof, with the paper's rule.
-    let setup = cal.bastion_setup().unwrap();
+    let setup = cal.bastion_setup(BastionRule::Paper).unwrap();
     assert_eq!(setup.roofline, cal.roofline());
     assert_eq!((setup.config.draft_seconds, setup.config.min_tree_size), (d.draft_seconds, 32));
+    assert_eq!(cal.bastion_setup(BastionRule::Raw).unwrap().config.min_tree_size, 1);
 
     // Without a drafter: the grid and fits, but no round constants.
     let (bare, _) = measure(&target, None);
     assert!(bare.drafter.is_none());
-    let e = bare.policy_inputs().unwrap_err().to_string();
+    let e = bare.policy_inputs(BastionRule::Paper, OnlineConfig::default()).unwrap_err().to_string();
     assert!(e.contains("field drafter") && e.contains("--drafter"), "{e}");
 }
 
@@ -126,7 +127,9 @@ fn calibration_file_round_trips_and_drives_lossless_policies() {
     back.check_target(&target, BackendKind::Flex, &path).unwrap();
     back.check_drafter(&drafter, &path).unwrap();
 
-    let inputs = back.policy_inputs().unwrap();
+    let online = OnlineConfig { forgetting: 0.8 };
+    let inputs = back.policy_inputs(BastionRule::Raw, online).unwrap();
+    assert_eq!(inputs.online, online);
     let prompt: Vec<u32> = (1..30).map(|i| (i * 37 % 250) as u32).collect();
     let cfg = GenerateConfig { max_new_tokens: 40, ..GenerateConfig::default() };
     let ar = generate(&target, None, &prompt, &cfg).unwrap().tokens;
