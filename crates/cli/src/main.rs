@@ -1,9 +1,11 @@
 //! `bastion`: the command-line entry point of the harness.
 //!
-//! Subcommands so far: `datasets` (list, verify and print the offline
-//! evaluation sets), `generate` (one generation with any method: AR,
-//! DFlash, DDTree, CaDDTree, BASTION) and `bench-target` (verify latency vs
-//! tree size). Sweeps and tables arrive with later issues.
+//! Subcommands: `datasets` (list, verify and print the offline evaluation
+//! sets), `generate` (one generation with any method: AR, DFlash, DDTree,
+//! CaDDTree, BASTION), `tau` (τ, budget and speedup over evaluation sets),
+//! `profile` (calibrate the cost-aware methods on this machine),
+//! `bench-target` (verify latency vs tree size), `distill` and
+//! `train-drafter` (drafter training). Sweeps and tables arrive with #7.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -12,7 +14,9 @@ use std::io::Write;
 use std::time::Instant;
 
 use bastion_data::{DatasetName, Datasets, Selection};
-use bastion_decode::{policy_for, BastionRule, Calibration, GenerateConfig, Method, PolicyInputs, ProfileEvent, ProfileOptions};
+use bastion_decode::{
+    policy_for, BastionRule, Calibration, GenerateConfig, Method, PolicyInputs, ProfileEvent, ProfileOptions,
+};
 use bastion_models::{load_model, load_tokenizer, BackendKind, Drafter, Message, Model};
 use bastion_tree::{BudgetPolicy, OnlineConfig};
 use clap::{Parser, Subcommand};
@@ -299,7 +303,8 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             bastion_rule,
             online_forgetting,
         } => {
-            let cost = CostSettings { calibration, bastion_rule, online: OnlineConfig { forgetting: online_forgetting } };
+            let cost =
+                CostSettings { calibration, bastion_rule, online: OnlineConfig { forgetting: online_forgetting } };
             let spec = Speculation { method, drafter, cost };
             let cfg = GenerateConfig { max_new_tokens, temperature, seed, ..GenerateConfig::default() };
             let prompt = match (prompt, prompt_ids) {
@@ -324,7 +329,8 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             out,
             backend,
         } => {
-            let cost = CostSettings { calibration, bastion_rule, online: OnlineConfig { forgetting: online_forgetting } };
+            let cost =
+                CostSettings { calibration, bastion_rule, online: OnlineConfig { forgetting: online_forgetting } };
             let args = TauArgs { method, cost, samples, max_new_tokens, no_ar, backend };
             tau_eval(&model, &drafter, &datasets, &sets, out.as_deref(), &args)?
         }

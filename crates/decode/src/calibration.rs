@@ -626,7 +626,10 @@ impl Calibration {
     /// [`DecodeError::Usage`] without drafter measurements.
     pub fn bastion_setup(&self, rule: BastionRule) -> Result<BastionSetup> {
         let d = self.drafter_record()?;
-        Ok(BastionSetup { roofline: self.roofline(), config: rule.config(d.draft_seconds, d.non_verify_seconds.max(0.0)) })
+        Ok(BastionSetup {
+            roofline: self.roofline(),
+            config: rule.config(d.draft_seconds, d.non_verify_seconds.max(0.0)),
+        })
     }
 
     /// Policy inputs for every cost-aware method: CaDDTree's cost model,

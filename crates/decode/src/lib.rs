@@ -24,5 +24,5 @@ pub use calibration::{
 pub use error::{DecodeError, Result};
 pub use generate::{generate, AcceptRule, GenerateConfig, Generation, RoundRecord, RoundTrace};
 pub use method::Method;
-pub use policy::{policy_for, read_json, BastionRule, BastionSetup, PolicyInputs, CADDTREE_MAX_BUDGET};
+pub use policy::{policy_for, BastionRule, BastionSetup, PolicyInputs, CADDTREE_MAX_BUDGET};
 pub use sampling::{argmax, Sampler};

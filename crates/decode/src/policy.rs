@@ -1,11 +1,8 @@
 //! The budget policy each method drafts with.
 
-use std::path::Path;
-
 use bastion_tree::{
     Bastion, BastionConfig, BudgetPolicy, CaddTree, ConvexCostModel, FixedBudget, OnlineConfig, RooflineModel,
 };
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{DecodeError, Result};
@@ -76,17 +73,6 @@ pub struct PolicyInputs {
     pub bastion: Option<BastionSetup>,
     /// Forgetting of `bastion`'s online calibration (`bastion-paper` keeps it fixed).
     pub online: OnlineConfig,
-}
-
-/// Reads a JSON file into `T`.
-///
-/// # Errors
-/// [`DecodeError::Usage`] naming the file, for an unreadable file or JSON
-/// that does not describe `what` (serde's message names the field).
-pub fn read_json<T: DeserializeOwned>(path: &Path, what: &str) -> Result<T> {
-    let text = std::fs::read(path).map_err(|e| DecodeError::Usage(format!("cannot read {}: {e}", path.display())))?;
-    serde_json::from_slice(&text)
-        .map_err(|e| DecodeError::Usage(format!("{}: not a valid {what}: {e}", path.display())))
 }
 
 /// The budget policy of `method` for a drafter of block size `block_size`:
@@ -165,18 +151,5 @@ mod tests {
         assert_eq!(BastionRule::Raw.config(0.01, 0.002).min_tree_size, 1);
         let e = "tile".parse::<BastionRule>().unwrap_err().to_string();
         assert!(e.contains("expected paper or raw"), "{e}");
-    }
-
-    #[test]
-    fn bad_json_names_the_file() {
-        let dir = std::env::temp_dir().join(format!("bastion-decode-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let p = dir.join("calib.json");
-        std::fs::write(&p, br#"{"roofline": {"shape": 3}}"#).unwrap();
-        let e = read_json::<BastionSetup>(&p, "BASTION calibration").unwrap_err().to_string();
-        assert!(e.contains("calib.json") && e.contains("not a valid BASTION calibration"), "{e}");
-        let e = read_json::<BastionSetup>(&dir.join("missing.json"), "x").unwrap_err().to_string();
-        assert!(e.contains("cannot read") && e.contains("missing.json"), "{e}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
