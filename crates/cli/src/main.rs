@@ -697,9 +697,11 @@ fn tau_eval(
         Some(p) => Some(std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?),
         None => None,
     };
-    let run = |ids: &[u32], speculative: bool, c: &GenerateConfig| {
-        let mut policy =
-            policy_for(a.method, drafter.block_size(), &inputs)?.ok_or("a speculative method has a budget policy")?;
+    // One policy for the whole run: `bastion`'s online calibration carries
+    // over from prompt to prompt, as it would in a serving loop.
+    let mut policy =
+        policy_for(a.method, drafter.block_size(), &inputs)?.ok_or("a speculative method has a budget policy")?;
+    let mut run = |ids: &[u32], speculative: bool, c: &GenerateConfig| {
         let draft: Option<(&Drafter, &mut dyn BudgetPolicy)> =
             if speculative { Some((&drafter, policy.as_mut())) } else { None };
         bastion_decode::generate(&target, draft, ids, c).map_err(Box::<dyn std::error::Error>::from)
@@ -777,6 +779,7 @@ fn tau_eval(
         }
         let (tau, tau_std) = mean_std(&taus);
         let (budget, budget_std) = mean_std(&budgets);
+        let fmt = |v: f64| if v.is_finite() { format!("{v:.1}") } else { "-".into() };
         let tpot = mean_std(&tpots).0;
         all_tau.push(tau);
         let (ar, speedup, same) = if a.no_ar {
@@ -789,13 +792,13 @@ fn tau_eval(
         // MT-Bench's second turn is not run: its row is not the papers' two-turn number.
         let label = if name == DatasetName::MtBench { "mt-bench1" } else { name.as_str() };
         println!(
-            "{:<10} {:>7} {:>6.2} {:>6.2} {:>7.1} {:>7.1} {:>9.1} {:>9} {:>8} {:>10}",
+            "{:<10} {:>7} {:>6.2} {:>6.2} {:>7} {:>7} {:>9.1} {:>9} {:>8} {:>10}",
             label,
             prompts.len(),
             tau,
             tau_std,
-            budget,
-            budget_std,
+            fmt(budget),
+            fmt(budget_std),
             tpot * 1e3,
             ar,
             speedup,
@@ -856,7 +859,9 @@ fn policy_inputs(
     if !matches!(method, Method::CaddTree | Method::Bastion | Method::BastionPaper) {
         return Ok(PolicyInputs::default());
     }
-    cost.online.validate()?;
+    if method == Method::Bastion {
+        cost.online.validate().map_err(|e| format!("--online-forgetting: {e}"))?;
+    }
     let path = cost.calibration.as_deref().map_or_else(
         || Calibration::default_path(Path::new(CALIBRATION_DIR), &backend.device_name(), model, backend),
         Path::to_path_buf,
@@ -1007,6 +1012,11 @@ fn run_profile(
     options: &ProfileOptions,
     backend: BackendKind,
 ) -> Result<(), Box<dyn std::error::Error>> {
+    if drafter_dir.is_none() && out.is_none() {
+        return Err("without --drafter the calibration has no round constants, so the cost-aware methods cannot \
+                    use it: pass --drafter DIR, or --out FILE to keep a verify-only profile apart"
+            .into());
+    }
     let target = load_model(model, &backend.device()?)?;
     let drafter = drafter_dir.map(|d| Drafter::load(d, &target)).transpose()?;
     let device = backend.device_name();
@@ -1043,6 +1053,9 @@ fn run_profile(
     let cal = bastion_decode::profile(&target, model, backend, dpair, options, &mut on_event)?;
     bar.finish_and_clear();
     cal.save(&out)?;
+    if let Some(dir) = figure.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
     figure::verify_latency(&cal, &figure)?;
 
     let roofline = cal.roofline();

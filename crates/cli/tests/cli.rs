@@ -2,9 +2,16 @@
 
 use std::process::Command;
 
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+
+/// Runs `bastion` in the repository root: (success, stdout, stderr).
 fn bastion(args: &[&str]) -> (bool, String, String) {
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    let out = Command::new(env!("CARGO_BIN_EXE_bastion")).args(args).current_dir(root).output().unwrap();
+    bastion_in(std::path::Path::new(ROOT), args)
+}
+
+/// Runs `bastion` in `dir`.
+fn bastion_in(dir: &std::path::Path, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_bastion")).args(args).current_dir(dir).output().unwrap();
     (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
 }
 
@@ -143,13 +150,8 @@ fn generate_speculates_with_the_tiny_pair() {
 #[test]
 fn generate_rejects_incomplete_speculation_settings() {
     let base = ["generate", "--model", "tests/fixtures/tiny-qwen3", "--prompt-ids", "5,6,7"];
-    let cases: [(&[&str], &[&str]); 4] = [
+    let cases: [(&[&str], &[&str]); 3] = [
         (&["--method", "dflash"], &["method dflash needs --drafter DIR"]),
-        // No --calibration: this machine's default file, which does not exist.
-        (
-            &["--method", "caddtree", "--drafter", "tests/fixtures/tiny-dflash"],
-            &["cannot read calibration results/calibration/", "__tiny-qwen3__flex.json", "bastion profile"],
-        ),
         (&["--method", "eagle"], &["unknown method `eagle`"]),
         (
             &["--method", "bastion", "--drafter", "tests/fixtures/tiny-dflash", "--calibration", "no/such.json"],
@@ -165,6 +167,25 @@ fn generate_rejects_incomplete_speculation_settings() {
             assert!(err.contains(w), "{extra:?}: {err}");
         }
     }
+    // Without --calibration: this machine's default file, relative to the
+    // working directory, here an empty one.
+    let dir = tempfile::tempdir().unwrap();
+    let (model, drafter) = (format!("{ROOT}/tests/fixtures/tiny-qwen3"), format!("{ROOT}/tests/fixtures/tiny-dflash"));
+    let args = ["generate", "--model", &model, "--prompt-ids", "5,6,7", "--method", "caddtree", "--drafter", &drafter];
+    let (ok, _, err) = bastion_in(dir.path(), &args);
+    assert!(!ok);
+    for w in ["cannot read calibration results/calibration/", "__tiny-qwen3__flex.json", "bastion profile"] {
+        assert!(err.contains(w), "{err}");
+    }
+    // A forgetting factor outside [0, 1) is refused for bastion.
+    let args = ["--method", "bastion", "--drafter", &drafter, "--online-forgetting", "1"];
+    let (ok, _, err) =
+        bastion_in(dir.path(), &[&["generate", "--model", &model, "--prompt-ids", "5"], &args[..]].concat());
+    assert!(!ok && err.contains("--online-forgetting") && err.contains("online.forgetting"), "{err}");
+    // A verify-only profile may not take the default file's place.
+    let (ok, _, err) = bastion_in(dir.path(), &["profile", "--model", &model]);
+    assert!(!ok && err.contains("pass --drafter DIR, or --out FILE"), "{err}");
+    assert!(!dir.path().join("results").exists());
 }
 
 #[test]

@@ -5,22 +5,27 @@
 //! (device, target, backend) keeps the raw measurements and the fits; the
 //! `caddtree`, `bastion` and `bastion-paper` policies load it.
 //!
-//! Protocol, following the references where they agree:
+//! Protocol, after the references (deviations marked):
 //! - Verification (CaDDTree `profile_verify_latency.py`, BASTION
 //!   `cost_model.py` `collect_calibration_data`): a KV cache prefilled to
 //!   each context length, a warm-up, then repeated timed verifications of a
-//!   tree of `s` tokens, each rolled back; the median of the repeats. Times
-//!   are taken after the device finished (logits read back). Trees are
-//!   heap-shaped (node `i` under `(i − 1)/2`); the cost does not depend on
-//!   the shape. Sizes count tokens verified, **root included**, so CaDDTree's
-//!   curve at `n` drafted nodes is the time of `n + 1` tokens: the tree
-//!   actually verified (CaDDTree's own profiler times `n` tokens).
+//!   tree of `s` tokens, each rolled back. We keep the **median** of the
+//!   repeats, as CaDDTree does (BASTION averages); on a shared CPU the mean
+//!   follows every hiccup. Times are taken after the device finished (logits
+//!   read back). Trees are heap-shaped (node `i` under `(i − 1)/2`); the cost
+//!   does not depend on the shape. Sizes count tokens verified, **root
+//!   included**, so CaDDTree's curve at `n` drafted nodes is the time of
+//!   `n + 1` tokens: the tree actually verified (CaDDTree's own profiler
+//!   times `n` tokens).
 //! - Drafter and round overhead (BASTION `benchmark.py`
-//!   `profile_tree_adaptive_constants`): real decoding rounds with a small
-//!   tree (DDTree, budget `block_size − 1`), after a warm-up generation; `T_d`
-//!   is the median drafter forward, `T_nv` the median of tree construction
-//!   plus walk and commit. The first round's draft, which also fills the
-//!   drafter's context cache, is left out.
+//!   `profile_tree_adaptive_constants`, which runs `bastion_generate` with
+//!   trees of at most `block_size` tokens and averages): real decoding rounds
+//!   with a DDTree tree of `block_size − 1` nodes (top-k = that budget), after
+//!   a warm-up generation. `T_d` is the **median** drafter forward, `T_nv`
+//!   the median of tree construction plus walk and commit. The first round's
+//!   draft, which also fills the drafter's context cache, is left out (the
+//!   release counts it). Top-k over more candidates (the paper rule's 128)
+//!   costs a little more than the probe's.
 //! - Fits: CaDDTree's monotone convex curve per context length
 //!   ([`ConvexCostModel::fit`]) and BASTION's α/β ([`fit_calibration`],
 //!   the release's σ weights, `sigma_scale` 30), over the device's measured
@@ -222,7 +227,7 @@ pub struct ConvexCurves {
 /// The fitted cost models.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FitRecord {
-    /// BASTION's α/β over the measured roof.
+    /// BASTION's α/β over the measured roof (α unit-free, β in seconds).
     pub roofline: RooflineCalibration,
     /// The σ weighting used.
     pub sigma_scale: f64,
@@ -312,6 +317,9 @@ pub fn profile(
     options.validate(cfg.max_position_embeddings, drafter.map_or(1, |(d, _)| d.block_size()))?;
     let peak_runs = measure_peak(target.device(), &options.peak)?;
     let peak = peak_runs.peak();
+    RooflineModel { shape: target.roofline_shape(), device: peak, calibration: RooflineCalibration::default() }
+        .validate()
+        .map_err(|e| DecodeError::Usage(format!("measured device roof is unusable: {e}")))?;
     on_event(&ProfileEvent::Peak(peak));
 
     // Verification grid: one cache per context length, grown incrementally.
@@ -388,7 +396,7 @@ fn probe_drafter(
     let rounds = gen.rounds.get(1..).unwrap_or_default();
     if rounds.is_empty() {
         return Err(DecodeError::Usage(format!(
-            "drafter probe: {} new tokens gave a single round; raise probe_new_tokens",
+            "drafter probe: {} new tokens gave a single round; raise --probe-new-tokens",
             options.probe_new_tokens
         )));
     }

@@ -243,10 +243,11 @@ pub fn generate(
         let commit_s = t.elapsed().as_secs_f64();
         if let Some((_, policy)) = &mut draft {
             policy.observe(&RoundObservation {
+                round: gen.rounds.len(),
                 context_len,
                 tokens: tree.len(),
                 verify_seconds: verify_s,
-                draft_seconds: (!gen.rounds.is_empty()).then_some(draft_s),
+                draft_seconds: draft_s,
                 non_verify_seconds: build_s + commit_s,
             });
         }

@@ -11,7 +11,7 @@ use bastion_decode::{
 };
 use bastion_models::{load_model, BackendKind, Drafter, Model, PeakOptions};
 use bastion_testkit::fixture_dir;
-use bastion_tree::{OnlineConfig, RoundCostModel};
+use bastion_tree::{Bastion, BudgetPolicy, FixedBudget, OnlineConfig, RoundCostModel, RoundObservation};
 use burn::tensor::Device;
 
 fn options() -> ProfileOptions {
@@ -139,6 +139,56 @@ fn calibration_file_round_trips_and_drives_lossless_policies() {
         assert_eq!(gen.tokens, ar, "{m}");
         assert!(gen.rounds.iter().all(|r| r.tree_size >= 1));
     }
+}
+
+/// A fixed budget that records what `generate` reports after each round.
+struct Recorder(FixedBudget, Vec<RoundObservation>);
+
+impl BudgetPolicy for Recorder {
+    fn max_nodes(&self) -> usize {
+        self.0.max_nodes()
+    }
+    fn top_k(&self) -> usize {
+        self.0.top_k()
+    }
+    fn begin_round(&mut self, context_len: usize) {
+        self.0.begin_round(context_len)
+    }
+    fn admit(&mut self, nodes: usize, path_prob: f64) -> bool {
+        self.0.admit(nodes, path_prob)
+    }
+    fn observe(&mut self, round: &RoundObservation) {
+        self.1.push(*round)
+    }
+}
+
+#[test]
+fn generate_reports_every_round_to_the_policy() {
+    let (target, drafter) = tiny();
+    let prompt: Vec<u32> = (1..20).map(|i| (i * 53 % 250) as u32).collect();
+    let cfg = GenerateConfig { max_new_tokens: 30, ..GenerateConfig::default() };
+    let mut rec = Recorder(FixedBudget::new(5), Vec::new());
+    let gen = generate(&target, Some((&drafter, &mut rec)), &prompt, &cfg).unwrap();
+    assert_eq!(rec.1.len(), gen.rounds.len());
+    for (i, (o, r)) in rec.1.iter().zip(&gen.rounds).enumerate() {
+        assert_eq!((o.round, o.context_len, o.tokens), (i, r.context_len, r.tree_size));
+        assert_eq!((o.verify_seconds, o.draft_seconds), (r.verify_s, r.draft_s));
+        assert_eq!(o.non_verify_seconds, r.build_s + r.commit_s);
+        assert_eq!(o.tokens, 6, "budget 5 + the root");
+    }
+    assert_eq!(rec.1[0].context_len, prompt.len());
+
+    // Online BASTION learns from those rounds; the paper variant does not.
+    let (cal, _) = measure(&target, Some(&drafter));
+    let setup = cal.bastion_setup(BastionRule::Raw).unwrap();
+    let mut online = Bastion::online(setup.config, setup.roofline, OnlineConfig::default()).unwrap();
+    let mut fixed = Bastion::new(setup.config, setup.roofline).unwrap();
+    generate(&target, Some((&drafter, &mut online)), &prompt, &cfg).unwrap();
+    generate(&target, Some((&drafter, &mut fixed)), &prompt, &cfg).unwrap();
+    let initial = (setup.config.draft_seconds, setup.config.non_verify_seconds);
+    assert_ne!(online.round_constants(), initial);
+    assert_ne!(online.current_model(), setup.roofline);
+    assert_eq!((fixed.round_constants(), fixed.current_model()), (initial, setup.roofline));
 }
 
 fn err(r: bastion_decode::Result<impl std::fmt::Debug>) -> String {

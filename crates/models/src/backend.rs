@@ -65,8 +65,9 @@ impl BackendKind {
     /// A human-readable name of the hardware this backend runs on, used to
     /// key calibrations (`results/calibration/`): the CPU model and its
     /// hardware threads for the CPU backends; for the GPU backends the
-    /// first NVIDIA GPU the driver lists (`/proc/driver/nvidia/gpus`), else
-    /// the backend's default adapter.
+    /// NVIDIA GPU the driver lists (`/proc/driver/nvidia/gpus`, in PCI bus
+    /// order) at the first index of `CUDA_VISIBLE_DEVICES` (default 0),
+    /// else the backend's default adapter.
     pub fn device_name(self) -> String {
         let cpu = || {
             let model = std::fs::read_to_string("/proc/cpuinfo")
@@ -85,7 +86,9 @@ impl BackendKind {
             let mut dirs: Vec<_> =
                 std::fs::read_dir("/proc/driver/nvidia/gpus").ok()?.filter_map(|e| e.ok().map(|e| e.path())).collect();
             dirs.sort();
-            let info = std::fs::read_to_string(dirs.first()?.join("information")).ok()?;
+            let visible = std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_default();
+            let index = visible.split(',').next().and_then(|v| v.trim().parse::<usize>().ok()).unwrap_or(0);
+            let info = std::fs::read_to_string(dirs.get(index)?.join("information")).ok()?;
             let line = info.lines().find(|l| l.starts_with("Model:"))?;
             Some(line["Model:".len()..].trim().to_string())
         };

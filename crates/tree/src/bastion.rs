@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, TreeError};
-use crate::online::{OnlineConfig, OnlineRoofline};
+use crate::online::{log_step, OnlineConfig, OnlineRoofline};
 use crate::policy::{BudgetPolicy, RoundObservation, TieBreak};
 use crate::roofline::{RooflineEstimator, RooflineModel};
 
@@ -103,11 +103,12 @@ impl BastionConfig {
 ///
 /// Built with [`Bastion::new`] the calibration stays fixed, as in the
 /// release. Built with [`Bastion::online`] the policy learns from every
-/// verified round ([`BudgetPolicy::observe`]): the roofline's per-branch
-/// speed factors follow the observed verify times ([`OnlineRoofline`]) and
-/// `T_d`, `T_nv` follow exponentially weighted means of the observed draft
-/// and non-verify times, with the same forgetting factor, so a uniform
-/// change in the machine's speed moves all three together.
+/// verified round ([`BudgetPolicy::observe`]) but the first of each
+/// generation: the roofline's per-branch speed factors follow the observed
+/// verify times ([`OnlineRoofline`]), and `T_d`, `T_nv` follow the observed
+/// draft and non-verify times by the same clamped, exponentially weighted
+/// step in log space with the same forgetting factor, so a uniform change in
+/// the machine's speed moves all three together.
 #[derive(Debug, Clone)]
 pub struct Bastion {
     config: BastionConfig,
@@ -259,14 +260,18 @@ impl BudgetPolicy for Bastion {
     }
     fn observe(&mut self, round: &RoundObservation) {
         let Some(o) = &mut self.online else { return };
+        if round.round == 0 {
+            return;
+        }
         o.roofline.observe(round.tokens, round.context_len, round.verify_seconds);
         let lambda = o.forgetting;
-        if let Some(d) = round.draft_seconds.filter(|d| d.is_finite() && *d > 0.0) {
-            o.draft_seconds = lambda * o.draft_seconds + (1.0 - lambda) * d;
-        }
-        let nv = round.non_verify_seconds;
-        if nv.is_finite() && nv >= 0.0 {
-            o.non_verify_seconds = lambda * o.non_verify_seconds + (1.0 - lambda) * nv;
-        }
+        // Times ≤ 0 or not finite carry no information in log space.
+        let step = |current: f64, observed: f64| match (current > 0.0, observed.is_finite() && observed > 0.0) {
+            (true, true) => log_step(current.ln(), observed.ln(), lambda).exp(),
+            (false, true) => observed,
+            _ => current,
+        };
+        o.draft_seconds = step(o.draft_seconds, round.draft_seconds);
+        o.non_verify_seconds = step(o.non_verify_seconds, round.non_verify_seconds);
     }
 }

@@ -12,8 +12,13 @@
 //! forgetting factor `λ` (Ljung & Söderström, *Theory and Practice of
 //! Recursive Identification*, 1983, §2.6, for the forgetting scheme): after a
 //! step change by a factor `r`, the scale's error is `r^(λⁿ)` after `n`
-//! observations of that branch. Re-fitting all four parameters online is
-//! poorly conditioned (in the memory-bound regime `T_mem` barely varies with
+//! observations of that branch. Each observation's innovation
+//! `log(observed / estimated)` is clamped to `±ln 2` (a Huber-style step),
+//! so one outlier (a JIT compile of a new tree shape, a burst of other
+//! work) moves a scale by at most a factor `2^(1−λ)` (7 % at `λ = 0.9`),
+//! while a lasting change is still followed: a step by `r > 2` first closes
+//! at `(1−λ)·ln 2` per observation, then geometrically as above.
+//! Re-fitting all four parameters online is poorly conditioned (in the memory-bound regime `T_mem` barely varies with
 //! the tree size, so `α_m` and `β_m` are nearly collinear), which the offline
 //! grid fit avoids.
 
@@ -21,6 +26,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, TreeError};
 use crate::roofline::{RooflineCalibration, RooflineModel};
+
+/// Largest innovation one observation may contribute, in log units (ln 2).
+const MAX_LOG_STEP: f64 = std::f64::consts::LN_2;
+
+/// One exponentially weighted step in log space: `current` moves toward
+/// `observed` by `(1 − λ)` of their difference, clamped to `±ln 2`.
+pub(crate) fn log_step(current: f64, observed: f64, lambda: f64) -> f64 {
+    current + (1.0 - lambda) * (observed - current).clamp(-MAX_LOG_STEP, MAX_LOG_STEP)
+}
 
 /// Settings of [`OnlineRoofline`].
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -108,8 +122,9 @@ impl OnlineRoofline {
     }
 
     /// Feeds one measured verification: `tokens` verified (root included)
-    /// at context `context_len` took `seconds`. Times that are not finite
-    /// and positive, or where the model predicts 0, are ignored.
+    /// at context `context_len` took `seconds`. Updates the scale of the
+    /// branch active there (see the module notes). Times that are not
+    /// finite and positive, or where the model predicts 0, are ignored.
     pub fn observe(&mut self, tokens: usize, context_len: usize, seconds: f64) {
         let b = self.branches(tokens, context_len);
         let scaled = [b[0] * self.log_scale[0].exp(), b[1] * self.log_scale[1].exp()];
@@ -117,8 +132,7 @@ impl OnlineRoofline {
         if !(seconds.is_finite() && seconds > 0.0 && b[active] > 0.0) {
             return;
         }
-        let lambda = self.config.forgetting;
-        self.log_scale[active] = lambda * self.log_scale[active] + (1.0 - lambda) * (seconds / b[active]).ln();
+        self.log_scale[active] = log_step(self.log_scale[active], (seconds / b[active]).ln(), self.config.forgetting);
         self.observations += 1;
     }
 

@@ -17,15 +17,18 @@ pub enum TieBreak {
 /// verification ([`BudgetPolicy::observe`]). Times are wall-clock seconds.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RoundObservation {
+    /// Index of the round in its generation (0 = the first). Round 0 is not
+    /// typical: its draft call also fills the drafter's context cache, and
+    /// on JIT backends its kernels may still be compiling.
+    pub round: usize,
     /// Committed tokens before the round's root (the round's `ℓ` / `c`).
     pub context_len: usize,
     /// Tokens verified: drafted nodes + the root.
     pub tokens: usize,
     /// The target's verification of the tree (s).
     pub verify_seconds: f64,
-    /// The drafter's forward (s); `None` for the first round, whose draft
-    /// call also fills the drafter's context cache and is not typical.
-    pub draft_seconds: Option<f64>,
+    /// The drafter's forward (s).
+    pub draft_seconds: f64,
     /// The rest of the round: tree construction, the walk, the commit (s).
     pub non_verify_seconds: f64,
 }

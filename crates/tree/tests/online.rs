@@ -131,10 +131,11 @@ fn feed(policy: &mut bastion_tree::Bastion, truth: &RooflineModel, rounds: usize
         let tokens = if r % 2 == 0 { 8 + 8 * k } else { 256 + 32 * k };
         let context_len = 1024 + r;
         policy.observe(&RoundObservation {
+            round: r + 1,
             context_len,
             tokens,
             verify_seconds: factors[0] * truth.at_context(context_len).estimate(tokens),
-            draft_seconds: Some(factors[1] * draft),
+            draft_seconds: factors[1] * draft,
             non_verify_seconds: factors[2] * non_verify,
         });
     }
@@ -142,12 +143,25 @@ fn feed(policy: &mut bastion_tree::Bastion, truth: &RooflineModel, rounds: usize
 
 #[test]
 fn online_bastion_moves_the_budget_only_when_the_machine_changes() {
-    use bastion_tree::{Bastion, BastionConfig};
+    use bastion_tree::{Bastion, BastionConfig, BudgetPolicy};
     let truth = model(RooflineCalibration { alpha_c: 1.4, beta_c: 3e-4, alpha_m: 1.2, beta_m: 1e-4 });
     let config = BastionConfig::raw_rule(4e-3, 1e-3);
     let mut fixed = Bastion::new(config, truth).unwrap();
     let reference = budget(&mut fixed, 1024);
     assert!(reference > 16 && reference < 4000, "budget {reference}");
+
+    // The first round of a generation is not learned from.
+    let mut online = Bastion::online(config, truth, OnlineConfig::default()).unwrap();
+    online.observe(&bastion_tree::RoundObservation {
+        round: 0,
+        context_len: 1024,
+        tokens: 16,
+        verify_seconds: 1.0,
+        draft_seconds: 1.0,
+        non_verify_seconds: 1.0,
+    });
+    assert_eq!(online.round_constants(), (4e-3, 1e-3));
+    assert_eq!(online.current_model(), truth);
 
     // Rounds exactly as calibrated: the budget does not move.
     let mut online = Bastion::online(config, truth, OnlineConfig::default()).unwrap();
@@ -184,4 +198,28 @@ fn online_bastion_moves_the_budget_only_when_the_machine_changes() {
     // Swapping in a model restarts the estimator from it.
     slow_all.set_model(truth).unwrap();
     assert_eq!(slow_all.current_model(), truth);
+}
+
+#[test]
+fn one_outlier_moves_the_estimate_by_at_most_seven_percent() {
+    let truth = model(RooflineCalibration { alpha_c: 1.4, beta_c: 3e-4, alpha_m: 1.2, beta_m: 1e-4 });
+    let mut online = OnlineRoofline::new(truth, OnlineConfig::default()).unwrap();
+    // A 100× spike (say, a kernel compiled on first use), then normal rounds.
+    online.observe(16, 512, 100.0 * truth.at_context(512).estimate(16));
+    let (gc, gm) = online.scales();
+    assert_eq!(gc, 1.0);
+    assert!((gm - 2f64.powf(0.1)).abs() < 1e-12, "{gm}");
+    let mut noise = Noise(3);
+    for round in 0..40 {
+        let (s, c) = round_shape(round, &mut noise);
+        online.observe(s, c, truth.at_context(c).estimate(s));
+    }
+    assert!(max_rel_err(&online, &truth) < 0.01);
+    // A lasting 4× change is still followed (clamped steps, then geometric).
+    let slow = model(RooflineCalibration { alpha_c: 5.6, beta_c: 1.2e-3, alpha_m: 4.8, beta_m: 4e-4 });
+    for round in 0..120 {
+        let (s, c) = round_shape(round, &mut noise);
+        online.observe(s, c, slow.at_context(c).estimate(s));
+    }
+    assert!(max_rel_err(&online, &slow) < 0.02, "{}", max_rel_err(&online, &slow));
 }
