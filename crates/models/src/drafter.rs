@@ -40,6 +40,42 @@ pub fn build_target_layer_ids(num_target_layers: usize, num_draft_layers: usize)
 }
 
 impl DrafterConfig {
+    /// Checks that this drafter fits `target`: the same hidden size and
+    /// layer count, target layer ids and mask token within range.
+    /// `cfg_path` names this configuration in errors.
+    ///
+    /// # Errors
+    /// [`ModelError::Config`] naming `cfg_path`, the field and what the target needs.
+    pub fn check_target(&self, cfg_path: &Path, target: &ModelConfig) -> Result<()> {
+        let t = target;
+        let m = &self.model;
+        if m.hidden_size != t.hidden_size {
+            return Err(cfg_err(cfg_path, "hidden_size", &format!("the target's hidden size {}", t.hidden_size)));
+        }
+        if self.num_target_layers != t.num_layers {
+            return Err(cfg_err(
+                cfg_path,
+                "num_target_layers",
+                &format!("the target's layer count {} (got {})", t.num_layers, self.num_target_layers),
+            ));
+        }
+        if let Some(bad) = self.target_layer_ids.iter().find(|&&id| id >= t.num_layers) {
+            return Err(cfg_err(
+                cfg_path,
+                "dflash_config.target_layer_ids",
+                &format!("layer indices < {} (the target's layers), got {bad}", t.num_layers),
+            ));
+        }
+        if self.mask_token_id as usize >= t.vocab_size {
+            return Err(cfg_err(
+                cfg_path,
+                "dflash_config.mask_token_id",
+                &format!("an id < the target's vocabulary size {}", t.vocab_size),
+            ));
+        }
+        Ok(())
+    }
+
     /// Reads a z-lab drafter `config.json`: Qwen3 keys plus `block_size`,
     /// `num_target_layers` and `dflash_config {mask_token_id, target_layer_ids}`.
     ///
@@ -159,32 +195,8 @@ impl Drafter {
     /// # Errors
     /// As [`Drafter::load`].
     pub fn from_source(cfg: DrafterConfig, cfg_path: &Path, src: &dyn WeightSource, target: &Model) -> Result<Self> {
-        let t = target.config();
+        cfg.check_target(cfg_path, target.config())?;
         let m = &cfg.model;
-        if m.hidden_size != t.hidden_size {
-            return Err(cfg_err(cfg_path, "hidden_size", &format!("the target's hidden size {}", t.hidden_size)));
-        }
-        if cfg.num_target_layers != t.num_layers {
-            return Err(cfg_err(
-                cfg_path,
-                "num_target_layers",
-                &format!("the target's layer count {} (got {})", t.num_layers, cfg.num_target_layers),
-            ));
-        }
-        if let Some(bad) = cfg.target_layer_ids.iter().find(|&&id| id >= t.num_layers) {
-            return Err(cfg_err(
-                cfg_path,
-                "dflash_config.target_layer_ids",
-                &format!("layer indices < {} (the target's layers), got {bad}", t.num_layers),
-            ));
-        }
-        if cfg.mask_token_id as usize >= t.vocab_size {
-            return Err(cfg_err(
-                cfg_path,
-                "dflash_config.mask_token_id",
-                &format!("an id < the target's vocabulary size {}", t.vocab_size),
-            ));
-        }
         let device = target.device().clone();
         let src = Prefixed(src);
         let h = m.hidden_size;

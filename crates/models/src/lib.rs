@@ -35,7 +35,7 @@ pub use config::{Arch, Llama3Scaling, ModelConfig};
 pub use drafter::{build_target_layer_ids, context_features, DraftSession, Drafter, DrafterConfig};
 pub use error::{ModelError, Result};
 pub use gguf::{GgufFile, GgufValue};
-pub use loader::{load_gguf, load_model, load_tokenizer};
+pub use loader::{load_config, load_gguf, load_model, load_tokenizer};
 pub use model::{ForwardOutput, Model, Session};
 pub use peak::{measure_peak, PeakMeasurement, PeakOptions};
 pub use tokenizer::Tokenizer;

@@ -38,6 +38,29 @@ pub fn load_model(path: impl AsRef<Path>, device: &Device) -> Result<Model> {
     })
 }
 
+/// The configuration of the model at `path` (a `.gguf` file or a Hugging
+/// Face folder) without loading its weights, e.g. to validate an
+/// experiment before running it.
+///
+/// # Errors
+/// As [`load_model`] for the configuration part.
+pub fn load_config(path: impl AsRef<Path>) -> Result<ModelConfig> {
+    let path = path.as_ref();
+    if path.is_file() && path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
+        return ModelConfig::from_gguf(&GgufFile::open(path)?);
+    }
+    if path.is_dir() {
+        return ModelConfig::from_hf_json(path.join("config.json"));
+    }
+    Err(ModelError::Io {
+        path: path.to_path_buf(),
+        source: std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "expected a .gguf file or a folder with config.json and model.safetensors",
+        ),
+    })
+}
+
 /// Builds the model held by an opened GGUF file. A `rope_freqs.weight`
 /// tensor (llama.cpp's form of Llama-3.1 RoPE scaling) divides the inverse
 /// frequencies, as llama.cpp applies it.

@@ -1,0 +1,462 @@
+//! Experiment files (`experiments/*.toml`): what a sweep runs, validated
+//! completely before anything runs.
+//!
+//! ```toml
+//! name = "default"                       # [a-z0-9_-]+, names the results folder
+//! description = "SmolLM2 + shipped drafter, all methods"
+//! backend = "flex"                       # flex | ndarray | wgpu | cuda
+//! max_new_tokens = 128
+//! temperatures = [0.0]                   # each ≥ 0
+//! seeds = [0]                            # sampler seeds (T > 0)
+//! warmup = 1                             # warm-up generations per method
+//! methods = ["ar", "dflash", "ddtree", "caddtree", "bastion", "bastion-paper"]
+//! ddtree_budgets = [8, 16, 32, 64]       # the grid `ddtree` expands to
+//!
+//! [[models]]
+//! name = "smollm2-135m"
+//! target = "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+//! drafter = "drafters/smollm2-135m-instruct-dflash"
+//! # calibration = "results/calibration/….json"  (default: this machine's)
+//!
+//! [datasets]
+//! names = ["gsm8k", "math500", "humaneval", "mt-bench"]
+//! subset = "paper"                       # paper (128-prompt subsets) | all
+//! max_samples = 8                        # optional cap per dataset
+//!
+//! [bastion]
+//! rule = "paper"                         # paper | raw
+//! online_forgetting = 0.9
+//! ```
+//!
+//! Paths are relative to the directory the experiment is run from (the
+//! repository root). Every mistake is an [`SpecError`] naming the file, the
+//! line and column, and the field.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use bastion_data::{DatasetName, Selection};
+use bastion_decode::{BastionRule, Method};
+use bastion_models::{load_config, BackendKind, DrafterConfig};
+use bastion_tree::OnlineConfig;
+use serde::Deserialize;
+use toml::Spanned;
+
+/// A mistake in an experiment file.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{}:{line}:{column}: {field}: {message}", file.display())]
+pub struct SpecError {
+    /// The experiment file.
+    pub file: PathBuf,
+    /// 1-based line of the offending value (1 when unknown).
+    pub line: usize,
+    /// 1-based column (1 when unknown).
+    pub column: usize,
+    /// The field, e.g. `methods[2]` or `models[0].drafter`.
+    pub field: String,
+    /// What is wrong and what was expected.
+    pub message: String,
+}
+
+/// One target + drafter pair of a sweep.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelPair {
+    /// Short name used in tables and result paths.
+    pub name: String,
+    /// The target (`.gguf` file or Hugging Face folder).
+    pub target: PathBuf,
+    /// The DFlash drafter folder.
+    pub drafter: PathBuf,
+    /// The calibration for caddtree / bastion (`None`: this machine's file
+    /// under `results/calibration/`).
+    pub calibration: Option<PathBuf>,
+}
+
+/// A validated experiment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Experiment {
+    /// The file it was read from.
+    pub file: PathBuf,
+    /// Names the results folder (`results/<name>/`).
+    pub name: String,
+    /// Free text.
+    pub description: String,
+    /// The Burn backend.
+    pub backend: BackendKind,
+    /// Longest generation (tokens).
+    pub max_new_tokens: usize,
+    /// Sampling temperatures (0 = greedy).
+    pub temperatures: Vec<f64>,
+    /// Sampler seeds.
+    pub seeds: Vec<u64>,
+    /// Warm-up generations per (model, method) before measuring.
+    pub warmup: usize,
+    /// Methods in file order, `ddtree` expanded to its budget grid; `ar`
+    /// first (the speedup baseline always runs).
+    pub methods: Vec<Method>,
+    /// Model pairs.
+    pub models: Vec<ModelPair>,
+    /// Datasets in file order.
+    pub datasets: Vec<DatasetName>,
+    /// Which prompts of each dataset.
+    pub selection: Selection,
+    /// BASTION's size rules.
+    pub bastion_rule: BastionRule,
+    /// `bastion`'s online calibration.
+    pub online: OnlineConfig,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawExperiment {
+    name: Spanned<String>,
+    #[serde(default)]
+    description: String,
+    #[serde(default)]
+    backend: Option<Spanned<String>>,
+    max_new_tokens: Spanned<i64>,
+    #[serde(default)]
+    temperatures: Option<Spanned<Vec<Spanned<f64>>>>,
+    #[serde(default)]
+    seeds: Option<Spanned<Vec<Spanned<i64>>>>,
+    #[serde(default)]
+    warmup: Option<Spanned<i64>>,
+    methods: Spanned<Vec<Spanned<String>>>,
+    #[serde(default)]
+    ddtree_budgets: Option<Spanned<Vec<Spanned<i64>>>>,
+    models: Spanned<Vec<RawModel>>,
+    datasets: Spanned<RawDatasets>,
+    #[serde(default)]
+    bastion: Option<RawBastion>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawModel {
+    name: Spanned<String>,
+    target: Spanned<String>,
+    drafter: Spanned<String>,
+    #[serde(default)]
+    calibration: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDatasets {
+    names: Spanned<Vec<Spanned<String>>>,
+    #[serde(default)]
+    subset: Option<Spanned<String>>,
+    #[serde(default)]
+    max_samples: Option<Spanned<i64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBastion {
+    #[serde(default)]
+    rule: Option<Spanned<String>>,
+    #[serde(default)]
+    online_forgetting: Option<Spanned<f64>>,
+}
+
+/// Builds errors that point into one file.
+struct Locator<'a> {
+    file: &'a Path,
+    text: &'a str,
+}
+
+impl Locator<'_> {
+    fn at(&self, span: Range<usize>, field: impl Into<String>, message: impl Into<String>) -> SpecError {
+        let start = span.start.min(self.text.len());
+        let before = &self.text[..start];
+        let line = before.matches('\n').count() + 1;
+        let column = before.rfind('\n').map_or(start, |i| start - i - 1) + 1;
+        SpecError { file: self.file.to_path_buf(), line, column, field: field.into(), message: message.into() }
+    }
+}
+
+impl Experiment {
+    /// Reads and validates `file`; relative paths inside resolve against `base`.
+    ///
+    /// # Errors
+    /// [`SpecError`] for an unreadable file, invalid TOML, an unknown or
+    /// mistyped field, or any value the sweep cannot run with (unknown
+    /// dataset or method, missing model / drafter / calibration file, a
+    /// drafter that does not fit its target, budget 0, negative temperature,
+    /// duplicate names, …).
+    pub fn load(file: &Path, base: &Path) -> Result<Self, SpecError> {
+        let text = std::fs::read_to_string(file).map_err(|e| SpecError {
+            file: file.to_path_buf(),
+            line: 1,
+            column: 1,
+            field: "(file)".into(),
+            message: format!("cannot read the experiment file: {e}"),
+        })?;
+        Self::parse(file, &text, base)
+    }
+
+    /// Validates the text of an experiment file (`file` names it in errors).
+    ///
+    /// # Errors
+    /// As [`Experiment::load`].
+    pub fn parse(file: &Path, text: &str, base: &Path) -> Result<Self, SpecError> {
+        let loc = Locator { file, text };
+        let raw: RawExperiment = toml::from_str(text).map_err(|e| {
+            let message = e.message().trim().to_string();
+            let span = e.span().unwrap_or(0..0);
+            // Unknown / missing fields name themselves; otherwise the key on
+            // the offending line, if there is one.
+            let named = message
+                .split('`')
+                .nth(1)
+                .filter(|_| message.starts_with("unknown field") || message.starts_with("missing field"));
+            let line_key = || {
+                let start = text[..span.start.min(text.len())].rfind('\n').map_or(0, |i| i + 1);
+                let line = text[start..].lines().next().unwrap_or("");
+                line.split_once('=').map(|(k, _)| k.trim().to_string()).filter(|k| !k.is_empty() && !k.starts_with('['))
+            };
+            let field = named.map(str::to_string).or_else(line_key).unwrap_or_else(|| "(syntax)".into());
+            loc.at(span, field, message)
+        })?;
+
+        let name = raw.name.get_ref().trim().to_string();
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-_".contains(c)) {
+            return Err(loc.at(
+                raw.name.span(),
+                "name",
+                format!("`{name}`: expected [a-z0-9_-]+ (it names results/<name>/)"),
+            ));
+        }
+        let backend = match &raw.backend {
+            None => BackendKind::Flex,
+            Some(b) => b.get_ref().parse().map_err(|e| loc.at(b.span(), "backend", format!("{e}")))?,
+        };
+        let max_new_tokens = positive(&loc, &raw.max_new_tokens, "max_new_tokens")?;
+        let temperatures = match &raw.temperatures {
+            None => vec![0.0],
+            Some(list) => {
+                nonempty(&loc, list, "temperatures")?;
+                let mut out = Vec::new();
+                for (i, t) in list.get_ref().iter().enumerate() {
+                    let v = *t.get_ref();
+                    if !(v.is_finite() && v >= 0.0) {
+                        return Err(loc.at(
+                            t.span(),
+                            format!("temperatures[{i}]"),
+                            format!("{v}: expected a temperature ≥ 0"),
+                        ));
+                    }
+                    if out.contains(&v) {
+                        return Err(loc.at(t.span(), format!("temperatures[{i}]"), format!("{v} is listed twice")));
+                    }
+                    out.push(v);
+                }
+                out
+            }
+        };
+        let seeds = match &raw.seeds {
+            None => vec![0],
+            Some(list) => {
+                nonempty(&loc, list, "seeds")?;
+                let mut out = Vec::new();
+                for (i, s) in list.get_ref().iter().enumerate() {
+                    let v = u64::try_from(*s.get_ref())
+                        .map_err(|_| loc.at(s.span(), format!("seeds[{i}]"), "expected a seed ≥ 0"))?;
+                    if out.contains(&v) {
+                        return Err(loc.at(s.span(), format!("seeds[{i}]"), format!("{v} is listed twice")));
+                    }
+                    out.push(v);
+                }
+                out
+            }
+        };
+        let warmup = match &raw.warmup {
+            None => 1,
+            Some(w) => usize::try_from(*w.get_ref()).map_err(|_| loc.at(w.span(), "warmup", "expected a count ≥ 0"))?,
+        };
+
+        // Methods: `ddtree` alone is the budget grid; `ar` always runs, first.
+        nonempty(&loc, &raw.methods, "methods")?;
+        let mut methods = vec![Method::Ar];
+        let (mut grid_used, mut ar_listed) = (false, false);
+        for (i, m) in raw.methods.get_ref().iter().enumerate() {
+            let field = format!("methods[{i}]");
+            let s = m.get_ref().trim().to_ascii_lowercase();
+            let expanded: Vec<Method> = if s == "ddtree" {
+                grid_used = true;
+                let grid = raw.ddtree_budgets.as_ref().ok_or_else(|| {
+                    loc.at(
+                        m.span(),
+                        &field,
+                        "`ddtree` runs the budget grid: add ddtree_budgets = [8, 16, …] (or name one budget, ddtree:N)",
+                    )
+                })?;
+                nonempty(&loc, grid, "ddtree_budgets")?;
+                let mut out = Vec::new();
+                for (j, b) in grid.get_ref().iter().enumerate() {
+                    let v = *b.get_ref();
+                    if v < 1 {
+                        return Err(loc.at(
+                            b.span(),
+                            format!("ddtree_budgets[{j}]"),
+                            format!("budget {v}: expected ≥ 1 drafted node"),
+                        ));
+                    }
+                    out.push(Method::DDTree { budget: v as usize });
+                }
+                out
+            } else {
+                vec![s.parse::<Method>().map_err(|e| loc.at(m.span(), &field, e.to_string()))?]
+            };
+            for method in expanded {
+                let twice = if method == Method::Ar {
+                    std::mem::replace(&mut ar_listed, true)
+                } else {
+                    methods.contains(&method)
+                };
+                if twice {
+                    return Err(loc.at(m.span(), &field, format!("method {method} is listed twice")));
+                }
+                if method != Method::Ar {
+                    methods.push(method);
+                }
+            }
+        }
+        if let (Some(grid), false) = (&raw.ddtree_budgets, grid_used) {
+            return Err(loc.at(grid.span(), "ddtree_budgets", "set but unused: add \"ddtree\" to methods"));
+        }
+
+        // Models: unique names, existing files, drafters that fit their target.
+        nonempty(&loc, &raw.models, "models")?;
+        let mut models = Vec::new();
+        let mut names = HashSet::new();
+        for (i, m) in raw.models.get_ref().iter().enumerate() {
+            let n = m.name.get_ref().trim().to_string();
+            if n.is_empty() || !names.insert(n.clone()) {
+                return Err(loc.at(
+                    m.name.span(),
+                    format!("models[{i}].name"),
+                    format!("`{n}`: expected a unique, non-empty name"),
+                ));
+            }
+            let path = |s: &Spanned<String>, what: &str, want: &str| -> Result<PathBuf, SpecError> {
+                let p = base.join(s.get_ref());
+                if p.exists() {
+                    Ok(p)
+                } else {
+                    Err(loc.at(
+                        s.span(),
+                        format!("models[{i}].{what}"),
+                        format!("{} does not exist: expected {want}", s.get_ref()),
+                    ))
+                }
+            };
+            let target = path(
+                &m.target,
+                "target",
+                "a .gguf file or a Hugging Face folder (scripts/fetch-model.sh fetches the default one)",
+            )?;
+            let drafter = path(&m.drafter, "drafter", "a DFlash drafter folder (config.json + model.safetensors)")?;
+            let calibration =
+                m.calibration.as_ref().map(|c| path(c, "calibration", "a file from `bastion profile`")).transpose()?;
+            let tcfg = load_config(&target)
+                .map_err(|e| loc.at(m.target.span(), format!("models[{i}].target"), e.to_string()))?;
+            let dcfg_path = drafter.join("config.json");
+            let dcfg =
+                DrafterConfig::from_json(&dcfg_path).and_then(|d| d.check_target(&dcfg_path, &tcfg)).map_err(|e| {
+                    loc.at(
+                        m.drafter.span(),
+                        format!("models[{i}].drafter"),
+                        format!("does not fit target {}: {e}", m.target.get_ref()),
+                    )
+                });
+            dcfg?;
+            models.push(ModelPair { name: n, target, drafter, calibration });
+        }
+
+        // Datasets.
+        let d = raw.datasets.get_ref();
+        nonempty(&loc, &d.names, "datasets.names")?;
+        let mut datasets = Vec::new();
+        for (i, n) in d.names.get_ref().iter().enumerate() {
+            let field = format!("datasets.names[{i}]");
+            let name: DatasetName = n.get_ref().parse().map_err(|e| loc.at(n.span(), &field, format!("{e}")))?;
+            if datasets.contains(&name) {
+                return Err(loc.at(n.span(), &field, format!("{} is listed twice", name.as_str())));
+            }
+            datasets.push(name);
+        }
+        let paper_subset = match &d.subset {
+            None => true,
+            Some(s) => match s.get_ref().as_str() {
+                "paper" => true,
+                "all" => false,
+                other => return Err(loc.at(s.span(), "datasets.subset", format!("`{other}`: expected paper or all"))),
+            },
+        };
+        let max_samples = d.max_samples.as_ref().map(|m| positive(&loc, m, "datasets.max_samples")).transpose()?;
+
+        let (bastion_rule, online) = match &raw.bastion {
+            None => (BastionRule::default(), OnlineConfig::default()),
+            Some(b) => {
+                let rule = match &b.rule {
+                    None => BastionRule::default(),
+                    Some(r) => r
+                        .get_ref()
+                        .parse()
+                        .map_err(|e: bastion_decode::DecodeError| loc.at(r.span(), "bastion.rule", e.to_string()))?,
+                };
+                let online = match &b.online_forgetting {
+                    None => OnlineConfig::default(),
+                    Some(f) => {
+                        let c = OnlineConfig { forgetting: *f.get_ref() };
+                        c.validate().map_err(|e| loc.at(f.span(), "bastion.online_forgetting", e.to_string()))?;
+                        c
+                    }
+                };
+                (rule, online)
+            }
+        };
+
+        Ok(Experiment {
+            file: file.to_path_buf(),
+            name,
+            description: raw.description,
+            backend,
+            max_new_tokens,
+            temperatures,
+            seeds,
+            warmup,
+            methods,
+            models,
+            datasets,
+            selection: Selection { paper_subset, max_samples },
+            bastion_rule,
+            online,
+        })
+    }
+}
+
+/// An integer field that must be ≥ 1.
+fn positive(loc: &Locator<'_>, v: &Spanned<i64>, field: &str) -> Result<usize, SpecError> {
+    match usize::try_from(*v.get_ref()) {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(loc.at(v.span(), field, format!("{}: expected an integer ≥ 1", v.get_ref()))),
+    }
+}
+
+/// A list field that must not be empty.
+fn nonempty<T>(loc: &Locator<'_>, v: &Spanned<Vec<T>>, field: &str) -> Result<(), SpecError> {
+    if v.get_ref().is_empty() {
+        return Err(loc.at(v.span(), field, "expected at least one entry"));
+    }
+    Ok(())
+}
+
+impl fmt::Display for ModelPair {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({} + {})", self.name, self.target.display(), self.drafter.display())
+    }
+}
