@@ -3,6 +3,10 @@
 
 #![warn(missing_docs)]
 
+pub mod runner;
 pub mod spec;
+pub mod store;
 
+pub use runner::{plan, run, RunError, RunEvent, RunOptions, Sample, Shard};
 pub use spec::{Experiment, ModelPair, SpecError};
+pub use store::{SampleRecord, SampleStore, StoreError};

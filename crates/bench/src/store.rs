@@ -1,0 +1,251 @@
+//! Per-sample records on disk: one JSON line per finished sample (a method
+//! on one prompt), appended and synced before the next sample starts.
+//!
+//! A `kill -9` can only tear the last line. [`SampleStore::open`] drops a
+//! torn or unparsable tail, so at most the sample in flight is lost and no
+//! record is ever doubled (a rerun skips every key already stored).
+
+use std::collections::HashSet;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use bastion_decode::RoundRecord;
+use serde::{Deserialize, Serialize};
+
+/// What one finished sample leaves behind.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SampleRecord {
+    /// Unique key of the sample in its experiment ([`SampleRecord::make_key`]).
+    pub key: String,
+    /// Model pair name.
+    pub model: String,
+    /// Dataset name.
+    pub dataset: String,
+    /// Prompt id within the dataset.
+    pub prompt_id: String,
+    /// Prompt line in the dataset file.
+    pub prompt_index: usize,
+    /// Method (`ar`, `dflash`, `ddtree:N`, …).
+    pub method: String,
+    /// Sampling temperature.
+    pub temperature: f64,
+    /// Sampler seed.
+    pub seed: u64,
+    /// Prompt tokens of each turn.
+    pub prompt_tokens: Vec<usize>,
+    /// Generated token ids, all turns concatenated.
+    pub output: Vec<u32>,
+    /// Every round of every turn, in order.
+    pub rounds: Vec<RoundRecord>,
+    /// Target prefill time summed over turns (s).
+    pub prefill_s: f64,
+    /// Decode time summed over turns (s): prefill and first draft call excluded.
+    pub decode_s: f64,
+    /// τ: tokens committed per round, bonus included (mean over all rounds; 0 without rounds).
+    pub tau: f64,
+    /// Decode time per output token (s; 0 for an empty output).
+    pub tpot_s: f64,
+    /// At T = 0, whether the output equals AR's on the same prompt (`None`
+    /// for AR itself and for T > 0).
+    pub identical_to_ar: Option<bool>,
+}
+
+impl SampleRecord {
+    /// The key of (model, dataset, prompt, method, temperature, seed).
+    pub fn make_key(model: &str, dataset: &str, prompt_id: &str, method: &str, temperature: f64, seed: u64) -> String {
+        format!("{model}|{dataset}|{prompt_id}|{method}|T{temperature}|s{seed}")
+    }
+}
+
+/// An append-only JSON-lines file of [`SampleRecord`]s.
+pub struct SampleStore {
+    path: PathBuf,
+    file: File,
+    done: HashSet<String>,
+    records: Vec<SampleRecord>,
+}
+
+/// Errors of the result files.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// I/O on the named file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A record in the middle of the file is not valid (the file was
+    /// edited or belongs to something else).
+    #[error("{path}:{line}: not a sample record: {reason}")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line.
+        line: usize,
+        /// serde's message.
+        reason: String,
+    },
+    /// Two records share a key.
+    #[error("{path}:{line}: sample {key} is recorded twice")]
+    Duplicate {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line of the second record.
+        line: usize,
+        /// The key.
+        key: String,
+    },
+}
+
+impl SampleStore {
+    /// Opens (creating it and its folder) the store at `path` and reads the
+    /// records there, dropping a torn last line.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`]; [`StoreError::Corrupt`] for a bad record before
+    /// the last line; [`StoreError::Duplicate`].
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let io = |source| StoreError::Io { path: path.to_path_buf(), source };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        let text = match std::fs::read(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(io(e)),
+        };
+        let (records, good_len) = Self::parse(path, &text)?;
+        let file = OpenOptions::new().create(true).append(true).open(path).map_err(io)?;
+        if good_len < text.len() {
+            // A torn tail from an interrupted write: cut it off.
+            file.set_len(good_len as u64).map_err(io)?;
+            file.sync_all().map_err(io)?;
+        }
+        let done = records.iter().map(|r| r.key.clone()).collect();
+        Ok(Self { path: path.to_path_buf(), file, done, records })
+    }
+
+    /// Records and the byte length of the intact prefix.
+    fn parse(path: &Path, text: &[u8]) -> Result<(Vec<SampleRecord>, usize), StoreError> {
+        let mut records: Vec<SampleRecord> = Vec::new();
+        let mut keys = HashSet::new();
+        let mut pos = 0;
+        let mut line_no = 0;
+        while pos < text.len() {
+            line_no += 1;
+            let Some(end) = text[pos..].iter().position(|&b| b == b'\n').map(|i| pos + i) else {
+                break; // no newline: torn
+            };
+            match serde_json::from_slice::<SampleRecord>(&text[pos..end]) {
+                Ok(r) => {
+                    if !keys.insert(r.key.clone()) {
+                        return Err(StoreError::Duplicate { path: path.to_path_buf(), line: line_no, key: r.key });
+                    }
+                    records.push(r);
+                }
+                // A bad last line is a torn write too.
+                Err(_) if end + 1 >= text.len() => break,
+                Err(e) => {
+                    return Err(StoreError::Corrupt { path: path.to_path_buf(), line: line_no, reason: e.to_string() });
+                }
+            }
+            pos = end + 1;
+        }
+        Ok((records, pos))
+    }
+
+    /// Whether a sample with `key` is stored.
+    pub fn contains(&self, key: &str) -> bool {
+        self.done.contains(key)
+    }
+
+    /// The stored records, in file order.
+    pub fn records(&self) -> &[SampleRecord] {
+        &self.records
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends `record` as one line and syncs it to disk.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`]; [`StoreError::Duplicate`] for a key already stored.
+    pub fn append(&mut self, record: SampleRecord) -> Result<(), StoreError> {
+        if self.done.contains(&record.key) {
+            return Err(StoreError::Duplicate {
+                path: self.path.clone(),
+                line: self.records.len() + 1,
+                key: record.key,
+            });
+        }
+        let io = |source| StoreError::Io { path: self.path.clone(), source };
+        let mut line = serde_json::to_vec(&record).expect("a sample record serialises");
+        line.push(b'\n');
+        self.file.write_all(&line).map_err(io)?;
+        self.file.sync_data().map_err(io)?;
+        self.done.insert(record.key.clone());
+        self.records.push(record);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(key: &str) -> SampleRecord {
+        SampleRecord {
+            key: key.into(),
+            model: "m".into(),
+            dataset: "gsm8k".into(),
+            prompt_id: "0".into(),
+            prompt_index: 0,
+            method: "ar".into(),
+            temperature: 0.0,
+            seed: 0,
+            prompt_tokens: vec![3],
+            output: vec![1, 2],
+            rounds: Vec::new(),
+            prefill_s: 0.1,
+            decode_s: 0.2,
+            tau: 1.0,
+            tpot_s: 0.1,
+            identical_to_ar: None,
+        }
+    }
+
+    #[test]
+    fn torn_tail_is_dropped_and_duplicates_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run/samples.jsonl");
+        let mut s = SampleStore::open(&path).unwrap();
+        s.append(record("a")).unwrap();
+        s.append(record("b")).unwrap();
+        assert!(matches!(s.append(record("a")), Err(StoreError::Duplicate { .. })));
+        drop(s);
+        // A write cut short by kill -9.
+        let mut text = std::fs::read(&path).unwrap();
+        let whole = text.len();
+        text.extend_from_slice(br#"{"key":"c","model":"#);
+        std::fs::write(&path, &text).unwrap();
+        let mut s = SampleStore::open(&path).unwrap();
+        assert_eq!(s.records().iter().map(|r| r.key.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(std::fs::metadata(&path).unwrap().len() as usize, whole);
+        s.append(record("c")).unwrap();
+        drop(s);
+        let s = SampleStore::open(&path).unwrap();
+        assert!(s.contains("c") && s.records().len() == 3);
+        // A bad line in the middle is corruption, named by line.
+        let mut text = std::fs::read(&path).unwrap();
+        text.splice(0..0, b"garbage\n".iter().copied());
+        std::fs::write(&path, &text).unwrap();
+        let e = SampleStore::open(&path).err().unwrap().to_string();
+        assert!(e.contains("samples.jsonl:1: not a sample record"), "{e}");
+    }
+}

@@ -1,0 +1,170 @@
+//! The sweep runner on the tiny fixture pair (issue #7): every method on
+//! two prompts, records that agree with themselves and with AR, a resume
+//! after a kill that equals the uninterrupted run, and shards that add up.
+
+use std::path::{Path, PathBuf};
+
+use bastion_bench::{run, Experiment, RunEvent, RunOptions, SampleRecord, Shard};
+use bastion_decode::{profile, ProfileOptions};
+use bastion_models::{load_model, BackendKind, Drafter, PeakOptions};
+
+fn root() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+}
+
+/// Profiles the tiny pair into `dir` and writes an experiment using it.
+fn setup(dir: &Path) -> Experiment {
+    let r = root();
+    let target = load_model(r.join("tests/fixtures/tiny-qwen3"), &burn::tensor::Device::flex()).unwrap();
+    let drafter = Drafter::load(r.join("tests/fixtures/tiny-dflash"), &target).unwrap();
+    let opts = ProfileOptions {
+        contexts: vec![64, 256],
+        tokens: vec![1, 2, 4, 8],
+        warmup: 1,
+        repeats: 3,
+        peak: PeakOptions { matmul_size: 64, stream_elements: 1 << 16, repeats: 2 },
+        probe_prompt_len: 16,
+        probe_new_tokens: 24,
+        ..ProfileOptions::default()
+    };
+    let dpath = r.join("tests/fixtures/tiny-dflash");
+    let cal = profile(
+        &target,
+        &r.join("tests/fixtures/tiny-qwen3"),
+        BackendKind::Flex,
+        Some((&drafter, &dpath)),
+        &opts,
+        &mut |_| {},
+    )
+    .unwrap();
+    let cal_path = dir.join("tiny.json");
+    cal.save(&cal_path).unwrap();
+    let text = format!(
+        r#"name = "tiny"
+max_new_tokens = 12
+methods = ["dflash", "ddtree", "caddtree", "bastion", "bastion-paper"]
+ddtree_budgets = [4, 16]
+
+[[models]]
+name = "tiny-qwen3"
+target = "tests/fixtures/tiny-qwen3"
+drafter = "tests/fixtures/tiny-dflash"
+calibration = "{}"
+
+[datasets]
+names = ["gsm8k", "mt-bench"]
+max_samples = 1
+
+[bastion]
+rule = "raw"
+"#,
+        cal_path.display()
+    );
+    let file = dir.join("tiny.toml");
+    std::fs::write(&file, text).unwrap();
+    Experiment::load(&file, &r).unwrap()
+}
+
+fn options(dir: &Path, shard: Shard) -> RunOptions {
+    RunOptions {
+        results_dir: dir.join("results/tiny"),
+        datasets_dir: root().join("datasets"),
+        calibration_dir: dir.join("calibration"),
+        shard,
+    }
+}
+
+/// (key, output, identical to AR, (context, tree size, accepted) per round).
+type Reproducible = (String, Vec<u32>, Option<bool>, Vec<(usize, usize, usize)>);
+
+/// The fields a rerun must reproduce exactly at T = 0. `bastion` re-sizes
+/// trees from measured times, so its rounds (not its output) may differ.
+fn deterministic(r: &SampleRecord) -> Reproducible {
+    let rounds = if r.method == "bastion" {
+        Vec::new()
+    } else {
+        r.rounds.iter().map(|x| (x.context_len, x.tree_size, x.accepted)).collect()
+    };
+    (r.key.clone(), r.output.clone(), r.identical_to_ar, rounds)
+}
+
+#[test]
+fn every_method_runs_resumes_and_shards() {
+    let dir = tempfile::tempdir().unwrap();
+    let exp = setup(dir.path());
+    assert_eq!(exp.methods.len(), 7);
+
+    // The whole sweep: 2 prompts × 7 methods, AR first for each prompt.
+    let mut plan_seen = None;
+    let full = run(&exp, &options(dir.path(), Shard::default()), &mut |e| {
+        if let RunEvent::Plan { total, done } = e {
+            plan_seen = Some((total, done));
+        }
+    })
+    .unwrap();
+    assert_eq!(plan_seen, Some((14, 0)));
+    assert_eq!(full.len(), 14);
+    let mt = full.iter().find(|r| r.dataset == "mt-bench" && r.method == "ar").unwrap();
+    assert_eq!(mt.prompt_tokens.len(), 2, "MT-Bench runs both turns");
+    for r in &full {
+        // Records agree with themselves.
+        let accepted: usize = r.rounds.iter().map(|x| x.accepted).sum();
+        assert!((r.tau - accepted as f64 / r.rounds.len() as f64).abs() < 1e-12, "{}", r.key);
+        assert!((r.tpot_s - r.decode_s / r.output.len() as f64).abs() < 1e-12);
+        if r.method == "ar" {
+            assert!(r.identical_to_ar.is_none() && r.rounds.iter().all(|x| x.tree_size == 1 && x.accepted == 1));
+        } else {
+            assert_eq!(r.identical_to_ar, Some(true), "{} differs from AR", r.key);
+        }
+        if let Some(budget) = r.method.strip_prefix("ddtree:") {
+            let n: usize = budget.parse().unwrap();
+            assert!(r.rounds.iter().all(|x| x.tree_size <= n + 1));
+        }
+    }
+    // A rerun finds everything done.
+    let mut again = None;
+    let rerun = run(&exp, &options(dir.path(), Shard::default()), &mut |e| {
+        if let RunEvent::Plan { total, done } = e {
+            again = Some((total, done));
+        }
+    })
+    .unwrap();
+    assert_eq!(again, Some((14, 14)));
+    assert_eq!(rerun, full);
+
+    // kill -9 after 5 samples, in the middle of writing the 6th: rerun.
+    let path = dir.path().join("results/tiny/samples.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut cut: String = text.lines().take(5).map(|l| format!("{l}\n")).collect();
+    cut.push_str(&text.lines().nth(5).unwrap()[..40]);
+    std::fs::write(&path, cut).unwrap();
+    let resumed = run(&exp, &options(dir.path(), Shard::default()), &mut |_| {}).unwrap();
+    assert_eq!(resumed.len(), 14);
+    assert_eq!(resumed[..5], full[..5]);
+    let a: Vec<_> = full.iter().map(deterministic).collect();
+    let b: Vec<_> = resumed.iter().map(deterministic).collect();
+    assert_eq!(a, b);
+
+    // Two shards hold every sample once, with the same outputs.
+    let mut sharded: Vec<SampleRecord> = Vec::new();
+    for i in 0..2 {
+        let shard = Shard { index: i, count: 2 };
+        let part = run(&exp, &options(dir.path(), shard), &mut |_| {}).unwrap();
+        assert_eq!(part.len(), 7, "one prompt per shard");
+        assert!(dir.path().join(format!("results/tiny/shard-{i}-of-2/samples.jsonl")).is_file());
+        sharded.extend(part);
+    }
+    sharded.sort_by(|x, y| x.key.cmp(&y.key));
+    let mut sorted: Vec<_> = full.iter().map(deterministic).collect();
+    sorted.sort_by(|x, y| x.0.cmp(&y.0));
+    assert_eq!(sharded.iter().map(deterministic).collect::<Vec<_>>(), sorted);
+}
+
+#[test]
+fn shard_syntax() {
+    assert_eq!("1/4".parse::<Shard>().unwrap(), Shard { index: 1, count: 4 });
+    for bad in ["4/4", "1", "a/b", "0/0"] {
+        let e = bad.parse::<Shard>().unwrap_err().to_string();
+        assert!(e.contains("expected i/n"), "{e}");
+    }
+}
