@@ -9,4 +9,4 @@ pub mod store;
 
 pub use runner::{plan, run, RunError, RunEvent, RunOptions, Sample, Shard};
 pub use spec::{Experiment, ModelPair, SpecError};
-pub use store::{SampleRecord, SampleStore, StoreError};
+pub use store::{merge_shards, SampleRecord, SampleStore, StoreError};

@@ -195,6 +195,44 @@ impl SampleStore {
     }
 }
 
+/// Joins the shards of a sweep (`dir/shard-*-of-N/samples.jsonl`, as
+/// written by `--shard i/N`) into `dir/samples.jsonl`; returns how many
+/// records it added. Rerunning after more shards finish adds the rest.
+///
+/// # Errors
+/// [`StoreError`] from reading or writing; [`StoreError::Io`] when `dir`
+/// has no shard folders or they disagree on `N`.
+pub fn merge_shards(dir: &Path) -> Result<usize, StoreError> {
+    let io = |source| StoreError::Io { path: dir.to_path_buf(), source };
+    let mut shards: Vec<(usize, usize, PathBuf)> = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(io)? {
+        let path = entry.map_err(io)?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if let Some((i, n)) = name.strip_prefix("shard-").and_then(|r| r.split_once("-of-")) {
+            if let (Ok(i), Ok(n)) = (i.parse(), n.parse()) {
+                shards.push((i, n, path.join("samples.jsonl")));
+            }
+        }
+    }
+    let invalid = |why: String| io(std::io::Error::new(std::io::ErrorKind::InvalidData, why));
+    let n = shards.first().map(|s| s.1).ok_or_else(|| invalid("no shard-I-of-N folders to merge".into()))?;
+    if shards.iter().any(|s| s.1 != n) {
+        return Err(invalid("shard folders disagree on the number of shards".into()));
+    }
+    shards.sort();
+    let mut merged = SampleStore::open(&dir.join("samples.jsonl"))?;
+    let mut added = 0;
+    for (_, _, path) in shards.iter().filter(|s| s.2.is_file()) {
+        for r in SampleStore::open(path)?.records() {
+            if !merged.contains(&r.key) {
+                merged.append(r.clone())?;
+                added += 1;
+            }
+        }
+    }
+    Ok(added)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -155,6 +155,14 @@ fn every_method_runs_resumes_and_shards() {
         sharded.extend(part);
     }
     sharded.sort_by(|x, y| x.key.cmp(&y.key));
+    // Merging them gives the same set of records as the unsharded run.
+    let merged_dir = dir.path().join("results/tiny");
+    std::fs::remove_file(merged_dir.join("samples.jsonl")).unwrap();
+    assert_eq!(bastion_bench::merge_shards(&merged_dir).unwrap(), 14);
+    assert_eq!(bastion_bench::merge_shards(&merged_dir).unwrap(), 0, "merging twice adds nothing");
+    let mut merged = bastion_bench::SampleStore::open(&merged_dir.join("samples.jsonl")).unwrap().records().to_vec();
+    merged.sort_by(|x, y| x.key.cmp(&y.key));
+    assert_eq!(merged, sharded);
     let mut sorted: Vec<_> = full.iter().map(deterministic).collect();
     sorted.sort_by(|x, y| x.0.cmp(&y.0));
     assert_eq!(sharded.iter().map(deterministic).collect::<Vec<_>>(), sorted);

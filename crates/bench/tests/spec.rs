@@ -116,3 +116,13 @@ fn mistakes_name_the_file_line_and_field() {
     let e = Experiment::load(Path::new("experiments/none.toml"), &root()).unwrap_err().to_string();
     assert!(e.starts_with("experiments/none.toml:1:1: (file): cannot read"), "{e}");
 }
+
+#[test]
+fn the_shipped_experiments_validate() {
+    let model = root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(model.is_file(), "{} is missing: run scripts/fetch-model.sh first", model.display());
+    let e = Experiment::load(&root().join("experiments/default.toml"), &root()).unwrap();
+    assert_eq!(e.name, "default");
+    assert_eq!(e.methods.len(), 9);
+    assert_eq!(e.datasets.len(), 4);
+}

@@ -189,6 +189,33 @@ enum Command {
         #[arg(long, default_value = "flex")]
         backend: BackendKind,
     },
+    /// Run an experiment file (`experiments/*.toml`): every method on every
+    /// prompt of its datasets, AR first as the baseline, appending one record
+    /// per sample to `results/<name>/samples.jsonl`. Rerun to resume: finished
+    /// samples are skipped, an interrupted one is redone.
+    Run {
+        /// The experiment file.
+        experiment: PathBuf,
+        /// Run only shard i of n (0-based; e.g. `--shard $SLURM_ARRAY_TASK_ID/8`); join the
+        /// shards with `bastion merge`.
+        #[arg(long, default_value = "0/1")]
+        shard: bastion_bench::Shard,
+        /// The results root (the experiment writes to RESULTS/<name>/).
+        #[arg(long, default_value = "results")]
+        results: PathBuf,
+        /// The dataset folder.
+        #[arg(long, default_value = "datasets")]
+        datasets: PathBuf,
+    },
+    /// Join the shard records of an experiment (`RESULTS/<name>/shard-*-of-N/`)
+    /// into `RESULTS/<name>/samples.jsonl`.
+    Merge {
+        /// The experiment file.
+        experiment: PathBuf,
+        /// The results root.
+        #[arg(long, default_value = "results")]
+        results: PathBuf,
+    },
     /// Calibrate the cost-aware methods on this machine (CaDDTree, BASTION):
     /// the device's peak FLOP/s and bandwidth, the target's verify latency
     /// over tree sizes × context lengths (warm-up, repeats, median), the
@@ -359,6 +386,15 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 ..d
             };
             run_profile(&model, drafter.as_deref(), out, figure, &options, backend)?
+        }
+        Command::Run { experiment, shard, results, datasets } => {
+            run_experiment(&experiment, shard, &results, &datasets)?
+        }
+        Command::Merge { experiment, results } => {
+            let exp = bastion_bench::Experiment::load(&experiment, Path::new("."))?;
+            let dir = results.join(&exp.name);
+            let added = bastion_bench::merge_shards(&dir)?;
+            println!("merged {added} new records into {}", dir.join("samples.jsonl").display());
         }
         Command::BenchTarget { model, context, nodes, reps, backend } => {
             bench_target(&model, context, &nodes, reps, backend)?
@@ -1001,6 +1037,81 @@ fn run_distill(
     })?;
     bar.finish();
     eprintln!("wrote {written} records; {} in total, {} response tokens", store.done().len(), store.tokens());
+    Ok(())
+}
+
+fn run_experiment(
+    file: &Path,
+    shard: bastion_bench::Shard,
+    results: &Path,
+    datasets: &Path,
+) -> Result<(), Box<dyn std::error::Error>> {
+    use bastion_bench::{RunEvent, RunOptions};
+    let exp = bastion_bench::Experiment::load(file, Path::new("."))?;
+    let opts = RunOptions {
+        results_dir: results.join(&exp.name),
+        datasets_dir: datasets.to_path_buf(),
+        calibration_dir: PathBuf::from(CALIBRATION_DIR),
+        shard,
+    };
+    let methods: Vec<String> = exp.methods.iter().map(Method::to_string).collect();
+    eprintln!(
+        "{}: {} model(s) × {} × [{}] × T {:?}, max {} new tokens, shard {shard}",
+        file.display(),
+        exp.models.len(),
+        exp.datasets.iter().map(|d| d.as_str()).collect::<Vec<_>>().join(", "),
+        methods.join(", "),
+        exp.temperatures,
+        exp.max_new_tokens
+    );
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} samples, {msg}, eta {eta}")
+            .expect("valid progress template"),
+    );
+    // Running τ and speedup per (model, dataset, method, T) over this run's samples.
+    let mut running: std::collections::HashMap<String, (Vec<f64>, Vec<f64>)> = Default::default();
+    let mut ar_tpot: std::collections::HashMap<String, Vec<f64>> = Default::default();
+    let mut mismatches = Vec::new();
+    let records = bastion_bench::run(&exp, &opts, &mut |e| match e {
+        RunEvent::Plan { total, done } => {
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+            say(&bar, format!("{total} samples in this shard, {done} already done"));
+        }
+        RunEvent::Model(pair) => say(&bar, format!("loading {pair}")),
+        RunEvent::Sample(r) => {
+            bar.inc(1);
+            let job = format!("{}|{}|T{}", r.model, r.dataset, r.temperature);
+            if r.method == "ar" {
+                ar_tpot.entry(job.clone()).or_default().push(r.tpot_s);
+            }
+            let (taus, tpots) = running.entry(format!("{job}|{}", r.method)).or_default();
+            taus.push(r.tau);
+            tpots.push(r.tpot_s);
+            let ar = ar_tpot.get(&job).map_or(f64::NAN, |v| mean_std(v).0);
+            let msg = format!(
+                "{} {} {}: τ {:.2}, speedup {:.2}×",
+                r.model,
+                r.dataset,
+                r.method,
+                mean_std(taus).0,
+                ar / mean_std(tpots).0
+            );
+            if bar.is_hidden() {
+                eprintln!("{}/{} {msg}", bar.position(), bar.length().unwrap_or(0));
+            }
+            bar.set_message(msg);
+            if r.identical_to_ar == Some(false) {
+                mismatches.push(r.key.clone());
+            }
+        }
+    })?;
+    bar.finish_and_clear();
+    println!("{} records in {}", records.len(), shard.samples_path(&opts.results_dir).display());
+    if !mismatches.is_empty() {
+        return Err(format!("lossless check failed: output differs from AR for {}", mismatches.join(", ")).into());
+    }
     Ok(())
 }
 

@@ -361,3 +361,38 @@ fn train_drafter_saves_a_loadable_drafter() {
 fn args_without_mask<'a>(_: &[&'a str]) -> Vec<&'a str> {
     vec!["train-drafter", "--model", "tests/fixtures/tiny-qwen3", "--data", "x.jsonl", "--out", "y"]
 }
+
+#[test]
+fn run_executes_an_experiment_and_reports_bad_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tiny.toml");
+    let text = r#"name = "tiny-cli"
+max_new_tokens = 8
+methods = ["dflash", "ddtree:4"]
+
+[[models]]
+name = "tiny"
+target = "tests/fixtures/tiny-qwen3"
+drafter = "tests/fixtures/tiny-dflash"
+
+[datasets]
+names = ["gsm8k"]
+max_samples = 1
+"#;
+    std::fs::write(&file, text).unwrap();
+    let results = dir.path().join("results");
+    let args = ["run", file.to_str().unwrap(), "--results", results.to_str().unwrap()];
+    let (ok, out, err) = bastion(&args);
+    assert!(ok, "{err}");
+    assert!(out.contains("3 records in"), "{out}");
+    let lines = std::fs::read_to_string(results.join("tiny-cli/samples.jsonl")).unwrap();
+    assert_eq!(lines.lines().count(), 3);
+    // Rerun: nothing left to do.
+    let (ok, _, err) = bastion(&args);
+    assert!(ok && err.contains("3 samples in this shard, 3 already done"), "{err}");
+
+    // A mistake stops the run before anything starts, naming file, line and field.
+    std::fs::write(&file, text.replace("\"ddtree:4\"", "\"ddtree:0\"")).unwrap();
+    let (ok, _, err) = bastion(&args);
+    assert!(!ok && err.contains("tiny.toml:3:22: methods[1]: unknown method `ddtree:0`"), "{err}");
+}
