@@ -6,6 +6,7 @@
 pub mod runner;
 pub mod spec;
 pub mod store;
+pub mod tables;
 
 pub use runner::{plan, run, RunError, RunEvent, RunOptions, Sample, Shard};
 pub use spec::{Experiment, ModelPair, SpecError};

@@ -121,6 +121,22 @@ fn every_method_runs_resumes_and_shards() {
             assert!(r.rounds.iter().all(|x| x.tree_size <= n + 1));
         }
     }
+    // The summary frame agrees with the records: one row per (dataset,
+    // method) plus the oracle per dataset, τ and speedup as computed by hand.
+    let summary = bastion_bench::tables::summary_frame(&full).unwrap();
+    assert_eq!(summary.height(), 2 * 7 + 2);
+    let col = |name: &str| summary.column(name).unwrap().clone();
+    let (ds, ms) = (col("dataset"), col("method"));
+    let (ds, ms) = (ds.str().unwrap(), ms.str().unwrap());
+    let taus = col("tau");
+    let speedups = col("speedup");
+    for r in &full {
+        let i = (0..summary.height()).find(|&i| ds.get(i) == Some(&r.dataset) && ms.get(i) == Some(&r.method)).unwrap();
+        assert_eq!(taus.f64().unwrap().get(i), Some(r.tau), "{}", r.key);
+        let ar = full.iter().find(|a| a.dataset == r.dataset && a.method == "ar").unwrap();
+        let want = ar.tpot_s / r.tpot_s;
+        assert!((speedups.f64().unwrap().get(i).unwrap() - want).abs() < 1e-12);
+    }
     // A rerun finds everything done.
     let mut again = None;
     let rerun = run(&exp, &options(dir.path(), Shard::default()), &mut |e| {

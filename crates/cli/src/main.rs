@@ -206,6 +206,33 @@ enum Command {
         /// The dataset folder.
         #[arg(long, default_value = "datasets")]
         datasets: PathBuf,
+        /// Where the tables go once every sample is done (unsharded runs).
+        #[arg(long, default_value = "paper_tables")]
+        tables: PathBuf,
+    },
+    /// The main job: runs `experiments/default.toml` (SmolLM2 + the shipped drafter,
+    /// GSM8K, MATH-500, HumanEval, MT-Bench, every method, T = 0; ~25 min on 2 CPU
+    /// cores) and prints and writes its tables. Fetches the default model first if it is
+    /// missing and calibrates this machine (`bastion profile`) if it has no calibration.
+    /// Resumable like `run`.
+    Reproduce {
+        /// The experiment file.
+        #[arg(long, default_value = "experiments/default.toml")]
+        experiment: PathBuf,
+    },
+    /// Tables of an experiment's records: per (model, dataset, method, T) τ, TPOT,
+    /// speedup vs AR, budget mean/std, and the ddtree-oracle row; printed, and written as
+    /// Markdown and LaTeX to `paper_tables/<name>.{md,tex}` and the frames as Parquet to
+    /// `RESULTS/<name>/{samples,rounds}.parquet`.
+    Tables {
+        /// The experiment file.
+        experiment: PathBuf,
+        /// The results root.
+        #[arg(long, default_value = "results")]
+        results: PathBuf,
+        /// Where the tables go.
+        #[arg(long, default_value = "paper_tables")]
+        out: PathBuf,
     },
     /// Join the shard records of an experiment (`RESULTS/<name>/shard-*-of-N/`)
     /// into `RESULTS/<name>/samples.jsonl`.
@@ -387,8 +414,13 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             };
             run_profile(&model, drafter.as_deref(), out, figure, &options, backend)?
         }
-        Command::Run { experiment, shard, results, datasets } => {
-            run_experiment(&experiment, shard, &results, &datasets)?
+        Command::Run { experiment, shard, results, datasets, tables } => {
+            run_experiment(&experiment, shard, &results, &datasets, &tables)?
+        }
+        Command::Reproduce { experiment } => reproduce(&experiment)?,
+        Command::Tables { experiment, results, out } => {
+            let exp = bastion_bench::Experiment::load(&experiment, Path::new("."))?;
+            write_tables(&exp.name, &results.join(&exp.name), &out)?
         }
         Command::Merge { experiment, results } => {
             let exp = bastion_bench::Experiment::load(&experiment, Path::new("."))?;
@@ -1045,6 +1077,7 @@ fn run_experiment(
     shard: bastion_bench::Shard,
     results: &Path,
     datasets: &Path,
+    tables: &Path,
 ) -> Result<(), Box<dyn std::error::Error>> {
     use bastion_bench::{RunEvent, RunOptions};
     let exp = bastion_bench::Experiment::load(file, Path::new("."))?;
@@ -1112,6 +1145,82 @@ fn run_experiment(
     if !mismatches.is_empty() {
         return Err(format!("lossless check failed: output differs from AR for {}", mismatches.join(", ")).into());
     }
+    if shard.count == 1 {
+        write_tables(&exp.name, &opts.results_dir, tables)?;
+    }
+    if !mismatches.is_empty() {
+        return Err(format!("lossless check failed: output differs from AR for {}", mismatches.join(", ")).into());
+    }
+    Ok(())
+}
+
+/// `bastion reproduce`: fetch the default model and calibrate if needed, then run.
+fn reproduce(file: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let default_model = Path::new("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    if !default_model.is_file() {
+        eprintln!("{} is missing: fetching it (scripts/fetch-model.sh)", default_model.display());
+        let status = std::process::Command::new("bash").arg("scripts/fetch-model.sh").status()?;
+        if !status.success() {
+            return Err("scripts/fetch-model.sh failed".into());
+        }
+    }
+    let exp = bastion_bench::Experiment::load(file, Path::new("."))?;
+    let cost_aware = exp.methods.iter().any(|m| matches!(m, Method::CaddTree | Method::Bastion | Method::BastionPaper));
+    for pair in exp.models.iter().filter(|_| cost_aware) {
+        let path = pair.calibration.clone().unwrap_or_else(|| {
+            Calibration::default_path(Path::new(CALIBRATION_DIR), &exp.backend.device_name(), &pair.target, exp.backend)
+        });
+        if !path.is_file() {
+            eprintln!("no calibration of this machine for {}: running `bastion profile` first", pair.name);
+            run_profile(
+                &pair.target,
+                Some(&pair.drafter),
+                Some(path.clone()),
+                None,
+                &ProfileOptions::for_backend(exp.backend),
+                exp.backend,
+            )?;
+        }
+    }
+    run_experiment(
+        file,
+        bastion_bench::Shard::default(),
+        Path::new("results"),
+        Path::new("datasets"),
+        Path::new("paper_tables"),
+    )
+}
+
+/// The tables of the records in `dir/samples.jsonl`: printed (Markdown),
+/// written to `out/<name>.md` and `out/<name>.tex` (templates in
+/// `paper_tables/templates/`), frames to `dir/{samples,rounds}.parquet`.
+fn write_tables(name: &str, dir: &Path, out: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let path = dir.join("samples.jsonl");
+    if !path.is_file() {
+        return Err(
+            format!("{}: no records (run the experiment, or `bastion merge` its shards)", path.display()).into()
+        );
+    }
+    let store = bastion_bench::SampleStore::open(&path)?;
+    let records = store.records();
+    let summary = bastion_bench::tables::summary_frame(records)?;
+    let tables = bastion_bench::tables::tables(&summary)?;
+    let templates = Path::new("paper_tables/templates");
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let md = bastion_bench::tables::render(&templates.join("results.md.j2"), name, &tables)?;
+    let tex = bastion_bench::tables::render(&templates.join("results.tex.j2"), name, &tables)?;
+    for (ext, text) in [("md", &md), ("tex", &tex)] {
+        let p = out.join(format!("{name}.{ext}"));
+        std::fs::write(&p, text).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    bastion_bench::tables::write_parquet(records, dir)?;
+    println!("{md}");
+    println!(
+        "wrote {}, {} and {}",
+        out.join(format!("{name}.md")).display(),
+        out.join(format!("{name}.tex")).display(),
+        dir.join("{samples,rounds}.parquet").display()
+    );
     Ok(())
 }
 

@@ -381,10 +381,17 @@ max_samples = 1
 "#;
     std::fs::write(&file, text).unwrap();
     let results = dir.path().join("results");
-    let args = ["run", file.to_str().unwrap(), "--results", results.to_str().unwrap()];
+    let tables = dir.path().join("tables");
+    let args =
+        ["run", file.to_str().unwrap(), "--results", results.to_str().unwrap(), "--tables", tables.to_str().unwrap()];
     let (ok, out, err) = bastion(&args);
     assert!(ok, "{err}");
     assert!(out.contains("3 records in"), "{out}");
+    // The tables: printed, written as Markdown and LaTeX, frames as Parquet.
+    assert!(out.contains("| ddtree:4 |") && out.contains("| ddtree-oracle (4) |"), "{out}");
+    let tex = std::fs::read_to_string(tables.join("tiny-cli.tex")).unwrap();
+    assert!(tex.contains("\\toprule") && tex.contains("dflash &"), "{tex}");
+    assert!(tables.join("tiny-cli.md").is_file() && results.join("tiny-cli/rounds.parquet").is_file());
     let lines = std::fs::read_to_string(results.join("tiny-cli/samples.jsonl")).unwrap();
     assert_eq!(lines.lines().count(), 3);
     // Rerun: nothing left to do.

@@ -1,0 +1,326 @@
+//! Result frames (Polars) and the papers' tables (Markdown and LaTeX via
+//! minijinja templates in `paper_tables/templates/`).
+//!
+//! Definitions (DESIGN §7): τ is the mean of per-sample τ (tokens committed
+//! per round, bonus included); TPOT the mean of per-sample decode time per
+//! output token; speedup = mean AR TPOT / mean TPOT over the same prompts
+//! (model, dataset, temperature); the budget is drafted nodes per round
+//! (tree size − 1), mean and standard deviation over all rounds.
+//! `ddtree-oracle` is, per (model, dataset, temperature), the `ddtree:N` row
+//! with the best measured speedup, labelled with its budget.
+
+use std::path::Path;
+
+use polars::prelude::*;
+use serde::Serialize;
+
+use crate::store::SampleRecord;
+
+/// The method label of the oracle rows.
+pub const ORACLE: &str = "ddtree-oracle";
+
+fn ddtree_budget(method: &str) -> Option<u32> {
+    method.strip_prefix("ddtree:").and_then(|n| n.parse().ok())
+}
+
+/// One row per sample: `order` (index in `records`), `model, dataset,
+/// prompt_id, method, ddtree_budget, temperature, seed, tau, tpot_s,
+/// decode_s, prefill_s, output_tokens, rounds, identical_to_ar`.
+///
+/// # Errors
+/// Polars errors (none expected for well-formed records).
+pub fn sample_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
+    let s = |f: fn(&SampleRecord) -> &str| records.iter().map(f).collect::<Vec<_>>();
+    df!(
+        "order" => (0..records.len() as u64).collect::<Vec<_>>(),
+        "model" => s(|r| &r.model),
+        "dataset" => s(|r| &r.dataset),
+        "prompt_id" => s(|r| &r.prompt_id),
+        "method" => s(|r| &r.method),
+        "ddtree_budget" => records.iter().map(|r| ddtree_budget(&r.method)).collect::<Vec<_>>(),
+        "temperature" => records.iter().map(|r| r.temperature).collect::<Vec<_>>(),
+        "seed" => records.iter().map(|r| r.seed).collect::<Vec<_>>(),
+        "tau" => records.iter().map(|r| r.tau).collect::<Vec<_>>(),
+        "tpot_s" => records.iter().map(|r| r.tpot_s).collect::<Vec<_>>(),
+        "decode_s" => records.iter().map(|r| r.decode_s).collect::<Vec<_>>(),
+        "prefill_s" => records.iter().map(|r| r.prefill_s).collect::<Vec<_>>(),
+        "output_tokens" => records.iter().map(|r| r.output.len() as u64).collect::<Vec<_>>(),
+        "rounds" => records.iter().map(|r| r.rounds.len() as u64).collect::<Vec<_>>(),
+        "identical_to_ar" => records.iter().map(|r| r.identical_to_ar).collect::<Vec<_>>(),
+    )
+}
+
+/// One row per decoding round: `model, dataset, prompt_id, method,
+/// temperature, seed, round, context_len, tree_size, budget (= tree_size −
+/// 1), accepted, draft_s, build_s, verify_s, commit_s`.
+///
+/// # Errors
+/// Polars errors (none expected).
+pub fn round_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
+    let rows: Vec<(&SampleRecord, usize, &bastion_decode::RoundRecord)> =
+        records.iter().flat_map(|r| r.rounds.iter().enumerate().map(move |(i, x)| (r, i, x))).collect();
+    let s = |f: fn(&SampleRecord) -> &str| rows.iter().map(|(r, _, _)| f(r)).collect::<Vec<_>>();
+    let u = |f: fn(&bastion_decode::RoundRecord) -> usize| rows.iter().map(|(_, _, x)| f(x) as u64).collect::<Vec<_>>();
+    let t = |f: fn(&bastion_decode::RoundRecord) -> f64| rows.iter().map(|(_, _, x)| f(x)).collect::<Vec<_>>();
+    df!(
+        "model" => s(|r| &r.model),
+        "dataset" => s(|r| &r.dataset),
+        "prompt_id" => s(|r| &r.prompt_id),
+        "method" => s(|r| &r.method),
+        "temperature" => rows.iter().map(|(r, _, _)| r.temperature).collect::<Vec<_>>(),
+        "seed" => rows.iter().map(|(r, _, _)| r.seed).collect::<Vec<_>>(),
+        "round" => rows.iter().map(|(_, i, _)| *i as u64).collect::<Vec<_>>(),
+        "context_len" => u(|x| x.context_len),
+        "tree_size" => u(|x| x.tree_size),
+        "budget" => u(|x| x.tree_size.saturating_sub(1)),
+        "accepted" => u(|x| x.accepted),
+        "draft_s" => t(|x| x.draft_s),
+        "build_s" => t(|x| x.build_s),
+        "verify_s" => t(|x| x.verify_s),
+        "commit_s" => t(|x| x.commit_s),
+    )
+}
+
+/// Per (model, dataset, method, temperature): `samples, tau, tau_std,
+/// tpot_s, ar_tpot_s, speedup, budget_mean, budget_std, identical,
+/// ddtree_budget`, plus the `ddtree-oracle` rows; in record order.
+///
+/// # Errors
+/// Polars errors (none expected).
+pub fn summary_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
+    let keys = || [col("model"), col("dataset"), col("method"), col("temperature")];
+    let job = || [col("model"), col("dataset"), col("temperature")];
+    // `order` (record index) keeps the rows in run order through the joins.
+    let samples = sample_frame(records)?.lazy();
+    let per = samples.clone().group_by_stable(keys()).agg([
+        col("order").min().alias("order"),
+        len().cast(DataType::UInt64).alias("samples"),
+        col("tau").mean().alias("tau"),
+        col("tau").std(0).alias("tau_std"),
+        col("tpot_s").mean().alias("tpot_s"),
+        col("ddtree_budget").first().alias("ddtree_budget"),
+        col("identical_to_ar").cast(DataType::UInt64).sum().alias("identical"),
+    ]);
+    let ar = samples.filter(col("method").eq(lit("ar"))).group_by(job()).agg([col("tpot_s").mean().alias("ar_tpot_s")]);
+    let budgets = round_frame(records)?.lazy().group_by(keys()).agg([
+        col("budget").cast(DataType::Float64).mean().alias("budget_mean"),
+        col("budget").cast(DataType::Float64).std(0).alias("budget_std"),
+    ]);
+    let left = || JoinArgs::new(JoinType::Left);
+    let table = per
+        .join(ar, job(), job(), left())
+        .join(budgets, keys(), keys(), left())
+        .with_columns([(col("ar_tpot_s") / col("tpot_s")).alias("speedup")])
+        .sort(["order"], SortMultipleOptions::default())
+        .select([
+            col("model"),
+            col("dataset"),
+            col("method"),
+            col("temperature"),
+            col("samples"),
+            col("tau"),
+            col("tau_std"),
+            col("tpot_s"),
+            col("ar_tpot_s"),
+            col("speedup"),
+            col("budget_mean"),
+            col("budget_std"),
+            col("identical"),
+            col("ddtree_budget"),
+        ]);
+    // The oracle: the grid row with the best speedup per job.
+    let grid = table.clone().filter(col("ddtree_budget").is_not_null());
+    let best = grid.clone().group_by(job()).agg([col("ddtree_budget")
+        .sort_by([col("speedup")], SortMultipleOptions::default().with_order_descending(true))
+        .first()
+        .alias("ddtree_budget")]);
+    let with_budget = || [col("model"), col("dataset"), col("temperature"), col("ddtree_budget")];
+    let oracle = grid
+        .join(best, with_budget(), with_budget(), JoinArgs::new(JoinType::Inner))
+        .with_columns([lit(ORACLE).alias("method")]);
+    concat([table, oracle], UnionArgs::default())?.collect()
+}
+
+/// One cell of a results table.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Cell {
+    /// τ.
+    pub tau: f64,
+    /// Speedup vs AR.
+    pub speedup: f64,
+    /// Mean budget (drafted nodes per round).
+    pub budget: f64,
+    /// Budget standard deviation over rounds.
+    pub budget_std: f64,
+    /// TPOT (ms).
+    pub tpot_ms: f64,
+}
+
+/// One method's row of a results table.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Row {
+    /// Method label (`ddtree-oracle (N)` for the oracle, per dataset budgets in the cells).
+    pub method: String,
+    /// One cell per dataset, `None` where the method has no result.
+    pub cells: Vec<Option<Cell>>,
+    /// Mean τ over the datasets with a result.
+    pub avg_tau: f64,
+    /// Mean speedup over the datasets with a result.
+    pub avg_speedup: f64,
+}
+
+/// A paper-style table for one (model, temperature): methods × datasets.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Table {
+    /// Model pair name.
+    pub model: String,
+    /// Temperature.
+    pub temperature: f64,
+    /// Column headers.
+    pub datasets: Vec<String>,
+    /// Rows, AR first.
+    pub rows: Vec<Row>,
+}
+
+/// The tables of a summary frame, one per (model, temperature), rows in
+/// the order methods first appear (the oracle after the last grid budget).
+///
+/// # Errors
+/// Polars errors for a frame that is not a [`summary_frame`].
+pub fn tables(summary: &DataFrame) -> PolarsResult<Vec<Table>> {
+    let text = |name: &str| -> PolarsResult<Vec<String>> {
+        let c = summary.column(name)?.str()?;
+        Ok((0..c.len()).map(|i| c.get(i).unwrap_or_default().to_string()).collect())
+    };
+    let num = |name: &str| -> PolarsResult<Vec<f64>> {
+        let c = summary.column(name)?.f64()?;
+        Ok((0..c.len()).map(|i| c.get(i).unwrap_or(f64::NAN)).collect())
+    };
+    let (model, dataset, method) = (text("model")?, text("dataset")?, text("method")?);
+    let (temperature, tau, speedup) = (num("temperature")?, num("tau")?, num("speedup")?);
+    let (budget, budget_std, tpot) = (num("budget_mean")?, num("budget_std")?, num("tpot_s")?);
+    let grid = summary.column("ddtree_budget")?.u32()?;
+    let grid_budget: Vec<Option<u32>> = (0..grid.len()).map(|i| grid.get(i)).collect();
+    let mut out: Vec<Table> = Vec::new();
+    let n = model.len();
+    for i in 0..n {
+        if !out.iter().any(|t| t.model == model[i] && t.temperature == temperature[i]) {
+            out.push(Table {
+                model: model[i].clone(),
+                temperature: temperature[i],
+                datasets: Vec::new(),
+                rows: Vec::new(),
+            });
+        }
+    }
+    for t in &mut out {
+        let idx: Vec<usize> = (0..n).filter(|&i| model[i] == t.model && temperature[i] == t.temperature).collect();
+        for &i in &idx {
+            if !t.datasets.contains(&dataset[i]) {
+                t.datasets.push(dataset[i].clone());
+            }
+        }
+        let mut methods: Vec<String> = Vec::new();
+        for &i in &idx {
+            if !methods.contains(&method[i]) {
+                methods.push(method[i].clone());
+            }
+        }
+        // The oracle goes right after the last grid row.
+        if let Some(pos) = methods.iter().position(|m| m == ORACLE) {
+            let oracle = methods.remove(pos);
+            let last_grid = methods.iter().rposition(|m| ddtree_budget(m).is_some()).map_or(methods.len(), |p| p + 1);
+            methods.insert(last_grid, oracle);
+        }
+        for m in methods {
+            let cells: Vec<Option<Cell>> = t
+                .datasets
+                .iter()
+                .map(|d| {
+                    idx.iter().find(|&&i| method[i] == m && &dataset[i] == d).map(|&i| Cell {
+                        tau: tau[i],
+                        speedup: speedup[i],
+                        budget: budget[i],
+                        budget_std: budget_std[i],
+                        tpot_ms: tpot[i] * 1e3,
+                    })
+                })
+                .collect();
+            let label = if m == ORACLE {
+                let budgets: Vec<String> = t
+                    .datasets
+                    .iter()
+                    .filter_map(|d| idx.iter().find(|&&i| method[i] == m && &dataset[i] == d))
+                    .filter_map(|&i| grid_budget[i].map(|b| b.to_string()))
+                    .collect();
+                format!("{ORACLE} ({})", budgets.join("/"))
+            } else {
+                m.clone()
+            };
+            let have: Vec<&Cell> = cells.iter().flatten().collect();
+            let mean = |f: fn(&Cell) -> f64| have.iter().map(|c| f(c)).sum::<f64>() / have.len().max(1) as f64;
+            t.rows.push(Row { method: label, avg_tau: mean(|c| c.tau), avg_speedup: mean(|c| c.speedup), cells });
+        }
+    }
+    Ok(out)
+}
+
+/// Renders `tables` with the minijinja template at `template` (context:
+/// `tables`, `experiment`).
+///
+/// # Errors
+/// A message naming the template for unreadable or invalid templates.
+pub fn render(template: &Path, experiment: &str, tables: &[Table]) -> Result<String, String> {
+    let source = std::fs::read_to_string(template).map_err(|e| format!("{}: {e}", template.display()))?;
+    let mut env = minijinja::Environment::new();
+    let syntax = minijinja::syntax::SyntaxConfig::builder()
+        .trim_blocks(true)
+        .lstrip_blocks(true)
+        .build()
+        .expect("default delimiters are valid");
+    env.set_syntax(syntax);
+    env.add_filter(
+        "fixed",
+        |v: f64, digits: usize| {
+            if v.is_finite() {
+                format!("{v:.digits$}")
+            } else {
+                "–".to_string()
+            }
+        },
+    );
+    // LaTeX specials in names (`_`, `%`, `&`, `#`, `$`).
+    env.add_filter("tex", |v: String| {
+        v.chars().fold(String::new(), |mut out, c| {
+            if "_%&#$".contains(c) {
+                out.push('\\');
+            }
+            out.push(c);
+            out
+        })
+    });
+    env.add_template("t", &source).map_err(|e| format!("{}: {e}", template.display()))?;
+    env.get_template("t")
+        .and_then(|t| {
+            t.render(minijinja::context! {
+                tables => minijinja::Value::from(minijinja::value::Serde(tables)),
+                experiment => experiment
+            })
+        })
+        .map_err(|e| format!("{}: {e}", template.display()))
+}
+
+/// Writes the per-round and per-sample frames as Parquet into `dir`
+/// (`rounds.parquet`, `samples.parquet`).
+///
+/// # Errors
+/// Polars / I/O errors naming the file.
+pub fn write_parquet(records: &[SampleRecord], dir: &Path) -> Result<(), String> {
+    for (name, frame) in [("rounds.parquet", round_frame(records)), ("samples.parquet", sample_frame(records))] {
+        let path = dir.join(name);
+        let mut df = frame.map_err(|e| format!("{}: {e}", path.display()))?;
+        let file = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        ParquetWriter::new(file).finish(&mut df).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,115 @@
+//! Frames and tables from sample records (issue #7): known records give
+//! known τ, speedup, budgets and oracle rows, and both templates render them.
+
+use bastion_bench::tables::{render, round_frame, sample_frame, summary_frame, tables, write_parquet, ORACLE};
+use bastion_bench::SampleRecord;
+use bastion_decode::RoundRecord;
+use polars::prelude::*;
+
+/// A record whose rounds have the given (tree size, accepted) and whose
+/// decode time is `tpot` per output token.
+fn record(dataset: &str, prompt: &str, method: &str, rounds: &[(usize, usize)], tpot: f64) -> SampleRecord {
+    let rounds: Vec<RoundRecord> = rounds
+        .iter()
+        .map(|&(tree_size, accepted)| RoundRecord {
+            context_len: 10,
+            tree_size,
+            accepted,
+            draft_s: 0.001,
+            build_s: 0.0,
+            verify_s: 0.002,
+            commit_s: 0.0,
+        })
+        .collect();
+    let tokens: usize = rounds.iter().map(|r| r.accepted).sum();
+    SampleRecord {
+        key: SampleRecord::make_key("m", dataset, prompt, method, 0.0, 0),
+        model: "m".into(),
+        dataset: dataset.into(),
+        prompt_id: prompt.into(),
+        prompt_index: 0,
+        method: method.into(),
+        temperature: 0.0,
+        seed: 0,
+        prompt_tokens: vec![5],
+        output: vec![7; tokens],
+        tau: tokens as f64 / rounds.len() as f64,
+        tpot_s: tpot,
+        decode_s: tpot * tokens as f64,
+        prefill_s: 0.01,
+        rounds,
+        identical_to_ar: (method != "ar").then_some(true),
+    }
+}
+
+fn records() -> Vec<SampleRecord> {
+    let mut v = Vec::new();
+    for (d, slow) in [("gsm8k", 1.0), ("math500", 2.0)] {
+        for p in ["a", "b"] {
+            v.push(record(d, p, "ar", &[(1, 1), (1, 1)], 0.010 * slow));
+            // ddtree:4 is the faster grid point on gsm8k, ddtree:8 on math500.
+            let (t4, t8) = if d == "gsm8k" { (0.004, 0.005) } else { (0.010, 0.008) };
+            v.push(record(d, p, "ddtree:4", &[(5, 2), (5, 3)], t4 * slow));
+            v.push(record(d, p, "ddtree:8", &[(9, 3), (9, 4)], t8 * slow));
+            v.push(record(d, p, "bastion", &[(3, 2), (7, 4)], 0.005 * slow));
+        }
+    }
+    v
+}
+
+fn get(df: &DataFrame, dataset: &str, method: &str, column: &str) -> f64 {
+    let ds = df.column("dataset").unwrap().str().unwrap();
+    let ms = df.column("method").unwrap().str().unwrap();
+    let i = (0..df.height()).find(|&i| ds.get(i) == Some(dataset) && ms.get(i) == Some(method)).unwrap();
+    df.column(column).unwrap().cast(&DataType::Float64).unwrap().f64().unwrap().get(i).unwrap()
+}
+
+#[test]
+fn summary_agrees_with_the_records() {
+    let recs = records();
+    assert_eq!(sample_frame(&recs).unwrap().height(), recs.len());
+    assert_eq!(round_frame(&recs).unwrap().height(), recs.iter().map(|r| r.rounds.len()).sum::<usize>());
+    let s = summary_frame(&recs).unwrap();
+    // 2 datasets × 4 methods + 2 oracle rows.
+    assert_eq!(s.height(), 10);
+    let close = |a: f64, b: f64| assert!((a - b).abs() < 1e-12, "{a} vs {b}");
+    close(get(&s, "gsm8k", "ar", "tau"), 1.0);
+    close(get(&s, "gsm8k", "ddtree:4", "tau"), 2.5);
+    close(get(&s, "gsm8k", "ddtree:4", "speedup"), 0.010 / 0.004);
+    close(get(&s, "math500", "ddtree:8", "speedup"), 0.020 / 0.016);
+    // Budget over rounds: bastion drafts 2 and 6 nodes → mean 4, std 2.
+    close(get(&s, "gsm8k", "bastion", "budget_mean"), 4.0);
+    close(get(&s, "gsm8k", "bastion", "budget_std"), 2.0);
+    close(get(&s, "gsm8k", "bastion", "samples"), 2.0);
+    close(get(&s, "gsm8k", "bastion", "identical"), 2.0);
+    // The oracle takes the best grid point per dataset, with its budget.
+    close(get(&s, "gsm8k", ORACLE, "ddtree_budget"), 4.0);
+    close(get(&s, "gsm8k", ORACLE, "speedup"), 2.5);
+    close(get(&s, "math500", ORACLE, "ddtree_budget"), 8.0);
+
+    let t = tables(&s).unwrap();
+    assert_eq!(t.len(), 1);
+    assert_eq!(t[0].datasets, ["gsm8k", "math500"]);
+    let labels: Vec<&str> = t[0].rows.iter().map(|r| r.method.as_str()).collect();
+    assert_eq!(labels, ["ar", "ddtree:4", "ddtree:8", "ddtree-oracle (4/8)", "bastion"]);
+    let oracle = &t[0].rows[3];
+    close(oracle.avg_speedup, (2.5 + 1.25) / 2.0);
+
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../paper_tables/templates");
+    let md = render(std::path::Path::new(&format!("{root}/results.md.j2")), "unit", &t).unwrap();
+    assert!(md.contains("| ddtree-oracle (4/8) | 2.50 | 2.50× | 4.0 ± 0.0 |"), "{md}");
+    assert!(md.contains("| bastion | 3.00 | 2.00× | 4.0 ± 2.0 |"), "{md}");
+    let tex = render(std::path::Path::new(&format!("{root}/results.tex.j2")), "unit_test", &t).unwrap();
+    assert!(tex.contains("\\toprule") && tex.contains("\\bottomrule"), "{tex}");
+    assert!(
+        tex.contains("ddtree-oracle (4/8) & 2.50 & 2.50$\\times$ & 3.50 & 1.25$\\times$ & 3.00 & 1.88$\\times$"),
+        "{tex}"
+    );
+    assert!(tex.contains("unit\\_test"), "{tex}");
+
+    let dir = tempfile::tempdir().unwrap();
+    write_parquet(&recs, dir.path()).unwrap();
+    let back = ParquetReader::new(std::fs::File::open(dir.path().join("rounds.parquet")).unwrap()).finish().unwrap();
+    assert_eq!(back.height(), 32);
+    assert_eq!(back.get_column_names().len(), 15);
+}
