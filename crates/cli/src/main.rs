@@ -79,18 +79,8 @@ enum Command {
         /// Seed of the sampler (T > 0).
         #[arg(long, default_value_t = 0)]
         seed: u64,
-        /// Calibration from `bastion profile` (JSON), for caddtree, bastion and bastion-paper
-        /// [default: results/calibration/<device>__<model>__<backend>.json].
-        #[arg(long)]
-        calibration: Option<PathBuf>,
-        /// BASTION's size rules: paper (≥ 32 tokens, multiples of 32: the release's GPU tile
-        /// heuristics) or raw (the bare stop rule).
-        #[arg(long, default_value = "paper")]
-        bastion_rule: BastionRule,
-        /// Forgetting factor λ ∈ [0, 1) of `bastion`'s online calibration (bastion-paper keeps
-        /// the calibration fixed).
-        #[arg(long, default_value_t = OnlineConfig::default().forgetting)]
-        online_forgetting: f64,
+        #[command(flatten)]
+        cost: CostSettings,
     },
     /// Self-distillation data for drafter training: the target's greedy
     /// responses to the training prompts (GSM8K train + MBPP non-test, never
@@ -155,18 +145,8 @@ enum Command {
         /// Decoding method: dflash, ddtree:N, caddtree, bastion or bastion-paper.
         #[arg(long, default_value = "dflash")]
         method: Method,
-        /// Calibration from `bastion profile`, for caddtree, bastion and bastion-paper
-        /// [default: results/calibration/<device>__<model>__<backend>.json].
-        #[arg(long)]
-        calibration: Option<PathBuf>,
-        /// BASTION's size rules: paper (≥ 32 tokens, multiples of 32: the release's GPU tile
-        /// heuristics) or raw (the bare stop rule).
-        #[arg(long, default_value = "paper")]
-        bastion_rule: BastionRule,
-        /// Forgetting factor λ ∈ [0, 1) of `bastion`'s online calibration (bastion-paper keeps
-        /// the calibration fixed).
-        #[arg(long, default_value_t = OnlineConfig::default().forgetting)]
-        online_forgetting: f64,
+        #[command(flatten)]
+        cost: CostSettings,
         /// Evaluation sets (comma-separated).
         #[arg(long, value_delimiter = ',', default_value = "gsm8k,math500,humaneval,mt-bench")]
         sets: Vec<String>,
@@ -353,12 +333,8 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             drafter,
             temperature,
             seed,
-            calibration,
-            bastion_rule,
-            online_forgetting,
+            cost,
         } => {
-            let cost =
-                CostSettings { calibration, bastion_rule, online: OnlineConfig { forgetting: online_forgetting } };
             let spec = Speculation { method, drafter, cost };
             let cfg = GenerateConfig { max_new_tokens, temperature, seed, ..GenerateConfig::default() };
             let prompt = match (prompt, prompt_ids) {
@@ -368,23 +344,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             };
             generate(&model, &prompt, backend, &spec, cfg)?
         }
-        Command::Tau {
-            model,
-            drafter,
-            method,
-            calibration,
-            bastion_rule,
-            online_forgetting,
-            sets,
-            samples,
-            max_new_tokens,
-            datasets,
-            no_ar,
-            out,
-            backend,
-        } => {
-            let cost =
-                CostSettings { calibration, bastion_rule, online: OnlineConfig { forgetting: online_forgetting } };
+        Command::Tau { model, drafter, method, cost, sets, samples, max_new_tokens, datasets, no_ar, out, backend } => {
             let args = TauArgs { method, cost, samples, max_new_tokens, no_ar, backend };
             tau_eval(&model, &drafter, &datasets, &sets, out.as_deref(), &args)?
         }
@@ -899,14 +859,28 @@ struct Speculation {
     cost: CostSettings,
 }
 
-/// How the cost-aware methods get their cost models.
+/// How the cost-aware methods get their cost models (`generate` and `tau`).
+#[derive(clap::Args)]
 struct CostSettings {
-    /// The calibration file (default: this setup's under [`CALIBRATION_DIR`]).
+    /// Calibration from `bastion profile` (JSON), for caddtree, bastion and bastion-paper
+    /// [default: results/calibration/<device>__<model>__<backend>.json].
+    #[arg(long)]
     calibration: Option<PathBuf>,
-    /// BASTION's size rules.
+    /// BASTION's size rules: paper (≥ 32 tokens, multiples of 32: the release's GPU tile
+    /// heuristics) or raw (the bare stop rule).
+    #[arg(long, default_value = "paper")]
     bastion_rule: BastionRule,
-    /// `bastion`'s online calibration.
-    online: OnlineConfig,
+    /// Forgetting factor λ ∈ [0, 1) of `bastion`'s online calibration (bastion-paper keeps
+    /// the calibration fixed).
+    #[arg(long, default_value_t = OnlineConfig::default().forgetting)]
+    online_forgetting: f64,
+}
+
+impl CostSettings {
+    /// `bastion`'s online settings.
+    fn online(&self) -> OnlineConfig {
+        OnlineConfig { forgetting: self.online_forgetting }
+    }
 }
 
 /// Where `bastion profile` writes calibrations and the cost-aware methods look for them.
@@ -928,7 +902,7 @@ fn policy_inputs(
         return Ok(PolicyInputs::default());
     }
     if method == Method::Bastion {
-        cost.online.validate().map_err(|e| format!("--online-forgetting: {e}"))?;
+        cost.online().validate().map_err(|e| format!("--online-forgetting: {e}"))?;
     }
     let path = cost.calibration.as_deref().map_or_else(
         || Calibration::default_path(Path::new(CALIBRATION_DIR), &backend.device_name(), model, backend),
@@ -939,7 +913,7 @@ fn policy_inputs(
     if let Some(d) = drafter {
         cal.check_drafter(d, &path)?;
     }
-    Ok(cal.policy_inputs(cost.bastion_rule, cost.online)?)
+    Ok(cal.policy_inputs(cost.bastion_rule, cost.online())?)
 }
 
 /// The drafter `method` needs (`None` for `ar`, which ignores `--drafter`).
