@@ -10,7 +10,10 @@
 //! sample; at T = 0 one seed (all seeds decode alike), at T > 0 every seed.
 //! One budget policy per (model, method, temperature, seed) lives for the
 //! whole run, so `bastion`'s online calibration carries over from prompt to
-//! prompt.
+//! prompt; its tree sizes follow measured times, so they (not its outputs)
+//! differ between an interrupted and an uninterrupted run, or across shards.
+//! One process per store: two runs appending to the same file at once are
+//! not guarded against.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -305,18 +308,77 @@ fn run_turns(
     Ok(out)
 }
 
+/// What a stored record depends on beyond its key: a rerun with other
+/// values would mix results of two settings in one table.
+fn settings_of(exp: &Experiment) -> serde_json::Value {
+    serde_json::json!({
+        "backend": exp.backend.as_str(),
+        "max_new_tokens": exp.max_new_tokens,
+        "bastion_rule": exp.bastion_rule.to_string(),
+        "online_forgetting": exp.online.forgetting,
+        "models": exp.models.iter().map(|m| serde_json::json!({
+            "name": m.name,
+            "target": m.target.display().to_string(),
+            "drafter": m.drafter.display().to_string(),
+            "calibration": m.calibration.as_ref().map(|c| c.display().to_string()),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// Records the experiment's settings in `dir/settings.json` on the first
+/// run and refuses a later run whose settings differ.
+fn check_settings(exp: &Experiment, dir: &Path) -> Result<(), RunError> {
+    let path = dir.join("settings.json");
+    let now = settings_of(exp);
+    let io = |e: std::io::Error| RunError::Usage(format!("{}: {e}", path.display()));
+    match std::fs::read(&path) {
+        Ok(text) => {
+            let before: serde_json::Value = serde_json::from_slice(&text)
+                .map_err(|e| RunError::Usage(format!("{}: not a settings file: {e}", path.display())))?;
+            let differ: Vec<String> = now
+                .as_object()
+                .expect("an object")
+                .iter()
+                .filter(|(k, v)| before.get(k.as_str()) != Some(v))
+                .map(|(k, v)| {
+                    format!("{k}: {} then, {v} now", before.get(k.as_str()).unwrap_or(&serde_json::Value::Null))
+                })
+                .collect();
+            if !differ.is_empty() {
+                return Err(RunError::Usage(format!(
+                    "{} holds results of other settings ({}); use another experiment name or remove {}",
+                    dir.display(),
+                    differ.join("; "),
+                    dir.display()
+                )));
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(dir).map_err(io)?;
+            let tmp = path.with_extension("json.tmp");
+            std::fs::write(&tmp, serde_json::to_vec_pretty(&now).expect("json")).map_err(io)?;
+            std::fs::rename(&tmp, &path).map_err(io)
+        }
+        Err(e) => Err(io(e)),
+    }
+}
+
 /// Runs the samples of `opts.shard` not yet in its store, appending each
 /// as it finishes; `on_event` sees the plan, model loads and every stored
 /// sample. Returns the store's records (old and new).
 ///
 /// # Errors
 /// [`RunError`] from loading, decoding or writing; records stored before
-/// the error are kept.
+/// the error are kept. [`RunError::Usage`] when `opts.results_dir` holds
+/// results of other settings (`settings.json`: backend, max_new_tokens,
+/// BASTION rule and λ, model files).
 pub fn run(
     exp: &Experiment,
     opts: &RunOptions,
     on_event: &mut dyn FnMut(RunEvent<'_>),
 ) -> Result<Vec<SampleRecord>, RunError> {
+    check_settings(exp, &opts.results_dir)?;
     let samples = plan(exp, &opts.datasets_dir, opts.shard)?;
     let mut store = SampleStore::open(&opts.shard.samples_path(&opts.results_dir))?;
     let todo: Vec<&Sample> = samples.iter().filter(|s| !store.contains(&s.key)).collect();
@@ -359,7 +421,14 @@ pub fn run(
         let o = run_turns(l, policies.get_mut(&pkey), &s.prompt, &cfg)?;
         let pair = &exp.models[s.model];
         let identical_to_ar = (s.method != Method::Ar && s.temperature == 0.0).then(|| {
-            let ar_key = SampleRecord::make_key(&pair.name, s.prompt.dataset.as_str(), &s.prompt.id, "ar", 0.0, s.seed);
+            let ar_key = SampleRecord::make_key(
+                &pair.name,
+                s.prompt.dataset.as_str(),
+                &s.prompt.id,
+                "ar",
+                s.temperature,
+                s.seed,
+            );
             store.records().iter().find(|r| r.key == ar_key).map(|r| r.output == o.output)
         });
         let rounds = o.rounds.len();

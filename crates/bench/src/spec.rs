@@ -85,7 +85,7 @@ pub struct Experiment {
     pub description: String,
     /// The Burn backend.
     pub backend: BackendKind,
-    /// Longest generation (tokens).
+    /// Longest generation per turn (tokens; MT-Bench has two turns).
     pub max_new_tokens: usize,
     /// Sampling temperatures (0 = greedy).
     pub temperatures: Vec<f64>,
@@ -240,7 +240,8 @@ impl Experiment {
                 nonempty(&loc, list, "temperatures")?;
                 let mut out = Vec::new();
                 for (i, t) in list.get_ref().iter().enumerate() {
-                    let v = *t.get_ref();
+                    // `+ 0.0` turns −0 into 0, so keys and the T = 0 checks agree.
+                    let v = *t.get_ref() + 0.0;
                     if !(v.is_finite() && v >= 0.0) {
                         return Err(loc.at(
                             t.span(),
@@ -364,15 +365,28 @@ impl Experiment {
             let tcfg = load_config(&target)
                 .map_err(|e| loc.at(m.target.span(), format!("models[{i}].target"), e.to_string()))?;
             let dcfg_path = drafter.join("config.json");
-            let dcfg =
-                DrafterConfig::from_json(&dcfg_path).and_then(|d| d.check_target(&dcfg_path, &tcfg)).map_err(|e| {
+            let dcfg = DrafterConfig::from_json(&dcfg_path)
+                .and_then(|d| d.check_target(&dcfg_path, &tcfg).map(|()| d))
+                .map_err(|e| {
                     loc.at(
                         m.drafter.span(),
                         format!("models[{i}].drafter"),
                         format!("does not fit target {}: {e}", m.target.get_ref()),
                     )
-                });
-            dcfg?;
+                })?;
+            // A generation needs the prompt, the new tokens and one block in the window.
+            if max_new_tokens + dcfg.block_size >= tcfg.max_position_embeddings {
+                return Err(loc.at(
+                    raw.max_new_tokens.span(),
+                    "max_new_tokens",
+                    format!(
+                        "{max_new_tokens} + block size {} leaves no room for a prompt in the {} positions of {}",
+                        dcfg.block_size,
+                        tcfg.max_position_embeddings,
+                        m.target.get_ref()
+                    ),
+                ));
+            }
             models.push(ModelPair { name: n, target, drafter, calibration });
         }
 

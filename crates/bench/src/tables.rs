@@ -84,6 +84,8 @@ pub fn round_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
 /// Per (model, dataset, method, temperature): `samples, tau, tau_std,
 /// tpot_s, ar_tpot_s, speedup, budget_mean, budget_std, identical,
 /// ddtree_budget`, plus the `ddtree-oracle` rows; in record order.
+/// `ar_tpot_s` and `speedup` use only the method's samples whose prompt
+/// has an AR sample (same model, dataset, prompt, T, seed); times in s.
 ///
 /// # Errors
 /// Polars errors (none expected).
@@ -92,25 +94,38 @@ pub fn summary_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
     let job = || [col("model"), col("dataset"), col("temperature")];
     // `order` (record index) keeps the rows in run order through the joins.
     let samples = sample_frame(records)?.lazy();
-    let per = samples.clone().group_by_stable(keys()).agg([
+    // Each sample next to AR's TPOT on the same prompt (model, dataset,
+    // prompt, T, seed), so speedups compare the same prompts even when a
+    // method has fewer finished samples than AR.
+    let same_prompt = || [col("model"), col("dataset"), col("prompt_id"), col("temperature"), col("seed")];
+    let ar = samples.clone().filter(col("method").eq(lit("ar"))).select([
+        col("model"),
+        col("dataset"),
+        col("prompt_id"),
+        col("temperature"),
+        col("seed"),
+        col("tpot_s").alias("ar_tpot_s"),
+    ]);
+    let left = || JoinArgs::new(JoinType::Left);
+    let paired = samples.join(ar, same_prompt(), same_prompt(), left());
+    let per = paired.group_by_stable(keys()).agg([
         col("order").min().alias("order"),
         len().cast(DataType::UInt64).alias("samples"),
         col("tau").mean().alias("tau"),
         col("tau").std(0).alias("tau_std"),
         col("tpot_s").mean().alias("tpot_s"),
+        col("ar_tpot_s").mean().alias("ar_tpot_s"),
+        col("tpot_s").filter(col("ar_tpot_s").is_not_null()).mean().alias("paired_tpot_s"),
         col("ddtree_budget").first().alias("ddtree_budget"),
         col("identical_to_ar").cast(DataType::UInt64).sum().alias("identical"),
     ]);
-    let ar = samples.filter(col("method").eq(lit("ar"))).group_by(job()).agg([col("tpot_s").mean().alias("ar_tpot_s")]);
     let budgets = round_frame(records)?.lazy().group_by(keys()).agg([
         col("budget").cast(DataType::Float64).mean().alias("budget_mean"),
         col("budget").cast(DataType::Float64).std(0).alias("budget_std"),
     ]);
-    let left = || JoinArgs::new(JoinType::Left);
     let table = per
-        .join(ar, job(), job(), left())
         .join(budgets, keys(), keys(), left())
-        .with_columns([(col("ar_tpot_s") / col("tpot_s")).alias("speedup")])
+        .with_columns([(col("ar_tpot_s") / col("paired_tpot_s")).alias("speedup")])
         .sort(["order"], SortMultipleOptions::default())
         .select([
             col("model"),
@@ -131,7 +146,7 @@ pub fn summary_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
     // The oracle: the grid row with the best speedup per job.
     let grid = table.clone().filter(col("ddtree_budget").is_not_null());
     let best = grid.clone().group_by(job()).agg([col("ddtree_budget")
-        .sort_by([col("speedup")], SortMultipleOptions::default().with_order_descending(true))
+        .sort_by([col("speedup")], SortMultipleOptions::default().with_order_descending(true).with_nulls_last(true))
         .first()
         .alias("ddtree_budget")]);
     let with_budget = || [col("model"), col("dataset"), col("temperature"), col("ddtree_budget")];
@@ -163,9 +178,9 @@ pub struct Row {
     pub method: String,
     /// One cell per dataset, `None` where the method has no result.
     pub cells: Vec<Option<Cell>>,
-    /// Mean τ over the datasets with a result.
+    /// Mean τ over the datasets (NaN unless every dataset has a result).
     pub avg_tau: f64,
-    /// Mean speedup over the datasets with a result.
+    /// Mean speedup over the datasets (NaN unless every dataset has a result).
     pub avg_speedup: f64,
 }
 
@@ -257,8 +272,15 @@ pub fn tables(summary: &DataFrame) -> PolarsResult<Vec<Table>> {
             } else {
                 m.clone()
             };
+            // The average spans every dataset or is undefined.
             let have: Vec<&Cell> = cells.iter().flatten().collect();
-            let mean = |f: fn(&Cell) -> f64| have.iter().map(|c| f(c)).sum::<f64>() / have.len().max(1) as f64;
+            let mean = |f: fn(&Cell) -> f64| {
+                if have.len() < cells.len() {
+                    f64::NAN
+                } else {
+                    have.iter().map(|c| f(c)).sum::<f64>() / have.len().max(1) as f64
+                }
+            };
             t.rows.push(Row { method: label, avg_tau: mean(|c| c.tau), avg_speedup: mean(|c| c.speedup), cells });
         }
     }
@@ -279,23 +301,34 @@ pub fn render(template: &Path, experiment: &str, tables: &[Table]) -> Result<Str
         .build()
         .expect("default delimiters are valid");
     env.set_syntax(syntax);
-    env.add_filter(
-        "fixed",
-        |v: f64, digits: usize| {
-            if v.is_finite() {
-                format!("{v:.digits$}")
-            } else {
-                "–".to_string()
-            }
-        },
-    );
-    // LaTeX specials in names (`_`, `%`, `&`, `#`, `$`).
+    // A number with `digits` decimals, or `dash` (default `–`) when undefined.
+    env.add_filter("fixed", |v: f64, digits: usize, dash: Option<String>| {
+        if v.is_finite() {
+            format!("{v:.digits$}")
+        } else {
+            dash.unwrap_or_else(|| "–".to_string())
+        }
+    });
+    // A speedup with its sign: `1.67×` (md) or `1.67$\times$` (tex), a dash when undefined.
+    env.add_filter("speedup", |v: f64, kind: String| match (v.is_finite(), kind.as_str()) {
+        (true, "tex") => format!("{v:.2}$\\times$"),
+        (true, _) => format!("{v:.2}×"),
+        (false, "tex") => "--".to_string(),
+        (false, _) => "–".to_string(),
+    });
+    // LaTeX specials in names.
     env.add_filter("tex", |v: String| {
         v.chars().fold(String::new(), |mut out, c| {
-            if "_%&#$".contains(c) {
-                out.push('\\');
+            match c {
+                '_' | '%' | '&' | '#' | '$' | '{' | '}' => {
+                    out.push('\\');
+                    out.push(c);
+                }
+                '~' => out.push_str("\\textasciitilde{}"),
+                '^' => out.push_str("\\textasciicircum{}"),
+                '\\' => out.push_str("\\textbackslash{}"),
+                _ => out.push(c),
             }
-            out.push(c);
             out
         })
     });

@@ -147,6 +147,10 @@ fn every_method_runs_resumes_and_shards() {
     .unwrap();
     assert_eq!(again, Some((14, 14)));
     assert_eq!(rerun, full);
+    // Other settings may not resume into these results.
+    let longer = Experiment { max_new_tokens: 13, ..exp.clone() };
+    let e = run(&longer, &options(dir.path(), Shard::default()), &mut |_| {}).unwrap_err().to_string();
+    assert!(e.contains("holds results of other settings") && e.contains("max_new_tokens: 12 then, 13 now"), "{e}");
 
     // kill -9 after 5 samples, in the middle of writing the 6th: rerun.
     let path = dir.path().join("results/tiny/samples.jsonl");

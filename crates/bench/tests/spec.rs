@@ -80,6 +80,8 @@ fn mistakes_name_the_file_line_and_field() {
         (with("[4, 16]", "[4, 0]"), "7:22: ddtree_budgets[1]", "budget 0: expected ≥ 1"),
         (with("[0.0, 1.0]", "[0.0, -1.0]"), "4:22: temperatures[1]", "expected a temperature ≥ 0"),
         (with("max_new_tokens = 16", "max_new_tokens = 0"), "3:18: max_new_tokens", "expected an integer ≥ 1"),
+        // The tiny target has 1024 positions.
+        (with("max_new_tokens = 16", "max_new_tokens = 1020"), "3:18: max_new_tokens", "leaves no room for a prompt"),
         (with("tests/fixtures/tiny-qwen3\"", "no/such/model.gguf\""), "11:10: models[0].target", "does not exist"),
         (with("tests/fixtures/tiny-dflash", "tests/fixtures/missing"), "12:11: models[0].drafter", "does not exist"),
         // The tiny SmolLM2 drafter fixture does not fit the tiny Qwen3 target.

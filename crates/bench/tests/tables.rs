@@ -52,7 +52,13 @@ fn records() -> Vec<SampleRecord> {
             v.push(record(d, p, "ddtree:4", &[(5, 2), (5, 3)], t4 * slow));
             v.push(record(d, p, "ddtree:8", &[(9, 3), (9, 4)], t8 * slow));
             v.push(record(d, p, "bastion", &[(3, 2), (7, 4)], 0.005 * slow));
+            if d == "gsm8k" {
+                v.push(record(d, p, "dflash", &[(8, 3)], 0.006));
+            }
         }
+        // A prompt only AR finished (an interrupted run): it must not move
+        // any method's speedup.
+        v.push(record(d, "c", "ar", &[(1, 1)], 0.5));
     }
     v
 }
@@ -70,10 +76,12 @@ fn summary_agrees_with_the_records() {
     assert_eq!(sample_frame(&recs).unwrap().height(), recs.len());
     assert_eq!(round_frame(&recs).unwrap().height(), recs.iter().map(|r| r.rounds.len()).sum::<usize>());
     let s = summary_frame(&recs).unwrap();
-    // 2 datasets × 4 methods + 2 oracle rows.
-    assert_eq!(s.height(), 10);
+    // 2 datasets × 4 methods + dflash on gsm8k + 2 oracle rows.
+    assert_eq!(s.height(), 11);
     let close = |a: f64, b: f64| assert!((a - b).abs() < 1e-12, "{a} vs {b}");
     close(get(&s, "gsm8k", "ar", "tau"), 1.0);
+    close(get(&s, "gsm8k", "ar", "samples"), 3.0);
+    close(get(&s, "gsm8k", "ar", "speedup"), 1.0);
     close(get(&s, "gsm8k", "ddtree:4", "tau"), 2.5);
     close(get(&s, "gsm8k", "ddtree:4", "speedup"), 0.010 / 0.004);
     close(get(&s, "math500", "ddtree:8", "speedup"), 0.020 / 0.016);
@@ -91,14 +99,17 @@ fn summary_agrees_with_the_records() {
     assert_eq!(t.len(), 1);
     assert_eq!(t[0].datasets, ["gsm8k", "math500"]);
     let labels: Vec<&str> = t[0].rows.iter().map(|r| r.method.as_str()).collect();
-    assert_eq!(labels, ["ar", "ddtree:4", "ddtree:8", "ddtree-oracle (4/8)", "bastion"]);
+    assert_eq!(labels, ["ar", "ddtree:4", "ddtree:8", "ddtree-oracle (4/8)", "bastion", "dflash"]);
+    // dflash ran on gsm8k only: no average.
+    assert!(t[0].rows[5].avg_tau.is_nan() && t[0].rows[5].cells[1].is_none());
     let oracle = &t[0].rows[3];
     close(oracle.avg_speedup, (2.5 + 1.25) / 2.0);
 
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../paper_tables/templates");
     let md = render(std::path::Path::new(&format!("{root}/results.md.j2")), "unit", &t).unwrap();
-    assert!(md.contains("| ddtree-oracle (4/8) | 2.50 | 2.50× | 4.0 ± 0.0 |"), "{md}");
-    assert!(md.contains("| bastion | 3.00 | 2.00× | 4.0 ± 2.0 |"), "{md}");
+    assert!(md.contains("| ddtree-oracle (4/8) | 2.50 | 2.50× | 4.0 | 4.0 ± 0.0 |"), "{md}");
+    assert!(md.contains("| bastion | 3.00 | 2.00× | 5.0 | 4.0 ± 2.0 |"), "{md}");
+    assert!(md.contains("| dflash | 3.00 | 1.67× | 6.0 | 7.0 ± 0.0 | – | – | – | – | – | – |"), "{md}");
     let tex = render(std::path::Path::new(&format!("{root}/results.tex.j2")), "unit_test", &t).unwrap();
     assert!(tex.contains("\\toprule") && tex.contains("\\bottomrule"), "{tex}");
     assert!(
@@ -110,6 +121,6 @@ fn summary_agrees_with_the_records() {
     let dir = tempfile::tempdir().unwrap();
     write_parquet(&recs, dir.path()).unwrap();
     let back = ParquetReader::new(std::fs::File::open(dir.path().join("rounds.parquet")).unwrap()).finish().unwrap();
-    assert_eq!(back.height(), 32);
+    assert_eq!(back.height(), 36);
     assert_eq!(back.get_column_names().len(), 15);
 }
