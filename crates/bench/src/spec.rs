@@ -218,7 +218,21 @@ impl Experiment {
                 line.split_once('=').map(|(k, _)| k.trim().to_string()).filter(|k| !k.is_empty() && !k.starts_with('['))
             };
             let field = named.map(str::to_string).or_else(line_key).unwrap_or_else(|| "(syntax)".into());
-            loc.at(span, field, message)
+            // Inside a table, prefix its path: `datasets.`, `models[1].`.
+            let upto = &text[..text
+                .len()
+                .min(text[span.start.min(text.len())..].find('\n').map_or(text.len(), |i| span.start + i))];
+            let header = upto.lines().map(str::trim).filter(|l| l.starts_with('[')).last();
+            let prefix = match header {
+                Some(h) if h.starts_with("[[") => {
+                    let name = h.trim_matches(|c| c == '[' || c == ']').trim();
+                    let index = upto.lines().filter(|l| l.trim() == h).count().saturating_sub(1);
+                    format!("{name}[{index}].")
+                }
+                Some(h) => format!("{}.", h.trim_matches(|c| c == '[' || c == ']').trim()),
+                None => String::new(),
+            };
+            loc.at(span, format!("{prefix}{field}"), message)
         })?;
 
         let name = raw.name.get_ref().trim().to_string();

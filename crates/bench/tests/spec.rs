@@ -90,7 +90,7 @@ fn mistakes_name_the_file_line_and_field() {
             "12:11: models[0].drafter",
             "does not fit target",
         ),
-        (with("max_samples = 2", "max_samples = 2\nshuffle = true"), "17:1: shuffle", "unknown field"),
+        (with("max_samples = 2", "max_samples = 2\nshuffle = true"), "17:1: datasets.shuffle", "unknown field"),
         (with("[\"dflash\"", "[\"dflash\", \"dflash\""), "6:22: methods[1]", "listed twice"),
         (with("rule = \"raw\"", "rule = \"tiles\""), "19:8: bastion.rule", "expected paper or raw"),
         (with("online_forgetting = 0.8", "online_forgetting = 1.5"), "20:21: bastion.online_forgetting", "[0, 1)"),
@@ -99,7 +99,7 @@ fn mistakes_name_the_file_line_and_field() {
         (with("max_new_tokens = 16", "max_new_tokens = \"16\""), "3:18: max_new_tokens", "invalid type"),
         (with("names = [\"gsm8k\", \"mt-bench\"]", "names = []"), "15:9: datasets.names", "at least one"),
         (with("seeds = [0, 1]", "seeds = [0, -1]"), "5:13: seeds[1]", "expected a seed ≥ 0"),
-        (with("name = \"tiny-qwen3\"\n", ""), "9:1: name", "missing field `name`"),
+        (with("name = \"tiny-qwen3\"\n", ""), "9:1: models[0].name", "missing field `name`"),
     ];
     let mut checked = 0;
     for (text, at, msg) in cases {
