@@ -222,7 +222,7 @@ impl Experiment {
             let upto = &text[..text
                 .len()
                 .min(text[span.start.min(text.len())..].find('\n').map_or(text.len(), |i| span.start + i))];
-            let header = upto.lines().map(str::trim).filter(|l| l.starts_with('[')).last();
+            let header = upto.lines().map(str::trim).rfind(|l| l.starts_with('['));
             let prefix = match header {
                 Some(h) if h.starts_with("[[") => {
                     let name = h.trim_matches(|c| c == '[' || c == ']').trim();
