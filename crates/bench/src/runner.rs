@@ -252,17 +252,12 @@ fn load_pair(exp: &Experiment, pair: &ModelPair, calibration_dir: &Path) -> Resu
         if exp.methods.iter().any(|m| m.needs_drafter()) { Some(Drafter::load(&pair.drafter, &target)?) } else { None };
     let block = drafter.as_ref().map_or(1, Drafter::block_size);
     let encoder = Encoder::for_model(&pair.target, &target, exp.max_new_tokens + block)?;
-    let needs_cal = exp.methods.iter().any(|m| matches!(m, Method::CaddTree | Method::Bastion | Method::BastionPaper));
-    let inputs = if needs_cal {
+    let inputs = if exp.methods.iter().any(|m| m.needs_calibration()) {
         let path = pair.calibration.clone().unwrap_or_else(|| {
             Calibration::default_path(calibration_dir, &exp.backend.device_name(), &pair.target, exp.backend)
         });
-        let cal = Calibration::load(&path)?;
-        cal.check_target(&target, exp.backend, &path)?;
-        if let Some(d) = &drafter {
-            cal.check_drafter(d, &path)?;
-        }
-        cal.policy_inputs(exp.bastion_rule, exp.online)?
+        Calibration::load_for(&path, &target, exp.backend, drafter.as_ref())?
+            .policy_inputs(exp.bastion_rule, exp.online)?
     } else {
         PolicyInputs::default()
     };

@@ -898,7 +898,7 @@ fn policy_inputs(
     drafter: Option<&Drafter>,
     backend: BackendKind,
 ) -> Result<PolicyInputs, Box<dyn std::error::Error>> {
-    if !matches!(method, Method::CaddTree | Method::Bastion | Method::BastionPaper) {
+    if !method.needs_calibration() {
         return Ok(PolicyInputs::default());
     }
     if method == Method::Bastion {
@@ -908,12 +908,7 @@ fn policy_inputs(
         || Calibration::default_path(Path::new(CALIBRATION_DIR), &backend.device_name(), model, backend),
         Path::to_path_buf,
     );
-    let cal = Calibration::load(&path)?;
-    cal.check_target(target, backend, &path)?;
-    if let Some(d) = drafter {
-        cal.check_drafter(d, &path)?;
-    }
-    Ok(cal.policy_inputs(cost.bastion_rule, cost.online())?)
+    Ok(Calibration::load_for(&path, target, backend, drafter)?.policy_inputs(cost.bastion_rule, cost.online())?)
 }
 
 /// The drafter `method` needs (`None` for `ar`, which ignores `--drafter`).
@@ -1140,7 +1135,7 @@ fn reproduce(file: &Path) -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let exp = bastion_bench::Experiment::load(file, Path::new("."))?;
-    let cost_aware = exp.methods.iter().any(|m| matches!(m, Method::CaddTree | Method::Bastion | Method::BastionPaper));
+    let cost_aware = exp.methods.iter().any(|m| m.needs_calibration());
     for pair in exp.models.iter().filter(|_| cost_aware) {
         let path = pair.calibration.clone().unwrap_or_else(|| {
             Calibration::default_path(Path::new(CALIBRATION_DIR), &exp.backend.device_name(), &pair.target, exp.backend)

@@ -523,6 +523,21 @@ impl Calibration {
         Ok(cal)
     }
 
+    /// [`Calibration::load`], then [`Calibration::check_target`] and, with a
+    /// drafter, [`Calibration::check_drafter`]: the calibration a run on
+    /// `target` (and `drafter`) on `backend` may use.
+    ///
+    /// # Errors
+    /// As those three.
+    pub fn load_for(path: &Path, target: &Model, backend: BackendKind, drafter: Option<&Drafter>) -> Result<Self> {
+        let cal = Self::load(path)?;
+        cal.check_target(target, backend, path)?;
+        if let Some(d) = drafter {
+            cal.check_drafter(d, path)?;
+        }
+        Ok(cal)
+    }
+
     /// Writes the file (pretty JSON) atomically: a temporary file in the
     /// same folder, then a rename; creates the folder.
     ///

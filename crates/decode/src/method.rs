@@ -36,6 +36,12 @@ impl Method {
     pub fn needs_drafter(self) -> bool {
         self != Method::Ar
     }
+
+    /// Whether the method sizes its trees from a calibration (`bastion profile`):
+    /// `caddtree`, `bastion`, `bastion-paper`.
+    pub fn needs_calibration(self) -> bool {
+        matches!(self, Method::CaddTree | Method::Bastion | Method::BastionPaper)
+    }
 }
 
 impl fmt::Display for Method {
@@ -102,5 +108,6 @@ mod tests {
             assert!(e.contains("unknown method") && e.contains("ddtree:N"), "{e}");
         }
         assert!(!Method::Ar.needs_drafter() && Method::DFlash.needs_drafter());
+        assert!(Method::BastionPaper.needs_calibration() && !Method::DDTree { budget: 4 }.needs_calibration());
     }
 }

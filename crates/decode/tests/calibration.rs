@@ -122,10 +122,10 @@ fn calibration_file_round_trips_and_drives_lossless_policies() {
     );
     cal.save(&path).unwrap();
     assert!(path.file_name().unwrap().to_string_lossy().ends_with("__tiny-qwen3__flex.json"));
-    let back = Calibration::load(&path).unwrap();
+    let back = Calibration::load_for(&path, &target, BackendKind::Flex, Some(&drafter)).unwrap();
     assert_eq!(back, cal);
-    back.check_target(&target, BackendKind::Flex, &path).unwrap();
-    back.check_drafter(&drafter, &path).unwrap();
+    let e = Calibration::load_for(&path, &target, BackendKind::Wgpu, None).unwrap_err().to_string();
+    assert!(e.contains("field device.backend"), "{e}");
 
     let online = OnlineConfig { forgetting: 0.8 };
     let inputs = back.policy_inputs(BastionRule::Raw, online).unwrap();
