@@ -3,6 +3,8 @@
 
 #![warn(missing_docs)]
 
+pub mod check;
+pub mod figures;
 pub mod runner;
 pub mod spec;
 pub mod store;

@@ -109,6 +109,10 @@ pub struct RunOptions {
     pub calibration_dir: PathBuf,
     /// This machine's shard.
     pub shard: Shard,
+    /// Use each model pair's `calibration` file even when it was measured
+    /// on another device ([`Calibration::load_pinned`]): the cost-aware
+    /// budgets then follow the file, not this machine (`bastion check`).
+    pub pinned_calibration: bool,
 }
 
 /// One unit of work.
@@ -137,9 +141,13 @@ pub enum RunEvent<'a> {
         total: usize,
         /// Already stored (skipped).
         done: usize,
+        /// The samples still to run, in run order.
+        todo: &'a [&'a Sample],
     },
     /// A model pair is loading.
     Model(&'a ModelPair),
+    /// A sample starts (after its method's warm-up).
+    Start(&'a Sample),
     /// A sample finished and was stored.
     Sample(&'a SampleRecord),
 }
@@ -245,7 +253,7 @@ struct Loaded {
     stop: Vec<u32>,
 }
 
-fn load_pair(exp: &Experiment, pair: &ModelPair, calibration_dir: &Path) -> Result<Loaded, RunError> {
+fn load_pair(exp: &Experiment, pair: &ModelPair, opts: &RunOptions) -> Result<Loaded, RunError> {
     let device = exp.backend.device()?;
     let target = load_model(&pair.target, &device)?;
     let drafter =
@@ -253,11 +261,20 @@ fn load_pair(exp: &Experiment, pair: &ModelPair, calibration_dir: &Path) -> Resu
     let block = drafter.as_ref().map_or(1, Drafter::block_size);
     let encoder = Encoder::for_model(&pair.target, &target, exp.max_new_tokens + block)?;
     let inputs = if exp.methods.iter().any(|m| m.needs_calibration()) {
-        let path = pair.calibration.clone().unwrap_or_else(|| {
-            Calibration::default_path(calibration_dir, &exp.backend.device_name(), &pair.target, exp.backend)
-        });
-        Calibration::load_for(&path, &target, exp.backend, drafter.as_ref())?
-            .policy_inputs(exp.bastion_rule, exp.online)?
+        let cal = match (&pair.calibration, opts.pinned_calibration) {
+            (Some(path), true) => Calibration::load_pinned(path, &target, exp.backend, drafter.as_ref())?,
+            (Some(path), false) => Calibration::load_for(path, &target, exp.backend, drafter.as_ref())?,
+            (None, _) => {
+                let path = Calibration::default_path(
+                    &opts.calibration_dir,
+                    &exp.backend.device_name(),
+                    &pair.target,
+                    exp.backend,
+                );
+                Calibration::load_for(&path, &target, exp.backend, drafter.as_ref())?
+            }
+        };
+        cal.policy_inputs(exp.bastion_rule, exp.online)?
     } else {
         PolicyInputs::default()
     };
@@ -377,16 +394,16 @@ pub fn run(
     let samples = plan(exp, &opts.datasets_dir, opts.shard)?;
     let mut store = SampleStore::open(&opts.shard.samples_path(&opts.results_dir))?;
     let todo: Vec<&Sample> = samples.iter().filter(|s| !store.contains(&s.key)).collect();
-    on_event(RunEvent::Plan { total: samples.len(), done: samples.len() - todo.len() });
+    on_event(RunEvent::Plan { total: samples.len(), done: samples.len() - todo.len(), todo: &todo });
     let mut loaded: Option<(usize, Loaded)> = None;
     let mut policies: HashMap<(usize, Method, u64, u64), Box<dyn BudgetPolicy>> = HashMap::new();
     let mut warmed: Vec<(usize, Method)> = Vec::new();
-    for s in todo {
+    for &s in &todo {
         if loaded.as_ref().is_none_or(|(mi, _)| *mi != s.model) {
             let pair = &exp.models[s.model];
             on_event(RunEvent::Model(pair));
             drop(loaded.take()); // free the previous pair first
-            loaded = Some((s.model, load_pair(exp, pair, &opts.calibration_dir)?));
+            loaded = Some((s.model, load_pair(exp, pair, opts)?));
         }
         let l = &loaded.as_ref().expect("loaded above").1;
         let cfg = GenerateConfig {
@@ -413,6 +430,7 @@ pub fn run(
             }
             warmed.push((s.model, s.method));
         }
+        on_event(RunEvent::Start(s));
         let o = run_turns(l, policies.get_mut(&pkey), &s.prompt, &cfg)?;
         let pair = &exp.models[s.model];
         let identical_to_ar = (s.method != Method::Ar && s.temperature == 0.0).then(|| {

@@ -197,6 +197,35 @@ impl Experiment {
         Self::parse(file, &text, base)
     }
 
+    /// Only the `name` of an experiment file, for commands that read its
+    /// results and need none of its files (`bastion tables`, `bastion
+    /// merge`: the model files may live on another machine).
+    ///
+    /// # Errors
+    /// [`SpecError`] naming the file for an unreadable file, invalid TOML,
+    /// or a missing or malformed `name`.
+    pub fn name_of(file: &Path) -> Result<String, SpecError> {
+        let err = |line: usize, field: &str, message: String| SpecError {
+            file: file.to_path_buf(),
+            line,
+            column: 1,
+            field: field.into(),
+            message,
+        };
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| err(1, "(file)", format!("cannot read the experiment file: {e}")))?;
+        let table: toml::Table = toml::from_str(&text).map_err(|e| {
+            let line = e.span().map_or(1, |s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+            err(line, "(syntax)", e.message().trim().to_string())
+        })?;
+        let line = text.lines().position(|l| l.trim_start().starts_with("name")).map_or(1, |i| i + 1);
+        match table.get("name").and_then(toml::Value::as_str).map(str::trim) {
+            Some(n) if valid_name(n) => Ok(n.to_string()),
+            Some(n) => Err(err(line, "name", format!("`{n}`: expected [a-z0-9_-]+ (it names results/<name>/)"))),
+            None => Err(err(1, "name", "missing: expected name = \"...\" ([a-z0-9_-]+)".into())),
+        }
+    }
+
     /// Validates the text of an experiment file (`file` names it in errors).
     ///
     /// # Errors
@@ -236,7 +265,7 @@ impl Experiment {
         })?;
 
         let name = raw.name.get_ref().trim().to_string();
-        if name.is_empty() || !name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-_".contains(c)) {
+        if !valid_name(&name) {
             return Err(loc.at(
                 raw.name.span(),
                 "name",
@@ -465,6 +494,11 @@ impl Experiment {
             online,
         })
     }
+}
+
+/// `[a-z0-9_-]+`.
+fn valid_name(name: &str) -> bool {
+    !name.is_empty() && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-_".contains(c))
 }
 
 /// An integer field that must be ≥ 1.

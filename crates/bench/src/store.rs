@@ -88,6 +88,17 @@ pub enum StoreError {
         /// serde's message.
         reason: String,
     },
+    /// Another process holds the store (a second run of the same
+    /// experiment or shard, or a requeued job overlapping the old one).
+    #[error(
+        "{}: another bastion process is writing this file; wait for it or stop it \
+         (one process per experiment or shard)",
+        path.display()
+    )]
+    Busy {
+        /// The file.
+        path: PathBuf,
+    },
     /// Two records share a key.
     #[error("{path}:{line}: sample {key} is recorded twice")]
     Duplicate {
@@ -101,24 +112,29 @@ pub enum StoreError {
 }
 
 impl SampleStore {
-    /// Opens (creating it and its folder) the store at `path` and reads the
-    /// records there, dropping a torn last line.
+    /// Opens (creating it and its folder) the store at `path`, takes an
+    /// exclusive advisory lock on it for the store's lifetime, and reads
+    /// the records there, dropping a torn last line. On file systems
+    /// without locks the store opens unlocked.
     ///
     /// # Errors
-    /// [`StoreError::Io`]; [`StoreError::Corrupt`] for a bad record before
-    /// the last line; [`StoreError::Duplicate`].
+    /// [`StoreError::Io`]; [`StoreError::Busy`] when another process holds
+    /// the lock; [`StoreError::Corrupt`] for a bad record before the last
+    /// line; [`StoreError::Duplicate`].
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         let io = |source| StoreError::Io { path: path.to_path_buf(), source };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
-        let text = match std::fs::read(path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(io(e)),
-        };
-        let (records, good_len) = Self::parse(path, &text)?;
         let file = OpenOptions::new().create(true).append(true).open(path).map_err(io)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => return Err(StoreError::Busy { path: path.to_path_buf() }),
+            Err(std::fs::TryLockError::Error(e)) if e.kind() == std::io::ErrorKind::Unsupported => {}
+            Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
+        }
+        let text = std::fs::read(path).map_err(io)?;
+        let (records, good_len) = Self::parse(path, &text)?;
         if good_len < text.len() {
             // A torn tail from an interrupted write: cut it off.
             file.set_len(good_len as u64).map_err(io)?;
@@ -279,6 +295,11 @@ mod tests {
         drop(s);
         let s = SampleStore::open(&path).unwrap();
         assert!(s.contains("c") && s.records().len() == 3);
+        // A second writer is refused while the first holds the file.
+        let e = SampleStore::open(&path).err().unwrap();
+        assert!(matches!(e, StoreError::Busy { .. }), "{e}");
+        assert!(e.to_string().contains("another bastion process is writing this file"), "{e}");
+        drop(s);
         // A bad line in the middle is corruption, named by line.
         let mut text = std::fs::read(&path).unwrap();
         text.splice(0..0, b"garbage\n".iter().copied());

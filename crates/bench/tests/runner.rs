@@ -71,6 +71,7 @@ fn options(dir: &Path, shard: Shard) -> RunOptions {
         datasets_dir: root().join("datasets"),
         calibration_dir: dir.join("calibration"),
         shard,
+        pinned_calibration: false,
     }
 }
 
@@ -97,7 +98,7 @@ fn every_method_runs_resumes_and_shards() {
     // The whole sweep: 2 prompts × 7 methods, AR first for each prompt.
     let mut plan_seen = None;
     let full = run(&exp, &options(dir.path(), Shard::default()), &mut |e| {
-        if let RunEvent::Plan { total, done } = e {
+        if let RunEvent::Plan { total, done, .. } = e {
             plan_seen = Some((total, done));
         }
     })
@@ -140,7 +141,7 @@ fn every_method_runs_resumes_and_shards() {
     // A rerun finds everything done.
     let mut again = None;
     let rerun = run(&exp, &options(dir.path(), Shard::default()), &mut |e| {
-        if let RunEvent::Plan { total, done } = e {
+        if let RunEvent::Plan { total, done, .. } = e {
             again = Some((total, done));
         }
     })

@@ -119,12 +119,80 @@ fn mistakes_name_the_file_line_and_field() {
     assert!(e.starts_with("experiments/none.toml:1:1: (file): cannot read"), "{e}");
 }
 
+/// The shipped experiment files validate: `default.toml` (the main job) and
+/// `check.toml` (CI's regression slice) against this checkout (CI fetches the
+/// default model first), `paper.toml` against stand-in config files of
+/// Qwen3-8B and z-lab's Qwen3-8B-DFlash-b16 (the checkpoints themselves are
+/// too large for this workplace).
 #[test]
-fn the_shipped_experiments_validate() {
-    let model = root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+fn shipped_experiments_validate() {
+    let r = root();
+    let model = r.join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
     assert!(model.is_file(), "{} is missing: run scripts/fetch-model.sh first", model.display());
-    let e = Experiment::load(&root().join("experiments/default.toml"), &root()).unwrap();
-    assert_eq!(e.name, "default");
-    assert_eq!(e.methods.len(), 9);
-    assert_eq!(e.datasets.len(), 4);
+    let default = Experiment::load(&r.join("experiments/default.toml"), &r).unwrap();
+    assert_eq!(default.name, "default");
+    assert_eq!(default.methods.len(), 9);
+    assert_eq!(default.datasets.len(), 4);
+    assert_eq!(default.temperatures, [0.0]);
+    let check = Experiment::load(&r.join("experiments/check.toml"), &r).unwrap();
+    assert!(!check.methods.contains(&Method::Bastion), "online bastion is not deterministic");
+    assert!(check.models[0].calibration.is_some(), "the check pins its calibration");
+
+    // Qwen3-8B's config (Hugging Face Qwen/Qwen3-8B) and the drafter's shape
+    // (z-lab/Qwen3-8B-DFlash-b16: 5 layers, block 16, 5 target layers).
+    let base = tempfile::tempdir().unwrap();
+    let target = base.path().join("models/Qwen3-8B");
+    let drafter = base.path().join("drafters/Qwen3-8B-DFlash-b16");
+    std::fs::create_dir_all(&target).unwrap();
+    std::fs::create_dir_all(&drafter).unwrap();
+    let common = r#""attention_bias": false, "head_dim": 128, "hidden_act": "silu", "hidden_size": 4096,
+        "intermediate_size": 12288, "max_position_embeddings": 40960, "model_type": "qwen3",
+        "num_attention_heads": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-06, "rope_theta": 1000000,
+        "tie_word_embeddings": false, "vocab_size": 151936, "eos_token_id": 151645"#;
+    std::fs::write(
+        target.join("config.json"),
+        format!(r#"{{"architectures": ["Qwen3ForCausalLM"], "num_hidden_layers": 36, {common}}}"#),
+    )
+    .unwrap();
+    std::fs::write(
+        drafter.join("config.json"),
+        format!(
+            r#"{{"architectures": ["DFlashDraftModel"], "num_hidden_layers": 5, "block_size": 16,
+            "num_target_layers": 36, "dflash_config": {{"mask_token_id": 151669,
+            "target_layer_ids": [1, 9, 17, 25, 33]}}, {common}}}"#
+        ),
+    )
+    .unwrap();
+    let paper = Experiment::load(&r.join("experiments/paper.toml"), base.path()).unwrap();
+    assert_eq!(paper.max_new_tokens, 2048);
+    assert_eq!(paper.temperatures, [0.0, 1.0]);
+    assert_eq!(paper.datasets.len(), 7);
+    assert!(paper.selection.paper_subset && paper.selection.max_samples.is_none());
+    let grid: Vec<String> = paper.methods.iter().map(Method::to_string).filter(|m| m.starts_with("ddtree:")).collect();
+    assert_eq!(grid.len(), 7);
+    assert_eq!(grid.last().map(String::as_str), Some("ddtree:1024"));
+    // Without the checkpoints the error names the field and the way to fix it.
+    let e = Experiment::load(&r.join("experiments/paper.toml"), &base.path().join("nowhere")).unwrap_err();
+    assert_eq!(e.field, "models[0].target");
+    assert!(e.message.contains("models/Qwen3-8B does not exist"), "{e}");
+}
+
+/// `tables` and `merge` read only the name, so they work where the model
+/// files are absent; a bad name is still named.
+#[test]
+fn name_of_reads_only_the_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("far.toml");
+    std::fs::write(&file, GOOD.replace("tests/fixtures/tiny-qwen3", "models/not-here")).unwrap();
+    assert!(Experiment::load(&file, &root()).is_err());
+    assert_eq!(Experiment::name_of(&file).unwrap(), "tiny");
+    std::fs::write(&file, "description = \"x\"\nname = \"Big Run\"\n").unwrap();
+    let e = Experiment::name_of(&file).unwrap_err();
+    assert_eq!((e.line, e.field.as_str()), (2, "name"));
+    assert!(e.to_string().contains("`Big Run`: expected [a-z0-9_-]+"), "{e}");
+    std::fs::write(&file, "description = \"x\"\n").unwrap();
+    assert!(Experiment::name_of(&file).unwrap_err().message.starts_with("missing"));
+    std::fs::write(&file, "name = \n").unwrap();
+    let e = Experiment::name_of(&file).unwrap_err();
+    assert!(e.to_string().starts_with(&format!("{}:1:", file.display())), "{e}");
 }

@@ -124,3 +124,42 @@ fn summary_agrees_with_the_records() {
     assert_eq!(back.height(), 36);
     assert_eq!(back.get_column_names().len(), 15);
 }
+
+#[test]
+fn figures_show_the_table_numbers() {
+    use bastion_bench::figures::{acceptance_histograms, budget_curves, write_figures};
+    let recs = records();
+    let t = tables(&summary_frame(&recs).unwrap()).unwrap();
+    let panels = budget_curves(&t[0]);
+    assert_eq!(panels.iter().map(|p| p.dataset.as_str()).collect::<Vec<_>>(), ["gsm8k", "math500"]);
+    // The grid at its fixed budgets, the oracle left out (it is a grid point).
+    assert_eq!(panels[0].ddtree, [(4, 2.5), (8, 2.0)]);
+    assert_eq!(panels[1].ddtree, [(4, 1.0), (8, 1.25)]);
+    // bastion at its mean drafted nodes (2 and 6 → 4); dflash only where it ran.
+    let others: Vec<(&str, f64, f64)> =
+        panels[0].others.iter().map(|o| (o.method.as_str(), o.budget, o.speedup)).collect();
+    assert_eq!(others, [("bastion", 4.0, 2.0), ("dflash", 7.0, 0.010 / 0.006)]);
+    assert_eq!(panels[1].others.len(), 1);
+
+    let h = acceptance_histograms(&recs);
+    assert_eq!(h.iter().map(|h| h.method.as_str()).collect::<Vec<_>>(), ["ddtree:4", "ddtree:8", "bastion", "dflash"]);
+    // ddtree:4 commits 2 and 3 tokens in each of its 4 samples.
+    assert_eq!(h[0].counts, [0, 0, 4, 4]);
+    assert_eq!(h[0].mean(), 2.5);
+    // bastion: 2 and 4 per sample; dflash one round of 3 per gsm8k sample.
+    assert_eq!(h[2].counts, [0, 0, 4, 0, 4]);
+    assert_eq!(h[3].counts, [0, 0, 0, 2]);
+    for x in &h {
+        let rounds: usize = recs.iter().filter(|r| r.method == x.method).map(|r| r.rounds.len()).sum();
+        assert_eq!(x.rounds(), rounds as u64);
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let files = write_figures("unit", &t, &recs, dir.path()).unwrap();
+    let names: Vec<String> = files.iter().map(|f| f.file_name().unwrap().to_string_lossy().into_owned()).collect();
+    assert_eq!(names, ["unit__m__T0__speedup-vs-budget.svg", "unit__m__T0__tau-histogram.svg"]);
+    let svg = std::fs::read_to_string(&files[0]).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("math500") && svg.contains("bastion (mean budget 4.0)"), "{svg}");
+    let svg = std::fs::read_to_string(&files[1]).unwrap();
+    assert!(svg.contains("ddtree:4: τ 2.50 over 8 rounds"), "{svg}");
+}

@@ -186,9 +186,32 @@ enum Command {
         /// The dataset folder.
         #[arg(long, default_value = "datasets")]
         datasets: PathBuf,
-        /// Where the tables go once every sample is done (unsharded runs).
+        /// Where the tables (and figures/) go once every sample is done (unsharded runs).
         #[arg(long, default_value = "paper_tables")]
         tables: PathBuf,
+    },
+    /// Regression check of τ and speedup: reruns a small fixed slice
+    /// (`experiments/check.toml`) from scratch into RESULTS/<name>/ and compares its
+    /// rows with `results/baselines/<name>.json`: τ exactly (T = 0 decoding and pinned
+    /// calibrations are deterministic), speedup within the baseline's relative
+    /// tolerance when run on the baseline's device, backend and build profile. Exits
+    /// non-zero on any difference, a missing or new row, or an output unlike AR's.
+    Check {
+        /// The experiment file.
+        #[arg(long, default_value = "experiments/check.toml")]
+        experiment: PathBuf,
+        /// The baseline [default: results/baselines/<name>.json].
+        #[arg(long)]
+        baseline: Option<PathBuf>,
+        /// Record this run as the baseline instead of comparing.
+        #[arg(long)]
+        update: bool,
+        /// With --update: the allowed relative speedup deviation (0.25 = ±25 %).
+        #[arg(long, default_value_t = 0.25)]
+        tolerance: f64,
+        /// The results root (the rerun writes to RESULTS/<name>/, replacing it).
+        #[arg(long, default_value = "results")]
+        results: PathBuf,
     },
     /// The main job: runs `experiments/default.toml` (SmolLM2 + the shipped drafter,
     /// GSM8K, MATH-500, HumanEval, MT-Bench, every method, T = 0; ~25 min on 2 CPU
@@ -202,8 +225,9 @@ enum Command {
     },
     /// Tables of an experiment's records: per (model, dataset, method, T) τ, TPOT,
     /// speedup vs AR, budget mean/std, and the ddtree-oracle row; printed, and written as
-    /// Markdown and LaTeX to `paper_tables/<name>.{md,tex}` and the frames as Parquet to
-    /// `RESULTS/<name>/{samples,rounds}.parquet`.
+    /// Markdown and LaTeX to `paper_tables/<name>.{md,tex}`, the figures (speedup against
+    /// budget, τ histograms) as SVG to `paper_tables/figures/`, and the frames as Parquet
+    /// to `RESULTS/<name>/{samples,rounds}.parquet`.
     Tables {
         /// The experiment file.
         experiment: PathBuf,
@@ -378,13 +402,15 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             run_experiment(&experiment, shard, &results, &datasets, &tables)?
         }
         Command::Reproduce { experiment } => reproduce(&experiment)?,
+        Command::Check { experiment, baseline, update, tolerance, results } => {
+            check(&experiment, baseline, update, tolerance, &results)?
+        }
         Command::Tables { experiment, results, out } => {
-            let exp = bastion_bench::Experiment::load(&experiment, Path::new("."))?;
-            write_tables(&exp.name, &results.join(&exp.name), &out)?
+            let name = bastion_bench::Experiment::name_of(&experiment)?;
+            write_tables(&name, &results.join(&name), &out)?
         }
         Command::Merge { experiment, results } => {
-            let exp = bastion_bench::Experiment::load(&experiment, Path::new("."))?;
-            let dir = results.join(&exp.name);
+            let dir = results.join(bastion_bench::Experiment::name_of(&experiment)?);
             let added = bastion_bench::merge_shards(&dir)?;
             println!("merged {added} new records into {}", dir.join("samples.jsonl").display());
         }
@@ -1031,7 +1057,7 @@ fn run_distill(
         let msg = format!("{tokens} tokens, {:.1} tokens/s", tokens as f64 / seconds.max(1e-9));
         bar.inc(1);
         // No terminal (logs, CI): a plain line every 10 prompts.
-        if bar.is_hidden() && (bar.position() % 10 == 0 || bar.position() == todo as u64) {
+        if bar.is_hidden() && (bar.position().is_multiple_of(10) || bar.position() == todo as u64) {
             eprintln!("{}/{todo} prompts, {msg}", bar.position());
         }
         bar.set_message(msg);
@@ -1048,14 +1074,33 @@ fn run_experiment(
     datasets: &Path,
     tables: &Path,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    use bastion_bench::{RunEvent, RunOptions};
     let exp = bastion_bench::Experiment::load(file, Path::new("."))?;
-    let opts = RunOptions {
+    let opts = bastion_bench::RunOptions {
         results_dir: results.join(&exp.name),
         datasets_dir: datasets.to_path_buf(),
         calibration_dir: PathBuf::from(CALIBRATION_DIR),
         shard,
+        pinned_calibration: false,
     };
+    sweep(&exp, &opts)?;
+    if shard.count == 1 {
+        write_tables(&exp.name, &opts.results_dir, tables)?;
+    }
+    Ok(())
+}
+
+/// A method's label, τ and TPOT of each finished sample of a job (progress display).
+type MethodRun = (String, Vec<f64>, Vec<f64>);
+
+/// Runs an experiment's samples with progress bars (the shard, and the
+/// current job with each method's running τ and speedup), then checks that
+/// every stored T = 0 output equals AR's. Returns the store's records.
+fn sweep(
+    exp: &bastion_bench::Experiment,
+    opts: &bastion_bench::RunOptions,
+) -> Result<Vec<bastion_bench::SampleRecord>, Box<dyn std::error::Error>> {
+    use bastion_bench::RunEvent;
+    let (file, shard) = (&exp.file, opts.shard);
     let methods: Vec<String> = exp.methods.iter().map(Method::to_string).collect();
     eprintln!(
         "{}: {} model(s) × {} × [{}] × T {:?}, max {} new tokens, shard {shard}",
@@ -1066,45 +1111,88 @@ fn run_experiment(
         exp.temperatures,
         exp.max_new_tokens
     );
-    let bar = indicatif::ProgressBar::new(0);
+    // Two bars: the whole shard, and the current job (model, dataset, T) with
+    // each method's running τ and speedup over this run's samples.
+    let multi = indicatif::MultiProgress::new();
+    let bar = multi.add(indicatif::ProgressBar::new(0));
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} samples, {msg}, eta {eta}")
+        indicatif::ProgressStyle::with_template(
+            "all  {bar:30} {pos}/{len} samples, {elapsed} elapsed, eta {eta}  {msg}",
+        )
+        .expect("valid progress template"),
+    );
+    let job_bar = multi.add(indicatif::ProgressBar::new(0));
+    job_bar.set_style(
+        indicatif::ProgressStyle::with_template("job  {bar:30} {pos}/{len} {prefix}, eta {eta}  {msg}")
             .expect("valid progress template"),
     );
-    // Running τ and speedup per (model, dataset, method, T) over this run's samples.
-    let mut running: std::collections::HashMap<String, (Vec<f64>, Vec<f64>)> = Default::default();
+    let job_of = |model: &str, dataset: &str, t: f64| format!("{model} {dataset} T={t}");
+    let mut job_sizes: std::collections::HashMap<String, u64> = Default::default();
+    let mut current_job = String::new();
+    // Per job: AR TPOTs, and per method (in first-seen order) τs and TPOTs.
     let mut ar_tpot: std::collections::HashMap<String, Vec<f64>> = Default::default();
-    let records = bastion_bench::run(&exp, &opts, &mut |e| match e {
-        RunEvent::Plan { total, done } => {
+    let mut running: std::collections::HashMap<String, Vec<MethodRun>> = Default::default();
+    let records = bastion_bench::run(exp, opts, &mut |e| match e {
+        RunEvent::Plan { total, done, todo } => {
             bar.set_length(total as u64);
             bar.set_position(done as u64);
-            say(&bar, format!("{total} samples in this shard, {done} already done"));
+            bar.reset_eta();
+            for s in todo {
+                let job = job_of(&exp.models[s.model].name, s.prompt.dataset.as_str(), s.temperature);
+                *job_sizes.entry(job).or_default() += 1;
+            }
+            say(&bar, format!("{total} samples in this shard, {done} already done, {} jobs to run", job_sizes.len()));
         }
         RunEvent::Model(pair) => say(&bar, format!("loading {pair}")),
+        RunEvent::Start(s) => {
+            let job = job_of(&exp.models[s.model].name, s.prompt.dataset.as_str(), s.temperature);
+            if job != current_job {
+                job_bar.set_length(job_sizes.get(&job).copied().unwrap_or(0));
+                job_bar.set_position(0);
+                job_bar.reset_eta();
+                job_bar.set_prefix(job.clone());
+                job_bar.set_message("");
+                current_job = job;
+            }
+        }
         RunEvent::Sample(r) => {
             bar.inc(1);
-            let job = format!("{}|{}|T{}", r.model, r.dataset, r.temperature);
+            job_bar.inc(1);
+            let job = job_of(&r.model, &r.dataset, r.temperature);
             if r.method == "ar" {
                 ar_tpot.entry(job.clone()).or_default().push(r.tpot_s);
             }
-            let (taus, tpots) = running.entry(format!("{job}|{}", r.method)).or_default();
-            taus.push(r.tau);
-            tpots.push(r.tpot_s);
+            let methods = running.entry(job.clone()).or_default();
+            let at = match methods.iter().position(|(m, _, _)| *m == r.method) {
+                Some(i) => i,
+                None => {
+                    methods.push((r.method.clone(), Vec::new(), Vec::new()));
+                    methods.len() - 1
+                }
+            };
+            methods[at].1.push(r.tau);
+            methods[at].2.push(r.tpot_s);
             let ar = ar_tpot.get(&job).map_or(f64::NAN, |v| mean_std(v).0);
-            let msg = format!(
-                "{} {} {}: τ {:.2}, speedup {:.2}×",
-                r.model,
-                r.dataset,
-                r.method,
-                mean_std(taus).0,
-                ar / mean_std(tpots).0
-            );
+            let summary: Vec<String> = methods
+                .iter()
+                .filter(|(m, _, _)| m != "ar")
+                .map(|(m, taus, tpots)| format!("{m} τ {:.2} {:.2}×", mean_std(taus).0, ar / mean_std(tpots).0))
+                .collect();
             if bar.is_hidden() {
-                eprintln!("{}/{} {msg}", bar.position(), bar.length().unwrap_or(0));
+                let (taus, tpots) = (&methods[at].1, &methods[at].2);
+                eprintln!(
+                    "{}/{} {job} {}: τ {:.2}, speedup {:.2}×",
+                    bar.position(),
+                    bar.length().unwrap_or(0),
+                    r.method,
+                    mean_std(taus).0,
+                    ar / mean_std(tpots).0
+                );
             }
-            bar.set_message(msg);
+            job_bar.set_message(summary.join(" | "));
         }
     })?;
+    job_bar.finish_and_clear();
     bar.finish_and_clear();
     println!("{} records in {}", records.len(), shard.samples_path(&opts.results_dir).display());
     // Over every record, this run's and earlier ones': a rerun cannot hide a failure.
@@ -1118,10 +1206,74 @@ fn run_experiment(
             format!("lossless check failed: output differs from AR (or AR is missing) for {}", bad.join(", ")).into()
         );
     }
-    if shard.count == 1 {
-        write_tables(&exp.name, &opts.results_dir, tables)?;
+    Ok(records)
+}
+
+/// `bastion check`: rerun the slice from scratch and compare with (or, with
+/// `update`, record) the baseline.
+fn check(
+    file: &Path,
+    baseline: Option<PathBuf>,
+    update: bool,
+    tolerance: f64,
+    results: &Path,
+) -> Result<(), Box<dyn std::error::Error>> {
+    use bastion_bench::check::{compare, rows_of, Baseline, Machine, BASELINE_FORMAT};
+    let exp = bastion_bench::Experiment::load(file, Path::new("."))?;
+    let baseline_path = baseline.unwrap_or_else(|| Path::new("results/baselines").join(format!("{}.json", exp.name)));
+    // Read the baseline first: a missing one fails before minutes of decoding.
+    let before = if update { None } else { Some(Baseline::load(&baseline_path)?) };
+    if update && !(tolerance > 0.0 && tolerance <= 1.0) {
+        return Err(format!("--tolerance {tolerance}: expected a fraction in (0, 1]").into());
     }
-    Ok(())
+    let opts = bastion_bench::RunOptions {
+        results_dir: results.join(&exp.name),
+        datasets_dir: PathBuf::from("datasets"),
+        calibration_dir: PathBuf::from(CALIBRATION_DIR),
+        shard: bastion_bench::Shard::default(),
+        pinned_calibration: true,
+    };
+    if opts.results_dir.exists() {
+        std::fs::remove_dir_all(&opts.results_dir).map_err(|e| format!("{}: {e}", opts.results_dir.display()))?;
+    }
+    let records = sweep(&exp, &opts)?;
+    let tables = bastion_bench::tables::tables(&bastion_bench::tables::summary_frame(&records)?)?;
+    let rows = rows_of(&tables);
+    let machine = Machine {
+        device: exp.backend.device_name(),
+        backend: exp.backend.as_str().to_string(),
+        build: Machine::this_build().to_string(),
+    };
+    match before {
+        None => {
+            let b = Baseline {
+                format: BASELINE_FORMAT,
+                experiment: file.display().to_string(),
+                machine,
+                speedup_tolerance: tolerance,
+                rows,
+            };
+            b.save(&baseline_path)?;
+            println!("{}", compare(&b, &b.rows, &b.machine).render(&b));
+            println!("recorded {} rows in {}", b.rows.len(), baseline_path.display());
+            Ok(())
+        }
+        Some(b) => {
+            let report = compare(&b, &rows, &machine);
+            println!("{}", report.render(&b));
+            if report.passed() {
+                println!("check passed against {}", baseline_path.display());
+                Ok(())
+            } else {
+                Err(format!(
+                    "check failed against {} (records in {})",
+                    baseline_path.display(),
+                    opts.results_dir.display()
+                )
+                .into())
+            }
+        }
+    }
 }
 
 /// `bastion reproduce`: fetch the default model and calibrate if needed, then run.
@@ -1163,7 +1315,8 @@ fn reproduce(file: &Path) -> Result<(), Box<dyn std::error::Error>> {
 
 /// The tables of the records in `dir/samples.jsonl`: printed (Markdown),
 /// written to `out/<name>.md` and `out/<name>.tex` (templates in
-/// `paper_tables/templates/`), frames to `dir/{samples,rounds}.parquet`.
+/// `paper_tables/templates/`), figures to `out/figures/`, frames to
+/// `dir/{samples,rounds}.parquet`.
 fn write_tables(name: &str, dir: &Path, out: &Path) -> Result<(), Box<dyn std::error::Error>> {
     let path = dir.join("samples.jsonl");
     if !path.is_file() {
@@ -1184,12 +1337,15 @@ fn write_tables(name: &str, dir: &Path, out: &Path) -> Result<(), Box<dyn std::e
         std::fs::write(&p, text).map_err(|e| format!("{}: {e}", p.display()))?;
     }
     bastion_bench::tables::write_parquet(records, dir)?;
+    let figures = bastion_bench::figures::write_figures(name, &tables, records, &out.join("figures"))?;
     println!("{md}");
     println!(
-        "wrote {}, {} and {}",
+        "wrote {}, {}, {} and {} figure(s) in {}",
         out.join(format!("{name}.md")).display(),
         out.join(format!("{name}.tex")).display(),
-        dir.join("{samples,rounds}.parquet").display()
+        dir.join("{samples,rounds}.parquet").display(),
+        figures.len(),
+        out.join("figures").display()
     );
     Ok(())
 }

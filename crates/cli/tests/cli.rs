@@ -392,6 +392,10 @@ max_samples = 1
     let tex = std::fs::read_to_string(tables.join("tiny-cli.tex")).unwrap();
     assert!(tex.contains("\\toprule") && tex.contains("dflash &"), "{tex}");
     assert!(tables.join("tiny-cli.md").is_file() && results.join("tiny-cli/rounds.parquet").is_file());
+    for figure in ["speedup-vs-budget", "tau-histogram"] {
+        let svg = std::fs::read_to_string(tables.join(format!("figures/tiny-cli__tiny__T0__{figure}.svg"))).unwrap();
+        assert!(svg.starts_with("<svg") && (svg.contains("gsm8k") || svg.contains("dflash")), "{figure}");
+    }
     let lines = std::fs::read_to_string(results.join("tiny-cli/samples.jsonl")).unwrap();
     assert_eq!(lines.lines().count(), 3);
     // Rerun: nothing left to do.
@@ -402,4 +406,64 @@ max_samples = 1
     std::fs::write(&file, text.replace("\"ddtree:4\"", "\"ddtree:0\"")).unwrap();
     let (ok, _, err) = bastion(&args);
     assert!(!ok && err.contains("tiny.toml:3:22: methods[1]: unknown method `ddtree:0`"), "{err}");
+}
+
+#[test]
+fn check_passes_against_its_own_baseline_and_fails_on_a_tau_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tiny-check.toml");
+    let text = r#"name = "tiny-check"
+max_new_tokens = 8
+methods = ["ar", "dflash", "ddtree:4"]
+
+[[models]]
+name = "tiny"
+target = "tests/fixtures/tiny-qwen3"
+drafter = "tests/fixtures/tiny-dflash"
+
+[datasets]
+names = ["gsm8k"]
+max_samples = 2
+"#;
+    std::fs::write(&file, text).unwrap();
+    let baseline = dir.path().join("baselines/tiny-check.json");
+    let results = dir.path().join("results");
+    let args = |extra: &[&'static str]| {
+        let mut a: Vec<String> = ["check", "--experiment", file.to_str().unwrap()].map(String::from).to_vec();
+        a.extend(["--baseline".into(), baseline.to_str().unwrap().into()]);
+        a.extend(["--results".into(), results.to_str().unwrap().into()]);
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let run = |a: Vec<String>| bastion(&a.iter().map(String::as_str).collect::<Vec<_>>());
+
+    // No baseline yet: refused before decoding, naming the file and the fix.
+    let (ok, _, err) = run(args(&[]));
+    assert!(!ok && err.contains("tiny-check.json") && err.contains("bastion check --update"), "{err}");
+
+    let (ok, out, err) = run(args(&["--update", "--tolerance", "0.5"]));
+    assert!(ok, "{err}");
+    assert!(out.contains("recorded 3 rows"), "{out}");
+    let mut b: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&baseline).unwrap()).unwrap();
+    assert_eq!(b["speedup_tolerance"], 0.5);
+    assert_eq!(b["machine"]["build"], "debug");
+    let methods: Vec<&str> = b["rows"].as_array().unwrap().iter().map(|r| r["method"].as_str().unwrap()).collect();
+    assert_eq!(methods, ["ar", "dflash", "ddtree:4"]);
+
+    // Against another machine's baseline only τ is compared: a rerun passes
+    // whatever this machine's timings, and says so.
+    b["machine"]["device"] = "another machine".into();
+    std::fs::write(&baseline, serde_json::to_string(&b).unwrap()).unwrap();
+    let (ok, out, err) = run(args(&[]));
+    assert!(ok, "{out}\n{err}");
+    assert!(out.contains("speedups NOT compared") && out.contains("check passed"), "{out}");
+
+    // One more token in the baseline's dflash τ: the check fails and names the row.
+    let tau = b["rows"][1]["tau"].as_f64().unwrap();
+    b["rows"][1]["tau"] = (tau + 0.25).into();
+    std::fs::write(&baseline, serde_json::to_string(&b).unwrap()).unwrap();
+    let (ok, out, err) = run(args(&[]));
+    assert!(!ok && err.contains("check failed against"), "{err}");
+    let line = out.lines().find(|l| l.contains("tiny gsm8k dflash T=0")).unwrap();
+    assert!(line.ends_with("τ DIFFERS"), "{out}");
 }

@@ -538,6 +538,22 @@ impl Calibration {
         Ok(cal)
     }
 
+    /// [`Calibration::load_for`] without the device check
+    /// ([`Calibration::check_model`]): a calibration pinned on purpose, so
+    /// that cost-aware budgets replay on another machine (`bastion check`).
+    ///
+    /// # Errors
+    /// As [`Calibration::load`], [`Calibration::check_model`] and
+    /// [`Calibration::check_drafter`].
+    pub fn load_pinned(path: &Path, target: &Model, backend: BackendKind, drafter: Option<&Drafter>) -> Result<Self> {
+        let cal = Self::load(path)?;
+        cal.check_model(target, backend, path)?;
+        if let Some(d) = drafter {
+            cal.check_drafter(d, path)?;
+        }
+        Ok(cal)
+    }
+
     /// Writes the file (pretty JSON) atomically: a temporary file in the
     /// same folder, then a rename; creates the folder.
     ///
@@ -566,8 +582,28 @@ impl Calibration {
     /// [`DecodeError::Usage`] naming the file, the field and both values
     /// when the target's shape, the device or the backend differ.
     pub fn check_target(&self, target: &Model, backend: BackendKind, file: &Path) -> Result<()> {
-        let shape = target.roofline_shape();
+        self.check_model(target, backend, file)?;
         let here = backend.device_name();
+        if self.device.name != here {
+            return Err(DecodeError::Usage(format!(
+                "calibration {} belongs to another device (field device.name): measured for {}, but this run \
+                 uses {here}; run `bastion profile` for this setup",
+                file.display(),
+                self.device.name
+            )));
+        }
+        Ok(())
+    }
+
+    /// [`Calibration::check_target`] without the device: the target's
+    /// architecture and shape and the backend. For runs that pin a
+    /// calibration on purpose (`bastion check` replays committed budgets
+    /// on any machine).
+    ///
+    /// # Errors
+    /// [`DecodeError::Usage`] naming the file, the field and both values.
+    pub fn check_model(&self, target: &Model, backend: BackendKind, file: &Path) -> Result<()> {
+        let shape = target.roofline_shape();
         let mismatch = |field: &str, theirs: String, ours: String| {
             Err(DecodeError::Usage(format!(
                 "calibration {} belongs to another {field}: measured for {theirs}, but this run uses {ours}; \
@@ -592,9 +628,6 @@ impl Calibration {
         }
         if self.device.backend != backend.as_str() {
             return mismatch("backend (field device.backend)", self.device.backend.clone(), backend.as_str().into());
-        }
-        if self.device.name != here {
-            return mismatch("device (field device.name)", self.device.name.clone(), here);
         }
         Ok(())
     }

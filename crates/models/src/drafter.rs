@@ -326,7 +326,7 @@ impl DraftSession<'_> {
         let d = self.drafter;
         let m = &d.cfg.model;
         let width = d.cfg.target_layer_ids.len() * m.hidden_size;
-        if features.len() % width != 0 {
+        if !features.len().is_multiple_of(width) {
             return Err(ModelError::Usage(format!(
                 "context features hold {} values, not a multiple of K·H = {width}",
                 features.len()

@@ -374,7 +374,7 @@ impl GgufFile {
                 ggml_type_name(t.ggml_type)
             ))
         })?;
-        if n % per_block != 0 {
+        if !n.is_multiple_of(per_block) {
             return Err(err(format!("{n} elements is not a multiple of the {per_block}-element block")));
         }
         let start = self.data_start + t.offset as usize;

@@ -22,7 +22,7 @@ impl Noise {
 /// context.
 fn round_shape(round: usize, noise: &mut Noise) -> (usize, usize) {
     let u = noise.next(0.5) + 0.5;
-    let s = if round % 2 == 0 { 2.0 + 62.0 * u } else { 256.0 + 256.0 * u };
+    let s = if round.is_multiple_of(2) { 2.0 + 62.0 * u } else { 256.0 + 256.0 * u };
     (s as usize, 256 + 4 * round)
 }
 

@@ -1,0 +1,261 @@
+//! Regression check of τ and speedup against committed baselines
+//! (`bastion check`, `results/baselines/<experiment>.json`).
+//!
+//! A small fixed slice (`experiments/check.toml`) is rerun from scratch and
+//! its summary rows compared with the baseline's:
+//!
+//! - **τ exactly** (|Δ| ≤ 1e-9, i.e. the same accepted tokens in every
+//!   round): at T = 0 the outputs and the drafts are deterministic, and the
+//!   cost-aware budgets are too when the calibration is pinned and not
+//!   learned online (`caddtree`, `bastion-paper`). Rows of online `bastion`
+//!   or T > 0 are compared only when their τ is deterministic, so a check
+//!   experiment should hold neither.
+//! - **speedup within a relative tolerance** (`speedup_tolerance`, e.g.
+//!   0.25 = ±25 % of the baseline), and only when the run is on the same
+//!   device, backend and build profile as the baseline: wall-clock ratios
+//!   of another machine say nothing about a regression.
+//! - every baseline row must be present, and no row may be new.
+
+use serde::{Deserialize, Serialize};
+
+use crate::tables::{Table, ORACLE};
+
+/// The baseline file's format version.
+pub const BASELINE_FORMAT: u32 = 1;
+
+/// Where and how a run was measured.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Machine {
+    /// `BackendKind::device_name` (CPU model and threads, or GPU).
+    pub device: String,
+    /// Burn backend (`flex`, `wgpu`, …).
+    pub backend: String,
+    /// Cargo build profile of the `bastion` binary: `release` or `debug`.
+    pub build: String,
+}
+
+impl Machine {
+    /// The build profile this binary was compiled with.
+    pub fn this_build() -> &'static str {
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
+    }
+}
+
+/// One (model, dataset, method, temperature) result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BaselineRow {
+    /// Model pair name.
+    pub model: String,
+    /// Dataset.
+    pub dataset: String,
+    /// Method label as in the tables (`ddtree:4`, `ddtree-oracle (4)`, …).
+    pub method: String,
+    /// Temperature.
+    pub temperature: f64,
+    /// τ (tokens per round, bonus included).
+    pub tau: f64,
+    /// Speedup vs AR (NaN-free: rows without a speedup are not kept).
+    pub speedup: f64,
+}
+
+/// A committed baseline (`results/baselines/<experiment>.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Baseline {
+    /// [`BASELINE_FORMAT`].
+    pub format: u32,
+    /// The experiment file the rows come from.
+    pub experiment: String,
+    /// Where they were measured.
+    pub machine: Machine,
+    /// Allowed relative speedup deviation (0.25 = ±25 %).
+    pub speedup_tolerance: f64,
+    /// The results.
+    pub rows: Vec<BaselineRow>,
+}
+
+/// The rows of result tables: every cell with a finite τ and speedup,
+/// except the oracle's (its budget is chosen by measured speedup, so its τ
+/// is not deterministic; its grid point is checked anyway).
+pub fn rows_of(tables: &[Table]) -> Vec<BaselineRow> {
+    let mut out = Vec::new();
+    for t in tables {
+        for r in t.rows.iter().filter(|r| !r.method.starts_with(ORACLE)) {
+            for (d, cell) in t.datasets.iter().zip(&r.cells) {
+                if let Some(c) = cell.as_ref().filter(|c| c.tau.is_finite() && c.speedup.is_finite()) {
+                    out.push(BaselineRow {
+                        model: t.model.clone(),
+                        dataset: d.clone(),
+                        method: r.method.clone(),
+                        temperature: t.temperature,
+                        tau: c.tau,
+                        speedup: c.speedup,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The verdict on one row.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// τ equal and speedup within tolerance (or not compared).
+    Pass,
+    /// τ differs.
+    Tau,
+    /// Speedup outside the tolerance.
+    Speedup,
+    /// In the baseline, not in this run.
+    Missing,
+    /// In this run, not in the baseline.
+    New,
+}
+
+/// One compared row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckLine {
+    /// `model dataset method T=…`.
+    pub label: String,
+    /// Baseline (τ, speedup).
+    pub baseline: Option<(f64, f64)>,
+    /// This run's (τ, speedup).
+    pub now: Option<(f64, f64)>,
+    /// The verdict.
+    pub verdict: Verdict,
+}
+
+/// The outcome of [`compare`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckReport {
+    /// One line per row, baseline order, new rows last.
+    pub lines: Vec<CheckLine>,
+    /// Whether speedups were compared (same device, backend and build).
+    pub speedups_compared: bool,
+}
+
+impl CheckReport {
+    /// No row failed.
+    pub fn passed(&self) -> bool {
+        self.lines.iter().all(|l| l.verdict == Verdict::Pass)
+    }
+
+    /// A plain-text table of every row and the verdict.
+    pub fn render(&self, baseline: &Baseline) -> String {
+        let mut s =
+            format!("{:<44} {:>8} {:>8} {:>9} {:>9}  verdict\n", "row", "τ base", "τ now", "spd base", "spd now");
+        let num = |v: Option<(f64, f64)>, f: fn((f64, f64)) -> f64, d: usize| {
+            v.map_or("–".to_string(), |x| format!("{:.d$}", f(x)))
+        };
+        for l in &self.lines {
+            let verdict = match l.verdict {
+                Verdict::Pass => "ok",
+                Verdict::Tau => "τ DIFFERS",
+                Verdict::Speedup => "SPEEDUP OUT OF TOLERANCE",
+                Verdict::Missing => "MISSING",
+                Verdict::New => "NEW (not in the baseline)",
+            };
+            s += &format!(
+                "{:<44} {:>8} {:>8} {:>9} {:>9}  {verdict}\n",
+                l.label,
+                num(l.baseline, |x| x.0, 4),
+                num(l.now, |x| x.0, 4),
+                num(l.baseline, |x| x.1, 3),
+                num(l.now, |x| x.1, 3),
+            );
+        }
+        if self.speedups_compared {
+            s += &format!("speedups compared within ±{:.0} %\n", baseline.speedup_tolerance * 100.0);
+        } else {
+            s += &format!(
+                "speedups NOT compared: the baseline was measured on {} / {} / {} build\n",
+                baseline.machine.device, baseline.machine.backend, baseline.machine.build
+            );
+        }
+        s
+    }
+}
+
+fn label(r: &BaselineRow) -> String {
+    format!("{} {} {} T={}", r.model, r.dataset, r.method, r.temperature)
+}
+
+/// Compares this run's `rows`, measured on `machine`, with `baseline`.
+pub fn compare(baseline: &Baseline, rows: &[BaselineRow], machine: &Machine) -> CheckReport {
+    let speedups_compared = &baseline.machine == machine;
+    let same = |a: &BaselineRow, b: &BaselineRow| {
+        a.model == b.model && a.dataset == b.dataset && a.method == b.method && a.temperature == b.temperature
+    };
+    let mut lines: Vec<CheckLine> = baseline
+        .rows
+        .iter()
+        .map(|b| {
+            let now = rows.iter().find(|r| same(r, b));
+            let verdict = match now {
+                None => Verdict::Missing,
+                Some(n) if (n.tau - b.tau).abs() > 1e-9 => Verdict::Tau,
+                Some(n)
+                    if speedups_compared && (n.speedup - b.speedup).abs() > baseline.speedup_tolerance * b.speedup =>
+                {
+                    Verdict::Speedup
+                }
+                Some(_) => Verdict::Pass,
+            };
+            CheckLine {
+                label: label(b),
+                baseline: Some((b.tau, b.speedup)),
+                now: now.map(|n| (n.tau, n.speedup)),
+                verdict,
+            }
+        })
+        .collect();
+    for r in rows.iter().filter(|r| !baseline.rows.iter().any(|b| same(b, r))) {
+        lines.push(CheckLine { label: label(r), baseline: None, now: Some((r.tau, r.speedup)), verdict: Verdict::New });
+    }
+    CheckReport { lines, speedups_compared }
+}
+
+impl Baseline {
+    /// Reads and checks a baseline file.
+    ///
+    /// # Errors
+    /// A message naming the file: unreadable, not JSON of this shape, another
+    /// format, or a tolerance outside (0, 1].
+    pub fn load(path: &std::path::Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            format!("{}: {e} (record one with `bastion check --update` on a trusted build)", path.display())
+        })?;
+        let b: Baseline =
+            serde_json::from_str(&text).map_err(|e| format!("{}: not a baseline file: {e}", path.display()))?;
+        if b.format != BASELINE_FORMAT {
+            return Err(format!("{}: field format: expected {BASELINE_FORMAT}, found {}", path.display(), b.format));
+        }
+        if !(b.speedup_tolerance > 0.0 && b.speedup_tolerance <= 1.0) {
+            return Err(format!(
+                "{}: field speedup_tolerance: expected a fraction in (0, 1], found {}",
+                path.display(),
+                b.speedup_tolerance
+            ));
+        }
+        Ok(b)
+    }
+
+    /// Writes the file (pretty JSON) atomically.
+    ///
+    /// # Errors
+    /// A message naming the file.
+    pub fn save(&self, path: &std::path::Path) -> Result<(), String> {
+        let io = |e: std::io::Error| format!("{}: {e}", path.display());
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        let tmp = path.with_extension("json.tmp");
+        let text = serde_json::to_string_pretty(self).map_err(|e| format!("{}: {e}", path.display()))?;
+        std::fs::write(&tmp, text + "\n").map_err(io)?;
+        std::fs::rename(&tmp, path).map_err(io)
+    }
+}

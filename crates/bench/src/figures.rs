@@ -1,0 +1,338 @@
+//! Result figures (SVG, `plotters`), one pair per (model, temperature):
+//!
+//! - **speedup against budget**, a panel per dataset: the DDTree grid as a
+//!   line over its fixed budgets, DFlash, CaDDTree and BASTION as markers at
+//!   their mean measured budget (drafted nodes per round), AR's 1× as a
+//!   dashed line (the DDTree paper's budget sweep, CaDDTree's and
+//!   BASTION's comparison against it);
+//! - **τ histograms**, a panel per method: the share of rounds committing k
+//!   tokens (bonus included), k = 1 … block size, with τ (their mean) in
+//!   the panel title.
+//!
+//! The data ([`budget_curves`], [`acceptance_histograms`]) come from the
+//! [`crate::tables::Table`]s and the per-round records, so the figures show
+//! the same numbers as the tables.
+
+use std::path::{Path, PathBuf};
+
+use plotters::prelude::*;
+use serde::Serialize;
+
+use crate::store::SampleRecord;
+use crate::tables::{Table, ORACLE};
+
+/// Tableau 10 colours, readable on white.
+const COLORS: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+];
+
+/// One method's point in a speedup-against-budget panel.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BudgetPoint {
+    /// Method label (`dflash`, `caddtree`, `bastion`, …).
+    pub method: String,
+    /// Mean drafted nodes per round.
+    pub budget: f64,
+    /// Speedup vs AR.
+    pub speedup: f64,
+}
+
+/// One dataset's panel of the speedup-against-budget figure.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BudgetPanel {
+    /// Dataset.
+    pub dataset: String,
+    /// The DDTree grid: (fixed budget, speedup), budgets ascending.
+    pub ddtree: Vec<(u32, f64)>,
+    /// The other speculative methods at their mean budget (the oracle row
+    /// is left out: it is one of the grid points).
+    pub others: Vec<BudgetPoint>,
+}
+
+/// The panels of `table`'s speedup-against-budget figure, one per dataset
+/// in the table's order; cells without a finite speedup are left out.
+pub fn budget_curves(table: &Table) -> Vec<BudgetPanel> {
+    table
+        .datasets
+        .iter()
+        .enumerate()
+        .map(|(d, dataset)| {
+            let mut panel = BudgetPanel { dataset: dataset.clone(), ddtree: Vec::new(), others: Vec::new() };
+            for row in &table.rows {
+                let Some(cell) = row.cells[d].as_ref().filter(|c| c.speedup.is_finite()) else { continue };
+                if let Some(b) = row.method.strip_prefix("ddtree:").and_then(|n| n.parse::<u32>().ok()) {
+                    panel.ddtree.push((b, cell.speedup));
+                } else if row.method != "ar" && !row.method.starts_with(ORACLE) && cell.budget.is_finite() {
+                    panel.others.push(BudgetPoint {
+                        method: row.method.clone(),
+                        budget: cell.budget,
+                        speedup: cell.speedup,
+                    });
+                }
+            }
+            panel.ddtree.sort_by_key(|&(b, _)| b);
+            panel
+        })
+        .collect()
+}
+
+/// The committed-tokens histogram of one method's rounds.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AcceptanceHistogram {
+    /// Model pair name.
+    pub model: String,
+    /// Temperature.
+    pub temperature: f64,
+    /// Method label.
+    pub method: String,
+    /// `counts[k]` = rounds that committed k tokens (bonus included);
+    /// `counts[0]` is always 0.
+    pub counts: Vec<u64>,
+}
+
+impl AcceptanceHistogram {
+    /// Rounds counted.
+    pub fn rounds(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// Mean committed tokens per round over all rounds (a round-weighted
+    /// τ; the tables' τ averages per-sample means instead).
+    pub fn mean(&self) -> f64 {
+        let n = self.rounds();
+        if n == 0 {
+            return f64::NAN;
+        }
+        self.counts.iter().enumerate().map(|(k, &c)| k as f64 * c as f64).sum::<f64>() / n as f64
+    }
+}
+
+/// Per (model, temperature, method), in record order, the histogram of
+/// tokens committed per round over all of the method's rounds (every
+/// dataset). AR (one token per step) is left out.
+pub fn acceptance_histograms(records: &[SampleRecord]) -> Vec<AcceptanceHistogram> {
+    let mut out: Vec<AcceptanceHistogram> = Vec::new();
+    for r in records.iter().filter(|r| r.method != "ar") {
+        let at =
+            match out.iter().position(|h| h.model == r.model && h.temperature == r.temperature && h.method == r.method)
+            {
+                Some(i) => i,
+                None => {
+                    out.push(AcceptanceHistogram {
+                        model: r.model.clone(),
+                        temperature: r.temperature,
+                        method: r.method.clone(),
+                        counts: Vec::new(),
+                    });
+                    out.len() - 1
+                }
+            };
+        let h = &mut out[at];
+        for round in &r.rounds {
+            if h.counts.len() <= round.accepted {
+                h.counts.resize(round.accepted + 1, 0);
+            }
+            h.counts[round.accepted] += 1;
+        }
+    }
+    out
+}
+
+/// File-name-safe form of a label.
+fn slug(s: &str) -> String {
+    s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '-' }).collect()
+}
+
+/// `(rows, columns)` of a grid of `n` panels, at most 4 columns.
+fn grid(n: usize) -> (usize, usize) {
+    let cols = n.clamp(1, 4);
+    (n.div_ceil(cols).max(1), cols)
+}
+
+type DrawResult = Result<(), String>;
+
+fn speedup_figure(table: &Table, panels: &[BudgetPanel], path: &Path) -> DrawResult {
+    let err = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    let (rows, cols) = grid(panels.len());
+    let root = SVGBackend::new(path, (360 * cols as u32, 300 * rows as u32 + 40)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let root = root
+        .titled(&format!("Speedup vs budget: {}, T = {}", table.model, table.temperature), ("sans-serif", 18))
+        .map_err(|e| err(&e))?;
+    // Methods get the same colour in every panel.
+    let mut methods: Vec<&str> = Vec::new();
+    for p in panels {
+        for o in &p.others {
+            if !methods.contains(&o.method.as_str()) {
+                methods.push(&o.method);
+            }
+        }
+    }
+    for (area, panel) in root.split_evenly((rows, cols)).iter().zip(panels) {
+        let xs = panel.ddtree.iter().map(|&(b, _)| f64::from(b)).chain(panel.others.iter().map(|o| o.budget));
+        let ys = panel.ddtree.iter().map(|&(_, s)| s).chain(panel.others.iter().map(|o| o.speedup));
+        let x_max = xs.fold(2.0f64, f64::max) * 1.5;
+        let y_max = ys.fold(1.0f64, f64::max) * 1.15;
+        let mut chart = ChartBuilder::on(area)
+            .caption(&panel.dataset, ("sans-serif", 15))
+            .margin(8)
+            .x_label_area_size(32)
+            .y_label_area_size(44)
+            .build_cartesian_2d((0.7f64..x_max).log_scale(), 0f64..y_max)
+            .map_err(|e| err(&e))?;
+        chart
+            .configure_mesh()
+            .x_desc("budget (drafted nodes per round)")
+            .y_desc("speedup vs AR")
+            .x_label_formatter(&|x| format!("{x:.0}"))
+            .y_label_formatter(&|y| format!("{y:.1}"))
+            .draw()
+            .map_err(|e| err(&e))?;
+        chart
+            .draw_series(DashedLineSeries::new([(0.7, 1.0), (x_max, 1.0)], 5, 4, BLACK.mix(0.5).stroke_width(1)))
+            .map_err(|e| err(&e))?
+            .label("AR (1×)")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLACK.mix(0.5)));
+        let grid_points: Vec<(f64, f64)> = panel.ddtree.iter().map(|&(b, s)| (f64::from(b), s)).collect();
+        let blue = COLORS[0];
+        chart
+            .draw_series(LineSeries::new(grid_points.iter().copied(), blue.stroke_width(2)))
+            .map_err(|e| err(&e))?
+            .label("DDTree (fixed budget)")
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], blue.stroke_width(2)));
+        chart.draw_series(grid_points.iter().map(|&xy| Circle::new(xy, 3, blue.filled()))).map_err(|e| err(&e))?;
+        for o in &panel.others {
+            let i = methods.iter().position(|m| *m == o.method).unwrap_or(0);
+            let color = COLORS[1 + i % (COLORS.len() - 1)];
+            chart
+                .draw_series([TriangleMarker::new((o.budget, o.speedup), 7, color.filled())])
+                .map_err(|e| err(&e))?
+                .label(format!("{} (mean budget {:.1})", o.method, o.budget))
+                .legend(move |(x, y)| TriangleMarker::new((x + 8, y), 6, color.filled()));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .label_font(("sans-serif", 10))
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.4))
+            .draw()
+            .map_err(|e| err(&e))?;
+    }
+    root.present().map_err(|e| err(&e))
+}
+
+fn histogram_figure(model: &str, temperature: f64, hists: &[&AcceptanceHistogram], path: &Path) -> DrawResult {
+    let err = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    let (rows, cols) = grid(hists.len());
+    let k_max = hists.iter().map(|h| h.counts.len().saturating_sub(1)).max().unwrap_or(1).max(1);
+    let root = SVGBackend::new(path, (320 * cols as u32, 260 * rows as u32 + 40)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let root = root
+        .titled(&format!("Tokens committed per round: {model}, T = {temperature}"), ("sans-serif", 18))
+        .map_err(|e| err(&e))?;
+    for (i, (area, h)) in root.split_evenly((rows, cols)).iter().zip(hists).enumerate() {
+        let n = h.rounds().max(1) as f64;
+        let share: Vec<f64> = h.counts.iter().map(|&c| c as f64 / n).collect();
+        let y_max = share.iter().copied().fold(0.05f64, f64::max) * 1.1;
+        let mut chart = ChartBuilder::on(area)
+            .caption(format!("{}: τ {:.2} over {} rounds", h.method, h.mean(), h.rounds()), ("sans-serif", 13))
+            .margin(8)
+            .x_label_area_size(30)
+            .y_label_area_size(40)
+            .build_cartesian_2d(0.5f64..(k_max as f64 + 0.5), 0f64..y_max)
+            .map_err(|e| err(&e))?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_desc("tokens committed (bonus included)")
+            .y_desc("share of rounds")
+            .x_labels(k_max.min(16))
+            .x_label_formatter(&|x| format!("{x:.0}"))
+            .y_label_formatter(&|y| format!("{y:.2}"))
+            .draw()
+            .map_err(|e| err(&e))?;
+        let color = COLORS[i % COLORS.len()];
+        chart
+            .draw_series(
+                share
+                    .iter()
+                    .enumerate()
+                    .skip(1)
+                    .map(|(k, &s)| Rectangle::new([(k as f64 - 0.4, 0.0), (k as f64 + 0.4, s)], color.filled())),
+            )
+            .map_err(|e| err(&e))?;
+    }
+    root.present().map_err(|e| err(&e))
+}
+
+/// Writes the figures of an experiment into `dir` (created):
+/// `<experiment>__<model>__T<t>__speedup-vs-budget.svg` for each table
+/// with a DDTree grid or an adaptive method, and
+/// `<experiment>__<model>__T<t>__tau-histogram.svg` for each (model, T)
+/// with speculative rounds. Returns the files written.
+///
+/// # Errors
+/// A message naming the file when drawing or writing fails.
+pub fn write_figures(
+    experiment: &str,
+    tables: &[Table],
+    records: &[SampleRecord],
+    dir: &Path,
+) -> Result<Vec<PathBuf>, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut written = Vec::new();
+    let stem = |model: &str, t: f64| format!("{}__{}__T{}", slug(experiment), slug(model), t);
+    for table in tables {
+        let panels = budget_curves(table);
+        if panels.iter().all(|p| p.ddtree.is_empty() && p.others.is_empty()) {
+            continue;
+        }
+        let path = dir.join(format!("{}__speedup-vs-budget.svg", stem(&table.model, table.temperature)));
+        speedup_figure(table, &panels, &path)?;
+        written.push(path);
+    }
+    let hists = acceptance_histograms(records);
+    let mut groups: Vec<(&str, f64)> = Vec::new();
+    for h in &hists {
+        if !groups.contains(&(h.model.as_str(), h.temperature)) {
+            groups.push((&h.model, h.temperature));
+        }
+    }
+    for (model, t) in groups {
+        let mine: Vec<&AcceptanceHistogram> =
+            hists.iter().filter(|h| h.model == model && h.temperature == t && h.rounds() > 0).collect();
+        if mine.is_empty() {
+            continue;
+        }
+        let path = dir.join(format!("{}__tau-histogram.svg", stem(model, t)));
+        histogram_figure(model, t, &mine, &path)?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grids_hold_every_panel() {
+        assert_eq!(grid(1), (1, 1));
+        assert_eq!(grid(4), (1, 4));
+        assert_eq!(grid(5), (2, 4));
+        assert_eq!(grid(8), (2, 4));
+        assert_eq!(grid(9), (3, 4));
+    }
+
+    #[test]
+    fn slugs_are_file_names() {
+        assert_eq!(slug("smollm2-135m"), "smollm2-135m");
+        assert_eq!(slug("a/b c:1"), "a-b-c-1");
+    }
+}
