@@ -6,8 +6,9 @@
 //!   dashed line (the DDTree paper's budget sweep, CaDDTree's and
 //!   BASTION's comparison against it);
 //! - **τ histograms**, a panel per method: the share of rounds committing k
-//!   tokens (bonus included), k = 1 … block size, with τ (their mean) in
-//!   the panel title.
+//!   tokens (bonus included), k = 1 … block size, with their mean over
+//!   all rounds in the panel title (round-weighted, so it differs from the
+//!   tables' τ, a mean of per-sample means).
 //!
 //! The data ([`budget_curves`], [`acceptance_histograms`]) come from the
 //! [`crate::tables::Table`]s and the per-round records, so the figures show
@@ -159,12 +160,14 @@ type DrawResult = Result<(), String>;
 fn speedup_figure(table: &Table, panels: &[BudgetPanel], path: &Path) -> DrawResult {
     let err = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
     let (rows, cols) = grid(panels.len());
-    let root = SVGBackend::new(path, (360 * cols as u32, 300 * rows as u32 + 40)).into_drawing_area();
+    let (width, height) = (360 * cols as u32, 300 * rows as u32 + 40 + 40);
+    let root = SVGBackend::new(path, (width, height)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let root = root
         .titled(&format!("Speedup vs budget: {}, T = {}", table.model, table.temperature), ("sans-serif", 18))
         .map_err(|e| err(&e))?;
-    // Methods get the same colour in every panel.
+    let (plots, strip) = root.split_vertically(300 * rows as u32);
+    // Methods get the same colour in every panel and one legend below them.
     let mut methods: Vec<&str> = Vec::new();
     for p in panels {
         for o in &p.others {
@@ -173,56 +176,78 @@ fn speedup_figure(table: &Table, panels: &[BudgetPanel], path: &Path) -> DrawRes
             }
         }
     }
-    for (area, panel) in root.split_evenly((rows, cols)).iter().zip(panels) {
+    let color_of = |m: &str| COLORS[1 + methods.iter().position(|x| *x == m).unwrap_or(0) % (COLORS.len() - 1)];
+    let blue = COLORS[0];
+    let gray = BLACK.mix(0.5);
+    // Budgets on a log2 axis: x = log2(budget), labelled 1, 2, 4, … .
+    let lg = |b: f64| b.max(0.5).log2();
+    for (area, panel) in plots.split_evenly((rows, cols)).iter().zip(panels) {
         let xs = panel.ddtree.iter().map(|&(b, _)| f64::from(b)).chain(panel.others.iter().map(|o| o.budget));
         let ys = panel.ddtree.iter().map(|&(_, s)| s).chain(panel.others.iter().map(|o| o.speedup));
-        let x_max = xs.fold(2.0f64, f64::max) * 1.5;
+        let (x_lo, x_hi) = (lg(0.7), lg(xs.fold(2.0f64, f64::max)) + 0.6);
         let y_max = ys.fold(1.0f64, f64::max) * 1.15;
         let mut chart = ChartBuilder::on(area)
             .caption(&panel.dataset, ("sans-serif", 15))
             .margin(8)
             .x_label_area_size(32)
             .y_label_area_size(44)
-            .build_cartesian_2d((0.7f64..x_max).log_scale(), 0f64..y_max)
+            .build_cartesian_2d(x_lo..x_hi, 0f64..y_max)
             .map_err(|e| err(&e))?;
         chart
             .configure_mesh()
+            .light_line_style(TRANSPARENT)
+            .bold_line_style(BLACK.mix(0.1))
+            .x_labels(12)
             .x_desc("budget (drafted nodes per round)")
             .y_desc("speedup vs AR")
-            .x_label_formatter(&|x| format!("{x:.0}"))
+            // Only whole powers of two get a label.
+            .x_label_formatter(&|x| {
+                if (x - x.round()).abs() < 1e-6 {
+                    format!("{}", 2f64.powf(x.round()))
+                } else {
+                    String::new()
+                }
+            })
             .y_label_formatter(&|y| format!("{y:.1}"))
             .draw()
             .map_err(|e| err(&e))?;
         chart
-            .draw_series(DashedLineSeries::new([(0.7, 1.0), (x_max, 1.0)], 5, 4, BLACK.mix(0.5).stroke_width(1)))
-            .map_err(|e| err(&e))?
-            .label("AR (1×)")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLACK.mix(0.5)));
-        let grid_points: Vec<(f64, f64)> = panel.ddtree.iter().map(|&(b, s)| (f64::from(b), s)).collect();
-        let blue = COLORS[0];
-        chart
-            .draw_series(LineSeries::new(grid_points.iter().copied(), blue.stroke_width(2)))
-            .map_err(|e| err(&e))?
-            .label("DDTree (fixed budget)")
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], blue.stroke_width(2)));
+            .draw_series(DashedLineSeries::new([(x_lo, 1.0), (x_hi, 1.0)], 5, 4, gray.stroke_width(1)))
+            .map_err(|e| err(&e))?;
+        let grid_points: Vec<(f64, f64)> = panel.ddtree.iter().map(|&(b, s)| (lg(f64::from(b)), s)).collect();
+        chart.draw_series(LineSeries::new(grid_points.iter().copied(), blue.stroke_width(2))).map_err(|e| err(&e))?;
         chart.draw_series(grid_points.iter().map(|&xy| Circle::new(xy, 3, blue.filled()))).map_err(|e| err(&e))?;
         for o in &panel.others {
-            let i = methods.iter().position(|m| *m == o.method).unwrap_or(0);
-            let color = COLORS[1 + i % (COLORS.len() - 1)];
-            chart
-                .draw_series([TriangleMarker::new((o.budget, o.speedup), 7, color.filled())])
-                .map_err(|e| err(&e))?
-                .label(format!("{} (mean budget {:.1})", o.method, o.budget))
-                .legend(move |(x, y)| TriangleMarker::new((x + 8, y), 6, color.filled()));
+            let color = color_of(&o.method);
+            let at = (lg(o.budget), o.speedup);
+            chart.draw_series([TriangleMarker::new(at, 7, color.filled())]).map_err(|e| err(&e))?;
+            // The mean budget above and right of the marker.
+            let label = Text::new(format!("{:.1}", o.budget), (6, -16), ("sans-serif", 10).into_font().color(&color));
+            chart.draw_series([EmptyElement::at(at) + label]).map_err(|e| err(&e))?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .label_font(("sans-serif", 10))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.4))
-            .draw()
-            .map_err(|e| err(&e))?;
+    }
+    // The legend strip: a swatch and a name per series.
+    let font = ("sans-serif", 13).into_font();
+    let y = 18;
+    let mut x = 20;
+    let mut entry = |label: String, swatch: &dyn Fn(i32, i32) -> DrawResult| -> DrawResult {
+        swatch(x, y)?;
+        strip.draw(&Text::new(label.clone(), (x + 24, y - 7), font.clone())).map_err(|e| err(&e))?;
+        x += 34 + 7 * label.chars().count() as i32;
+        Ok(())
+    };
+    entry("AR (1×)".into(), &|x, y| {
+        strip.draw(&PathElement::new(vec![(x, y), (x + 18, y)], gray.stroke_width(1))).map_err(|e| err(&e))
+    })?;
+    entry("DDTree (fixed budget)".into(), &|x, y| {
+        strip.draw(&PathElement::new(vec![(x, y), (x + 18, y)], blue.stroke_width(2))).map_err(|e| err(&e))?;
+        strip.draw(&Circle::new((x + 9, y), 3, blue.filled())).map_err(|e| err(&e))
+    })?;
+    for m in &methods {
+        let color = color_of(m);
+        entry(format!("{m} (at its mean budget)"), &|x, y| {
+            strip.draw(&TriangleMarker::new((x + 9, y), 7, color.filled())).map_err(|e| err(&e))
+        })?;
     }
     root.present().map_err(|e| err(&e))
 }
@@ -241,7 +266,10 @@ fn histogram_figure(model: &str, temperature: f64, hists: &[&AcceptanceHistogram
         let share: Vec<f64> = h.counts.iter().map(|&c| c as f64 / n).collect();
         let y_max = share.iter().copied().fold(0.05f64, f64::max) * 1.1;
         let mut chart = ChartBuilder::on(area)
-            .caption(format!("{}: τ {:.2} over {} rounds", h.method, h.mean(), h.rounds()), ("sans-serif", 13))
+            .caption(
+                format!("{}: {:.2} tokens/round over {} rounds", h.method, h.mean(), h.rounds()),
+                ("sans-serif", 13),
+            )
             .margin(8)
             .x_label_area_size(30)
             .y_label_area_size(40)

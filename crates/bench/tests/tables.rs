@@ -159,7 +159,13 @@ fn figures_show_the_table_numbers() {
     let names: Vec<String> = files.iter().map(|f| f.file_name().unwrap().to_string_lossy().into_owned()).collect();
     assert_eq!(names, ["unit__m__T0__speedup-vs-budget.svg", "unit__m__T0__tau-histogram.svg"]);
     let svg = std::fs::read_to_string(&files[0]).unwrap();
-    assert!(svg.starts_with("<svg") && svg.contains("math500") && svg.contains("bastion (mean budget 4.0)"), "{svg}");
+    assert!(
+        svg.starts_with("<svg")
+            && svg.contains("math500")
+            && svg.contains("bastion (at its mean budget)")
+            && svg.contains(">4.0<"),
+        "{svg}"
+    );
     let svg = std::fs::read_to_string(&files[1]).unwrap();
-    assert!(svg.contains("ddtree:4: τ 2.50 over 8 rounds"), "{svg}");
+    assert!(svg.contains("ddtree:4: 2.50 tokens/round over 8 rounds"), "{svg}");
 }
