@@ -6,7 +6,7 @@
 //!   dashed line (the DDTree paper's budget sweep, CaDDTree's and
 //!   BASTION's comparison against it);
 //! - **τ histograms**, a panel per method: the share of rounds committing k
-//!   tokens (bonus included), k = 1 … block size, with their mean over
+//!   tokens (bonus included), k = 1 … the largest observed, with their mean over
 //!   all rounds in the panel title (round-weighted, so it differs from the
 //!   tables' τ, a mean of per-sample means).
 //!
@@ -160,13 +160,6 @@ type DrawResult = Result<(), String>;
 fn speedup_figure(table: &Table, panels: &[BudgetPanel], path: &Path) -> DrawResult {
     let err = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
     let (rows, cols) = grid(panels.len());
-    let (width, height) = (360 * cols as u32, 300 * rows as u32 + 40 + 40);
-    let root = SVGBackend::new(path, (width, height)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| err(&e))?;
-    let root = root
-        .titled(&format!("Speedup vs budget: {}, T = {}", table.model, table.temperature), ("sans-serif", 18))
-        .map_err(|e| err(&e))?;
-    let (plots, strip) = root.split_vertically(300 * rows as u32);
     // Methods get the same colour in every panel and one legend below them.
     let mut methods: Vec<&str> = Vec::new();
     for p in panels {
@@ -176,6 +169,32 @@ fn speedup_figure(table: &Table, panels: &[BudgetPanel], path: &Path) -> DrawRes
             }
         }
     }
+    let has_grid = panels.iter().any(|p| !p.ddtree.is_empty());
+    let mut labels: Vec<String> = vec!["AR (1×)".into()];
+    if has_grid {
+        labels.push("DDTree (fixed budget)".into());
+    }
+    labels.extend(methods.iter().map(|m| format!("{m} (at its mean budget)")));
+    // Legend entries: swatch + text, about 7 px per character; wrapped to the width.
+    let width = 360 * cols as u32;
+    let entry_width = |l: &String| 34 + 7 * l.chars().count() as i32;
+    let mut legend_rows = 1;
+    let mut x = 20;
+    for l in &labels {
+        if x + entry_width(l) > width as i32 && x > 20 {
+            legend_rows += 1;
+            x = 20;
+        }
+        x += entry_width(l);
+    }
+    let strip_height = 16 + 22 * legend_rows;
+    let height = 300 * rows as u32 + 40 + strip_height;
+    let root = SVGBackend::new(path, (width, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let root = root
+        .titled(&format!("Speedup vs budget: {}, T = {}", table.model, table.temperature), ("sans-serif", 18))
+        .map_err(|e| err(&e))?;
+    let (plots, strip) = root.split_vertically(300 * rows as u32);
     let color_of = |m: &str| COLORS[1 + methods.iter().position(|x| *x == m).unwrap_or(0) % (COLORS.len() - 1)];
     let blue = COLORS[0];
     let gray = BLACK.mix(0.5);
@@ -184,7 +203,9 @@ fn speedup_figure(table: &Table, panels: &[BudgetPanel], path: &Path) -> DrawRes
     for (area, panel) in plots.split_evenly((rows, cols)).iter().zip(panels) {
         let xs = panel.ddtree.iter().map(|&(b, _)| f64::from(b)).chain(panel.others.iter().map(|o| o.budget));
         let ys = panel.ddtree.iter().map(|&(_, s)| s).chain(panel.others.iter().map(|o| o.speedup));
-        let (x_lo, x_hi) = (lg(0.7), lg(xs.fold(2.0f64, f64::max)) + 0.6);
+        let xs: Vec<f64> = xs.collect();
+        let x_lo = lg(xs.iter().copied().fold(1.0f64, f64::min)) - 0.5;
+        let x_hi = lg(xs.iter().copied().fold(2.0f64, f64::max)) + 0.6;
         let y_max = ys.fold(1.0f64, f64::max) * 1.15;
         let mut chart = ChartBuilder::on(area)
             .caption(&panel.dataset, ("sans-serif", 15))
@@ -226,28 +247,28 @@ fn speedup_figure(table: &Table, panels: &[BudgetPanel], path: &Path) -> DrawRes
             chart.draw_series([EmptyElement::at(at) + label]).map_err(|e| err(&e))?;
         }
     }
-    // The legend strip: a swatch and a name per series.
+    // The legend strip: a swatch and a name per series, wrapped like `legend_rows`.
     let font = ("sans-serif", 13).into_font();
-    let y = 18;
-    let mut x = 20;
-    let mut entry = |label: String, swatch: &dyn Fn(i32, i32) -> DrawResult| -> DrawResult {
-        swatch(x, y)?;
+    let (mut x, mut y) = (20, 18);
+    for (i, label) in labels.iter().enumerate() {
+        if x + entry_width(label) > width as i32 && x > 20 {
+            x = 20;
+            y += 22;
+        }
+        let line = |color: RGBAColor, w: u32| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(w));
+        match (i, has_grid) {
+            (0, _) => strip.draw(&line(gray, 1)),
+            (1, true) => strip
+                .draw(&line(blue.to_rgba(), 2))
+                .and_then(|()| strip.draw(&Circle::new((x + 9, y), 3, blue.filled()))),
+            _ => {
+                let m = methods[i - 1 - usize::from(has_grid)];
+                strip.draw(&TriangleMarker::new((x + 9, y), 7, color_of(m).filled()))
+            }
+        }
+        .map_err(|e| err(&e))?;
         strip.draw(&Text::new(label.clone(), (x + 24, y - 7), font.clone())).map_err(|e| err(&e))?;
-        x += 34 + 7 * label.chars().count() as i32;
-        Ok(())
-    };
-    entry("AR (1×)".into(), &|x, y| {
-        strip.draw(&PathElement::new(vec![(x, y), (x + 18, y)], gray.stroke_width(1))).map_err(|e| err(&e))
-    })?;
-    entry("DDTree (fixed budget)".into(), &|x, y| {
-        strip.draw(&PathElement::new(vec![(x, y), (x + 18, y)], blue.stroke_width(2))).map_err(|e| err(&e))?;
-        strip.draw(&Circle::new((x + 9, y), 3, blue.filled())).map_err(|e| err(&e))
-    })?;
-    for m in &methods {
-        let color = color_of(m);
-        entry(format!("{m} (at its mean budget)"), &|x, y| {
-            strip.draw(&TriangleMarker::new((x + 9, y), 7, color.filled())).map_err(|e| err(&e))
-        })?;
+        x += entry_width(label);
     }
     root.present().map_err(|e| err(&e))
 }

@@ -112,6 +112,8 @@ pub struct RunOptions {
     /// Use each model pair's `calibration` file even when it was measured
     /// on another device ([`Calibration::load_pinned`]): the cost-aware
     /// budgets then follow the file, not this machine (`bastion check`).
+    /// Pairs without a `calibration` still use this machine's file, device
+    /// checked.
     pub pinned_calibration: bool,
 }
 

@@ -205,24 +205,27 @@ impl Experiment {
     /// [`SpecError`] naming the file for an unreadable file, invalid TOML,
     /// or a missing or malformed `name`.
     pub fn name_of(file: &Path) -> Result<String, SpecError> {
-        let err = |line: usize, field: &str, message: String| SpecError {
+        /// The one field read; every other key is ignored.
+        #[derive(Deserialize)]
+        struct NameOnly {
+            name: Option<Spanned<toml::Value>>,
+        }
+        let text = std::fs::read_to_string(file).map_err(|e| SpecError {
             file: file.to_path_buf(),
-            line,
+            line: 1,
             column: 1,
-            field: field.into(),
-            message,
-        };
-        let text = std::fs::read_to_string(file)
-            .map_err(|e| err(1, "(file)", format!("cannot read the experiment file: {e}")))?;
-        let table: toml::Table = toml::from_str(&text).map_err(|e| {
-            let line = e.span().map_or(1, |s| text[..s.start.min(text.len())].matches('\n').count() + 1);
-            err(line, "(syntax)", e.message().trim().to_string())
+            field: "(file)".into(),
+            message: format!("cannot read the experiment file: {e}"),
         })?;
-        let line = text.lines().position(|l| l.trim_start().starts_with("name")).map_or(1, |i| i + 1);
-        match table.get("name").and_then(toml::Value::as_str).map(str::trim) {
+        let loc = Locator { file, text: &text };
+        let raw: NameOnly = toml::from_str(&text)
+            .map_err(|e| loc.at(e.span().unwrap_or(0..0), "(syntax)", e.message().trim().to_string()))?;
+        let want = "expected name = \"...\" ([a-z0-9_-]+; it names results/<name>/)";
+        let name = raw.name.ok_or_else(|| loc.at(0..0, "name", format!("missing: {want}")))?;
+        match name.get_ref().as_str().map(str::trim) {
             Some(n) if valid_name(n) => Ok(n.to_string()),
-            Some(n) => Err(err(line, "name", format!("`{n}`: expected [a-z0-9_-]+ (it names results/<name>/)"))),
-            None => Err(err(1, "name", "missing: expected name = \"...\" ([a-z0-9_-]+)".into())),
+            Some(n) => Err(loc.at(name.span(), "name", format!("`{n}`: {want}"))),
+            None => Err(loc.at(name.span(), "name", format!("{}: {want}", name.get_ref()))),
         }
     }
 

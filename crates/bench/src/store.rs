@@ -130,7 +130,9 @@ impl SampleStore {
         match file.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => return Err(StoreError::Busy { path: path.to_path_buf() }),
-            Err(std::fs::TryLockError::Error(e)) if e.kind() == std::io::ErrorKind::Unsupported => {}
+            // No locks here (e.g. NFS without a lock daemon: ENOLCK = 37 on Linux).
+            Err(std::fs::TryLockError::Error(e))
+                if e.kind() == std::io::ErrorKind::Unsupported || e.raw_os_error() == Some(37) => {}
             Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
         }
         let text = std::fs::read(path).map_err(io)?;
@@ -142,6 +144,18 @@ impl SampleStore {
         }
         let done = records.iter().map(|r| r.key.clone()).collect();
         Ok(Self { path: path.to_path_buf(), file, done, records })
+    }
+
+    /// The records of the store at `path` without opening it for writing:
+    /// no lock, nothing created or truncated (a torn last line is skipped),
+    /// so a running sweep's results can be read while it appends.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] (a missing file too); [`StoreError::Corrupt`];
+    /// [`StoreError::Duplicate`].
+    pub fn read(path: &Path) -> Result<Vec<SampleRecord>, StoreError> {
+        let text = std::fs::read(path).map_err(|source| StoreError::Io { path: path.to_path_buf(), source })?;
+        Ok(Self::parse(path, &text)?.0)
     }
 
     /// Records and the byte length of the intact prefix.
@@ -239,7 +253,8 @@ pub fn merge_shards(dir: &Path) -> Result<usize, StoreError> {
     let mut merged = SampleStore::open(&dir.join("samples.jsonl"))?;
     let mut added = 0;
     for (_, _, path) in shards.iter().filter(|s| s.2.is_file()) {
-        for r in SampleStore::open(path)?.records() {
+        // Read-only: a shard still running is merged as far as it got.
+        for r in &SampleStore::read(path)? {
             if !merged.contains(&r.key) {
                 merged.append(r.clone())?;
                 added += 1;
@@ -295,10 +310,11 @@ mod tests {
         drop(s);
         let s = SampleStore::open(&path).unwrap();
         assert!(s.contains("c") && s.records().len() == 3);
-        // A second writer is refused while the first holds the file.
+        // A second writer is refused while the first holds the file; readers are not.
         let e = SampleStore::open(&path).err().unwrap();
         assert!(matches!(e, StoreError::Busy { .. }), "{e}");
         assert!(e.to_string().contains("another bastion process is writing this file"), "{e}");
+        assert_eq!(SampleStore::read(&path).unwrap(), s.records());
         drop(s);
         // A bad line in the middle is corruption, named by line.
         let mut text = std::fs::read(&path).unwrap();

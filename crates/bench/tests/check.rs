@@ -5,7 +5,7 @@ use bastion_bench::check::{compare, rows_of, Baseline, BaselineRow, Machine, Ver
 use bastion_bench::tables::{Cell, Row, Table};
 
 fn machine(device: &str) -> Machine {
-    Machine { device: device.into(), backend: "flex".into(), build: "debug".into() }
+    Machine { device: device.into(), backend: "flex".into(), build: "debug".into(), isa: "x86_64+avx2+fma".into() }
 }
 
 fn row(dataset: &str, method: &str, tau: f64, speedup: f64) -> BaselineRow {
@@ -28,7 +28,7 @@ fn equal_rows_pass() {
     let r = compare(&b, &b.rows, &machine("cpu A"));
     assert!(r.passed() && r.speedups_compared);
     assert_eq!(r.lines.len(), 3);
-    // Speedups inside ±25 % pass: 0.4 → 0.31 and 0.49.
+    // Speedups inside ±25 % pass: 0.4 → 0.31, 0.8 → 0.99.
     let mut rows = b.rows.clone();
     rows[1].speedup = 0.31;
     rows[2].speedup = 0.99;
@@ -36,7 +36,7 @@ fn equal_rows_pass() {
 }
 
 #[test]
-fn a_tau_change_fails_on_any_machine() {
+fn a_tau_change_fails_on_any_machine_with_the_same_instruction_set() {
     let b = baseline();
     let mut rows = b.rows.clone();
     rows[1].tau = 1.75 + 1.0 / 64.0; // one more token in one round of 64
@@ -46,6 +46,12 @@ fn a_tau_change_fails_on_any_machine() {
         assert_eq!(r.lines[1].verdict, Verdict::Tau);
         assert_eq!(r.lines[1].now, Some((1.75 + 1.0 / 64.0, 0.4)));
     }
+    // Other kernels may break a near-tie differently: a warning only.
+    let other = Machine { isa: "x86_64+avx512f+avx2+fma".into(), ..machine("cpu A") };
+    let r = compare(&b, &rows, &other);
+    assert!(r.passed() && !r.speedups_compared);
+    assert_eq!(r.lines[1].verdict, Verdict::TauOtherIsa);
+    assert!(r.render(&b).contains("τ differs (warning: other instruction set)"));
 }
 
 #[test]
@@ -58,7 +64,9 @@ fn speedups_are_compared_on_the_same_machine_only() {
     assert!(here.render(&b).contains("SPEEDUP OUT OF TOLERANCE"));
     let there = compare(&b, &rows, &machine("cpu B"));
     assert!(there.passed() && !there.speedups_compared);
-    assert!(there.render(&b).contains("speedups NOT compared: the baseline was measured on cpu A / flex / debug"));
+    assert!(there
+        .render(&b)
+        .contains("speedups NOT compared: the baseline was measured on cpu A / flex / debug build / x86_64+avx2+fma"));
     // Another build profile is another machine for speedups.
     let release = Machine { build: "release".into(), ..machine("cpu A") };
     assert!(compare(&b, &rows, &release).passed());
@@ -124,4 +132,18 @@ fn baseline_files_round_trip_and_bad_ones_are_named() {
     assert!(e.contains("field speedup_tolerance: expected a fraction in (0, 1], found 1.5"), "{e}");
     std::fs::write(&path, "{").unwrap();
     assert!(Baseline::load(&path).unwrap_err().contains("not a baseline file"));
+
+    // A baseline that would check nothing, or hold impossible values, is refused.
+    let empty = Baseline { rows: Vec::new(), ..baseline() };
+    let e = empty.save(&path).unwrap_err();
+    assert!(e.contains("refusing to write") && e.contains("field rows: expected at least one row"), "{e}");
+    let mut bad = baseline();
+    bad.rows[2].speedup = f64::NAN;
+    assert!(bad.validate().unwrap_err().contains("field rows[2].speedup: expected a number > 0"));
+    let mut bad = baseline();
+    bad.rows[1].tau = 0.5;
+    assert!(bad.validate().unwrap_err().contains("field rows[1].tau: expected a number ≥ 1, found 0.5"));
+    let mut bad = baseline();
+    bad.rows.push(bad.rows[0].clone());
+    assert!(bad.validate().unwrap_err().contains("field rows[3]: m gsm8k ar T=0 is listed twice"));
 }

@@ -167,7 +167,7 @@ fn shipped_experiments_validate() {
     assert_eq!(paper.max_new_tokens, 2048);
     assert_eq!(paper.temperatures, [0.0, 1.0]);
     assert_eq!(paper.datasets.len(), 7);
-    assert!(paper.selection.paper_subset && paper.selection.max_samples.is_none());
+    assert!(paper.selection.paper_subset && paper.selection.max_samples == Some(128));
     let grid: Vec<String> = paper.methods.iter().map(Method::to_string).filter(|m| m.starts_with("ddtree:")).collect();
     assert_eq!(grid.len(), 7);
     assert_eq!(grid.last().map(String::as_str), Some("ddtree:1024"));
@@ -186,12 +186,15 @@ fn name_of_reads_only_the_name() {
     std::fs::write(&file, GOOD.replace("tests/fixtures/tiny-qwen3", "models/not-here")).unwrap();
     assert!(Experiment::load(&file, &root()).is_err());
     assert_eq!(Experiment::name_of(&file).unwrap(), "tiny");
-    std::fs::write(&file, "description = \"x\"\nname = \"Big Run\"\n").unwrap();
+    std::fs::write(&file, "description = \"x\"\nname = \"Big Run\"\n[datasets]\nnames = []\n").unwrap();
     let e = Experiment::name_of(&file).unwrap_err();
-    assert_eq!((e.line, e.field.as_str()), (2, "name"));
-    assert!(e.to_string().contains("`Big Run`: expected [a-z0-9_-]+"), "{e}");
+    assert_eq!((e.line, e.column, e.field.as_str()), (2, 8, "name"));
+    assert!(e.to_string().contains("`Big Run`: expected name = \"...\" ([a-z0-9_-]+"), "{e}");
     std::fs::write(&file, "description = \"x\"\n").unwrap();
     assert!(Experiment::name_of(&file).unwrap_err().message.starts_with("missing"));
+    std::fs::write(&file, "name = 5\n").unwrap();
+    let e = Experiment::name_of(&file).unwrap_err();
+    assert!(e.to_string().contains(":1:8: name: 5: expected"), "{e}");
     std::fs::write(&file, "name = \n").unwrap();
     let e = Experiment::name_of(&file).unwrap_err();
     assert!(e.to_string().starts_with(&format!("{}:1:", file.display())), "{e}");

@@ -163,9 +163,33 @@ fn figures_show_the_table_numbers() {
         svg.starts_with("<svg")
             && svg.contains("math500")
             && svg.contains("bastion (at its mean budget)")
-            && svg.contains(">4.0<"),
+            && svg.contains(">\n4.0\n</text>"),
         "{svg}"
     );
     let svg = std::fs::read_to_string(&files[1]).unwrap();
     assert!(svg.contains("ddtree:4: 2.50 tokens/round over 8 rounds"), "{svg}");
+}
+
+#[test]
+fn a_figure_without_a_grid_has_no_ddtree_legend() {
+    use bastion_bench::figures::write_figures;
+    let recs: Vec<SampleRecord> = ["a", "b"]
+        .iter()
+        .flat_map(|p| {
+            [
+                record("gsm8k", p, "ar", &[(1, 1), (1, 1)], 0.01),
+                record("gsm8k", p, "caddtree", &[(1, 1), (2, 2)], 0.008),
+                record("gsm8k", p, "bastion-paper", &[(3, 2), (5, 3)], 0.006),
+            ]
+        })
+        .collect();
+    let t = tables(&summary_frame(&recs).unwrap()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let files = write_figures("one", &t, &recs, dir.path()).unwrap();
+    let svg = std::fs::read_to_string(&files[0]).unwrap();
+    assert!(svg.contains("AR (1×)") && !svg.contains("DDTree"), "{svg}");
+    // One 360-px panel: the legend wraps onto more rows instead of running off the figure.
+    assert!(svg.contains("caddtree (at its mean budget)") && svg.contains("bastion-paper (at its mean budget)"));
+    let height: u32 = svg.split("height=\"").nth(1).unwrap().split('"').next().unwrap().parse().unwrap();
+    assert!(height > 300 + 40 + 16 + 22, "{height}");
 }

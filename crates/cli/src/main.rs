@@ -191,11 +191,12 @@ enum Command {
         tables: PathBuf,
     },
     /// Regression check of τ and speedup: reruns a small fixed slice
-    /// (`experiments/check.toml`) from scratch into RESULTS/<name>/ and compares its
-    /// rows with `results/baselines/<name>.json`: τ exactly (T = 0 decoding and pinned
-    /// calibrations are deterministic), speedup within the baseline's relative
-    /// tolerance when run on the baseline's device, backend and build profile. Exits
-    /// non-zero on any difference, a missing or new row, or an output unlike AR's.
+    /// (`experiments/check.toml`) from scratch into RESULTS/check-runs/<name>/ and compares
+    /// its rows with `results/baselines/<name>.json`: τ exactly (T = 0 decoding and pinned
+    /// calibrations are deterministic; on another instruction set a τ difference is only
+    /// a warning), speedup within the baseline's relative tolerance when run on the
+    /// baseline's device, backend, build profile and instruction set. Exits non-zero on
+    /// any difference, a missing or new row, or an output unlike AR's.
     Check {
         /// The experiment file.
         #[arg(long, default_value = "experiments/check.toml")]
@@ -206,10 +207,11 @@ enum Command {
         /// Record this run as the baseline instead of comparing.
         #[arg(long)]
         update: bool,
-        /// With --update: the allowed relative speedup deviation (0.25 = ±25 %).
-        #[arg(long, default_value_t = 0.25)]
-        tolerance: f64,
-        /// The results root (the rerun writes to RESULTS/<name>/, replacing it).
+        /// With --update: the allowed relative speedup deviation (0.35 = ±35 %) [default: the
+        /// current baseline's, else 0.35].
+        #[arg(long, requires = "update")]
+        tolerance: Option<f64>,
+        /// The results root (the rerun writes to RESULTS/check-runs/<name>/, replacing it).
         #[arg(long, default_value = "results")]
         results: PathBuf,
     },
@@ -1111,7 +1113,7 @@ fn sweep(
         exp.temperatures,
         exp.max_new_tokens
     );
-    // Two bars: the whole shard, and the current job (model, dataset, T) with
+    // Two bars: the whole shard, and the current job (model, dataset, T, seed) with
     // each method's running τ and speedup over this run's samples.
     let multi = indicatif::MultiProgress::new();
     let bar = multi.add(indicatif::ProgressBar::new(0));
@@ -1126,7 +1128,13 @@ fn sweep(
         indicatif::ProgressStyle::with_template("job  {bar:30} {pos}/{len} {prefix}, eta {eta}  {msg}")
             .expect("valid progress template"),
     );
-    let job_of = |model: &str, dataset: &str, t: f64| format!("{model} {dataset} T={t}");
+    let job_of = |model: &str, dataset: &str, t: f64, seed: u64| {
+        if t == 0.0 {
+            format!("{model} {dataset} T=0")
+        } else {
+            format!("{model} {dataset} T={t} seed {seed}")
+        }
+    };
     let mut job_sizes: std::collections::HashMap<String, u64> = Default::default();
     let mut current_job = String::new();
     // Per job: AR TPOTs, and per method (in first-seen order) τs and TPOTs.
@@ -1138,14 +1146,14 @@ fn sweep(
             bar.set_position(done as u64);
             bar.reset_eta();
             for s in todo {
-                let job = job_of(&exp.models[s.model].name, s.prompt.dataset.as_str(), s.temperature);
+                let job = job_of(&exp.models[s.model].name, s.prompt.dataset.as_str(), s.temperature, s.seed);
                 *job_sizes.entry(job).or_default() += 1;
             }
             say(&bar, format!("{total} samples in this shard, {done} already done, {} jobs to run", job_sizes.len()));
         }
         RunEvent::Model(pair) => say(&bar, format!("loading {pair}")),
         RunEvent::Start(s) => {
-            let job = job_of(&exp.models[s.model].name, s.prompt.dataset.as_str(), s.temperature);
+            let job = job_of(&exp.models[s.model].name, s.prompt.dataset.as_str(), s.temperature, s.seed);
             if job != current_job {
                 job_bar.set_length(job_sizes.get(&job).copied().unwrap_or(0));
                 job_bar.set_position(0);
@@ -1158,7 +1166,7 @@ fn sweep(
         RunEvent::Sample(r) => {
             bar.inc(1);
             job_bar.inc(1);
-            let job = job_of(&r.model, &r.dataset, r.temperature);
+            let job = job_of(&r.model, &r.dataset, r.temperature, r.seed);
             if r.method == "ar" {
                 ar_tpot.entry(job.clone()).or_default().push(r.tpot_s);
             }
@@ -1215,19 +1223,44 @@ fn check(
     file: &Path,
     baseline: Option<PathBuf>,
     update: bool,
-    tolerance: f64,
+    tolerance: Option<f64>,
     results: &Path,
 ) -> Result<(), Box<dyn std::error::Error>> {
     use bastion_bench::check::{compare, rows_of, Baseline, Machine, BASELINE_FORMAT};
     let exp = bastion_bench::Experiment::load(file, Path::new("."))?;
+    // τ must be deterministic: no online learning, no sampling, pinned calibrations.
+    let refuse = |field: &str, why: String| -> Box<dyn std::error::Error> {
+        format!("{}: {field}: {why}; `bastion check` needs a deterministic τ", file.display()).into()
+    };
+    if exp.methods.contains(&Method::Bastion) {
+        return Err(refuse("methods", "online `bastion` sizes its trees from wall-clock times".into()));
+    }
+    if exp.temperatures.iter().any(|&t| t != 0.0) {
+        return Err(refuse("temperatures", format!("{:?}: expected [0.0] (T > 0 samples)", exp.temperatures)));
+    }
+    if exp.methods.iter().any(|m| m.needs_calibration()) {
+        if let Some(i) = exp.models.iter().position(|m| m.calibration.is_none()) {
+            return Err(refuse(
+                &format!("models[{i}].calibration"),
+                "missing: cost-aware methods need a pinned calibration file (this machine's would differ \
+                 elsewhere)"
+                    .into(),
+            ));
+        }
+    }
     let baseline_path = baseline.unwrap_or_else(|| Path::new("results/baselines").join(format!("{}.json", exp.name)));
     // Read the baseline first: a missing one fails before minutes of decoding.
     let before = if update { None } else { Some(Baseline::load(&baseline_path)?) };
-    if update && !(tolerance > 0.0 && tolerance <= 1.0) {
-        return Err(format!("--tolerance {tolerance}: expected a fraction in (0, 1]").into());
-    }
+    let tolerance = match tolerance {
+        Some(t) if !(t > 0.0 && t <= 1.0) => {
+            return Err(format!("--tolerance {t}: expected a fraction in (0, 1]").into())
+        }
+        Some(t) => t,
+        None => Baseline::load(&baseline_path).map_or(0.35, |b| b.speedup_tolerance),
+    };
+    // Its own folder, so a check never touches the results of `bastion run`.
     let opts = bastion_bench::RunOptions {
-        results_dir: results.join(&exp.name),
+        results_dir: results.join("check-runs").join(&exp.name),
         datasets_dir: PathBuf::from("datasets"),
         calibration_dir: PathBuf::from(CALIBRATION_DIR),
         shard: bastion_bench::Shard::default(),
@@ -1243,6 +1276,7 @@ fn check(
         device: exp.backend.device_name(),
         backend: exp.backend.as_str().to_string(),
         build: Machine::this_build().to_string(),
+        isa: Machine::this_isa(),
     };
     match before {
         None => {
@@ -1324,8 +1358,8 @@ fn write_tables(name: &str, dir: &Path, out: &Path) -> Result<(), Box<dyn std::e
             format!("{}: no records (run the experiment, or `bastion merge` its shards)", path.display()).into()
         );
     }
-    let store = bastion_bench::SampleStore::open(&path)?;
-    let records = store.records();
+    // Read-only: tables of a sweep still running show what it has so far.
+    let records = &bastion_bench::SampleStore::read(&path)?;
     let summary = bastion_bench::tables::summary_frame(records)?;
     let tables = bastion_bench::tables::tables(&summary)?;
     let templates = Path::new("paper_tables/templates");

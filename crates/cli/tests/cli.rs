@@ -446,7 +446,7 @@ max_samples = 2
     assert!(out.contains("recorded 3 rows"), "{out}");
     let mut b: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&baseline).unwrap()).unwrap();
     assert_eq!(b["speedup_tolerance"], 0.5);
-    assert_eq!(b["machine"]["build"], "debug");
+    assert_eq!(b["machine"]["build"], if cfg!(debug_assertions) { "debug" } else { "release" });
     let methods: Vec<&str> = b["rows"].as_array().unwrap().iter().map(|r| r["method"].as_str().unwrap()).collect();
     assert_eq!(methods, ["ar", "dflash", "ddtree:4"]);
 
@@ -457,6 +457,9 @@ max_samples = 2
     let (ok, out, err) = run(args(&[]));
     assert!(ok, "{out}\n{err}");
     assert!(out.contains("speedups NOT compared") && out.contains("check passed"), "{out}");
+    // From scratch every time, in its own folder.
+    assert!(err.contains("6 samples in this shard, 0 already done"), "{err}");
+    assert!(results.join("check-runs/tiny-check/samples.jsonl").is_file());
 
     // One more token in the baseline's dflash τ: the check fails and names the row.
     let tau = b["rows"][1]["tau"].as_f64().unwrap();
@@ -466,4 +469,9 @@ max_samples = 2
     assert!(!ok && err.contains("check failed against"), "{err}");
     let line = out.lines().find(|l| l.contains("tiny gsm8k dflash T=0")).unwrap();
     assert!(line.ends_with("τ DIFFERS"), "{out}");
+
+    // Online BASTION has no deterministic τ: refused before anything runs.
+    std::fs::write(&file, text.replace("\"ddtree:4\"]", "\"ddtree:4\", \"bastion\"]")).unwrap();
+    let (ok, _, err) = run(args(&[]));
+    assert!(!ok && err.contains("tiny-check.toml: methods: online `bastion`"), "{err}");
 }
