@@ -22,8 +22,8 @@ use serde::Serialize;
 use crate::store::SampleRecord;
 use crate::tables::{Table, ORACLE};
 
-/// Tableau 10 colours, readable on white.
-const COLORS: [RGBColor; 6] = [
+/// Tableau 10 colours, readable on white (shared by every figure of the harness).
+pub const COLORS: [RGBColor; 6] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),

@@ -187,14 +187,7 @@ impl Experiment {
     /// drafter that does not fit its target, budget 0, negative temperature,
     /// duplicate names, …).
     pub fn load(file: &Path, base: &Path) -> Result<Self, SpecError> {
-        let text = std::fs::read_to_string(file).map_err(|e| SpecError {
-            file: file.to_path_buf(),
-            line: 1,
-            column: 1,
-            field: "(file)".into(),
-            message: format!("cannot read the experiment file: {e}"),
-        })?;
-        Self::parse(file, &text, base)
+        Self::parse(file, &read(file)?, base)
     }
 
     /// Only the `name` of an experiment file, for commands that read its
@@ -210,13 +203,7 @@ impl Experiment {
         struct NameOnly {
             name: Option<Spanned<toml::Value>>,
         }
-        let text = std::fs::read_to_string(file).map_err(|e| SpecError {
-            file: file.to_path_buf(),
-            line: 1,
-            column: 1,
-            field: "(file)".into(),
-            message: format!("cannot read the experiment file: {e}"),
-        })?;
+        let text = read(file)?;
         let loc = Locator { file, text: &text };
         let raw: NameOnly = toml::from_str(&text)
             .map_err(|e| loc.at(e.span().unwrap_or(0..0), "(syntax)", e.message().trim().to_string()))?;
@@ -497,6 +484,17 @@ impl Experiment {
             online,
         })
     }
+}
+
+/// The text of an experiment file, or an error naming it.
+fn read(file: &Path) -> Result<String, SpecError> {
+    std::fs::read_to_string(file).map_err(|e| SpecError {
+        file: file.to_path_buf(),
+        line: 1,
+        column: 1,
+        field: "(file)".into(),
+        message: format!("cannot read the experiment file: {e}"),
+    })
 }
 
 /// `[a-z0-9_-]+`.

@@ -6,14 +6,7 @@ use bastion_decode::Calibration;
 use bastion_tree::RoundCostModel;
 use plotters::prelude::*;
 
-/// Line colours (Tableau 10: blue, orange, green, red, purple), readable on white.
-const COLORS: [RGBColor; 5] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-];
+use bastion_bench::figures::COLORS;
 
 /// Up to `k` context lengths of `all`, spread evenly, first and last included.
 fn spread(all: &[usize], k: usize) -> Vec<usize> {

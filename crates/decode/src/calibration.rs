@@ -530,11 +530,8 @@ impl Calibration {
     /// # Errors
     /// As those three.
     pub fn load_for(path: &Path, target: &Model, backend: BackendKind, drafter: Option<&Drafter>) -> Result<Self> {
-        let cal = Self::load(path)?;
-        cal.check_target(target, backend, path)?;
-        if let Some(d) = drafter {
-            cal.check_drafter(d, path)?;
-        }
+        let cal = Self::load_pinned(path, target, backend, drafter)?;
+        cal.check_device(backend, path)?;
         Ok(cal)
     }
 
@@ -583,6 +580,11 @@ impl Calibration {
     /// when the target's shape, the device or the backend differ.
     pub fn check_target(&self, target: &Model, backend: BackendKind, file: &Path) -> Result<()> {
         self.check_model(target, backend, file)?;
+        self.check_device(backend, file)
+    }
+
+    /// The device half of [`Calibration::check_target`].
+    fn check_device(&self, backend: BackendKind, file: &Path) -> Result<()> {
         let here = backend.device_name();
         if self.device.name != here {
             return Err(DecodeError::Usage(format!(
