@@ -30,13 +30,14 @@ pub mod tokenizer;
 pub mod weights;
 
 pub use backend::BackendKind;
+pub use bastion_kernels::{kernel_available, TreeAttentionMode};
 pub use chat::{ChatTemplate, Message};
 pub use config::{Arch, Llama3Scaling, ModelConfig};
 pub use drafter::{build_target_layer_ids, context_features, DraftSession, Drafter, DrafterConfig};
 pub use error::{ModelError, Result};
 pub use gguf::{GgufFile, GgufValue};
 pub use loader::{load_config, load_gguf, load_model, load_tokenizer};
-pub use model::{ForwardOutput, Model, Session};
+pub use model::{ForwardOutput, Model, Session, TREE_ATTENTION_ENV};
 pub use peak::{measure_peak, PeakMeasurement, PeakOptions};
 pub use tokenizer::Tokenizer;
 pub use weights::{GgufSource, HostTensor, MemorySource, SafetensorsSource, WeightSource};

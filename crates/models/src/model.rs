@@ -1,9 +1,10 @@
 //! Llama / Qwen3 decoder in Burn, with a KV-cache session that supports
 //! causal prefill, tree verification and compaction to the accepted path.
 
-use burn::tensor::activation::{silu, softmax};
+use burn::tensor::activation::silu;
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 
+use bastion_kernels::{tree_attention, TreeAttentionMode, TreeIndex};
 use bastion_tree::DraftTree;
 
 use crate::config::{Arch, ModelConfig};
@@ -113,23 +114,7 @@ impl Linear {
     }
 }
 
-/// Scaled dot-product attention with grouped KV heads, without copying K/V:
-/// `q` `[nh, t, hd]`, `k`/`v` `[nkv, s, hd]`, optional `mask`
-/// `[1, group · t, s]` (true = hidden; rows ordered group-major, the
-/// `[t, s]` pattern repeated per query head of a KV head). Query head `h`
-/// uses KV head `h / group`. Returns `[t, nh · hd]`.
-pub fn attention(q: Tensor<3>, k: Tensor<3>, v: Tensor<3>, mask: Option<&Tensor<3, Bool>>) -> Tensor<2> {
-    let [nh, t, hd] = q.dims();
-    let [nkv, _, _] = k.dims();
-    let group = nh / nkv;
-    let scale = 1.0 / (hd as f64).sqrt();
-    let scores = q.reshape([nkv, group * t, hd]).matmul(k.swap_dims(1, 2)) * scale;
-    let scores = match mask {
-        Some(mask) => scores.mask_fill(mask.clone(), f32::NEG_INFINITY),
-        None => scores,
-    };
-    softmax(scores, 2).matmul(v).reshape([nh, t, hd]).swap_dims(0, 1).reshape([t, nh * hd])
-}
+pub use bastion_kernels::attention;
 
 /// A decoder-only target LLM (Llama or Qwen3 family) on a Burn device.
 pub struct Model {
@@ -140,7 +125,13 @@ pub struct Model {
     norm: Tensor<1>,
     lm_head: Linear,
     inv_freq: Vec<f32>,
+    /// Verification through the CubeCL tree-attention kernel (else the dense mask).
+    tree_kernel: bool,
 }
+
+/// Environment variable read by [`Model::load`]: `auto` (default), `dense`
+/// or `kernel`, the [`TreeAttentionMode`] verification starts with.
+pub const TREE_ATTENTION_ENV: &str = "BASTION_TREE_ATTENTION";
 
 fn to_tensor1(t: HostTensor, device: &Device) -> Tensor<1> {
     let n = t.data.len();
@@ -205,7 +196,42 @@ impl Model {
         let norm = to_tensor1(src.require("model.norm.weight", &[h])?, device);
         let embed = Tensor::from_data(TensorData::new(embed_host.data, [v, h]), device);
         let inv_freq = cfg.rope_inv_freq();
-        Ok(Self { lm_head: Linear::new(lm_head, device), embed, layers, norm, inv_freq, device: device.clone(), cfg })
+        let mode = match std::env::var(TREE_ATTENTION_ENV) {
+            Ok(v) if !v.is_empty() => {
+                v.parse::<TreeAttentionMode>().map_err(|e| ModelError::Usage(format!("{TREE_ATTENTION_ENV}: {e}")))?
+            }
+            _ => TreeAttentionMode::Auto,
+        };
+        let tree_kernel =
+            mode.uses_kernel(device).map_err(|e| ModelError::Usage(format!("{TREE_ATTENTION_ENV}={mode}: {e}")))?;
+        Ok(Self {
+            lm_head: Linear::new(lm_head, device),
+            embed,
+            layers,
+            norm,
+            inv_freq,
+            device: device.clone(),
+            cfg,
+            tree_kernel,
+        })
+    }
+
+    /// Chooses how [`Session::verify`] computes tree attention: the CubeCL
+    /// kernel (parent indices, online softmax; wgpu / cuda builds) or the
+    /// dense mask in Burn ops. [`TreeAttentionMode::Auto`], the default, takes
+    /// the kernel wherever it can run.
+    ///
+    /// # Errors
+    /// [`ModelError::Usage`] for [`TreeAttentionMode::Kernel`] on a device
+    /// without the kernel (a CPU backend or a build without `wgpu` / `cuda`).
+    pub fn set_tree_attention(&mut self, mode: TreeAttentionMode) -> Result<()> {
+        self.tree_kernel = mode.uses_kernel(&self.device).map_err(|e| ModelError::Usage(e.to_string()))?;
+        Ok(())
+    }
+
+    /// Whether verification runs the tree-attention kernel.
+    pub fn uses_tree_kernel(&self) -> bool {
+        self.tree_kernel
     }
 
     /// The configuration.
@@ -407,6 +433,16 @@ pub struct Session<'m> {
     pending: Option<usize>,
 }
 
+/// How one forward pass computes attention (prepared once for all layers).
+enum AttnKind {
+    /// No mask: a single new token.
+    Plain,
+    /// A causal block: dense mask `[1, group · t, past + t]`.
+    Masked(Tensor<3, Bool>),
+    /// A draft tree: kernel or dense mask, see [`TreeIndex`].
+    Tree(TreeIndex),
+}
+
 /// Which earlier tokens each new token may attend to.
 enum Visibility<'a> {
     /// Token `t` sees the cache and new tokens `0..=t`.
@@ -540,25 +576,30 @@ impl<'m> Session<'m> {
         let group = nh / nkv;
         let past = self.len;
         let total = past + t;
-        // Mask `[group · t, total]` (true = masked), the same `[t, total]`
-        // pattern repeated for the `group` query heads sharing a KV head. A
-        // single causal token sees everything: no mask at all.
-        let ancestors = match vis {
-            Visibility::Causal => None,
-            Visibility::Tree(tree) => Some(tree.ancestor_mask()),
-        };
-        let mask: Option<Tensor<3, Bool>> = if t == 1 {
-            None
+        // A single new token sees everything: no mask. A causal block gets the
+        // mask `[group · t, total]` (true = masked), the `[t, total]` pattern
+        // repeated for the `group` query heads sharing a KV head. A tree gets
+        // a `TreeIndex`: the kernel's parent indices, or the same dense mask.
+        let attn_kind = if t == 1 {
+            AttnKind::Plain
         } else {
-            let mut mask = vec![false; t * total];
-            for i in 0..t {
-                for j in 0..t {
-                    let visible = ancestors.as_ref().map_or(j <= i, |a| a.visible(i, j));
-                    mask[i * total + past + j] = !visible;
+            match vis {
+                Visibility::Causal => {
+                    let mut mask = vec![false; t * total];
+                    for i in 0..t {
+                        mask[i * total + past + i + 1..(i + 1) * total].fill(true);
+                    }
+                    let mask = mask.repeat(group);
+                    AttnKind::Masked(
+                        Tensor::<2, Bool>::from_data(TensorData::new(mask, [group * t, total]), &m.device)
+                            .unsqueeze::<3>(),
+                    )
                 }
+                Visibility::Tree(tree) => AttnKind::Tree(
+                    TreeIndex::new(&tree.parents_i64(), past, group, m.tree_kernel, &m.device)
+                        .map_err(|e| ModelError::Usage(e.to_string()))?,
+                ),
             }
-            let mask = mask.repeat(group);
-            Some(Tensor::<2, Bool>::from_data(TensorData::new(mask, [group * t, total]), &m.device).unsqueeze::<3>())
         };
         let (cos, sin) = m.rope_tables(positions);
 
@@ -588,7 +629,13 @@ impl<'m> Session<'m> {
             };
             self.keys[l] = Some(k_all.clone());
             self.values[l] = Some(v_all.clone());
-            let attn = attention(q, k_all, v_all, mask.as_ref());
+            let attn = match &attn_kind {
+                AttnKind::Plain => attention(q, k_all, v_all, None),
+                AttnKind::Masked(mask) => attention(q, k_all, v_all, Some(mask)),
+                AttnKind::Tree(ix) => {
+                    tree_attention(q, k_all, v_all, ix).map_err(|e| ModelError::Usage(e.to_string()))?
+                }
+            };
             x = x + layer.o.forward(attn);
             x = layer.mlp_residual(x, eps);
             if l + 1 < cfg.num_layers {

@@ -1,0 +1,103 @@
+//! SmolLM2-135M-Instruct on wgpu (in CI: Mesa's lavapipe), verifying draft
+//! trees through the CubeCL tree-attention kernel: its verification logits
+//! equal the dense-mask path's, and every method's greedy output equals AR
+//! token for token with the shipped drafter. `BASTION_REQUIRE_WGPU=1` turns
+//! a missing wgpu adapter into a failure instead of a skip.
+#![cfg(feature = "wgpu")]
+
+use std::path::PathBuf;
+
+use bastion_data::{DatasetName, Datasets, Selection};
+use bastion_decode::{generate, GenerateConfig};
+use bastion_models::{load_model, load_tokenizer, Drafter, Message, TreeAttentionMode};
+use bastion_testkit::{max_abs_diff, FixtureCaddCost};
+use bastion_tree::{
+    Bastion, BastionConfig, BudgetPolicy, CaddTree, DevicePeak, DraftTree, FixedBudget, ModelShape, OnlineConfig,
+    RooflineCalibration, RooflineModel,
+};
+use burn::tensor::{Device, DeviceType};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+#[test]
+fn kernel_verification_on_smollm2_is_lossless() {
+    let Some(device) = Device::enumerate(DeviceType::Wgpu).into_iter().next() else {
+        assert!(std::env::var("BASTION_REQUIRE_WGPU").as_deref() != Ok("1"), "BASTION_REQUIRE_WGPU=1: no wgpu adapter");
+        eprintln!("no wgpu adapter: skipped");
+        return;
+    };
+    let path = std::env::var_os("BASTION_SMOLLM2_GGUF")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf"));
+    assert!(path.is_file(), "{} is missing: run scripts/fetch-model.sh first", path.display());
+    let mut target = load_model(&path, &device).unwrap();
+    assert!(target.uses_tree_kernel(), "auto mode takes the kernel on wgpu");
+    let tok = load_tokenizer(&path).unwrap();
+    let template = tok.chat_template().unwrap();
+    let sets = Datasets::open(root().join("datasets")).unwrap();
+    let prompt = &sets.load(DatasetName::Gsm8k, &Selection { paper_subset: true, max_samples: Some(1) }).unwrap()[0];
+    let ids = tok.encode(&template.render(&[Message::new("user", &prompt.turns[0])], true).unwrap(), false).unwrap();
+
+    // 1. Logits of a 48-node tree (random shape, real tokens), kernel vs dense.
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = |n: usize| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % n as u64) as usize
+    };
+    let tokens: Vec<u32> = (0..48).map(|i| ids[(i * 7) % ids.len()]).collect();
+    let parents: Vec<i64> = (0..48).map(|i| if i == 0 { -1 } else { next(i) as i64 }).collect();
+    let mut distinct = tokens.clone();
+    for i in 1..48 {
+        // Siblings must carry distinct tokens.
+        while (1..i).any(|j| parents[j] == parents[i] && distinct[j] == distinct[i]) {
+            distinct[i] = (distinct[i] + 1) % 49_000;
+        }
+    }
+    let tree = DraftTree::from_parts(&distinct, &parents, None).unwrap();
+    let mut logits = Vec::new();
+    for mode in [TreeAttentionMode::Kernel, TreeAttentionMode::Dense] {
+        target.set_tree_attention(mode).unwrap();
+        let mut s = target.session();
+        s.prefill(&ids, &[]).unwrap();
+        logits.push(s.verify(&tree, &[]).unwrap());
+    }
+    let scale = logits[1].logits.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let diff = max_abs_diff(&logits[0].logits, &logits[1].logits);
+    eprintln!(
+        "SmolLM2 verification, 48-node tree after {} tokens: max |kernel - dense| = {diff:e} (max |logit| {scale})",
+        ids.len()
+    );
+    assert!(diff <= 1e-3 * scale.max(1.0), "kernel vs dense logits differ by {diff} (max |logit| {scale})");
+
+    // 2. Every method equals AR, token for token, with the kernel verifying.
+    target.set_tree_attention(TreeAttentionMode::Auto).unwrap();
+    let drafter = Drafter::load(root().join("drafters/smollm2-135m-instruct-dflash"), &target).unwrap();
+    let mut stop = tok.eos_ids().to_vec();
+    stop.extend(&target.config().eos_token_ids);
+    let cfg = GenerateConfig { max_new_tokens: 24, stop_tokens: stop, ..GenerateConfig::default() };
+    let ar = generate(&target, None, &ids, &cfg).unwrap();
+    let roofline = || RooflineModel {
+        shape: ModelShape::qwen3_4b(),
+        device: DevicePeak::h200(),
+        calibration: RooflineCalibration { alpha_c: 1.25, beta_c: 0.0022, alpha_m: 1.0, beta_m: 0.0 },
+    };
+    let config = BastionConfig::raw_rule(0.0035, 0.0006);
+    let policies: Vec<(&str, Box<dyn BudgetPolicy>)> = vec![
+        ("dflash", Box::new(FixedBudget::chain(15))),
+        ("ddtree:8", Box::new(FixedBudget::new(8))),
+        ("ddtree:32", Box::new(FixedBudget::new(32))),
+        ("caddtree", Box::new(CaddTree::new(FixtureCaddCost, 1024))),
+        ("bastion", Box::new(Bastion::online(config, roofline(), OnlineConfig::default()).unwrap())),
+        ("bastion-paper", Box::new(Bastion::new(config, roofline()).unwrap())),
+    ];
+    for (name, mut policy) in policies {
+        let gen = generate(&target, Some((&drafter, &mut *policy)), &ids, &cfg).unwrap();
+        let tau = gen.rounds.iter().map(|r| r.accepted).sum::<usize>() as f64 / gen.rounds.len() as f64;
+        eprintln!("{name}: τ {tau:.2} over {} rounds", gen.rounds.len());
+        assert_eq!(gen.tokens, ar.tokens, "{name} differs from AR");
+    }
+}

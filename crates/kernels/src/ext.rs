@@ -1,0 +1,183 @@
+//! Launching the kernels of `kernel.rs` on Burn's CubeCL backend.
+//!
+//! Burn 0.22 dispatches backends at run time; a tensor on a CubeCL device
+//! (wgpu, CUDA) downcasts to the backend primitive
+//! ([`burn_cubecl::tensor::CubeTensor`]) through Burn's extension API
+//! (`Tensor::try_into_primitive`), the kernel runs on its buffers, and the
+//! output goes back through `Tensor::from_primitive`.
+
+use burn::backend::cubecl::dtype_to_elem_type;
+use burn::backend::Cube;
+use burn::tensor::{DType, Int, Shape, Tensor};
+use burn_cubecl::cubecl::prelude::{CubeCount, CubeDim};
+use burn_cubecl::kernel::{cast, into_contiguous, untile};
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
+use burn_cubecl::tensor::CubeTensor;
+
+use crate::{KernelError, KernelVariant, MAX_HEAD_DIM};
+use burn_cubecl::cubecl::ir::features::Plane;
+
+fn primitive<const D: usize>(t: Tensor<D>, what: &str) -> Result<CubeTensor, KernelError> {
+    t.try_into_primitive::<Cube>().map_err(|e| {
+        KernelError::Backend(format!("{what} is not a CubeCL tensor (the kernel needs wgpu or cuda): {e:?}"))
+    })
+}
+
+/// The CubeCL primitives of one call, checked: `q`, `k`, `v`, the index
+/// buffer as contiguous i32, the output `[nh, t, hd]`, and `(nh, nkv, t, hd)`.
+type Prepared = (CubeTensor, CubeTensor, CubeTensor, CubeTensor, CubeTensor, [usize; 4]);
+
+fn prepare(
+    q: Tensor<3>,
+    k: Tensor<3>,
+    v: Tensor<3>,
+    index: Tensor<1, Int>,
+    past: usize,
+) -> Result<Prepared, KernelError> {
+    let [nh, t, hd] = q.dims();
+    let [nkv, s, hd_k] = k.dims();
+    if v.dims() != k.dims() || hd_k != hd || s != past + t || nkv == 0 || nh % nkv != 0 {
+        return Err(KernelError::Shape(format!(
+            "q {:?}, k {:?}, v {:?}, past {past}: expected q [nh, t, hd], k = v [nkv, past + t, hd] \
+             with nh a multiple of nkv",
+            q.dims(),
+            k.dims(),
+            v.dims(),
+        )));
+    }
+    if !(1..=MAX_HEAD_DIM).contains(&hd) {
+        return Err(KernelError::Shape(format!("head_dim {hd}: the kernel takes 1 to {MAX_HEAD_DIM}")));
+    }
+    let q = untile(primitive(q, "q")?);
+    let k = untile(primitive(k, "k")?);
+    let v = untile(primitive(v, "v")?);
+    let index = index
+        .try_into_primitive::<Cube>()
+        .map_err(|e| KernelError::Backend(format!("the tree index is not a CubeCL tensor: {e:?}")))?;
+    let index = into_contiguous(if index.dtype == DType::I32 { index } else { cast(index, DType::I32) });
+    if q.dtype != k.dtype || k.dtype != v.dtype || !q.dtype.is_float() {
+        return Err(KernelError::Backend(format!(
+            "q, k, v dtypes {:?}, {:?}, {:?}: expected one float dtype",
+            q.dtype, k.dtype, v.dtype
+        )));
+    }
+    let out = empty_device_contiguous_dtype(q.client.clone(), q.device.clone(), Shape::new([nh, t, hd]), q.dtype);
+    Ok((q, k, v, index, out, [nh, nkv, t, hd]))
+}
+
+/// Runs a kernel: `q` `[nh, t, hd]`, `k`/`v` `[nkv, past + t, hd]`,
+/// `ancestors` `[t · words]` bitsets → `[nh, t, hd]`, `q`'s dtype. Without
+/// a `variant`, CPU adapters (no plane operations, as cubecl reports for
+/// wgpu's CPU device type) get [`KernelVariant::Rows`], GPUs
+/// [`KernelVariant::Tiled`].
+///
+/// # Errors
+/// [`KernelError::Backend`] when a tensor is not on a CubeCL device or the
+/// dtypes differ; [`KernelError::Shape`] for inconsistent shapes.
+pub(crate) fn launch(
+    q: Tensor<3>,
+    k: Tensor<3>,
+    v: Tensor<3>,
+    ancestors: Tensor<1, Int>,
+    words: usize,
+    past: usize,
+    variant: Option<KernelVariant>,
+) -> Result<Tensor<3>, KernelError> {
+    let prepared = prepare(q, k, v, ancestors, past)?;
+    match variant.unwrap_or_else(|| variant_for(&prepared.0)) {
+        KernelVariant::Tiled => Ok(launch_tiled(prepared, words, past)),
+        KernelVariant::Rows => Ok(launch_rows(prepared, words, past)),
+    }
+}
+
+/// The layout for the adapter holding `x`: `Rows` without plane operations
+/// (cubecl reports none for wgpu's CPU device type, e.g. lavapipe), else `Tiled`.
+fn variant_for(x: &CubeTensor) -> KernelVariant {
+    if x.client.properties().features.plane.contains(Plane::Ops) {
+        KernelVariant::Tiled
+    } else {
+        KernelVariant::Rows
+    }
+}
+
+/// The layout [`launch`] picks on `device`, or `None` off CubeCL.
+pub(crate) fn default_variant(device: &burn::tensor::Device) -> Option<KernelVariant> {
+    let probe = Tensor::<1>::zeros([1], device).try_into_primitive::<Cube>().ok()?;
+    Some(variant_for(&probe))
+}
+
+fn launch_tiled(prepared: Prepared, words: usize, past: usize) -> Tensor<3> {
+    let (q, k, v, ancestors, out, [nh, nkv, t, hd]) = prepared;
+    let client = q.client.clone();
+    let elem = dtype_to_elem_type(out.dtype);
+    let group = nh / nkv;
+    // SAFETY: every index the kernel forms is in bounds: shapes are checked
+    // above, the tree index was validated by `TreeIndex::new` (parents before
+    // children, bitsets `[t, words]`), and reads are guarded by `valid` / `< limit`.
+    unsafe {
+        crate::kernel::tree_attention_tiled::launch_unchecked(
+            &client,
+            CubeCount::Static((group * t).div_ceil(QUERY_TILE) as u32, nkv as u32, 1),
+            CubeDim::new_1d(hd as u32),
+            q.into_tensor_arg(),
+            k.into_tensor_arg(),
+            v.into_tensor_arg(),
+            ancestors.into_buffer_arg(),
+            out.clone().into_tensor_arg(),
+            past,
+            t,
+            words,
+            group,
+            1.0 / (hd as f32).sqrt(),
+            hd,
+            QUERY_TILE,
+            elem,
+        );
+    }
+    Tensor::from_primitive::<Cube>(out)
+}
+
+fn launch_rows(prepared: Prepared, words: usize, past: usize) -> Tensor<3> {
+    let (q, k, v, ancestors, out, [nh, nkv, t, hd]) = prepared;
+    let client = q.client.clone();
+    let elem = dtype_to_elem_type(out.dtype);
+    let group = nh / nkv;
+    // Widest vector load that K and V allow (unit stride along hd, aligned rows).
+    let strides_ok = |x: &CubeTensor, n: usize| {
+        let st = x.meta.strides();
+        st[2] == 1 && st[1].is_multiple_of(n) && st[0].is_multiple_of(n) && hd.is_multiple_of(n)
+    };
+    let vector = [4usize, 2, 1].into_iter().find(|&n| strides_ok(&k, n) && strides_ok(&v, n)).unwrap_or(1);
+    // SAFETY: as in `launch_tiled`; padding rows are clamped into range and not written.
+    unsafe {
+        crate::kernel::tree_attention_rows::launch_unchecked(
+            &client,
+            CubeCount::Static(t.div_ceil(NODES_PER_CUBE) as u32, nkv as u32, 1),
+            CubeDim::new_1d(NODES_PER_CUBE as u32),
+            vector,
+            q.into_tensor_arg(),
+            k.into_tensor_arg(),
+            v.into_tensor_arg(),
+            ancestors.into_buffer_arg(),
+            out.clone().into_tensor_arg(),
+            past,
+            t,
+            words,
+            1.0 / (hd as f32).sqrt(),
+            group,
+            vector,
+            hd / vector,
+            KEY_CHUNK,
+            elem,
+        );
+    }
+    Tensor::from_primitive::<Cube>(out)
+}
+
+/// Tree nodes per cube of the node-per-unit kernel.
+const NODES_PER_CUBE: usize = 8;
+/// Keys scored per softmax rescale in the row-per-unit kernel.
+const KEY_CHUNK: usize = 8;
+
+/// Query rows per cube of the tiled kernel.
+const QUERY_TILE: usize = 8;

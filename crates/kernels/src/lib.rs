@@ -1,0 +1,405 @@
+//! Tree attention for verifying a draft tree.
+//!
+//! Verification feeds the `t = 1 + N` nodes of a draft tree to the target in
+//! one forward pass. Node `i` must attend to the whole committed prefix
+//! (`past` cached tokens) and, inside the tree, only to its ancestors and
+//! itself. The reference implementations (DDTree `ddtree.py`, DFlash,
+//! CaDDTree, BASTION) hand PyTorch SDPA a dense additive mask
+//! `[1 + N, past + 1 + N]` for this; [`reference`] does the same in Burn ops.
+//! On CubeCL backends (wgpu, CUDA; Cargo features `wgpu` / `cuda`) a CubeCL
+//! kernel reads the tree as ancestor bitsets instead, with online softmax
+//! (`kernel.rs`).
+//!
+//! [`TreeIndex`] prepares what one verification needs (the parents on the
+//! device, or the dense mask) once; [`tree_attention`] runs one layer.
+//! [`TreeAttentionMode`] chooses the path: `auto` takes the kernel wherever
+//! [`kernel_available`] says it can run.
+
+use std::fmt;
+use std::str::FromStr;
+
+use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod ext;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod kernel;
+pub mod reference;
+
+pub use reference::attention;
+
+/// Largest head dimension the kernel takes (one unit per dimension).
+pub const MAX_HEAD_DIM: usize = 128;
+
+/// Errors of this crate.
+#[derive(Debug, thiserror::Error)]
+pub enum KernelError {
+    /// A tree whose parent indices are not a tree rooted at node 0.
+    #[error("invalid draft tree: {0}")]
+    Tree(String),
+    /// Tensor shapes that do not fit together.
+    #[error("tree attention shapes: {0}")]
+    Shape(String),
+    /// The kernel cannot run on this device or dtype.
+    #[error("tree attention kernel: {0}")]
+    Backend(String),
+    /// An unknown [`TreeAttentionMode`] name.
+    #[error("unknown tree attention mode `{0}`: expected auto, dense or kernel")]
+    Mode(String),
+}
+
+/// How verification computes tree attention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TreeAttentionMode {
+    /// The kernel where [`kernel_available`], else the dense mask.
+    #[default]
+    Auto,
+    /// Always the dense-mask path in Burn ops (every backend).
+    Dense,
+    /// Always the kernel; an error on devices that cannot run it.
+    Kernel,
+}
+
+impl TreeAttentionMode {
+    /// The name used on the command line (`auto`, `dense`, `kernel`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TreeAttentionMode::Auto => "auto",
+            TreeAttentionMode::Dense => "dense",
+            TreeAttentionMode::Kernel => "kernel",
+        }
+    }
+
+    /// Whether verification on `device` uses the kernel in this mode.
+    ///
+    /// # Errors
+    /// [`KernelError::Backend`] for [`TreeAttentionMode::Kernel`] on a device
+    /// without the kernel (a CPU backend, an autodiff device, or a build
+    /// without the `wgpu` / `cuda` feature).
+    pub fn uses_kernel(self, device: &Device) -> Result<bool, KernelError> {
+        match self {
+            TreeAttentionMode::Auto => Ok(kernel_available(device)),
+            TreeAttentionMode::Dense => Ok(false),
+            TreeAttentionMode::Kernel if kernel_available(device) => Ok(true),
+            TreeAttentionMode::Kernel => Err(KernelError::Backend(format!(
+                "the tree-attention kernel needs a CubeCL device (wgpu or cuda, built with that feature, \
+                 without autodiff); this device is {device:?}"
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for TreeAttentionMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for TreeAttentionMode {
+    type Err = KernelError;
+
+    /// Parses `auto`, `dense` or `kernel` (case-insensitive).
+    fn from_str(s: &str) -> Result<Self, KernelError> {
+        [TreeAttentionMode::Auto, TreeAttentionMode::Dense, TreeAttentionMode::Kernel]
+            .into_iter()
+            .find(|m| m.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| KernelError::Mode(s.to_string()))
+    }
+}
+
+/// Whether the kernel can run on `device`: a CubeCL device (wgpu or CUDA) in
+/// a build with the matching feature, without autodiff.
+pub fn kernel_available(device: &Device) -> bool {
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    {
+        !device.is_autodiff() && matches!(device.as_dispatch(), burn::backend::DispatchDevice::Cube(_))
+    }
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+    {
+        let _ = device;
+        false
+    }
+}
+
+/// The kernel layout used on `device` unless [`TreeIndex::with_variant`]
+/// forces one; `None` where the kernel is not available.
+pub fn default_variant(device: &Device) -> Option<KernelVariant> {
+    if !kernel_available(device) {
+        return None;
+    }
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    {
+        ext::default_variant(device)
+    }
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+    {
+        None
+    }
+}
+
+/// What one verification pass needs for its tree, prepared once and shared
+/// by all layers: the ancestor bitsets on the device (kernel path) or the
+/// dense mask `[1, group · t, past + t]` (dense path).
+#[derive(Debug, Clone)]
+pub struct TreeIndex {
+    past: usize,
+    t: usize,
+    max_depth: usize,
+    prepared: Prepared,
+}
+
+#[derive(Debug, Clone)]
+// Without `wgpu` / `cuda` the kernel arm is never built, so its fields are never read.
+#[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(dead_code))]
+enum Prepared {
+    /// Ancestor bitsets `[t, ⌈t/32⌉]` as i32 words; the layout (`None`: by adapter).
+    Kernel {
+        ancestors: Tensor<1, Int>,
+        words: usize,
+        variant: Option<KernelVariant>,
+    },
+    Dense(Tensor<3, Bool>),
+}
+
+/// The kernel's layout. By default it follows the adapter: `Rows` on CPU
+/// adapters (lavapipe), `Tiled` on GPUs; [`TreeIndex::with_variant`] forces
+/// one (benchmarks, tests).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelVariant {
+    /// A cube per tile of 8 query rows of a KV head, a unit per key of each
+    /// block of `hd` keys, scores in shared memory.
+    Tiled,
+    /// A unit per tree node computing every query head of its KV head, keys
+    /// streamed through private vector registers.
+    Rows,
+}
+
+/// Ancestor bitsets `[t, ⌈t/32⌉]` as i32 words: bit `j` of row `i` is set
+/// iff node `j` is `i` or one of its ancestors.
+fn ancestor_bits(parents: &[i64]) -> (Vec<i32>, usize) {
+    let t = parents.len();
+    let words = t.div_ceil(32);
+    let mut bits = vec![0u32; t * words];
+    for i in 0..t {
+        let mut node = i as i64;
+        while node >= 0 {
+            bits[i * words + node as usize / 32] |= 1 << (node as usize % 32);
+            node = parents[node as usize];
+        }
+    }
+    (bits.into_iter().map(|w| w as i32).collect(), words)
+}
+
+impl TreeIndex {
+    /// Prepares tree attention for `t = parents.len()` tree nodes after
+    /// `past` committed tokens, for `group` query heads per KV head.
+    /// `parents[0] = -1` (the root); every other node's parent is an earlier
+    /// node (`0 ≤ parents[i] < i`), the order `bastion_tree::DraftTree`
+    /// keeps.
+    ///
+    /// # Errors
+    /// [`KernelError::Tree`] for an empty or malformed parent array;
+    /// [`KernelError::Backend`] when `use_kernel` is set on a device without
+    /// the kernel.
+    pub fn new(
+        parents: &[i64],
+        past: usize,
+        group: usize,
+        use_kernel: bool,
+        device: &Device,
+    ) -> Result<Self, KernelError> {
+        let depths = depths(parents)?;
+        let max_depth = depths.iter().copied().max().unwrap_or(0);
+        let t = parents.len();
+        let prepared = if use_kernel {
+            if !kernel_available(device) {
+                return Err(TreeAttentionMode::Kernel.uses_kernel(device).unwrap_err());
+            }
+            let (bits, words) = ancestor_bits(parents);
+            let n = bits.len();
+            Prepared::Kernel { ancestors: Tensor::from_data(TensorData::new(bits, [n]), device), words, variant: None }
+        } else {
+            let mask = reference::tree_mask(parents, past)?.repeat(group);
+            Prepared::Dense(
+                Tensor::<2, Bool>::from_data(TensorData::new(mask, [group.max(1) * t, past + t]), device)
+                    .unsqueeze::<3>(),
+            )
+        };
+        Ok(TreeIndex { past, t, max_depth, prepared })
+    }
+
+    /// Whether this index runs the kernel.
+    pub fn uses_kernel(&self) -> bool {
+        matches!(self.prepared, Prepared::Kernel { .. })
+    }
+
+    /// Forces a kernel layout instead of the adapter's default (no effect
+    /// on the dense path).
+    pub fn with_variant(mut self, v: KernelVariant) -> Self {
+        if let Prepared::Kernel { variant, .. } = &mut self.prepared {
+            *variant = Some(v);
+        }
+        self
+    }
+
+    /// Committed prefix length (tokens).
+    pub fn past(&self) -> usize {
+        self.past
+    }
+
+    /// Tree nodes `t = 1 + N` (root included).
+    pub fn len(&self) -> usize {
+        self.t
+    }
+
+    /// Whether the tree is empty (never: [`TreeIndex::new`] refuses that).
+    pub fn is_empty(&self) -> bool {
+        self.t == 0
+    }
+
+    /// Depth of the deepest node (root = 0).
+    pub fn max_depth(&self) -> usize {
+        self.max_depth
+    }
+}
+
+/// Depth of every node (root 0), checking that `parents` is a tree rooted at
+/// node 0 with parents before children.
+///
+/// # Errors
+/// [`KernelError::Tree`] naming the first bad node.
+pub fn depths(parents: &[i64]) -> Result<Vec<usize>, KernelError> {
+    if parents.first() != Some(&-1) {
+        return Err(KernelError::Tree(format!(
+            "node 0 must be the root (parent -1); parents start {:?}",
+            parents.first()
+        )));
+    }
+    let mut depth = vec![0usize; parents.len()];
+    for (i, &p) in parents.iter().enumerate().skip(1) {
+        if p < 0 || p as usize >= i {
+            return Err(KernelError::Tree(format!("node {i} has parent {p}: expected an earlier node 0..{i}")));
+        }
+        depth[i] = depth[p as usize] + 1;
+    }
+    Ok(depth)
+}
+
+/// Tree attention of one layer: `q` `[nh, t, hd]` (the tree's queries),
+/// `k`/`v` `[nkv, past + t, hd]` (committed prefix, then the tree's keys and
+/// values in node order). Query `i` attends to the prefix, its ancestors and
+/// itself; query head `h` uses KV head `h / (nh / nkv)`. Returns
+/// `[t, nh · hd]`, the layout of [`attention`].
+///
+/// # Errors
+/// [`KernelError::Shape`] when the shapes do not match `ix`;
+/// [`KernelError::Backend`] when the kernel cannot take the tensors.
+pub fn tree_attention(q: Tensor<3>, k: Tensor<3>, v: Tensor<3>, ix: &TreeIndex) -> Result<Tensor<2>, KernelError> {
+    let [nh, t, hd] = q.dims();
+    let [nkv, s, _] = k.dims();
+    if t != ix.t || s != ix.past + ix.t || nkv == 0 || nh % nkv != 0 {
+        return Err(KernelError::Shape(format!(
+            "q {:?} and k {:?} do not fit a tree of {} nodes after {} committed tokens",
+            q.dims(),
+            k.dims(),
+            ix.t,
+            ix.past
+        )));
+    }
+    match &ix.prepared {
+        Prepared::Dense(mask) => {
+            if mask.dims()[1] != (nh / nkv) * t {
+                return Err(KernelError::Shape(format!(
+                    "the mask was prepared for {} query rows, the heads need {}",
+                    mask.dims()[1],
+                    (nh / nkv) * t
+                )));
+            }
+            Ok(attention(q, k, v, Some(mask)))
+        }
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        Prepared::Kernel { ancestors, words, variant } => {
+            let o = ext::launch(q, k, v, ancestors.clone(), *words, ix.past, *variant)?;
+            Ok(o.swap_dims(0, 1).reshape([t, nh * hd]))
+        }
+        #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+        Prepared::Kernel { .. } => {
+            let _ = hd;
+            unreachable!("TreeIndex::new refuses the kernel without a CubeCL feature")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_parse_and_resolve_on_the_cpu_backend() {
+        for m in [TreeAttentionMode::Auto, TreeAttentionMode::Dense, TreeAttentionMode::Kernel] {
+            assert_eq!(m.as_str().to_uppercase().parse::<TreeAttentionMode>().unwrap(), m);
+        }
+        assert!("flash".parse::<TreeAttentionMode>().unwrap_err().to_string().contains("auto, dense or kernel"));
+        let cpu = Device::flex();
+        assert!(!kernel_available(&cpu));
+        assert!(!TreeAttentionMode::Auto.uses_kernel(&cpu).unwrap());
+        assert!(!TreeAttentionMode::Dense.uses_kernel(&cpu).unwrap());
+        assert!(TreeAttentionMode::Kernel.uses_kernel(&cpu).is_err());
+        assert!(TreeIndex::new(&[-1, 0], 3, 1, true, &cpu).is_err());
+    }
+
+    #[test]
+    fn malformed_trees_are_refused() {
+        for bad in [&[][..], &[0], &[-1, 1], &[-1, 0, 5], &[-1, -1]] {
+            assert!(matches!(depths(bad), Err(KernelError::Tree(_))), "{bad:?}");
+            assert!(reference::tree_mask(bad, 2).is_err());
+        }
+        assert_eq!(depths(&[-1, 0, 0, 1, 3]).unwrap(), vec![0, 1, 1, 2, 3]);
+    }
+
+    #[test]
+    fn mask_rows_see_prefix_ancestors_and_self() {
+        // 0 ─ 1 ─ 3
+        //   └ 2
+        let parents = [-1, 0, 0, 1];
+        let past = 2;
+        let mask = reference::tree_mask(&parents, past).unwrap();
+        let visible: Vec<Vec<usize>> = mask
+            .chunks(past + 4)
+            .map(|row| row.iter().enumerate().filter(|(_, &h)| !h).map(|(j, _)| j).collect())
+            .collect();
+        assert_eq!(visible, vec![vec![0, 1, 2], vec![0, 1, 2, 3], vec![0, 1, 2, 4], vec![0, 1, 2, 3, 5]]);
+    }
+
+    #[test]
+    fn dense_path_equals_causal_attention_on_a_chain() {
+        // A chain is causal attention: the tree path must agree with the plain mask.
+        let device = Device::flex();
+        let (nh, nkv, hd, past, t) = (4, 2, 8, 5, 6);
+        let q = Tensor::<3>::random([nh, t, hd], burn::tensor::Distribution::Uniform(-1.0, 1.0), &device);
+        let k = Tensor::<3>::random([nkv, past + t, hd], burn::tensor::Distribution::Uniform(-1.0, 1.0), &device);
+        let v = Tensor::<3>::random([nkv, past + t, hd], burn::tensor::Distribution::Uniform(-1.0, 1.0), &device);
+        let chain: Vec<i64> = (0..t as i64).map(|i| i - 1).collect();
+        let ix = TreeIndex::new(&chain, past, nh / nkv, false, &device).unwrap();
+        assert_eq!((ix.len(), ix.past(), ix.max_depth(), ix.uses_kernel()), (t, past, t - 1, false));
+        let tree = tree_attention(q.clone(), k.clone(), v.clone(), &ix).unwrap();
+        let mut causal = vec![false; t * (past + t)];
+        for i in 0..t {
+            causal[i * (past + t) + past + i + 1..(i + 1) * (past + t)].fill(true);
+        }
+        let mask =
+            Tensor::<2, Bool>::from_data(TensorData::new(causal.repeat(nh / nkv), [nh / nkv * t, past + t]), &device)
+                .unsqueeze::<3>();
+        let plain = attention(q, k, v, Some(&mask));
+        let d = (tree - plain).abs().max().into_scalar::<f32>();
+        assert!(d < 1e-6, "{d}");
+        let err = tree_attention(
+            Tensor::zeros([nh, t + 1, hd], &device),
+            Tensor::zeros([nkv, past + t + 1, hd], &device),
+            Tensor::zeros([nkv, past + t + 1, hd], &device),
+            &ix,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("do not fit a tree of 6 nodes"), "{err}");
+    }
+}
