@@ -2,7 +2,8 @@
 //! path in Burn ops, on the same wgpu device. Prints a Markdown table
 //! (time per call, and dense / kernel) over tree sizes N ∈ {16, 64, 256} and
 //! prefixes ∈ {128, 1024, 4096}, for the attention shapes of SmolLM2-135M
-//! and Qwen3-8B; with `BASTION_KERNEL_BENCH_OUT=FILE` it also writes it there.
+//! and Qwen3-8B; with `BASTION_KERNEL_BENCH_OUT=FILE` (relative to the repository root)
+//! it also writes it there.
 //!
 //! Both paths get what a verification prepares once for all layers: the
 //! parents on the device (kernel) or the dense mask on the device (dense);
@@ -123,8 +124,13 @@ fn main() {
         }
     }
     if let Ok(path) = std::env::var("BASTION_KERNEL_BENCH_OUT") {
+        // Relative to the repository root (cargo runs benches in the crate's folder).
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(path);
         let _ = writeln!(table);
-        std::fs::write(&path, table).unwrap_or_else(|e| panic!("writing {path}: {e}"));
-        eprintln!("wrote {path}");
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+        }
+        std::fs::write(&path, table).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+        eprintln!("wrote {}", path.display());
     }
 }
