@@ -6,7 +6,7 @@
 //! it also writes it there.
 //!
 //! Both paths get what a verification prepares once for all layers: the
-//! parents on the device (kernel) or the dense mask on the device (dense);
+//! ancestor bitsets on the device (kernel) or the dense mask on the device (dense);
 //! the mask's build and upload are timed separately ("mask"), since a
 //! verification pays them once, not per layer.
 //!

@@ -61,6 +61,9 @@ fn prepare(
             q.dtype, k.dtype, v.dtype
         )));
     }
+    if !q.client.properties().supports_type(dtype_to_elem_type(q.dtype)) {
+        return Err(KernelError::Backend(format!("dtype {:?} is not supported by this adapter", q.dtype)));
+    }
     let out = empty_device_contiguous_dtype(q.client.clone(), q.device.clone(), Shape::new([nh, t, hd]), q.dtype);
     Ok((q, k, v, index, out, [nh, nkv, t, hd]))
 }
@@ -139,6 +142,9 @@ fn launch_tiled(prepared: Prepared, words: usize, past: usize) -> Tensor<3> {
 
 fn launch_rows(prepared: Prepared, words: usize, past: usize) -> Tensor<3> {
     let (q, k, v, ancestors, out, [nh, nkv, t, hd]) = prepared;
+    // The rows layout reads K and V rows as contiguous runs of `hd`.
+    let rows_contiguous = |x: CubeTensor| if x.meta.strides()[2] == 1 { x } else { into_contiguous(x) };
+    let (k, v) = (rows_contiguous(k), rows_contiguous(v));
     let client = q.client.clone();
     let elem = dtype_to_elem_type(out.dtype);
     let group = nh / nkv;

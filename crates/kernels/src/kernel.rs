@@ -219,8 +219,9 @@ pub fn tree_attention_tiled<F: Float>(
 /// `[t, words]`, prefix keys always.
 ///
 /// `n` = `N` lanes and `nv` = hd / `n` vectors per row (comptime). `k`/`v`
-/// must have unit stride along `hd` and row strides divisible by `n` (the
-/// launcher picks `n = 1` otherwise).
+/// must have unit stride along `hd` (the launcher makes them contiguous
+/// otherwise) and row strides divisible by `n` (the launcher picks the
+/// widest such `n` of 4, 2, 1).
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub fn tree_attention_rows<F: Float, N: Size>(

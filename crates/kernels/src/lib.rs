@@ -70,16 +70,23 @@ impl TreeAttentionMode {
         }
     }
 
-    /// Whether verification on `device` uses the kernel in this mode.
+    /// Whether verification of a model with `head_dim` on `device` uses the
+    /// kernel in this mode. `Auto` falls back to the dense path where the
+    /// kernel cannot run (a CPU backend, or `head_dim` > [`MAX_HEAD_DIM`]).
     ///
     /// # Errors
     /// [`KernelError::Backend`] for [`TreeAttentionMode::Kernel`] on a device
     /// without the kernel (a CPU backend, an autodiff device, or a build
-    /// without the `wgpu` / `cuda` feature).
-    pub fn uses_kernel(self, device: &Device) -> Result<bool, KernelError> {
+    /// without the `wgpu` / `cuda` feature); [`KernelError::Shape`] for it
+    /// with `head_dim` > [`MAX_HEAD_DIM`].
+    pub fn uses_kernel(self, device: &Device, head_dim: usize) -> Result<bool, KernelError> {
+        let fits = (1..=MAX_HEAD_DIM).contains(&head_dim);
         match self {
-            TreeAttentionMode::Auto => Ok(kernel_available(device)),
+            TreeAttentionMode::Auto => Ok(kernel_available(device) && fits),
             TreeAttentionMode::Dense => Ok(false),
+            TreeAttentionMode::Kernel if !fits => Err(KernelError::Shape(format!(
+                "head_dim {head_dim}: the tree-attention kernel takes 1 to {MAX_HEAD_DIM}"
+            ))),
             TreeAttentionMode::Kernel if kernel_available(device) => Ok(true),
             TreeAttentionMode::Kernel => Err(KernelError::Backend(format!(
                 "the tree-attention kernel needs a CubeCL device (wgpu or cuda, built with that feature, \
@@ -208,12 +215,15 @@ impl TreeIndex {
         use_kernel: bool,
         device: &Device,
     ) -> Result<Self, KernelError> {
+        if group == 0 {
+            return Err(KernelError::Shape("group (query heads per KV head) must be at least 1".into()));
+        }
         let depths = depths(parents)?;
         let max_depth = depths.iter().copied().max().unwrap_or(0);
         let t = parents.len();
         let prepared = if use_kernel {
             if !kernel_available(device) {
-                return Err(TreeAttentionMode::Kernel.uses_kernel(device).unwrap_err());
+                return Err(TreeAttentionMode::Kernel.uses_kernel(device, 1).unwrap_err());
             }
             let (bits, words) = ancestor_bits(parents);
             let n = bits.len();
@@ -221,8 +231,7 @@ impl TreeIndex {
         } else {
             let mask = reference::tree_mask(parents, past)?.repeat(group);
             Prepared::Dense(
-                Tensor::<2, Bool>::from_data(TensorData::new(mask, [group.max(1) * t, past + t]), device)
-                    .unsqueeze::<3>(),
+                Tensor::<2, Bool>::from_data(TensorData::new(mask, [group * t, past + t]), device).unsqueeze::<3>(),
             )
         };
         Ok(TreeIndex { past, t, max_depth, prepared })
@@ -296,7 +305,15 @@ pub fn depths(parents: &[i64]) -> Result<Vec<usize>, KernelError> {
 /// [`KernelError::Backend`] when the kernel cannot take the tensors.
 pub fn tree_attention(q: Tensor<3>, k: Tensor<3>, v: Tensor<3>, ix: &TreeIndex) -> Result<Tensor<2>, KernelError> {
     let [nh, t, hd] = q.dims();
-    let [nkv, s, _] = k.dims();
+    let [nkv, s, hd_k] = k.dims();
+    if v.dims() != k.dims() || hd_k != hd {
+        return Err(KernelError::Shape(format!(
+            "q {:?}, k {:?}, v {:?}: expected k = v = [nkv, past + t, hd] with q's hd",
+            q.dims(),
+            k.dims(),
+            v.dims()
+        )));
+    }
     if t != ix.t || s != ix.past + ix.t || nkv == 0 || nh % nkv != 0 {
         return Err(KernelError::Shape(format!(
             "q {:?} and k {:?} do not fit a tree of {} nodes after {} committed tokens",
@@ -342,9 +359,11 @@ mod tests {
         assert!("flash".parse::<TreeAttentionMode>().unwrap_err().to_string().contains("auto, dense or kernel"));
         let cpu = Device::flex();
         assert!(!kernel_available(&cpu));
-        assert!(!TreeAttentionMode::Auto.uses_kernel(&cpu).unwrap());
-        assert!(!TreeAttentionMode::Dense.uses_kernel(&cpu).unwrap());
-        assert!(TreeAttentionMode::Kernel.uses_kernel(&cpu).is_err());
+        assert!(!TreeAttentionMode::Auto.uses_kernel(&cpu, 64).unwrap());
+        assert!(!TreeAttentionMode::Dense.uses_kernel(&cpu, 64).unwrap());
+        assert!(matches!(TreeAttentionMode::Kernel.uses_kernel(&cpu, 64), Err(KernelError::Backend(_))));
+        assert!(matches!(TreeAttentionMode::Kernel.uses_kernel(&cpu, 256), Err(KernelError::Shape(_))));
+        assert!(matches!(TreeIndex::new(&[-1, 0], 3, 0, false, &cpu), Err(KernelError::Shape(_))));
         assert!(TreeIndex::new(&[-1, 0], 3, 1, true, &cpu).is_err());
     }
 

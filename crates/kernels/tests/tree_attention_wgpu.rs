@@ -248,13 +248,63 @@ fn strided_inputs_as_the_model_passes_them() {
 }
 
 #[test]
+fn vector_widths_and_column_strides() {
+    let Some(device) = device() else { return };
+    let (nh, nkv, hd) = SMOLLM2;
+    let (past, parents) = (45, random_tree(23, &mut Rng(29)));
+    let case = Case::new(SMOLLM2, past, parents.clone(), 12);
+    let s = past + parents.len();
+    let dense = case.run(&device, None);
+    let (q, _, _) = case.tensors(&device);
+    // Rows `hd + pad` long, narrowed to `hd`: row strides 66 and 65 allow
+    // vector loads of 2 and 1 only.
+    let padded = |x: &[f32], pad: usize| -> Tensor<3> {
+        let rows: Vec<f32> =
+            x.chunks(hd).flat_map(|r| r.iter().copied().chain(std::iter::repeat_n(7.0, pad))).collect();
+        Tensor::<3>::from_data(TensorData::new(rows, [nkv, s, hd + pad]), &device).narrow(2, 0, hd)
+    };
+    // Stored `[nkv, hd, s]` and viewed as `[nkv, s, hd]`: column stride s.
+    let transposed = |x: &[f32]| -> Tensor<3> {
+        let mut t = vec![0.0; x.len()];
+        for kh in 0..nkv {
+            for r in 0..s {
+                for d in 0..hd {
+                    t[(kh * hd + d) * s + r] = x[(kh * s + r) * hd + d];
+                }
+            }
+        }
+        Tensor::<3>::from_data(TensorData::new(t, [nkv, hd, s]), &device).swap_dims(1, 2)
+    };
+    let layouts: [(&str, Tensor<3>, Tensor<3>); 3] = [
+        ("row stride 66", padded(&case.k, 2), padded(&case.v, 2)),
+        ("row stride 65", padded(&case.k, 1), padded(&case.v, 1)),
+        ("column stride s", transposed(&case.k), transposed(&case.v)),
+    ];
+    for (what, k, v) in layouts {
+        for variant in KERNELS {
+            let ix = TreeIndex::new(&parents, past, nh / nkv, true, &device).unwrap().with_variant(variant);
+            let got = tree_attention(q.clone(), k.clone(), v.clone(), &ix)
+                .unwrap()
+                .into_data()
+                .try_into_vec::<f32>()
+                .unwrap();
+            let err = max_err(&got, &dense);
+            assert!(err <= 1e-5, "{variant:?}, {what}: max error {err:e}");
+        }
+    }
+}
+
+#[test]
 fn shape_mismatch_is_an_error_not_a_panic() {
     let Some(device) = device() else { return };
     let case = Case::new(SMOLLM2, 10, chain(4), 1);
     let ix = TreeIndex::new(&case.parents, 11, 3, true, &device).unwrap();
     let (q, k, v) = case.tensors(&device);
-    let err = tree_attention(q, k, v, &ix).unwrap_err().to_string();
+    let err = tree_attention(q.clone(), k.clone(), v.clone(), &ix).unwrap_err().to_string();
     assert!(err.contains("after 11 committed tokens"), "{err}");
+    let ix = TreeIndex::new(&case.parents, 10, 3, true, &device).unwrap();
+    let err = tree_attention(q, k.clone(), k.narrow(2, 0, 32), &ix).unwrap_err().to_string();
+    assert!(err.contains("expected k = v"), "{err}");
 }
 
 fn arb_case() -> impl Strategy<Value = (bool, usize, usize, u64)> {
@@ -284,6 +334,11 @@ fn half_precision_where_the_adapter_has_it() {
     let Some(device) = device() else { return };
     for dtype in [DType::F16, DType::BF16] {
         if !device.supports_dtype(dtype) {
+            // lavapipe (CI) has f16; a required adapter must run at least that.
+            assert!(
+                dtype != DType::F16 || std::env::var("BASTION_REQUIRE_WGPU").as_deref() != Ok("1"),
+                "BASTION_REQUIRE_WGPU=1 but the adapter has no f16"
+            );
             eprintln!("{dtype:?}: not supported by this adapter, skipped");
             continue;
         }

@@ -202,8 +202,9 @@ impl Model {
             }
             _ => TreeAttentionMode::Auto,
         };
-        let tree_kernel =
-            mode.uses_kernel(device).map_err(|e| ModelError::Usage(format!("{TREE_ATTENTION_ENV}={mode}: {e}")))?;
+        let tree_kernel = mode
+            .uses_kernel(device, cfg.head_dim)
+            .map_err(|e| ModelError::Usage(format!("{TREE_ATTENTION_ENV}={mode}: {e}")))?;
         Ok(Self {
             lm_head: Linear::new(lm_head, device),
             embed,
@@ -217,15 +218,17 @@ impl Model {
     }
 
     /// Chooses how [`Session::verify`] computes tree attention: the CubeCL
-    /// kernel (parent indices, online softmax; wgpu / cuda builds) or the
+    /// kernel (ancestor bitsets, online softmax; wgpu / cuda builds) or the
     /// dense mask in Burn ops. [`TreeAttentionMode::Auto`], the default, takes
     /// the kernel wherever it can run.
     ///
     /// # Errors
     /// [`ModelError::Usage`] for [`TreeAttentionMode::Kernel`] on a device
-    /// without the kernel (a CPU backend or a build without `wgpu` / `cuda`).
+    /// without the kernel (a CPU backend or a build without `wgpu` / `cuda`)
+    /// or with a head dimension above [`bastion_kernels::MAX_HEAD_DIM`].
     pub fn set_tree_attention(&mut self, mode: TreeAttentionMode) -> Result<()> {
-        self.tree_kernel = mode.uses_kernel(&self.device).map_err(|e| ModelError::Usage(e.to_string()))?;
+        self.tree_kernel =
+            mode.uses_kernel(&self.device, self.cfg.head_dim).map_err(|e| ModelError::Usage(e.to_string()))?;
         Ok(())
     }
 
@@ -579,7 +582,7 @@ impl<'m> Session<'m> {
         // A single new token sees everything: no mask. A causal block gets the
         // mask `[group · t, total]` (true = masked), the `[t, total]` pattern
         // repeated for the `group` query heads sharing a KV head. A tree gets
-        // a `TreeIndex`: the kernel's parent indices, or the same dense mask.
+        // a `TreeIndex`: the kernel's ancestor bitsets, or the same dense mask.
         let attn_kind = if t == 1 {
             AttnKind::Plain
         } else {
@@ -632,9 +635,19 @@ impl<'m> Session<'m> {
             let attn = match &attn_kind {
                 AttnKind::Plain => attention(q, k_all, v_all, None),
                 AttnKind::Masked(mask) => attention(q, k_all, v_all, Some(mask)),
-                AttnKind::Tree(ix) => {
-                    tree_attention(q, k_all, v_all, ix).map_err(|e| ModelError::Usage(e.to_string()))?
-                }
+                AttnKind::Tree(ix) => match tree_attention(q, k_all, v_all, ix) {
+                    Ok(a) => a,
+                    Err(e) => {
+                        // Leave the cache as it was: drop the rows this pass appended.
+                        for cache in self.keys.iter_mut().chain(self.values.iter_mut()) {
+                            *cache = match cache.take() {
+                                Some(c) if c.dims()[1] > past => (past > 0).then(|| c.narrow(1, 0, past)),
+                                other => other,
+                            };
+                        }
+                        return Err(ModelError::Usage(e.to_string()));
+                    }
+                },
             };
             x = x + layer.o.forward(attn);
             x = layer.mlp_residual(x, eps);
