@@ -3,8 +3,7 @@
 //! tokens (tiny-qwen3 and tiny-llama fixtures).
 
 use bastion_models::{load_model, Model};
-use bastion_testkit::{fixture_dir, max_abs_diff};
-use bastion_tree::DraftTree;
+use bastion_testkit::{fixture_dir, max_abs_diff, root_path, tree_with_distinct_siblings};
 use burn::tensor::Device;
 use proptest::prelude::*;
 
@@ -31,25 +30,9 @@ proptest! {
         tail in prop::collection::vec(1u32..250, 1..4),
     ) {
         let model = &models()[which];
-        let mut tokens = vec![root];
-        let mut parents = vec![-1i64];
-        for (i, (p, tok)) in nodes.iter().enumerate() {
-            let parent = p.index(i + 1);
-            // Distinct sibling tokens: bump until unused under this parent.
-            let mut t = *tok;
-            while tokens.iter().zip(&parents).any(|(&x, &q)| q == parent as i64 && x == t) {
-                t = t % 249 + 1;
-            }
-            tokens.push(t);
-            parents.push(parent as i64);
-        }
-        let tree = DraftTree::from_parts(&tokens, &parents, None).unwrap();
-        let node = pick.index(tree.len());
-        let mut path = vec![node];
-        while let Some(p) = tree.parent(*path.last().unwrap()) {
-            path.push(p);
-        }
-        path.reverse();
+        let nodes: Vec<(usize, u32)> = nodes.iter().enumerate().map(|(i, (p, tok))| (p.index(i + 1), *tok)).collect();
+        let tree = tree_with_distinct_siblings(root, &nodes);
+        let path = root_path(&tree, pick.index(tree.len()));
 
         let mut session = model.session();
         session.prefill(&prefix, &[]).unwrap();

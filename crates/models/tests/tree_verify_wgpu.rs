@@ -6,8 +6,7 @@
 #![cfg(feature = "wgpu")]
 
 use bastion_models::{load_model, Model, TreeAttentionMode};
-use bastion_testkit::{fixture_dir, max_abs_diff};
-use bastion_tree::DraftTree;
+use bastion_testkit::{fixture_dir, max_abs_diff, root_path, tree_with_distinct_siblings};
 use burn::tensor::{Device, DeviceType};
 use proptest::prelude::*;
 
@@ -64,18 +63,8 @@ proptest! {
     ) {
         let Some(models) = models() else { return Ok(()) };
         let [kernel_model, dense_model] = &models[which];
-        let mut tokens = vec![root];
-        let mut parents = vec![-1i64];
-        for (i, (p, tok)) in nodes.iter().enumerate() {
-            let parent = p.index(i + 1);
-            let mut t = *tok;
-            while tokens.iter().zip(&parents).any(|(&x, &q)| q == parent as i64 && x == t) {
-                t = t % 249 + 1;
-            }
-            tokens.push(t);
-            parents.push(parent as i64);
-        }
-        let tree = DraftTree::from_parts(&tokens, &parents, None).unwrap();
+        let nodes: Vec<(usize, u32)> = nodes.iter().enumerate().map(|(i, (p, tok))| (p.index(i + 1), *tok)).collect();
+        let tree = tree_with_distinct_siblings(root, &nodes);
 
         let mut dense = dense_model.session();
         dense.prefill(&prefix, &[]).unwrap();
@@ -89,12 +78,7 @@ proptest! {
         }
 
         // Commit a root-to-node path and decode on: equal to a causal run.
-        let node = pick.index(tree.len());
-        let mut path = vec![node];
-        while let Some(p) = tree.parent(*path.last().unwrap()) {
-            path.push(p);
-        }
-        path.reverse();
+        let path = root_path(&tree, pick.index(tree.len()));
         session.commit(&path).unwrap();
         let after = session.prefill_all_logits(&tail, &[]).unwrap();
         let mut plain_ids = prefix.clone();

@@ -102,3 +102,30 @@ impl bastion_tree::RoundCostModel for FixtureCaddCost {
         0.010 + 0.0004 * n + 0.000004 * n * n + 1e-7 * l as f64
     }
 }
+
+/// A draft tree for property tests: root token `root`, then node `i + 1`
+/// under parent `nodes[i].0` (must be ≤ i) with token `nodes[i].1`, bumped
+/// (within 1..=249) until no sibling carries it.
+pub fn tree_with_distinct_siblings(root: u32, nodes: &[(usize, u32)]) -> bastion_tree::DraftTree {
+    let mut tokens = vec![root];
+    let mut parents = vec![-1i64];
+    for &(parent, tok) in nodes {
+        let mut t = tok;
+        while tokens.iter().zip(&parents).any(|(&x, &q)| q == parent as i64 && x == t) {
+            t = t % 249 + 1;
+        }
+        tokens.push(t);
+        parents.push(parent as i64);
+    }
+    bastion_tree::DraftTree::from_parts(&tokens, &parents, None).expect("a valid tree")
+}
+
+/// Tree indices from the root down to `node`.
+pub fn root_path(tree: &bastion_tree::DraftTree, node: usize) -> Vec<usize> {
+    let mut path = vec![node];
+    while let Some(p) = tree.parent(*path.last().expect("non-empty")) {
+        path.push(p);
+    }
+    path.reverse();
+    path
+}
