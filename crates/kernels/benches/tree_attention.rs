@@ -18,6 +18,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use bastion_kernels::{default_variant, tree_attention, KernelVariant, TreeIndex};
+use bastion_tree::{AncestorMask, DraftTree};
 use burn::tensor::{Device, DeviceType, Distribution, Tensor};
 
 /// Median seconds of `f` (which must end with a device sync), after one warm-up call.
@@ -34,10 +35,11 @@ fn time(budget: Duration, mut f: impl FnMut()) -> f64 {
     samples[samples.len() / 2]
 }
 
-/// A random tree of `t` nodes (each under a uniformly chosen earlier node), from a fixed seed.
-fn tree(t: usize) -> Vec<i64> {
+/// The ancestor bitsets of a random tree of `t` nodes (each under a
+/// uniformly chosen earlier node), from a fixed seed.
+fn tree(t: usize) -> AncestorMask {
     let mut x = 0x2545_f491_4f6c_dd1du64;
-    (0..t)
+    let parents = (0..t)
         .map(|i| {
             x ^= x << 13;
             x ^= x >> 7;
@@ -48,7 +50,9 @@ fn tree(t: usize) -> Vec<i64> {
                 (x % i as u64) as i64
             }
         })
-        .collect()
+        .collect::<Vec<i64>>();
+    let tokens: Vec<u32> = (0..t as u32).collect();
+    DraftTree::from_parts(&tokens, &parents, None).expect("a valid tree").ancestor_mask()
 }
 
 fn main() {

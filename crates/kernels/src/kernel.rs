@@ -3,7 +3,7 @@
 //! Both compute, for every tree node `i` and query head `h`, attention over
 //! the committed prefix (`past` keys, all visible) and the tree's keys, of
 //! which only `i`'s ancestors and `i` itself are visible. The tree is given
-//! as ancestor bitsets `[t, ⌈t/32⌉]` (bit `j` of row `i`: node `j` is `i` or
+//! as ancestor bitsets `[t, words]` (bit `j` of row `i`: node `j` is `i` or
 //! an ancestor of `i`), never as a dense mask. Softmax is computed online
 //! (running max, running sum, rescaled accumulator) in f32 whatever the
 //! storage type. Two layouts:

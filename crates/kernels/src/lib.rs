@@ -10,7 +10,7 @@
 //! kernel reads the tree as ancestor bitsets instead, with online softmax
 //! (`kernel.rs`).
 //!
-//! [`TreeIndex`] prepares what one verification needs (the parents on the
+//! [`TreeIndex`] prepares what one verification needs (the ancestor bitsets on the
 //! device, or the dense mask) once; [`tree_attention`] runs one layer.
 //! [`TreeAttentionMode`] chooses the path: `auto` takes the kernel wherever
 //! [`kernel_available`] says it can run.
@@ -18,6 +18,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+use bastion_tree::AncestorMask;
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -34,9 +35,6 @@ pub const MAX_HEAD_DIM: usize = 128;
 /// Errors of this crate.
 #[derive(Debug, thiserror::Error)]
 pub enum KernelError {
-    /// A tree whose parent indices are not a tree rooted at node 0.
-    #[error("invalid draft tree: {0}")]
-    Tree(String),
     /// Tensor shapes that do not fit together.
     #[error("tree attention shapes: {0}")]
     Shape(String),
@@ -151,7 +149,6 @@ pub fn default_variant(device: &Device) -> Option<KernelVariant> {
 pub struct TreeIndex {
     past: usize,
     t: usize,
-    max_depth: usize,
     prepared: Prepared,
 }
 
@@ -159,7 +156,7 @@ pub struct TreeIndex {
 // Without `wgpu` / `cuda` the kernel arm is never built, so its fields are never read.
 #[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(dead_code))]
 enum Prepared {
-    /// Ancestor bitsets `[t, ⌈t/32⌉]` as i32 words; the layout (`None`: by adapter).
+    /// Ancestor bitsets `[t, words]` as i32 words (see `ancestor_words`); the layout (`None`: by adapter).
     Kernel {
         ancestors: Tensor<1, Int>,
         words: usize,
@@ -181,35 +178,27 @@ pub enum KernelVariant {
     Rows,
 }
 
-/// Ancestor bitsets `[t, ⌈t/32⌉]` as i32 words: bit `j` of row `i` is set
-/// iff node `j` is `i` or one of its ancestors.
-fn ancestor_bits(parents: &[i64]) -> (Vec<i32>, usize) {
-    let t = parents.len();
-    let words = t.div_ceil(32);
-    let mut bits = vec![0u32; t * words];
-    for i in 0..t {
-        let mut node = i as i64;
-        while node >= 0 {
-            bits[i * words + node as usize / 32] |= 1 << (node as usize % 32);
-            node = parents[node as usize];
-        }
-    }
-    (bits.into_iter().map(|w| w as i32).collect(), words)
+/// The tree's ancestor bitsets as the kernel reads them: `[t, 2 · w]` i32
+/// words (each 64-bit word of [`AncestorMask`] split low half first), so
+/// that bit `j` of row `i` sits in word `j / 32`, bit `j % 32`.
+fn ancestor_words(mask: &AncestorMask) -> (Vec<i32>, usize) {
+    let words = 2 * mask.words_per_row();
+    let bits = (0..mask.len())
+        .flat_map(|i| mask.row(i).iter().flat_map(|&w| [w as u32 as i32, (w >> 32) as u32 as i32]))
+        .collect();
+    (bits, words)
 }
 
 impl TreeIndex {
-    /// Prepares tree attention for `t = parents.len()` tree nodes after
-    /// `past` committed tokens, for `group` query heads per KV head.
-    /// `parents[0] = -1` (the root); every other node's parent is an earlier
-    /// node (`0 ≤ parents[i] < i`), the order `bastion_tree::DraftTree`
-    /// keeps.
+    /// Prepares tree attention for the `t = mask.len()` nodes of a draft tree
+    /// (`DraftTree::ancestor_mask`) after `past` committed tokens, for `group`
+    /// query heads per KV head.
     ///
     /// # Errors
-    /// [`KernelError::Tree`] for an empty or malformed parent array;
-    /// [`KernelError::Backend`] when `use_kernel` is set on a device without
-    /// the kernel.
+    /// [`KernelError::Shape`] for `group` 0; [`KernelError::Backend`] when
+    /// `use_kernel` is set on a device without the kernel.
     pub fn new(
-        parents: &[i64],
+        mask: &AncestorMask,
         past: usize,
         group: usize,
         use_kernel: bool,
@@ -218,23 +207,21 @@ impl TreeIndex {
         if group == 0 {
             return Err(KernelError::Shape("group (query heads per KV head) must be at least 1".into()));
         }
-        let depths = depths(parents)?;
-        let max_depth = depths.iter().copied().max().unwrap_or(0);
-        let t = parents.len();
+        let t = mask.len();
         let prepared = if use_kernel {
             if !kernel_available(device) {
                 return Err(TreeAttentionMode::Kernel.uses_kernel(device, 1).unwrap_err());
             }
-            let (bits, words) = ancestor_bits(parents);
+            let (bits, words) = ancestor_words(mask);
             let n = bits.len();
             Prepared::Kernel { ancestors: Tensor::from_data(TensorData::new(bits, [n]), device), words, variant: None }
         } else {
-            let mask = reference::tree_mask(parents, past)?.repeat(group);
+            let dense = reference::tree_mask(mask, past).repeat(group);
             Prepared::Dense(
-                Tensor::<2, Bool>::from_data(TensorData::new(mask, [group * t, past + t]), device).unsqueeze::<3>(),
+                Tensor::<2, Bool>::from_data(TensorData::new(dense, [group * t, past + t]), device).unsqueeze::<3>(),
             )
         };
-        Ok(TreeIndex { past, t, max_depth, prepared })
+        Ok(TreeIndex { past, t, prepared })
     }
 
     /// Whether this index runs the kernel.
@@ -265,33 +252,6 @@ impl TreeIndex {
     pub fn is_empty(&self) -> bool {
         self.t == 0
     }
-
-    /// Depth of the deepest node (root = 0).
-    pub fn max_depth(&self) -> usize {
-        self.max_depth
-    }
-}
-
-/// Depth of every node (root 0), checking that `parents` is a tree rooted at
-/// node 0 with parents before children.
-///
-/// # Errors
-/// [`KernelError::Tree`] naming the first bad node.
-pub fn depths(parents: &[i64]) -> Result<Vec<usize>, KernelError> {
-    if parents.first() != Some(&-1) {
-        return Err(KernelError::Tree(format!(
-            "node 0 must be the root (parent -1); parents start {:?}",
-            parents.first()
-        )));
-    }
-    let mut depth = vec![0usize; parents.len()];
-    for (i, &p) in parents.iter().enumerate().skip(1) {
-        if p < 0 || p as usize >= i {
-            return Err(KernelError::Tree(format!("node {i} has parent {p}: expected an earlier node 0..{i}")));
-        }
-        depth[i] = depth[p as usize] + 1;
-    }
-    Ok(depth)
 }
 
 /// Tree attention of one layer: `q` `[nh, t, hd]` (the tree's queries),
@@ -363,31 +323,41 @@ mod tests {
         assert!(!TreeAttentionMode::Dense.uses_kernel(&cpu, 64).unwrap());
         assert!(matches!(TreeAttentionMode::Kernel.uses_kernel(&cpu, 64), Err(KernelError::Backend(_))));
         assert!(matches!(TreeAttentionMode::Kernel.uses_kernel(&cpu, 256), Err(KernelError::Shape(_))));
-        assert!(matches!(TreeIndex::new(&[-1, 0], 3, 0, false, &cpu), Err(KernelError::Shape(_))));
-        assert!(TreeIndex::new(&[-1, 0], 3, 1, true, &cpu).is_err());
+        assert!(matches!(TreeIndex::new(&tree(&[-1, 0]), 3, 0, false, &cpu), Err(KernelError::Shape(_))));
+        assert!(TreeIndex::new(&tree(&[-1, 0]), 3, 1, true, &cpu).is_err());
     }
 
-    #[test]
-    fn malformed_trees_are_refused() {
-        for bad in [&[][..], &[0], &[-1, 1], &[-1, 0, 5], &[-1, -1]] {
-            assert!(matches!(depths(bad), Err(KernelError::Tree(_))), "{bad:?}");
-            assert!(reference::tree_mask(bad, 2).is_err());
-        }
-        assert_eq!(depths(&[-1, 0, 0, 1, 3]).unwrap(), vec![0, 1, 1, 2, 3]);
+    fn tree(parents: &[i64]) -> AncestorMask {
+        let tokens: Vec<u32> = (0..parents.len() as u32).collect();
+        bastion_tree::DraftTree::from_parts(&tokens, parents, None).unwrap().ancestor_mask()
     }
 
     #[test]
     fn mask_rows_see_prefix_ancestors_and_self() {
         // 0 ─ 1 ─ 3
         //   └ 2
-        let parents = [-1, 0, 0, 1];
         let past = 2;
-        let mask = reference::tree_mask(&parents, past).unwrap();
+        let mask = reference::tree_mask(&tree(&[-1, 0, 0, 1]), past);
         let visible: Vec<Vec<usize>> = mask
             .chunks(past + 4)
             .map(|row| row.iter().enumerate().filter(|(_, &h)| !h).map(|(j, _)| j).collect())
             .collect();
         assert_eq!(visible, vec![vec![0, 1, 2], vec![0, 1, 2, 3], vec![0, 1, 2, 4], vec![0, 1, 2, 3, 5]]);
+    }
+
+    #[test]
+    fn kernel_words_hold_the_ancestor_bits() {
+        // A 70-node chain spans two 64-bit words per row: four i32 words.
+        let chain: Vec<i64> = (0..70).map(|i| i - 1).collect();
+        let mask = tree(&chain);
+        let (bits, words) = ancestor_words(&mask);
+        assert_eq!((words, bits.len()), (4, 70 * 4));
+        for i in 0..70 {
+            for j in 0..70 {
+                let bit = (bits[i * words + j / 32] as u32 >> (j % 32)) & 1 == 1;
+                assert_eq!(bit, j <= i, "row {i}, node {j}");
+            }
+        }
     }
 
     #[test]
@@ -399,8 +369,8 @@ mod tests {
         let k = Tensor::<3>::random([nkv, past + t, hd], burn::tensor::Distribution::Uniform(-1.0, 1.0), &device);
         let v = Tensor::<3>::random([nkv, past + t, hd], burn::tensor::Distribution::Uniform(-1.0, 1.0), &device);
         let chain: Vec<i64> = (0..t as i64).map(|i| i - 1).collect();
-        let ix = TreeIndex::new(&chain, past, nh / nkv, false, &device).unwrap();
-        assert_eq!((ix.len(), ix.past(), ix.max_depth(), ix.uses_kernel()), (t, past, t - 1, false));
+        let ix = TreeIndex::new(&tree(&chain), past, nh / nkv, false, &device).unwrap();
+        assert_eq!((ix.len(), ix.past(), ix.uses_kernel()), (t, past, false));
         let tree = tree_attention(q.clone(), k.clone(), v.clone(), &ix).unwrap();
         let mut causal = vec![false; t * (past + t)];
         for i in 0..t {

@@ -5,7 +5,7 @@
 use burn::tensor::activation::softmax;
 use burn::tensor::{Bool, Tensor};
 
-use crate::KernelError;
+use bastion_tree::AncestorMask;
 
 /// Scaled dot-product attention with grouped KV heads, without copying K/V:
 /// `q` `[nh, t, hd]`, `k`/`v` `[nkv, s, hd]`, optional `mask`
@@ -26,24 +26,9 @@ pub fn attention(q: Tensor<3>, k: Tensor<3>, v: Tensor<3>, mask: Option<&Tensor<
 }
 
 /// The dense tree mask `[t, past + t]`, row-major, true = hidden: row `i`
-/// sees the `past` committed tokens, its ancestors and itself. `parents` as
-/// in [`crate::TreeIndex::new`].
-///
-/// # Errors
-/// [`KernelError::Tree`] for a malformed parent array.
-pub fn tree_mask(parents: &[i64], past: usize) -> Result<Vec<bool>, KernelError> {
-    crate::depths(parents)?;
-    let t = parents.len();
-    let total = past + t;
-    let mut mask = vec![true; t * total];
-    for i in 0..t {
-        let row = &mut mask[i * total..(i + 1) * total];
-        row[..past].fill(false);
-        let mut node = i as i64;
-        while node >= 0 {
-            row[past + node as usize] = false;
-            node = parents[node as usize];
-        }
-    }
-    Ok(mask)
+/// sees the `past` committed tokens, its ancestors and itself (`mask` from
+/// `DraftTree::ancestor_mask`).
+pub fn tree_mask(mask: &AncestorMask, past: usize) -> Vec<bool> {
+    let t = mask.len();
+    (0..t).flat_map(|i| (0..past + t).map(move |j| j >= past && !mask.visible(i, j - past))).collect()
 }

@@ -4,7 +4,8 @@
 //! exists. `PROPTEST_CASES` scales the random cases (default 12).
 #![cfg(feature = "wgpu")]
 
-use bastion_kernels::{depths, tree_attention, KernelVariant, TreeIndex};
+use bastion_kernels::{tree_attention, KernelVariant, TreeIndex};
+use bastion_tree::{AncestorMask, DraftTree};
 use burn::tensor::{DType, Device, DeviceType, Tensor, TensorData};
 use proptest::prelude::*;
 
@@ -48,6 +49,12 @@ impl Rng {
 /// A random tree of `t` nodes: node `i` hangs under a uniformly chosen earlier node.
 fn random_tree(t: usize, rng: &mut Rng) -> Vec<i64> {
     (0..t).map(|i| if i == 0 { -1 } else { rng.below(i) as i64 }).collect()
+}
+
+/// The ancestor bitsets of the tree with these parents (tokens are the node indices).
+fn mask_of(parents: &[i64]) -> AncestorMask {
+    let tokens: Vec<u32> = (0..parents.len() as u32).collect();
+    DraftTree::from_parts(&tokens, parents, None).unwrap().ancestor_mask()
 }
 
 fn chain(t: usize) -> Vec<i64> {
@@ -96,7 +103,8 @@ impl Case {
 
     /// `[t, nh · hd]` through a kernel (`Some(variant)`) or the dense mask (`None`).
     fn run(&self, device: &Device, kernel: Option<KernelVariant>) -> Vec<f32> {
-        let ix = TreeIndex::new(&self.parents, self.past, self.nh / self.nkv, kernel.is_some(), device).unwrap();
+        let ix =
+            TreeIndex::new(&mask_of(&self.parents), self.past, self.nh / self.nkv, kernel.is_some(), device).unwrap();
         assert_eq!(ix.uses_kernel(), kernel.is_some());
         let ix = match kernel {
             Some(v) => ix.with_variant(v),
@@ -156,13 +164,13 @@ fn assert_matches_dense(device: &Device, case: &Case) {
         let err = max_err(&kernel, &dense);
         assert!(
             err <= 1e-5,
-            "{variant:?} kernel vs dense: max error {err:e} (shape {}/{}/{}, past {}, t {}, depth {})",
+            "{variant:?} kernel vs dense: max error {err:e} (shape {}/{}/{}, past {}, t {}, parents {:?})",
             case.nh,
             case.nkv,
             case.hd,
             case.past,
             case.t(),
-            depths(&case.parents).unwrap().into_iter().max().unwrap()
+            case.parents
         );
     }
 }
@@ -236,7 +244,7 @@ fn strided_inputs_as_the_model_passes_them() {
     };
     let dense = case.run(&device, None);
     for variant in KERNELS {
-        let ix = TreeIndex::new(&parents, past, nh / nkv, true, &device).unwrap().with_variant(variant);
+        let ix = TreeIndex::new(&mask_of(&parents), past, nh / nkv, true, &device).unwrap().with_variant(variant);
         let got = tree_attention(q.clone(), pad(&case.k), pad(&case.v), &ix)
             .unwrap()
             .into_data()
@@ -282,7 +290,7 @@ fn vector_widths_and_column_strides() {
     ];
     for (what, k, v) in layouts {
         for variant in KERNELS {
-            let ix = TreeIndex::new(&parents, past, nh / nkv, true, &device).unwrap().with_variant(variant);
+            let ix = TreeIndex::new(&mask_of(&parents), past, nh / nkv, true, &device).unwrap().with_variant(variant);
             let got = tree_attention(q.clone(), k.clone(), v.clone(), &ix)
                 .unwrap()
                 .into_data()
@@ -298,11 +306,11 @@ fn vector_widths_and_column_strides() {
 fn shape_mismatch_is_an_error_not_a_panic() {
     let Some(device) = device() else { return };
     let case = Case::new(SMOLLM2, 10, chain(4), 1);
-    let ix = TreeIndex::new(&case.parents, 11, 3, true, &device).unwrap();
+    let ix = TreeIndex::new(&mask_of(&case.parents), 11, 3, true, &device).unwrap();
     let (q, k, v) = case.tensors(&device);
     let err = tree_attention(q.clone(), k.clone(), v.clone(), &ix).unwrap_err().to_string();
     assert!(err.contains("after 11 committed tokens"), "{err}");
-    let ix = TreeIndex::new(&case.parents, 10, 3, true, &device).unwrap();
+    let ix = TreeIndex::new(&mask_of(&case.parents), 10, 3, true, &device).unwrap();
     let err = tree_attention(q, k.clone(), k.narrow(2, 0, 32), &ix).unwrap_err().to_string();
     assert!(err.contains("expected k = v"), "{err}");
 }
@@ -346,11 +354,11 @@ fn half_precision_where_the_adapter_has_it() {
         // The reference sees the same rounded inputs, in f32.
         let (q, k, v) = case.tensors(&device);
         let (q, k, v) = (q.cast(dtype), k.cast(dtype), v.cast(dtype));
-        let ix = TreeIndex::new(&case.parents, case.past, 3, true, &device).unwrap();
+        let ix = TreeIndex::new(&mask_of(&case.parents), case.past, 3, true, &device).unwrap();
         let got = tree_attention(q.clone(), k.clone(), v.clone(), &ix).unwrap();
         assert_eq!(got.dtype(), dtype);
         let got = got.cast(DType::F32).into_data().try_into_vec::<f32>().unwrap();
-        let dense_ix = TreeIndex::new(&case.parents, case.past, 3, false, &device).unwrap();
+        let dense_ix = TreeIndex::new(&mask_of(&case.parents), case.past, 3, false, &device).unwrap();
         let want = tree_attention(q.cast(DType::F32), k.cast(DType::F32), v.cast(DType::F32), &dense_ix)
             .unwrap()
             .into_data()

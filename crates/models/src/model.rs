@@ -599,7 +599,7 @@ impl<'m> Session<'m> {
                     )
                 }
                 Visibility::Tree(tree) => AttnKind::Tree(
-                    TreeIndex::new(&tree.parents_i64(), past, group, m.tree_kernel, &m.device)
+                    TreeIndex::new(&tree.ancestor_mask(), past, group, m.tree_kernel, &m.device)
                         .map_err(|e| ModelError::Usage(e.to_string()))?,
                 ),
             }
