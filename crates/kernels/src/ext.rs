@@ -115,8 +115,9 @@ fn launch_tiled(prepared: Prepared, words: usize, past: usize) -> Tensor<3> {
     let elem = dtype_to_elem_type(out.dtype);
     let group = nh / nkv;
     // SAFETY: every index the kernel forms is in bounds: shapes are checked
-    // above, the tree index was validated by `TreeIndex::new` (parents before
-    // children, bitsets `[t, words]`), and reads are guarded by `valid` / `< limit`.
+    // above; the bitsets are `[t, words]` with `words` = 2·⌈t/64⌉ ≥ ⌈t/32⌉ (the
+    // `AncestorMask` rows split into i32 words), so word `j / 32` of any node
+    // `j < t` exists; and reads are guarded by `valid` / `< limit`.
     unsafe {
         crate::kernel::tree_attention_tiled::launch_unchecked(
             &client,

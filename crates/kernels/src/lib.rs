@@ -248,7 +248,7 @@ impl TreeIndex {
         self.t
     }
 
-    /// Whether the tree is empty (never: [`TreeIndex::new`] refuses that).
+    /// Whether the tree is empty (never: an [`AncestorMask`] always holds the root).
     pub fn is_empty(&self) -> bool {
         self.t == 0
     }

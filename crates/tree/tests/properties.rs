@@ -349,6 +349,35 @@ fn exact_ties_follow_each_reference() {
     assert_eq!(bastion.tokens(), &[9, 0, 1, 2, 0, 0, 0, 1, 1, 1, 2, 2, 2]);
 }
 
+/// `DraftTree::from_parts` is the entry for trees from outside (stored
+/// reference trees, `bastion` subcommands); each malformed input names the
+/// rule it breaks, and a valid one round-trips with depths from its parents.
+#[test]
+fn from_parts_refuses_malformed_trees_and_round_trips() {
+    let cases: [(&[u32], &[i64], &str); 6] = [
+        (&[], &[], "non-empty"),
+        (&[1, 2], &[-1], "equal length"),
+        (&[1], &[0], "parents[0] = -1"),
+        (&[1, 2], &[-1, 1], "parent of node 1 in 0..1"),
+        (&[1, 2, 3], &[-1, 0, 5], "parent of node 2 in 0..2"),
+        (&[1, 2, 2], &[-1, 0, 0], "distinct sibling tokens under node 0"),
+    ];
+    for (tokens, parents, rule) in cases {
+        let err = DraftTree::from_parts(tokens, parents, None).unwrap_err().to_string();
+        assert!(err.contains(rule), "{tokens:?} / {parents:?}: {err}");
+    }
+    assert!(DraftTree::from_parts(&[1, 2], &[-1, -1], None).is_err());
+    assert!(DraftTree::from_parts(&[1, 2], &[-1, 0], Some(&[0.0])).is_err());
+
+    let parents = [-1, 0, 0, 1, 3, 2];
+    let log_w = [0.0, -0.1, -0.2, -0.3, -0.4, -0.5];
+    let tree = DraftTree::from_parts(&[7, 1, 2, 1, 1, 1], &parents, Some(&log_w)).unwrap();
+    assert_eq!(tree.parents_i64(), parents);
+    assert_eq!(tree.depths(), &[0, 1, 1, 2, 3, 2]);
+    assert_eq!(tree.tokens(), &[7, 1, 2, 1, 1, 1]);
+    assert_eq!((0..6).map(|i| tree.log_w(i)).collect::<Vec<_>>(), log_w);
+}
+
 #[test]
 fn invalid_cost_models_are_refused() {
     let good =
