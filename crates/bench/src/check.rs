@@ -24,6 +24,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::{FieldError, OutputError};
 use crate::tables::{Table, ORACLE};
 
 /// The baseline file's format version.
@@ -259,18 +260,22 @@ impl Baseline {
     /// Reads and checks a baseline file.
     ///
     /// # Errors
-    /// A message naming the file: unreadable, not JSON of this shape, another
-    /// format, or a tolerance outside (0, 1].
-    pub fn load(path: &std::path::Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            format!("{}: {e} (record one with `bastion check --update` on a trusted build)", path.display())
+    /// [`OutputError`] naming the file: unreadable, not JSON of this shape,
+    /// another format, or a value out of range ([`Baseline::validate`]).
+    pub fn load(path: &std::path::Path) -> Result<Self, OutputError> {
+        let text = std::fs::read_to_string(path).map_err(|source| OutputError::Io {
+            path: path.into(),
+            source,
+            hint: " (record one with `bastion check --update` on a trusted build)".into(),
         })?;
-        let b: Baseline =
-            serde_json::from_str(&text).map_err(|e| format!("{}: not a baseline file: {e}", path.display()))?;
+        let b: Baseline = serde_json::from_str(&text)
+            .map_err(|e| OutputError::Format { path: path.into(), what: format!("not a baseline file: {e}") })?;
         if b.format != BASELINE_FORMAT {
-            return Err(format!("{}: field format: expected {BASELINE_FORMAT}, found {}", path.display(), b.format));
+            let expected = format!("expected {BASELINE_FORMAT}, found {}", b.format);
+            let source = FieldError { field: "format".into(), expected };
+            return Err(OutputError::Field { path: path.into(), refusing: false, source });
         }
-        b.validate().map_err(|e| format!("{}: {e}", path.display()))?;
+        b.validate().map_err(|source| OutputError::Field { path: path.into(), refusing: false, source })?;
         Ok(b)
     }
 
@@ -278,26 +283,25 @@ impl Baseline {
     /// with τ ≥ 1 and a finite speedup > 0, no row twice.
     ///
     /// # Errors
-    /// A message naming the field.
-    pub fn validate(&self) -> Result<(), String> {
+    /// [`FieldError`] naming the field.
+    pub fn validate(&self) -> Result<(), FieldError> {
+        let bad = |field: String, expected: String| Err(FieldError { field, expected });
         if !(self.speedup_tolerance > 0.0 && self.speedup_tolerance <= 1.0) {
-            return Err(format!(
-                "field speedup_tolerance: expected a fraction in (0, 1], found {}",
-                self.speedup_tolerance
-            ));
+            let found = format!("expected a fraction in (0, 1], found {}", self.speedup_tolerance);
+            return bad("speedup_tolerance".into(), found);
         }
         if self.rows.is_empty() {
-            return Err("field rows: expected at least one row (a baseline without rows checks nothing)".into());
+            return bad("rows".into(), "expected at least one row (a baseline without rows checks nothing)".into());
         }
         for (i, r) in self.rows.iter().enumerate() {
             if !(r.tau.is_finite() && r.tau >= 1.0) {
-                return Err(format!("field rows[{i}].tau: expected a number ≥ 1, found {}", r.tau));
+                return bad(format!("rows[{i}].tau"), format!("expected a number ≥ 1, found {}", r.tau));
             }
             if !(r.speedup.is_finite() && r.speedup > 0.0) {
-                return Err(format!("field rows[{i}].speedup: expected a number > 0, found {}", r.speedup));
+                return bad(format!("rows[{i}].speedup"), format!("expected a number > 0, found {}", r.speedup));
             }
             if self.rows[..i].iter().any(|o| label(o) == label(r)) {
-                return Err(format!("field rows[{i}]: {} is listed twice", label(r)));
+                return bad(format!("rows[{i}]"), format!("{} is listed twice", label(r)));
             }
         }
         Ok(())
@@ -306,16 +310,15 @@ impl Baseline {
     /// Writes the file (pretty JSON) atomically, after [`Baseline::validate`].
     ///
     /// # Errors
-    /// A message naming the file: invalid values, or I/O.
-    pub fn save(&self, path: &std::path::Path) -> Result<(), String> {
-        self.validate().map_err(|e| format!("{}: refusing to write this baseline: {e}", path.display()))?;
-        let io = |e: std::io::Error| format!("{}: {e}", path.display());
+    /// [`OutputError`] naming the file: invalid values, or I/O.
+    pub fn save(&self, path: &std::path::Path) -> Result<(), OutputError> {
+        self.validate().map_err(|source| OutputError::Field { path: path.into(), refusing: true, source })?;
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(io)?;
+            std::fs::create_dir_all(dir).map_err(OutputError::io(dir))?;
         }
         let tmp = path.with_extension("json.tmp");
-        let text = serde_json::to_string_pretty(self).map_err(|e| format!("{}: {e}", path.display()))?;
-        std::fs::write(&tmp, text + "\n").map_err(io)?;
-        std::fs::rename(&tmp, path).map_err(io)
+        let text = serde_json::to_string_pretty(self).expect("a validated baseline serialises");
+        std::fs::write(&tmp, text + "\n").map_err(OutputError::io(&tmp))?;
+        std::fs::rename(&tmp, path).map_err(OutputError::io(path))
     }
 }

@@ -16,9 +16,11 @@
 
 use std::path::{Path, PathBuf};
 
+use bastion_decode::Method;
 use plotters::prelude::*;
 use serde::Serialize;
 
+use crate::error::OutputError;
 use crate::store::SampleRecord;
 use crate::tables::{Table, ORACLE};
 
@@ -118,16 +120,16 @@ impl AcceptanceHistogram {
 /// dataset). AR (one token per step) is left out.
 pub fn acceptance_histograms(records: &[SampleRecord]) -> Vec<AcceptanceHistogram> {
     let mut out: Vec<AcceptanceHistogram> = Vec::new();
-    for r in records.iter().filter(|r| r.method != "ar") {
+    for r in records.iter().filter(|r| r.method != Method::Ar) {
+        let method = r.method.to_string();
         let at =
-            match out.iter().position(|h| h.model == r.model && h.temperature == r.temperature && h.method == r.method)
-            {
+            match out.iter().position(|h| h.model == r.model && h.temperature == r.temperature && h.method == method) {
                 Some(i) => i,
                 None => {
                     out.push(AcceptanceHistogram {
                         model: r.model.clone(),
                         temperature: r.temperature,
-                        method: r.method.clone(),
+                        method,
                         counts: Vec::new(),
                     });
                     out.len() - 1
@@ -155,10 +157,10 @@ fn grid(n: usize) -> (usize, usize) {
     (n.div_ceil(cols).max(1), cols)
 }
 
-type DrawResult = Result<(), String>;
+type DrawResult = Result<(), OutputError>;
 
 fn speedup_figure(table: &Table, panels: &[BudgetPanel], path: &Path) -> DrawResult {
-    let err = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    let err = |e: &dyn std::fmt::Display| OutputError::Draw { path: path.into(), what: e.to_string() };
     let (rows, cols) = grid(panels.len());
     // Methods get the same colour in every panel and one legend below them.
     let mut methods: Vec<&str> = Vec::new();
@@ -274,7 +276,7 @@ fn speedup_figure(table: &Table, panels: &[BudgetPanel], path: &Path) -> DrawRes
 }
 
 fn histogram_figure(model: &str, temperature: f64, hists: &[&AcceptanceHistogram], path: &Path) -> DrawResult {
-    let err = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    let err = |e: &dyn std::fmt::Display| OutputError::Draw { path: path.into(), what: e.to_string() };
     let (rows, cols) = grid(hists.len());
     let k_max = hists.iter().map(|h| h.counts.len().saturating_sub(1)).max().unwrap_or(1).max(1);
     let root = SVGBackend::new(path, (320 * cols as u32, 260 * rows as u32 + 40)).into_drawing_area();
@@ -327,14 +329,14 @@ fn histogram_figure(model: &str, temperature: f64, hists: &[&AcceptanceHistogram
 /// with speculative rounds. Returns the files written.
 ///
 /// # Errors
-/// A message naming the file when drawing or writing fails.
+/// [`OutputError`] naming the file when drawing or writing fails.
 pub fn write_figures(
     experiment: &str,
     tables: &[Table],
     records: &[SampleRecord],
     dir: &Path,
-) -> Result<Vec<PathBuf>, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+) -> Result<Vec<PathBuf>, OutputError> {
+    std::fs::create_dir_all(dir).map_err(OutputError::io(dir))?;
     let mut written = Vec::new();
     let stem = |model: &str, t: f64| format!("{}__{}__T{}", slug(experiment), slug(model), t);
     for table in tables {

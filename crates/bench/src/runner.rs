@@ -4,7 +4,7 @@
 //! [`SampleRecord`] per sample (`results/<experiment>/samples.jsonl`, or a
 //! shard's own file).
 //!
-//! Protocol (DESIGN §7): chat template with the generation prompt, every
+//! Protocol (docs/algorithms.md §7): chat template with the generation prompt, every
 //! turn of MT-Bench (turn 2 continues the method's own turn-1 answer),
 //! one short warm-up generation per method before its first measured
 //! sample; at T = 0 one seed (all seeds decode alike), at T > 0 every seed.
@@ -21,9 +21,8 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use bastion_data::{Datasets, Prompt};
-use bastion_decode::{generate, policy_for, Calibration, GenerateConfig, Method, PolicyInputs};
-use bastion_models::{load_model, load_tokenizer, Drafter, Message, Model, Tokenizer};
-use bastion_tree::BudgetPolicy;
+use bastion_decode::{ChatEncoder, GenerateConfig, LoadedPair, Method, PairSpec, Speculator};
+use bastion_models::Message;
 
 use crate::spec::{Experiment, ModelPair};
 use crate::store::{SampleRecord, SampleStore};
@@ -40,6 +39,26 @@ pub enum RunError {
     /// Model loading failed.
     #[error(transparent)]
     Model(#[from] bastion_models::ModelError),
+    /// The results folder holds records of other settings (`settings.json`).
+    #[error(
+        "{} holds results of other settings ({differ}); use another experiment name or remove {}",
+        dir.display(),
+        dir.display()
+    )]
+    OtherSettings {
+        /// The experiment's results folder.
+        dir: PathBuf,
+        /// What differs, `key: then, now`.
+        differ: String,
+    },
+    /// I/O on a file of the results folder failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
     /// A dataset failed to load.
     #[error(transparent)]
     Data(#[from] bastion_data::DataError),
@@ -71,7 +90,7 @@ impl FromStr for Shard {
     type Err = RunError;
     /// `i/n` with `0 ≤ i < n`.
     fn from_str(s: &str) -> Result<Self, RunError> {
-        let bad = || RunError::Usage(format!("--shard {s}: expected i/n with 0 ≤ i < n (e.g. 0/4)"));
+        let bad = || RunError::Usage(format!("shard `{s}`: expected i/n with 0 ≤ i < n (e.g. 0/4)"));
         let (i, n) = s.split_once('/').ok_or_else(bad)?;
         let (index, count) = (i.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
         if count == 0 || index >= count {
@@ -175,8 +194,7 @@ pub fn plan(exp: &Experiment, datasets_dir: &Path, shard: Shard) -> Result<Vec<S
             for &seed in seeds {
                 for p in &mine {
                     for &m in &exp.methods {
-                        let key =
-                            SampleRecord::make_key(&pair.name, p.dataset.as_str(), &p.id, &m.to_string(), t, seed);
+                        let key = SampleRecord::make_key(&pair.name, p.dataset, &p.id, m, t, seed);
                         out.push(Sample { model: mi, temperature: t, seed, prompt: (*p).clone(), method: m, key });
                     }
                 }
@@ -186,103 +204,23 @@ pub fn plan(exp: &Experiment, datasets_dir: &Path, shard: Shard) -> Result<Vec<S
     Ok(out)
 }
 
-/// Turns chat messages into token ids for one target.
-enum Encoder {
-    /// The model's tokenizer and chat template.
-    Chat(Box<Tokenizer>),
-    /// Models without a tokenizer (the tiny test fixtures, vocabulary ≥ 256):
-    /// `role: content` lines as UTF-8 bytes, one id per byte, keeping the
-    /// last `keep` bytes so the prompt fits the context window.
-    Bytes {
-        /// Bytes kept from the end.
-        keep: usize,
-    },
-}
-
-impl Encoder {
-    fn for_model(path: &Path, target: &Model, reserve: usize) -> Result<Self, RunError> {
-        match load_tokenizer(path) {
-            Ok(tok) if tok.chat_template().is_some() => Ok(Encoder::Chat(Box::new(tok))),
-            Ok(_) => Err(RunError::Usage(format!("{}: the model has no chat template", path.display()))),
-            Err(e) => {
-                let cfg = target.config();
-                if cfg.vocab_size < 256 {
-                    return Err(e.into());
-                }
-                let keep = cfg.max_position_embeddings.saturating_sub(reserve).max(1);
-                Ok(Encoder::Bytes { keep })
-            }
-        }
-    }
-
-    fn encode(&self, messages: &[Message]) -> Result<Vec<u32>, RunError> {
-        match self {
-            Encoder::Chat(tok) => {
-                let template = tok.chat_template().expect("checked in for_model");
-                Ok(tok.encode(&template.render(messages, true)?, false)?)
-            }
-            Encoder::Bytes { keep } => {
-                let text: String = messages.iter().map(|m| format!("{}: {}\n", m.role, m.content)).collect();
-                let bytes = text.as_bytes();
-                Ok(bytes[bytes.len().saturating_sub(*keep)..].iter().map(|&b| u32::from(b)).collect())
-            }
-        }
-    }
-
-    fn decode(&self, ids: &[u32]) -> Result<String, RunError> {
-        match self {
-            Encoder::Chat(tok) => Ok(tok.decode(ids, true)?),
-            Encoder::Bytes { .. } => {
-                Ok(String::from_utf8_lossy(&ids.iter().map(|&i| (i % 256) as u8).collect::<Vec<u8>>()).into_owned())
-            }
-        }
-    }
-
-    fn stop_ids(&self) -> Vec<u32> {
-        match self {
-            Encoder::Chat(tok) => tok.eos_ids().to_vec(),
-            Encoder::Bytes { .. } => Vec::new(),
-        }
-    }
-}
-
-/// Everything loaded for one model pair.
-struct Loaded {
-    target: Model,
-    drafter: Option<Drafter>,
-    encoder: Encoder,
-    inputs: PolicyInputs,
-    stop: Vec<u32>,
-}
-
-fn load_pair(exp: &Experiment, pair: &ModelPair, opts: &RunOptions) -> Result<Loaded, RunError> {
-    let device = exp.backend.device()?;
-    let target = load_model(&pair.target, &device)?;
-    let drafter =
-        if exp.methods.iter().any(|m| m.needs_drafter()) { Some(Drafter::load(&pair.drafter, &target)?) } else { None };
-    let block = drafter.as_ref().map_or(1, Drafter::block_size);
-    let encoder = Encoder::for_model(&pair.target, &target, exp.max_new_tokens + block)?;
-    let inputs = if exp.methods.iter().any(|m| m.needs_calibration()) {
-        let cal = match (&pair.calibration, opts.pinned_calibration) {
-            (Some(path), true) => Calibration::load_pinned(path, &target, exp.backend, drafter.as_ref())?,
-            (Some(path), false) => Calibration::load_for(path, &target, exp.backend, drafter.as_ref())?,
-            (None, _) => {
-                let path = Calibration::default_path(
-                    &opts.calibration_dir,
-                    &exp.backend.device_name(),
-                    &pair.target,
-                    exp.backend,
-                );
-                Calibration::load_for(&path, &target, exp.backend, drafter.as_ref())?
-            }
-        };
-        cal.policy_inputs(exp.bastion_rule, exp.online)?
-    } else {
-        PolicyInputs::default()
-    };
-    let mut stop = target.config().eos_token_ids.clone();
-    stop.extend(encoder.stop_ids());
-    Ok(Loaded { target, drafter, encoder, inputs, stop })
+/// Opens one model pair of the experiment: the drafter when a method needs
+/// it, the calibration when a method is cost-aware (the pair's pinned file
+/// under `opts.pinned_calibration`, else checked against this device).
+fn open_pair(exp: &Experiment, pair: &ModelPair, opts: &RunOptions) -> Result<LoadedPair, RunError> {
+    let calibration = exp
+        .methods
+        .iter()
+        .any(|m| m.needs_calibration())
+        .then(|| pair.calibration_source(opts.pinned_calibration, &opts.calibration_dir));
+    Ok(LoadedPair::open(PairSpec {
+        target: pair.target.clone(),
+        drafter: exp.methods.iter().any(|m| m.needs_drafter()).then(|| pair.drafter.clone()),
+        backend: exp.backend,
+        calibration,
+        bastion_rule: exp.bastion_rule,
+        online: exp.online,
+    })?)
 }
 
 /// What one sample produced, all turns together.
@@ -294,26 +232,26 @@ struct Outcome {
     decode_s: f64,
 }
 
+/// One sample's turns (all of MT-Bench's unless `first_turn_only`), each
+/// continuing the method's own previous answers.
 fn run_turns(
-    l: &Loaded,
-    policy: Option<&mut Box<dyn BudgetPolicy>>,
+    pair: &LoadedPair,
+    encoder: &ChatEncoder<'_>,
+    speculator: &mut Speculator,
     prompt: &Prompt,
     cfg: &GenerateConfig,
+    first_turn_only: bool,
 ) -> Result<Outcome, RunError> {
     let mut messages = Vec::new();
     let mut out =
         Outcome { prompt_tokens: Vec::new(), output: Vec::new(), rounds: Vec::new(), prefill_s: 0.0, decode_s: 0.0 };
-    let mut policy = policy;
-    for turn in &prompt.turns {
+    let turns = if first_turn_only { &prompt.turns[..prompt.turns.len().min(1)] } else { &prompt.turns[..] };
+    for turn in turns {
         messages.push(Message::new("user", turn));
-        let ids = l.encoder.encode(&messages)?;
-        let draft: Option<(&Drafter, &mut dyn BudgetPolicy)> = match (&l.drafter, policy.as_deref_mut()) {
-            (Some(d), Some(p)) => Some((d, p.as_mut())),
-            _ => None,
-        };
-        let g = generate(&l.target, draft, &ids, cfg)?;
+        let ids = encoder.encode(&messages)?;
+        let g = pair.generate(speculator, &ids, cfg)?;
         out.prompt_tokens.push(ids.len());
-        messages.push(Message::new("assistant", &l.encoder.decode(&g.tokens)?));
+        messages.push(Message::new("assistant", &encoder.decode(&g.tokens)?));
         out.output.extend(&g.tokens);
         out.rounds.extend(g.rounds);
         out.prefill_s += g.prefill_s;
@@ -325,7 +263,7 @@ fn run_turns(
 /// What a stored record depends on beyond its key: a rerun with other
 /// values would mix results of two settings in one table.
 fn settings_of(exp: &Experiment) -> serde_json::Value {
-    serde_json::json!({
+    let mut settings = serde_json::json!({
         "backend": exp.backend.as_str(),
         "max_new_tokens": exp.max_new_tokens,
         "bastion_rule": exp.bastion_rule.to_string(),
@@ -336,7 +274,12 @@ fn settings_of(exp: &Experiment) -> serde_json::Value {
             "drafter": m.drafter.display().to_string(),
             "calibration": m.calibration.as_ref().map(|c| c.display().to_string()),
         })).collect::<Vec<_>>(),
-    })
+    });
+    // Only when set, so the settings of folders written before these existed still match.
+    if exp.first_turn_only {
+        settings["turns"] = "first".into();
+    }
+    settings
 }
 
 /// Records the experiment's settings in `dir/settings.json` on the first
@@ -344,11 +287,13 @@ fn settings_of(exp: &Experiment) -> serde_json::Value {
 fn check_settings(exp: &Experiment, dir: &Path) -> Result<(), RunError> {
     let path = dir.join("settings.json");
     let now = settings_of(exp);
-    let io = |e: std::io::Error| RunError::Usage(format!("{}: {e}", path.display()));
+    let io = |source: std::io::Error| RunError::Io { path: path.clone(), source };
     match std::fs::read(&path) {
         Ok(text) => {
-            let before: serde_json::Value = serde_json::from_slice(&text)
-                .map_err(|e| RunError::Usage(format!("{}: not a settings file: {e}", path.display())))?;
+            let before: serde_json::Value = serde_json::from_slice(&text).map_err(|e| RunError::OtherSettings {
+                dir: dir.into(),
+                differ: format!("not a settings file: {e}"),
+            })?;
             let differ: Vec<String> = now
                 .as_object()
                 .expect("an object")
@@ -359,12 +304,7 @@ fn check_settings(exp: &Experiment, dir: &Path) -> Result<(), RunError> {
                 })
                 .collect();
             if !differ.is_empty() {
-                return Err(RunError::Usage(format!(
-                    "{} holds results of other settings ({}); use another experiment name or remove {}",
-                    dir.display(),
-                    differ.join("; "),
-                    dir.display()
-                )));
+                return Err(RunError::OtherSettings { dir: dir.into(), differ: differ.join("; ") });
             }
             Ok(())
         }
@@ -384,7 +324,7 @@ fn check_settings(exp: &Experiment, dir: &Path) -> Result<(), RunError> {
 ///
 /// # Errors
 /// [`RunError`] from loading, decoding or writing; records stored before
-/// the error are kept. [`RunError::Usage`] when `opts.results_dir` holds
+/// the error are kept. [`RunError::OtherSettings`] when `opts.results_dir` holds
 /// results of other settings (`settings.json`: backend, max_new_tokens,
 /// BASTION rule and λ, model files).
 pub fn run(
@@ -397,63 +337,52 @@ pub fn run(
     let mut store = SampleStore::open(&opts.shard.samples_path(&opts.results_dir))?;
     let todo: Vec<&Sample> = samples.iter().filter(|s| !store.contains(&s.key)).collect();
     on_event(RunEvent::Plan { total: samples.len(), done: samples.len() - todo.len(), todo: &todo });
-    let mut loaded: Option<(usize, Loaded)> = None;
-    let mut policies: HashMap<(usize, Method, u64, u64), Box<dyn BudgetPolicy>> = HashMap::new();
+    let mut loaded: Option<(usize, LoadedPair)> = None;
+    let mut speculators: HashMap<(usize, Method, u64, u64), Speculator> = HashMap::new();
     let mut warmed: Vec<(usize, Method)> = Vec::new();
     for &s in &todo {
         if loaded.as_ref().is_none_or(|(mi, _)| *mi != s.model) {
             let pair = &exp.models[s.model];
             on_event(RunEvent::Model(pair));
             drop(loaded.take()); // free the previous pair first
-            loaded = Some((s.model, load_pair(exp, pair, opts)?));
+            loaded = Some((s.model, open_pair(exp, pair, opts)?));
         }
         let l = &loaded.as_ref().expect("loaded above").1;
-        let cfg = GenerateConfig {
-            max_new_tokens: exp.max_new_tokens,
-            temperature: s.temperature,
-            seed: s.seed,
-            stop_tokens: l.stop.clone(),
-            ..GenerateConfig::default()
-        };
-        let block = l.drafter.as_ref().map_or(1, Drafter::block_size);
+        let encoder = l.chat_encoder(exp.max_new_tokens + l.block_size())?;
+        let cfg = GenerateConfig { temperature: s.temperature, seed: s.seed, ..l.generate_config(exp.max_new_tokens) };
+        // One speculator per (model, method, T, seed) for the whole run.
         let pkey = (s.model, s.method, s.temperature.to_bits(), s.seed);
-        if s.method != Method::Ar && !policies.contains_key(&pkey) {
-            let p = policy_for(s.method, block, &l.inputs)?.expect("speculative methods have a policy");
-            policies.insert(pkey, p);
+        if !speculators.contains_key(&pkey) {
+            speculators.insert(pkey, l.speculator(s.method)?);
         }
         if !warmed.contains(&(s.model, s.method)) {
-            // One short warm-up generation per method (DESIGN §7), with a
-            // policy of its own so it leaves no trace in the measured one.
-            let mut warm_policy = policy_for(s.method, block, &l.inputs)?;
+            // Short warm-up generations per method (docs/protocol.md), with a
+            // speculator of its own so they leave no trace in the measured one.
+            let mut warm_spec = l.speculator(s.method)?;
             let warm = Prompt { turns: vec!["Hello".into()], ..s.prompt.clone() };
             let short = GenerateConfig { max_new_tokens: 8, ..cfg.clone() };
             for _ in 0..exp.warmup {
-                run_turns(l, warm_policy.as_mut(), &warm, &short)?;
+                run_turns(l, &encoder, &mut warm_spec, &warm, &short, exp.first_turn_only)?;
             }
             warmed.push((s.model, s.method));
         }
         on_event(RunEvent::Start(s));
-        let o = run_turns(l, policies.get_mut(&pkey), &s.prompt, &cfg)?;
+        let speculator = speculators.get_mut(&pkey).expect("inserted above");
+        let o = run_turns(l, &encoder, speculator, &s.prompt, &cfg, exp.first_turn_only)?;
         let pair = &exp.models[s.model];
         let identical_to_ar = (s.method != Method::Ar && s.temperature == 0.0).then(|| {
-            let ar_key = SampleRecord::make_key(
-                &pair.name,
-                s.prompt.dataset.as_str(),
-                &s.prompt.id,
-                "ar",
-                s.temperature,
-                s.seed,
-            );
+            let ar_key =
+                SampleRecord::make_key(&pair.name, s.prompt.dataset, &s.prompt.id, Method::Ar, s.temperature, s.seed);
             store.records().iter().find(|r| r.key == ar_key).map(|r| r.output == o.output)
         });
         let rounds = o.rounds.len();
         let record = SampleRecord {
             key: s.key.clone(),
             model: pair.name.clone(),
-            dataset: s.prompt.dataset.as_str().into(),
+            dataset: s.prompt.dataset,
             prompt_id: s.prompt.id.clone(),
             prompt_index: s.prompt.index,
-            method: s.method.to_string(),
+            method: s.method,
             temperature: s.temperature,
             seed: s.seed,
             prompt_tokens: o.prompt_tokens,

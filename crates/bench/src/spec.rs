@@ -11,6 +11,7 @@
 //! warmup = 1                             # warm-up generations per method
 //! methods = ["ar", "dflash", "ddtree", "caddtree", "bastion", "bastion-paper"]
 //! ddtree_budgets = [8, 16, 32, 64]       # the grid `ddtree` expands to
+//! ar_baseline = true                     # false: no AR runs (no speedup, no lossless check)
 //!
 //! [[models]]
 //! name = "smollm2-135m"
@@ -22,6 +23,7 @@
 //! names = ["gsm8k", "math500", "humaneval", "mt-bench"]
 //! subset = "paper"                       # paper (128-prompt subsets) | all
 //! max_samples = 8                        # optional cap per dataset
+//! turns = "all"                          # all | first (MT-Bench's first turn only)
 //!
 //! [bastion]
 //! rule = "paper"                         # paper | raw
@@ -42,6 +44,7 @@ use bastion_decode::{BastionRule, Method};
 use bastion_models::{load_config, BackendKind, DrafterConfig};
 use bastion_tree::OnlineConfig;
 use serde::Deserialize;
+
 use toml::Spanned;
 
 /// A mistake in an experiment file.
@@ -94,8 +97,13 @@ pub struct Experiment {
     /// Warm-up generations per (model, method) before measuring.
     pub warmup: usize,
     /// Methods in file order, `ddtree` expanded to its budget grid; `ar`
-    /// first (the speedup baseline always runs).
+    /// first unless [`Experiment::ar_baseline`] is off.
     pub methods: Vec<Method>,
+    /// Whether AR runs as the speedup baseline and lossless reference
+    /// (default true; off, there is no speedup and no lossless check).
+    pub ar_baseline: bool,
+    /// Run only the first turn of multi-turn prompts (MT-Bench); default false.
+    pub first_turn_only: bool,
     /// Model pairs.
     pub models: Vec<ModelPair>,
     /// Datasets in file order.
@@ -126,6 +134,8 @@ struct RawExperiment {
     methods: Spanned<Vec<Spanned<String>>>,
     #[serde(default)]
     ddtree_budgets: Option<Spanned<Vec<Spanned<i64>>>>,
+    #[serde(default)]
+    ar_baseline: Option<Spanned<bool>>,
     models: Spanned<Vec<RawModel>>,
     datasets: Spanned<RawDatasets>,
     #[serde(default)]
@@ -150,6 +160,8 @@ struct RawDatasets {
     subset: Option<Spanned<String>>,
     #[serde(default)]
     max_samples: Option<Spanned<i64>>,
+    #[serde(default)]
+    turns: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -311,9 +323,11 @@ impl Experiment {
             Some(w) => usize::try_from(*w.get_ref()).map_err(|_| loc.at(w.span(), "warmup", "expected a count ≥ 0"))?,
         };
 
-        // Methods: `ddtree` alone is the budget grid; `ar` always runs, first.
+        // Methods: `ddtree` alone is the budget grid; `ar` runs first unless
+        // the baseline is switched off.
         nonempty(&loc, &raw.methods, "methods")?;
-        let mut methods = vec![Method::Ar];
+        let ar_baseline = raw.ar_baseline.as_ref().is_none_or(|b| *b.get_ref());
+        let mut methods = if ar_baseline { vec![Method::Ar] } else { Vec::new() };
         let (mut grid_used, mut ar_listed) = (false, false);
         for (i, m) in raw.methods.get_ref().iter().enumerate() {
             let field = format!("methods[{i}]");
@@ -345,6 +359,9 @@ impl Experiment {
                 vec![s.parse::<Method>().map_err(|e| loc.at(m.span(), &field, e.to_string()))?]
             };
             for method in expanded {
+                if method == Method::Ar && !ar_baseline {
+                    return Err(loc.at(m.span(), &field, "ar is listed but ar_baseline = false"));
+                }
                 let twice = if method == Method::Ar {
                     std::mem::replace(&mut ar_listed, true)
                 } else {
@@ -357,6 +374,9 @@ impl Experiment {
                     methods.push(method);
                 }
             }
+        }
+        if methods.is_empty() {
+            return Err(loc.at(raw.methods.span(), "methods", "expected at least one method besides ar"));
         }
         if let (Some(grid), false) = (&raw.ddtree_budgets, grid_used) {
             return Err(loc.at(grid.span(), "ddtree_budgets", "set but unused: add \"ddtree\" to methods"));
@@ -444,6 +464,14 @@ impl Experiment {
             },
         };
         let max_samples = d.max_samples.as_ref().map(|m| positive(&loc, m, "datasets.max_samples")).transpose()?;
+        let first_turn_only = match &d.turns {
+            None => false,
+            Some(t) => match t.get_ref().as_str() {
+                "all" => false,
+                "first" => true,
+                other => return Err(loc.at(t.span(), "datasets.turns", format!("`{other}`: expected all or first"))),
+            },
+        };
 
         let (bastion_rule, online) = match &raw.bastion {
             None => (BastionRule::default(), OnlineConfig::default()),
@@ -477,6 +505,8 @@ impl Experiment {
             seeds,
             warmup,
             methods,
+            ar_baseline,
+            first_turn_only,
             models,
             datasets,
             selection: Selection { paper_subset, max_samples },
@@ -516,6 +546,107 @@ fn nonempty<T>(loc: &Locator<'_>, v: &Spanned<Vec<T>>, field: &str) -> Result<()
         return Err(loc.at(v.span(), field, "expected at least one entry"));
     }
     Ok(())
+}
+
+/// An experiment composed by a command rather than written by hand
+/// (`bastion tau` is a preset over the runner): [`ExperimentDraft::to_toml`]
+/// gives the text of an experiment file, which [`Experiment::parse`] then
+/// validates like any other, so the command's run is reproducible with
+/// `bastion run` and readable by `bastion tables`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ExperimentDraft {
+    /// `name` (`[a-z0-9_-]+`).
+    pub name: String,
+    /// `description`.
+    pub description: String,
+    /// `backend`.
+    #[serde(serialize_with = "backend_name")]
+    pub backend: BackendKind,
+    /// `max_new_tokens` per turn.
+    pub max_new_tokens: usize,
+    /// `temperatures`.
+    pub temperatures: Vec<f64>,
+    /// `seeds`.
+    pub seeds: Vec<u64>,
+    /// `warmup` generations per method.
+    pub warmup: usize,
+    /// `methods` (plain names; no grid).
+    pub methods: Vec<Method>,
+    /// `ar_baseline`.
+    pub ar_baseline: bool,
+    /// `[[models]]`: name, target, drafter, calibration.
+    pub models: Vec<DraftModel>,
+    /// `[datasets]`.
+    pub datasets: DraftDatasets,
+    /// `[bastion]`.
+    pub bastion: DraftBastion,
+}
+
+/// A `[[models]]` entry of an [`ExperimentDraft`].
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct DraftModel {
+    /// `name`.
+    pub name: String,
+    /// `target` path.
+    pub target: PathBuf,
+    /// `drafter` folder.
+    pub drafter: PathBuf,
+    /// `calibration` file (omitted: this machine's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<PathBuf>,
+}
+
+/// The `[datasets]` table of an [`ExperimentDraft`].
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct DraftDatasets {
+    /// `names`.
+    pub names: Vec<DatasetName>,
+    /// `subset`: `paper` or `all`.
+    pub subset: String,
+    /// `max_samples` per dataset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_samples: Option<usize>,
+    /// `turns`: `all` or `first`.
+    pub turns: String,
+}
+
+/// The `[bastion]` table of an [`ExperimentDraft`].
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct DraftBastion {
+    /// `rule`.
+    pub rule: BastionRule,
+    /// `online_forgetting`.
+    pub online_forgetting: f64,
+}
+
+fn backend_name<S: serde::Serializer>(b: &BackendKind, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(b.as_str())
+}
+
+impl ExperimentDraft {
+    /// The experiment file's text (TOML), headed by `comment` lines.
+    ///
+    /// # Errors
+    /// A path that is not valid UTF-8 (TOML strings must be).
+    pub fn to_toml(&self, comment: &str) -> Result<String, toml::ser::Error> {
+        let mut text: String = comment.lines().map(|l| format!("# {l}\n")).collect();
+        text.push_str(&toml::to_string(self)?);
+        Ok(text)
+    }
+}
+
+impl ModelPair {
+    /// Where this pair's cost models come from: its `calibration` file (used
+    /// as is when `pinned`, else checked against this device), or this
+    /// machine's file under `default_dir`.
+    pub fn calibration_source(&self, pinned: bool, default_dir: &Path) -> bastion_decode::CalibrationSource {
+        use bastion_decode::CalibrationSource;
+        match (&self.calibration, pinned) {
+            (Some(path), true) => CalibrationSource::Pinned(path.clone()),
+            (Some(path), false) => CalibrationSource::File(path.clone()),
+            (None, _) => CalibrationSource::Default(default_dir.to_path_buf()),
+        }
+    }
 }
 
 impl fmt::Display for ModelPair {

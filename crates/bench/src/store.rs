@@ -10,7 +10,8 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use bastion_decode::RoundRecord;
+use bastion_data::DatasetName;
+use bastion_decode::{Method, RoundRecord};
 use serde::{Deserialize, Serialize};
 
 /// What one finished sample leaves behind.
@@ -20,14 +21,14 @@ pub struct SampleRecord {
     pub key: String,
     /// Model pair name.
     pub model: String,
-    /// Dataset name.
-    pub dataset: String,
+    /// The dataset (serialised by name, e.g. `mt-bench`).
+    pub dataset: DatasetName,
     /// Prompt id within the dataset.
     pub prompt_id: String,
     /// Prompt line in the dataset file.
     pub prompt_index: usize,
-    /// Method (`ar`, `dflash`, `ddtree:N`, …).
-    pub method: String,
+    /// The method (serialised by name: `ar`, `dflash`, `ddtree:N`, …).
+    pub method: Method,
     /// Sampling temperature.
     pub temperature: f64,
     /// Sampler seed.
@@ -53,7 +54,14 @@ pub struct SampleRecord {
 
 impl SampleRecord {
     /// The key of (model, dataset, prompt, method, temperature, seed).
-    pub fn make_key(model: &str, dataset: &str, prompt_id: &str, method: &str, temperature: f64, seed: u64) -> String {
+    pub fn make_key(
+        model: &str,
+        dataset: DatasetName,
+        prompt_id: &str,
+        method: Method,
+        temperature: f64,
+        seed: u64,
+    ) -> String {
         format!("{model}|{dataset}|{prompt_id}|{method}|T{temperature}|s{seed}")
     }
 }
@@ -272,10 +280,10 @@ mod tests {
         SampleRecord {
             key: key.into(),
             model: "m".into(),
-            dataset: "gsm8k".into(),
+            dataset: DatasetName::Gsm8k,
             prompt_id: "0".into(),
             prompt_index: 0,
-            method: "ar".into(),
+            method: Method::Ar,
             temperature: 0.0,
             seed: 0,
             prompt_tokens: vec![3],
@@ -287,6 +295,27 @@ mod tests {
             tpot_s: 0.1,
             identical_to_ar: None,
         }
+    }
+
+    /// A line as stores written before records were typed hold it (method
+    /// and dataset as plain strings): it still reads, into the typed record,
+    /// and writes back byte for byte.
+    #[test]
+    fn a_store_of_string_records_still_reads() {
+        let line = r#"{"key":"smollm2-135m|mt-bench|81|ddtree:4|T0|s0","model":"smollm2-135m","dataset":"mt-bench","prompt_id":"81","prompt_index":0,"method":"ddtree:4","temperature":0.0,"seed":0,"prompt_tokens":[40,120],"output":[5,6,7],"rounds":[{"context_len":40,"tree_size":5,"accepted":2,"draft_s":0.02,"build_s":0.001,"verify_s":0.05,"commit_s":0.001}],"prefill_s":0.3,"decode_s":0.2,"tau":2.0,"tpot_s":0.1,"identical_to_ar":true}"#;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("samples.jsonl");
+        std::fs::write(&path, format!("{line}\n")).unwrap();
+        let records = SampleStore::read(&path).unwrap();
+        assert_eq!(records.len(), 1);
+        let r = &records[0];
+        assert_eq!((r.dataset, r.method), (DatasetName::MtBench, Method::DDTree { budget: 4 }));
+        assert_eq!(r.key, SampleRecord::make_key("smollm2-135m", r.dataset, "81", r.method, 0.0, 0));
+        assert_eq!(serde_json::to_string(r).unwrap(), line);
+        // An unknown method mid-file is a corrupt record, named by line.
+        std::fs::write(&path, format!("{}\n{line}\n", line.replace("ddtree:4", "eagle"))).unwrap();
+        let e = SampleStore::read(&path).err().unwrap().to_string();
+        assert!(e.contains(":1: not a sample record") && e.contains("unknown method `eagle`"), "{e}");
     }
 
     #[test]

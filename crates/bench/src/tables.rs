@@ -1,7 +1,7 @@
 //! Result frames (Polars) and the papers' tables (Markdown and LaTeX via
 //! minijinja templates in `paper_tables/templates/`).
 //!
-//! Definitions (DESIGN §7): τ is the mean of per-sample τ (tokens committed
+//! Definitions (docs/algorithms.md §7): τ is the mean of per-sample τ (tokens committed
 //! per round, bonus included); TPOT the mean of per-sample decode time per
 //! output token; speedup = mean AR TPOT / mean TPOT over the same prompts
 //! (model, dataset, temperature); the budget is drafted nodes per round
@@ -11,17 +11,15 @@
 
 use std::path::Path;
 
+use bastion_decode::Method;
 use polars::prelude::*;
 use serde::Serialize;
 
+use crate::error::OutputError;
 use crate::store::SampleRecord;
 
 /// The method label of the oracle rows.
 pub const ORACLE: &str = "ddtree-oracle";
-
-fn ddtree_budget(method: &str) -> Option<u32> {
-    method.strip_prefix("ddtree:").and_then(|n| n.parse().ok())
-}
 
 /// One row per sample: `order` (index in `records`), `model, dataset,
 /// prompt_id, method, ddtree_budget, temperature, seed, tau, tpot_s,
@@ -34,10 +32,10 @@ pub fn sample_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
     df!(
         "order" => (0..records.len() as u64).collect::<Vec<_>>(),
         "model" => s(|r| &r.model),
-        "dataset" => s(|r| &r.dataset),
+        "dataset" => records.iter().map(|r| r.dataset.as_str()).collect::<Vec<_>>(),
         "prompt_id" => s(|r| &r.prompt_id),
-        "method" => s(|r| &r.method),
-        "ddtree_budget" => records.iter().map(|r| ddtree_budget(&r.method)).collect::<Vec<_>>(),
+        "method" => records.iter().map(|r| r.method.to_string()).collect::<Vec<_>>(),
+        "ddtree_budget" => records.iter().map(|r| r.method.ddtree_budget().map(|b| b as u32)).collect::<Vec<_>>(),
         "temperature" => records.iter().map(|r| r.temperature).collect::<Vec<_>>(),
         "seed" => records.iter().map(|r| r.seed).collect::<Vec<_>>(),
         "tau" => records.iter().map(|r| r.tau).collect::<Vec<_>>(),
@@ -64,9 +62,9 @@ pub fn round_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
     let t = |f: fn(&bastion_decode::RoundRecord) -> f64| rows.iter().map(|(_, _, x)| f(x)).collect::<Vec<_>>();
     df!(
         "model" => s(|r| &r.model),
-        "dataset" => s(|r| &r.dataset),
+        "dataset" => rows.iter().map(|(r, _, _)| r.dataset.as_str()).collect::<Vec<_>>(),
         "prompt_id" => s(|r| &r.prompt_id),
-        "method" => s(|r| &r.method),
+        "method" => rows.iter().map(|(r, _, _)| r.method.to_string()).collect::<Vec<_>>(),
         "temperature" => rows.iter().map(|(r, _, _)| r.temperature).collect::<Vec<_>>(),
         "seed" => rows.iter().map(|(r, _, _)| r.seed).collect::<Vec<_>>(),
         "round" => rows.iter().map(|(_, i, _)| *i as u64).collect::<Vec<_>>(),
@@ -244,7 +242,10 @@ pub fn tables(summary: &DataFrame) -> PolarsResult<Vec<Table>> {
         // The oracle goes right after the last grid row.
         if let Some(pos) = methods.iter().position(|m| m == ORACLE) {
             let oracle = methods.remove(pos);
-            let last_grid = methods.iter().rposition(|m| ddtree_budget(m).is_some()).map_or(methods.len(), |p| p + 1);
+            let last_grid = methods
+                .iter()
+                .rposition(|m| m.parse::<Method>().is_ok_and(|m| m.ddtree_budget().is_some()))
+                .map_or(methods.len(), |p| p + 1);
             methods.insert(last_grid, oracle);
         }
         for m in methods {
@@ -291,9 +292,10 @@ pub fn tables(summary: &DataFrame) -> PolarsResult<Vec<Table>> {
 /// `tables`, `experiment`).
 ///
 /// # Errors
-/// A message naming the template for unreadable or invalid templates.
-pub fn render(template: &Path, experiment: &str, tables: &[Table]) -> Result<String, String> {
-    let source = std::fs::read_to_string(template).map_err(|e| format!("{}: {e}", template.display()))?;
+/// [`OutputError`] naming the template for unreadable or invalid templates.
+pub fn render(template: &Path, experiment: &str, tables: &[Table]) -> Result<String, OutputError> {
+    let source = std::fs::read_to_string(template).map_err(OutputError::io(template))?;
+    let err = |source| OutputError::Template { path: template.into(), source };
     let mut env = minijinja::Environment::new();
     let syntax = minijinja::syntax::SyntaxConfig::builder()
         .trim_blocks(true)
@@ -332,7 +334,7 @@ pub fn render(template: &Path, experiment: &str, tables: &[Table]) -> Result<Str
             out
         })
     });
-    env.add_template("t", &source).map_err(|e| format!("{}: {e}", template.display()))?;
+    env.add_template("t", &source).map_err(err)?;
     env.get_template("t")
         .and_then(|t| {
             t.render(minijinja::context! {
@@ -340,20 +342,21 @@ pub fn render(template: &Path, experiment: &str, tables: &[Table]) -> Result<Str
                 experiment => experiment
             })
         })
-        .map_err(|e| format!("{}: {e}", template.display()))
+        .map_err(err)
 }
 
 /// Writes the per-round and per-sample frames as Parquet into `dir`
 /// (`rounds.parquet`, `samples.parquet`).
 ///
 /// # Errors
-/// Polars / I/O errors naming the file.
-pub fn write_parquet(records: &[SampleRecord], dir: &Path) -> Result<(), String> {
+/// [`OutputError`] (Polars or I/O) naming the file.
+pub fn write_parquet(records: &[SampleRecord], dir: &Path) -> Result<(), OutputError> {
     for (name, frame) in [("rounds.parquet", round_frame(records)), ("samples.parquet", sample_frame(records))] {
         let path = dir.join(name);
-        let mut df = frame.map_err(|e| format!("{}: {e}", path.display()))?;
-        let file = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        ParquetWriter::new(file).finish(&mut df).map_err(|e| format!("{}: {e}", path.display()))?;
+        let frame_err = |source| OutputError::Frame { path: path.clone(), source };
+        let mut df = frame.map_err(frame_err)?;
+        let file = std::fs::File::create(&path).map_err(OutputError::io(&path))?;
+        ParquetWriter::new(file).finish(&mut df).map_err(frame_err)?;
     }
     Ok(())
 }

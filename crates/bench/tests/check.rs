@@ -1,4 +1,4 @@
-//! `bastion check`'s comparison (issue #7): τ exactly, speedup within the
+//! `bastion check`'s comparison: τ exactly, speedup within the
 //! tolerance on the same machine only, missing and new rows fail.
 
 use bastion_bench::check::{compare, rows_of, Baseline, BaselineRow, Machine, Verdict, BASELINE_FORMAT};
@@ -121,29 +121,29 @@ fn baseline_files_round_trip_and_bad_ones_are_named() {
     b.save(&path).unwrap();
     assert_eq!(Baseline::load(&path).unwrap(), b);
 
-    let missing = Baseline::load(&dir.path().join("none.json")).unwrap_err();
+    let missing = Baseline::load(&dir.path().join("none.json")).unwrap_err().to_string();
     assert!(missing.contains("none.json") && missing.contains("bastion check --update"), "{missing}");
     let text = std::fs::read_to_string(&path).unwrap();
     std::fs::write(&path, text.replace("\"format\": 1", "\"format\": 7")).unwrap();
-    let e = Baseline::load(&path).unwrap_err();
+    let e = Baseline::load(&path).unwrap_err().to_string();
     assert!(e.contains("check.json: field format: expected 1, found 7"), "{e}");
     std::fs::write(&path, text.replace("0.25", "1.5")).unwrap();
-    let e = Baseline::load(&path).unwrap_err();
+    let e = Baseline::load(&path).unwrap_err().to_string();
     assert!(e.contains("field speedup_tolerance: expected a fraction in (0, 1], found 1.5"), "{e}");
     std::fs::write(&path, "{").unwrap();
-    assert!(Baseline::load(&path).unwrap_err().contains("not a baseline file"));
+    assert!(Baseline::load(&path).unwrap_err().to_string().contains("not a baseline file"));
 
     // A baseline that would check nothing, or hold impossible values, is refused.
     let empty = Baseline { rows: Vec::new(), ..baseline() };
-    let e = empty.save(&path).unwrap_err();
+    let e = empty.save(&path).unwrap_err().to_string();
     assert!(e.contains("refusing to write") && e.contains("field rows: expected at least one row"), "{e}");
     let mut bad = baseline();
     bad.rows[2].speedup = f64::NAN;
-    assert!(bad.validate().unwrap_err().contains("field rows[2].speedup: expected a number > 0"));
+    assert!(bad.validate().unwrap_err().to_string().contains("field rows[2].speedup: expected a number > 0"));
     let mut bad = baseline();
     bad.rows[1].tau = 0.5;
-    assert!(bad.validate().unwrap_err().contains("field rows[1].tau: expected a number ≥ 1, found 0.5"));
+    assert!(bad.validate().unwrap_err().to_string().contains("field rows[1].tau: expected a number ≥ 1, found 0.5"));
     let mut bad = baseline();
     bad.rows.push(bad.rows[0].clone());
-    assert!(bad.validate().unwrap_err().contains("field rows[3]: m gsm8k ar T=0 is listed twice"));
+    assert!(bad.validate().unwrap_err().to_string().contains("field rows[3]: m gsm8k ar T=0 is listed twice"));
 }

@@ -1,12 +1,13 @@
-//! The sweep runner on the tiny fixture pair (issue #7): every method on
+//! The sweep runner on the tiny fixture pair: every method on
 //! two prompts, records that agree with themselves and with AR, a resume
 //! after a kill that equals the uninterrupted run, and shards that add up.
 
 use std::path::{Path, PathBuf};
 
 use bastion_bench::{run, Experiment, RunEvent, RunOptions, SampleRecord, Shard};
-use bastion_decode::{profile, ProfileOptions};
-use bastion_models::{load_model, BackendKind, Drafter, PeakOptions};
+use bastion_data::DatasetName;
+use bastion_decode::{profile, LoadedPair, Method, PairSpec, ProfileOptions};
+use bastion_models::{BackendKind, PeakOptions};
 
 fn root() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
@@ -15,8 +16,9 @@ fn root() -> PathBuf {
 /// Profiles the tiny pair into `dir` and writes an experiment using it.
 fn setup(dir: &Path) -> Experiment {
     let r = root();
-    let target = load_model(r.join("tests/fixtures/tiny-qwen3"), &burn::tensor::Device::flex()).unwrap();
-    let drafter = Drafter::load(r.join("tests/fixtures/tiny-dflash"), &target).unwrap();
+    let mut spec = PairSpec::new(r.join("tests/fixtures/tiny-qwen3"), BackendKind::Flex);
+    spec.drafter = Some(r.join("tests/fixtures/tiny-dflash"));
+    let pair = LoadedPair::open(spec).unwrap();
     let opts = ProfileOptions {
         contexts: vec![64, 256],
         tokens: vec![1, 2, 4, 8],
@@ -27,16 +29,7 @@ fn setup(dir: &Path) -> Experiment {
         probe_new_tokens: 24,
         ..ProfileOptions::default()
     };
-    let dpath = r.join("tests/fixtures/tiny-dflash");
-    let cal = profile(
-        &target,
-        &r.join("tests/fixtures/tiny-qwen3"),
-        BackendKind::Flex,
-        Some((&drafter, &dpath)),
-        &opts,
-        &mut |_| {},
-    )
-    .unwrap();
+    let cal = profile(&pair, &opts, &mut |_| {}).unwrap();
     let cal_path = dir.join("tiny.json");
     cal.save(&cal_path).unwrap();
     let text = format!(
@@ -81,7 +74,7 @@ type Reproducible = (String, Vec<u32>, Option<bool>, Vec<(usize, usize, usize)>)
 /// The fields a rerun must reproduce exactly at T = 0. `bastion` re-sizes
 /// trees from measured times, so its rounds (not its output) may differ.
 fn deterministic(r: &SampleRecord) -> Reproducible {
-    let rounds = if r.method == "bastion" {
+    let rounds = if r.method == Method::Bastion {
         Vec::new()
     } else {
         r.rounds.iter().map(|x| (x.context_len, x.tree_size, x.accepted)).collect()
@@ -105,20 +98,19 @@ fn every_method_runs_resumes_and_shards() {
     .unwrap();
     assert_eq!(plan_seen, Some((14, 0)));
     assert_eq!(full.len(), 14);
-    let mt = full.iter().find(|r| r.dataset == "mt-bench" && r.method == "ar").unwrap();
+    let mt = full.iter().find(|r| r.dataset == DatasetName::MtBench && r.method == Method::Ar).unwrap();
     assert_eq!(mt.prompt_tokens.len(), 2, "MT-Bench runs both turns");
     for r in &full {
         // Records agree with themselves.
         let accepted: usize = r.rounds.iter().map(|x| x.accepted).sum();
         assert!((r.tau - accepted as f64 / r.rounds.len() as f64).abs() < 1e-12, "{}", r.key);
         assert!((r.tpot_s - r.decode_s / r.output.len() as f64).abs() < 1e-12);
-        if r.method == "ar" {
+        if r.method == Method::Ar {
             assert!(r.identical_to_ar.is_none() && r.rounds.iter().all(|x| x.tree_size == 1 && x.accepted == 1));
         } else {
             assert_eq!(r.identical_to_ar, Some(true), "{} differs from AR", r.key);
         }
-        if let Some(budget) = r.method.strip_prefix("ddtree:") {
-            let n: usize = budget.parse().unwrap();
+        if let Some(n) = r.method.ddtree_budget() {
             assert!(r.rounds.iter().all(|x| x.tree_size <= n + 1));
         }
     }
@@ -132,9 +124,11 @@ fn every_method_runs_resumes_and_shards() {
     let taus = col("tau");
     let speedups = col("speedup");
     for r in &full {
-        let i = (0..summary.height()).find(|&i| ds.get(i) == Some(&r.dataset) && ms.get(i) == Some(&r.method)).unwrap();
+        let i = (0..summary.height())
+            .find(|&i| ds.get(i) == Some(r.dataset.as_str()) && ms.get(i) == Some(&r.method.to_string()))
+            .unwrap();
         assert_eq!(taus.f64().unwrap().get(i), Some(r.tau), "{}", r.key);
-        let ar = full.iter().find(|a| a.dataset == r.dataset && a.method == "ar").unwrap();
+        let ar = full.iter().find(|a| a.dataset == r.dataset && a.method == Method::Ar).unwrap();
         let want = ar.tpot_s / r.tpot_s;
         assert!((speedups.f64().unwrap().get(i).unwrap() - want).abs() < 1e-12);
     }

@@ -1,5 +1,5 @@
 //! Experiment files: a good one validates into the expected sweep; every
-//! mistake is an error naming the file, the line and the field (issue #7).
+//! mistake is an error naming the file, the line and the field.
 
 use std::path::{Path, PathBuf};
 
@@ -71,6 +71,50 @@ fn with(from: &str, to: &str) -> String {
     GOOD.replacen(from, to, 1)
 }
 
+/// The experiment a command composes (`bastion tau`) writes a file that
+/// validates into the same settings, first-turn-only and AR-less included.
+#[test]
+fn a_drafted_experiment_round_trips() {
+    use bastion_bench::{DraftBastion, DraftDatasets, DraftModel, ExperimentDraft};
+    let draft = ExperimentDraft {
+        name: "tau-ddtree-8".into(),
+        description: "a \"quoted\" description".into(),
+        backend: bastion_models::BackendKind::Flex,
+        max_new_tokens: 24,
+        temperatures: vec![0.0],
+        seeds: vec![0],
+        warmup: 1,
+        methods: vec![Method::DDTree { budget: 8 }],
+        ar_baseline: false,
+        models: vec![DraftModel {
+            name: "tiny".into(),
+            target: "tests/fixtures/tiny-qwen3".into(),
+            drafter: "tests/fixtures/tiny-dflash".into(),
+            calibration: None,
+        }],
+        datasets: DraftDatasets {
+            names: vec![DatasetName::Gsm8k, DatasetName::MtBench],
+            subset: "paper".into(),
+            max_samples: Some(3),
+            turns: "first".into(),
+        },
+        bastion: DraftBastion { rule: BastionRule::Raw, online_forgetting: 0.7 },
+    };
+    let text = draft.to_toml("written by a test\nsecond line").unwrap();
+    assert!(text.starts_with("# written by a test\n# second line\n"), "{text}");
+    let e = parse(&text).unwrap();
+    assert_eq!((e.name.as_str(), e.description.as_str()), ("tau-ddtree-8", "a \"quoted\" description"));
+    assert_eq!(e.methods, vec![Method::DDTree { budget: 8 }], "no AR baseline");
+    assert!(!e.ar_baseline && e.first_turn_only);
+    assert_eq!(e.datasets, vec![DatasetName::Gsm8k, DatasetName::MtBench]);
+    assert_eq!((e.selection.paper_subset, e.selection.max_samples), (true, Some(3)));
+    assert_eq!((e.bastion_rule, e.online.forgetting, e.max_new_tokens), (BastionRule::Raw, 0.7, 24));
+    assert!(e.models[0].calibration.is_none() && e.models[0].drafter.ends_with("tests/fixtures/tiny-dflash"));
+    // The defaults: AR first, every turn.
+    let good = parse(GOOD).unwrap();
+    assert!(good.ar_baseline && !good.first_turn_only && good.methods[0] == Method::Ar);
+}
+
 #[test]
 fn mistakes_name_the_file_line_and_field() {
     let cases: Vec<(String, &str, &str)> = vec![
@@ -100,6 +144,16 @@ fn mistakes_name_the_file_line_and_field() {
         (with("names = [\"gsm8k\", \"mt-bench\"]", "names = []"), "15:9: datasets.names", "at least one"),
         (with("seeds = [0, 1]", "seeds = [0, -1]"), "5:13: seeds[1]", "expected a seed ≥ 0"),
         (with("name = \"tiny-qwen3\"\n", ""), "9:1: models[0].name", "missing field `name`"),
+        (
+            with("max_samples = 2", "max_samples = 2\nturns = \"second\""),
+            "17:9: datasets.turns",
+            "expected all or first",
+        ),
+        (
+            with("methods = [\"dflash\"", "ar_baseline = false\nmethods = [\"ar\", \"dflash\""),
+            "7:12: methods[0]",
+            "ar is listed but ar_baseline = false",
+        ),
     ];
     let mut checked = 0;
     for (text, at, msg) in cases {

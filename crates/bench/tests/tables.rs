@@ -1,9 +1,9 @@
-//! Frames and tables from sample records (issue #7): known records give
+//! Frames and tables from sample records: known records give
 //! known τ, speedup, budgets and oracle rows, and both templates render them.
 
 use bastion_bench::tables::{render, round_frame, sample_frame, summary_frame, tables, write_parquet, ORACLE};
 use bastion_bench::SampleRecord;
-use bastion_decode::RoundRecord;
+use bastion_decode::{Method, RoundRecord};
 use polars::prelude::*;
 
 /// A record whose rounds have the given (tree size, accepted) and whose
@@ -22,13 +22,15 @@ fn record(dataset: &str, prompt: &str, method: &str, rounds: &[(usize, usize)], 
         })
         .collect();
     let tokens: usize = rounds.iter().map(|r| r.accepted).sum();
+    let (dataset, method_name) = (dataset.parse().unwrap(), method);
+    let method: Method = method.parse().unwrap();
     SampleRecord {
         key: SampleRecord::make_key("m", dataset, prompt, method, 0.0, 0),
         model: "m".into(),
-        dataset: dataset.into(),
+        dataset,
         prompt_id: prompt.into(),
         prompt_index: 0,
-        method: method.into(),
+        method,
         temperature: 0.0,
         seed: 0,
         prompt_tokens: vec![5],
@@ -38,7 +40,7 @@ fn record(dataset: &str, prompt: &str, method: &str, rounds: &[(usize, usize)], 
         decode_s: tpot * tokens as f64,
         prefill_s: 0.01,
         rounds,
-        identical_to_ar: (method != "ar").then_some(true),
+        identical_to_ar: (method_name != "ar").then_some(true),
     }
 }
 
@@ -150,7 +152,7 @@ fn figures_show_the_table_numbers() {
     assert_eq!(h[2].counts, [0, 0, 4, 0, 4]);
     assert_eq!(h[3].counts, [0, 0, 0, 2]);
     for x in &h {
-        let rounds: usize = recs.iter().filter(|r| r.method == x.method).map(|r| r.rounds.len()).sum();
+        let rounds: usize = recs.iter().filter(|r| r.method.to_string() == x.method).map(|r| r.rounds.len()).sum();
         assert_eq!(x.rounds(), rounds as u64);
     }
 

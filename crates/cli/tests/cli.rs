@@ -9,6 +9,11 @@ fn bastion(args: &[&str]) -> (bool, String, String) {
     bastion_in(std::path::Path::new(ROOT), args)
 }
 
+/// The default model's path (asserts that it was fetched).
+fn smollm2() -> String {
+    bastion_testkit::smollm2_gguf().to_str().unwrap().to_string()
+}
+
 /// Runs `bastion` in `dir`.
 fn bastion_in(dir: &std::path::Path, args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_bastion")).args(args).current_dir(dir).output().unwrap();
@@ -47,9 +52,7 @@ fn bad_input_fails_with_a_clear_message() {
 
 #[test]
 fn generate_reproduces_the_smollm2_greedy_reference() {
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    let model = format!("{root}/models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(std::path::Path::new(&model).is_file(), "{model} is missing: run scripts/fetch-model.sh first");
+    let model = smollm2();
     let fx = bastion_testkit::Fixture::load("smollm2-135m");
     let case = &fx.json["prompts"]["coding"];
     let prompt = case["messages"][0]["content"].as_str().unwrap();
@@ -64,10 +67,8 @@ fn generate_reproduces_the_smollm2_greedy_reference() {
 /// dflash` prints exactly AR's text, and `tau` reports a lossless run.
 #[test]
 fn shipped_drafter_generates_ar_text_and_tau_reports() {
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    let model = format!("{root}/models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(std::path::Path::new(&model).is_file(), "{model} is missing: run scripts/fetch-model.sh first");
-    let drafter = format!("{root}/drafters/smollm2-135m-instruct-dflash");
+    let model = smollm2();
+    let drafter = bastion_testkit::smollm2_drafter_dir().to_str().unwrap().to_string();
     let fx = bastion_testkit::Fixture::load("smollm2-135m");
     let case = &fx.json["prompts"]["coding"];
     let prompt = case["messages"][0]["content"].as_str().unwrap();
@@ -79,9 +80,12 @@ fn shipped_drafter_generates_ar_text_and_tau_reports() {
     assert_eq!(out.strip_suffix('\n').unwrap(), case["greedy_text"].as_str().unwrap());
     assert!(err.starts_with("dflash |") && err.contains("64 tokens in"), "{err}");
 
+    // `tau` is a preset over the runner: its experiment, records and tables land in
+    // RESULTS/<name>/, and `bastion tables` reads them.
     let tmp = tempfile::tempdir().unwrap();
     let out_file = tmp.path().join("tau.jsonl");
-    let datasets = format!("{root}/datasets");
+    let results = tmp.path().join("results");
+    let datasets = format!("{ROOT}/datasets");
     let (ok, out, err) = bastion(&[
         "tau",
         "--model",
@@ -96,22 +100,39 @@ fn shipped_drafter_generates_ar_text_and_tau_reports() {
         "24",
         "--datasets",
         &datasets,
+        "--results",
+        results.to_str().unwrap(),
         "--out",
         out_file.to_str().unwrap(),
     ]);
     assert!(ok, "{err}");
-    let rows: Vec<&str> = out.lines().filter(|l| l.starts_with("gsm8k") || l.starts_with("humaneval")).collect();
-    assert_eq!(rows.len(), 2, "{out}");
-    assert!(rows.iter().all(|r| r.ends_with("1/1")), "{out}");
-    let recs: Vec<serde_json::Value> =
+    let row =
+        |text: &str, method: &str| text.lines().find(|l| l.starts_with(&format!("| {method} |"))).map(String::from);
+    let dflash_row = row(&out, "dflash").unwrap_or_else(|| panic!("{out}"));
+    assert!(row(&out, "ar").is_some(), "{out}");
+    let recs: Vec<bastion_bench::SampleRecord> =
         std::fs::read_to_string(&out_file).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert_eq!(recs.len(), 2);
-    for r in &recs {
-        assert_eq!(r["identical_to_ar"], true);
-        let acc: Vec<u64> = r["acceptance_lengths"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
-        let tau = acc.iter().sum::<u64>() as f64 / acc.len() as f64;
-        assert!((tau - r["tau"].as_f64().unwrap()).abs() < 1e-12 && acc.iter().all(|&a| (1..=16).contains(&a)));
+    assert_eq!(recs.len(), 4, "AR and DFlash on one prompt of each set");
+    for r in recs.iter().filter(|r| r.method == bastion_decode::Method::DFlash) {
+        assert_eq!(r.identical_to_ar, Some(true));
+        let acc: Vec<usize> = r.rounds.iter().map(|x| x.accepted).collect();
+        let tau = acc.iter().sum::<usize>() as f64 / acc.len() as f64;
+        assert!((tau - r.tau).abs() < 1e-12 && acc.iter().all(|&a| (1..=16).contains(&a)));
     }
+    let experiment = results.join("tau-dflash/experiment.toml");
+    assert!(results.join("tau-dflash/samples.jsonl").is_file() && experiment.is_file());
+    let tables = tmp.path().join("tables");
+    let (ok, again, err) = bastion(&[
+        "tables",
+        experiment.to_str().unwrap(),
+        "--results",
+        results.to_str().unwrap(),
+        "--out",
+        tables.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(row(&again, "dflash"), Some(dflash_row), "the same table from the records: {again}");
+    assert!(tables.join("tau-dflash.md").is_file());
     // AR is not a speculative method.
     let (ok, _, err) = bastion(&["tau", "--model", &model, "--drafter", &drafter, "--method", "ar"]);
     assert!(!ok && err.contains("needs a speculative method"), "{err}");
@@ -246,9 +267,7 @@ fn profile_writes_a_calibration_the_cost_aware_methods_use() {
 
 #[test]
 fn distill_writes_and_resumes() {
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    let model = format!("{root}/models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(std::path::Path::new(&model).is_file(), "{model} is missing: run scripts/fetch-model.sh first");
+    let model = smollm2();
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("d.jsonl");
     let out = out.to_str().unwrap();

@@ -1,4 +1,4 @@
-//! Cost models measured on the machine that decodes (issue #6): `bastion
+//! Cost models measured on the machine that decodes: `bastion
 //! profile` times the target's verification over a grid of tree sizes and
 //! context lengths, the drafter's round and the round's other work, measures
 //! the device's roof, and fits both methods' cost models. One JSON file per
@@ -44,6 +44,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{DecodeError, Result};
 use crate::generate::{generate, GenerateConfig};
+use crate::pair::LoadedPair;
 use crate::policy::{BastionRule, BastionSetup, PolicyInputs, CADDTREE_MAX_BUDGET};
 
 /// Version of the calibration file layout.
@@ -300,21 +301,86 @@ fn filler(len: usize, offset: usize, vocab: usize) -> Vec<u32> {
     (0..len).map(|i| (((i + offset) * 7919 + 13) % vocab) as u32).collect()
 }
 
-/// Measures a calibration for `target` (loaded from `target_path` on
-/// `backend`) and, when given, `drafter` (from `drafter_path`).
+/// The verification timing grid shared by `bastion profile` and its
+/// latency table (`bastion bench-target`): for every context length `c`
+/// (committed filler tokens, grown incrementally in one session) and tree
+/// size `s` (tokens verified, root included), `warmup` untimed and
+/// `repeats` timed verifications of a heap-shaped tree (node `i` under
+/// `(i − 1) / 2`), each rolled back; the device is synchronised before the
+/// clock starts and the verification reads its logits back before it stops.
+#[derive(Debug, Clone, Copy)]
+pub struct VerifyGrid<'a> {
+    /// Context lengths, ascending.
+    pub contexts: &'a [usize],
+    /// Tree sizes (tokens verified, root included).
+    pub tokens: &'a [usize],
+    /// Untimed verifications per point.
+    pub warmup: usize,
+    /// Timed verifications per point (the median is kept).
+    pub repeats: usize,
+    /// Target layers whose hidden states are read back too (a drafter's
+    /// feature layers, so the timing includes that read-back).
+    pub hidden: &'a [usize],
+}
+
+impl VerifyGrid<'_> {
+    /// Runs the grid on `target`; `on_point` sees each point as it is
+    /// measured with the number done so far.
+    ///
+    /// # Errors
+    /// Model errors (context longer than the window, device failures).
+    pub fn measure(&self, target: &Model, on_point: &mut dyn FnMut(&VerifyPoint, usize)) -> Result<Vec<VerifyPoint>> {
+        let vocab = target.config().vocab_size;
+        let mut verify = Vec::with_capacity(self.contexts.len() * self.tokens.len());
+        let mut session = target.session();
+        for &c in self.contexts {
+            let have = session.len();
+            if c > have {
+                // In chunks of ≤ 512 tokens, so long contexts need little memory.
+                for start in (have..c).step_by(512) {
+                    session.prefill(&filler((c - start).min(512), start, vocab), &[])?;
+                }
+            }
+            for &s in self.tokens {
+                let tokens = filler(s, c + 100_003, vocab);
+                let parents: Vec<i64> = (0..s as i64).map(|i| if i == 0 { -1 } else { (i - 1) / 2 }).collect();
+                let tree = DraftTree::from_parts(&tokens, &parents, None)?;
+                for _ in 0..self.warmup {
+                    session.verify(&tree, self.hidden)?;
+                    session.discard();
+                }
+                let mut runs = Vec::with_capacity(self.repeats);
+                for _ in 0..self.repeats.max(1) {
+                    target.sync()?;
+                    let t = Instant::now();
+                    let out = session.verify(&tree, self.hidden)?;
+                    runs.push(t.elapsed().as_secs_f64());
+                    drop(out);
+                    session.discard();
+                }
+                let point = VerifyPoint { tokens: s, context_len: c, seconds: median(&runs), runs };
+                verify.push(point.clone());
+                on_point(&point, verify.len());
+            }
+        }
+        Ok(verify)
+    }
+}
+
+/// Measures a calibration for the pair's target and, when it has one, its
+/// drafter, on the pair's backend.
 ///
 /// # Errors
 /// [`DecodeError::Usage`] for invalid options; model and fit errors otherwise.
 pub fn profile(
-    target: &Model,
-    target_path: &Path,
-    backend: BackendKind,
-    drafter: Option<(&Drafter, &Path)>,
+    pair: &LoadedPair,
     options: &ProfileOptions,
     on_event: &mut dyn FnMut(&ProfileEvent),
 ) -> Result<Calibration> {
+    let (target, backend) = (pair.target(), pair.spec().backend);
+    let drafter = pair.drafter().zip(pair.spec().drafter.as_deref());
     let cfg = target.config();
-    options.validate(cfg.max_position_embeddings, drafter.map_or(1, |(d, _)| d.block_size()))?;
+    options.validate(cfg.max_position_embeddings, pair.block_size())?;
     let peak_runs = measure_peak(target.device(), &options.peak)?;
     let peak = peak_runs.peak();
     RooflineModel { shape: target.roofline_shape(), device: peak, calibration: RooflineCalibration::default() }
@@ -322,43 +388,17 @@ pub fn profile(
         .map_err(|e| DecodeError::Usage(format!("measured device roof is unusable: {e}")))?;
     on_event(&ProfileEvent::Peak(peak));
 
-    // Verification grid: one cache per context length, grown incrementally.
     let hidden = drafter.map(|(d, _)| d.hidden_indices()).unwrap_or_default();
-    let vocab = cfg.vocab_size;
     let total = options.contexts.len() * options.tokens.len();
-    let mut verify = Vec::with_capacity(total);
-    let mut session = target.session();
-    for &c in &options.contexts {
-        let have = session.len();
-        if c > have {
-            // In chunks of ≤ 512 tokens, so long contexts need little memory.
-            for start in (have..c).step_by(512) {
-                session.prefill(&filler((c - start).min(512), start, vocab), &[])?;
-            }
-        }
-        for &s in &options.tokens {
-            let tokens = filler(s, c + 100_003, vocab);
-            let parents: Vec<i64> = (0..s as i64).map(|i| if i == 0 { -1 } else { (i - 1) / 2 }).collect();
-            let tree = DraftTree::from_parts(&tokens, &parents, None)?;
-            for _ in 0..options.warmup {
-                session.verify(&tree, &hidden)?;
-                session.discard();
-            }
-            let mut runs = Vec::with_capacity(options.repeats);
-            for _ in 0..options.repeats {
-                target.sync()?;
-                let t = Instant::now();
-                let out = session.verify(&tree, &hidden)?;
-                runs.push(t.elapsed().as_secs_f64());
-                drop(out);
-                session.discard();
-            }
-            let point = VerifyPoint { tokens: s, context_len: c, seconds: median(&runs), runs };
-            verify.push(point.clone());
-            on_event(&ProfileEvent::Verify { point, done: verify.len(), total });
-        }
-    }
-    drop(session);
+    let grid = VerifyGrid {
+        contexts: &options.contexts,
+        tokens: &options.tokens,
+        warmup: options.warmup,
+        repeats: options.repeats,
+        hidden: &hidden,
+    };
+    let verify =
+        grid.measure(target, &mut |point, done| on_event(&ProfileEvent::Verify { point: point.clone(), done, total }))?;
 
     let drafter = match drafter {
         Some((d, path)) => Some(probe_drafter(target, d, path, options, on_event)?),
@@ -370,7 +410,7 @@ pub fn profile(
         format: CALIBRATION_FORMAT,
         created_unix_s: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
         device: DeviceRecord { name: backend.device_name(), backend: backend.as_str().into(), peak, peak_runs },
-        target: TargetRecord { path: target_path.display().to_string(), arch: format!("{:?}", cfg.arch), shape },
+        target: TargetRecord { path: pair.target_path().display().to_string(), arch: format!("{:?}", cfg.arch), shape },
         drafter,
         options: options.clone(),
         verify,
@@ -396,7 +436,7 @@ fn probe_drafter(
     let rounds = gen.rounds.get(1..).unwrap_or_default();
     if rounds.is_empty() {
         return Err(DecodeError::Usage(format!(
-            "drafter probe: {} new tokens gave a single round; raise --probe-new-tokens",
+            "drafter probe: {} new tokens gave a single round; raise the probe's new tokens (probe_new_tokens)",
             options.probe_new_tokens
         )));
     }
@@ -485,20 +525,20 @@ impl Calibration {
     /// Reads and checks a calibration file.
     ///
     /// # Errors
-    /// [`DecodeError::Usage`] naming the file: unreadable, not a
+    /// [`DecodeError::Calibration`] naming the file: unreadable, not a
     /// calibration (serde names the field), another format version, or
     /// fits that do not validate.
     pub fn load(path: &Path) -> Result<Self> {
         let text = std::fs::read(path).map_err(|e| {
-            DecodeError::Usage(format!(
-                "cannot read calibration {}: {e}; measure one with `bastion profile --model MODEL --drafter DRAFTER`",
+            DecodeError::Calibration(format!(
+                "cannot read calibration {}: {e}; measure one with `bastion profile` (target and drafter)",
                 path.display()
             ))
         })?;
         let cal: Self = serde_json::from_slice(&text)
-            .map_err(|e| DecodeError::Usage(format!("{}: not a valid calibration: {e}", path.display())))?;
+            .map_err(|e| DecodeError::Calibration(format!("{}: not a valid calibration: {e}", path.display())))?;
         if cal.format != CALIBRATION_FORMAT {
-            return Err(DecodeError::Usage(format!(
+            return Err(DecodeError::Calibration(format!(
                 "{}: field format: calibration format {} is not the supported {CALIBRATION_FORMAT}; rerun `bastion profile`",
                 path.display(),
                 cal.format
@@ -506,13 +546,13 @@ impl Calibration {
         }
         let f = &cal.fit.caddtree;
         ConvexCostModel::from_curves(0.0, f.contexts.clone(), f.curves.clone())
-            .map_err(|e| DecodeError::Usage(format!("{}: field fit.caddtree: {e}", path.display())))?;
-        cal.roofline()
-            .validate()
-            .map_err(|e| DecodeError::Usage(format!("{}: fields device.peak / fit.roofline: {e}", path.display())))?;
+            .map_err(|e| DecodeError::Calibration(format!("{}: field fit.caddtree: {e}", path.display())))?;
+        cal.roofline().validate().map_err(|e| {
+            DecodeError::Calibration(format!("{}: fields device.peak / fit.roofline: {e}", path.display()))
+        })?;
         if let Some(d) = &cal.drafter {
             if !(d.draft_seconds.is_finite() && d.draft_seconds > 0.0 && d.non_verify_seconds.is_finite()) {
-                return Err(DecodeError::Usage(format!(
+                return Err(DecodeError::Calibration(format!(
                     "{}: field drafter.draft_seconds / non_verify_seconds: expected finite times > 0, got {} and {}",
                     path.display(),
                     d.draft_seconds,
@@ -555,14 +595,14 @@ impl Calibration {
     /// same folder, then a rename; creates the folder.
     ///
     /// # Errors
-    /// [`DecodeError::Usage`] naming the path on I/O failure.
+    /// [`DecodeError::Calibration`] naming the path on I/O failure.
     pub fn save(&self, path: &Path) -> Result<()> {
-        let io = |e: std::io::Error| DecodeError::Usage(format!("cannot write {}: {e}", path.display()));
+        let io = |e: std::io::Error| DecodeError::Calibration(format!("cannot write {}: {e}", path.display()));
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
         let tmp = path.with_extension("json.tmp");
-        let text = serde_json::to_string_pretty(self).map_err(|e| DecodeError::Usage(e.to_string()))?;
+        let text = serde_json::to_string_pretty(self).map_err(|e| DecodeError::Calibration(e.to_string()))?;
         std::fs::write(&tmp, text + "\n").map_err(io)?;
         std::fs::rename(&tmp, path).map_err(io)
     }
@@ -576,7 +616,7 @@ impl Calibration {
     /// machine's `backend`; `file` names the calibration in the message.
     ///
     /// # Errors
-    /// [`DecodeError::Usage`] naming the file, the field and both values
+    /// [`DecodeError::Calibration`] naming the file, the field and both values
     /// when the target's shape, the device or the backend differ.
     pub fn check_target(&self, target: &Model, backend: BackendKind, file: &Path) -> Result<()> {
         self.check_model(target, backend, file)?;
@@ -587,7 +627,7 @@ impl Calibration {
     fn check_device(&self, backend: BackendKind, file: &Path) -> Result<()> {
         let here = backend.device_name();
         if self.device.name != here {
-            return Err(DecodeError::Usage(format!(
+            return Err(DecodeError::Calibration(format!(
                 "calibration {} belongs to another device (field device.name): measured for {}, but this run \
                  uses {here}; run `bastion profile` for this setup",
                 file.display(),
@@ -603,11 +643,11 @@ impl Calibration {
     /// on any machine).
     ///
     /// # Errors
-    /// [`DecodeError::Usage`] naming the file, the field and both values.
+    /// [`DecodeError::Calibration`] naming the file, the field and both values.
     pub fn check_model(&self, target: &Model, backend: BackendKind, file: &Path) -> Result<()> {
         let shape = target.roofline_shape();
         let mismatch = |field: &str, theirs: String, ours: String| {
-            Err(DecodeError::Usage(format!(
+            Err(DecodeError::Calibration(format!(
                 "calibration {} belongs to another {field}: measured for {theirs}, but this run uses {ours}; \
                  run `bastion profile` for this setup",
                 file.display()
@@ -638,12 +678,12 @@ impl Calibration {
     /// drafter like `drafter` (block size, layers, target layers).
     ///
     /// # Errors
-    /// [`DecodeError::Usage`] naming the file and field when the
+    /// [`DecodeError::Calibration`] naming the file and field when the
     /// calibration has no drafter record or it differs.
     pub fn check_drafter(&self, drafter: &Drafter, file: &Path) -> Result<&DrafterRecord> {
         let d = self.drafter.as_ref().ok_or_else(|| {
-            DecodeError::Usage(format!(
-                "calibration {} has no drafter measurements (field drafter): rerun `bastion profile` with --drafter",
+            DecodeError::Calibration(format!(
+                "calibration {} has no drafter measurements (field drafter): rerun `bastion profile` with the drafter",
                 file.display()
             ))
         })?;
@@ -651,7 +691,7 @@ impl Calibration {
         let ours = (drafter.block_size(), dc.model.num_layers, dc.target_layer_ids.clone());
         let theirs = (d.block_size, d.layers, d.target_layer_ids.clone());
         if ours != theirs {
-            return Err(DecodeError::Usage(format!(
+            return Err(DecodeError::Calibration(format!(
                 "calibration {} was measured with drafter {} (block size {}, {} layers, target layers {:?}), \
                  but this run's drafter has block size {}, {} layers, target layers {:?} (field drafter)",
                 file.display(),
@@ -670,7 +710,7 @@ impl Calibration {
     /// CaDDTree's cost model: the fitted curves with `Cd` = the drafter's `T_d`.
     ///
     /// # Errors
-    /// [`DecodeError::Usage`] without drafter measurements.
+    /// [`DecodeError::Calibration`] without drafter measurements.
     pub fn cost_model(&self) -> Result<ConvexCostModel> {
         let d = self.drafter_record()?;
         let f = &self.fit.caddtree;
@@ -681,7 +721,7 @@ impl Calibration {
     /// of `rule` with the measured `T_d`, `T_nv`.
     ///
     /// # Errors
-    /// [`DecodeError::Usage`] without drafter measurements.
+    /// [`DecodeError::Calibration`] without drafter measurements.
     pub fn bastion_setup(&self, rule: BastionRule) -> Result<BastionSetup> {
         let d = self.drafter_record()?;
         Ok(BastionSetup {
@@ -701,8 +741,8 @@ impl Calibration {
 
     fn drafter_record(&self) -> Result<&DrafterRecord> {
         self.drafter.as_ref().ok_or_else(|| {
-            DecodeError::Usage(
-                "the calibration has no drafter measurements (field drafter): rerun `bastion profile` with --drafter"
+            DecodeError::Calibration(
+                "the calibration has no drafter measurements (field drafter): rerun `bastion profile` with the drafter"
                     .into(),
             )
         })

@@ -9,6 +9,37 @@ pub enum DecodeError {
     /// Tree construction or the walk rejected its input.
     #[error(transparent)]
     Tree(#[from] bastion_tree::TreeError),
+    /// A speculative method was asked for without a drafter.
+    #[error("method {method} needs a drafter")]
+    NoDrafter {
+        /// The method.
+        method: crate::Method,
+    },
+    /// A cost-aware method was asked for without a calibration.
+    #[error("method {method} needs a calibration (from `bastion profile`)")]
+    NoCalibration {
+        /// The method.
+        method: crate::Method,
+    },
+    /// The model has no tokenizer (or it failed to load) but text was given.
+    #[error("{}: no usable tokenizer: {reason}", path.display())]
+    NoTokenizer {
+        /// The model file or folder.
+        path: std::path::PathBuf,
+        /// Why the tokenizer could not be loaded.
+        reason: String,
+    },
+    /// Chat messages were given to a tokenizer without a chat template.
+    #[error("{}: the model has no chat template", path.display())]
+    NoChatTemplate {
+        /// The model file or folder.
+        path: std::path::PathBuf,
+    },
+    /// A calibration file is unreadable, malformed, or belongs to another
+    /// target, drafter, backend or device (the message names the file and
+    /// field; `bastion profile` measures a new one).
+    #[error("{0}")]
+    Calibration(String),
     /// Arguments that do not fit (empty prompt, prompt longer than the
     /// target's context, unknown method, …).
     #[error("{0}")]

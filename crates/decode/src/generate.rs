@@ -13,7 +13,7 @@ use crate::sampling::{argmax, Sampler};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AcceptRule {
-    /// The lossless walk (DESIGN §3, DDTree `follow_verified_tree`): sample
+    /// The lossless walk (docs/algorithms.md §3, DDTree `follow_verified_tree`): sample
     /// the posterior at every node, follow the children whose token was
     /// sampled. Preserves the target's distribution at every temperature.
     #[default]
@@ -60,7 +60,7 @@ impl Default for GenerateConfig {
     }
 }
 
-/// Measurements of one round (DESIGN §7). Times are wall-clock seconds,
+/// Measurements of one round (docs/algorithms.md §7). Times are wall-clock seconds,
 /// taken after the device finished: drafting and verification read their
 /// results back, the commit stage synchronises the device.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -126,7 +126,7 @@ impl Generation {
     }
 
     /// TPOT: decode time per output token (s), prefill and first draft
-    /// excluded (DESIGN §7); 0 for an empty output.
+    /// excluded (docs/algorithms.md §7); 0 for an empty output.
     pub fn tpot(&self) -> f64 {
         if self.tokens.is_empty() {
             0.0
@@ -145,7 +145,7 @@ impl Generation {
 /// round 0; each round drafts a block from the context features of the
 /// tokens committed since the last round, builds the tree (context length =
 /// committed tokens), verifies it, samples the posterior at every node,
-/// walks (DESIGN §3), commits the accepted path and appends the accepted
+/// walks (docs/algorithms.md §3), commits the accepted path and appends the accepted
 /// tokens and the bonus token. Rounds continue while fewer than
 /// `max_new_tokens` tokens sit in the target cache beyond the prompt (so,
 /// as in the references, a round may start when the output is already

@@ -1,6 +1,6 @@
 //! # bastion-decode
 //!
-//! One speculative decoding loop for every method of the papers (DESIGN §1,
+//! One speculative decoding loop for every method of the papers (docs/algorithms.md §1,
 //! §3, §7): `ar` (no drafter: a root-only tree per round, the baseline),
 //! `dflash` (the DFlash chain), `ddtree:N` (best-first tree of N drafted
 //! nodes), `caddtree` (per-round budget from a measured cost model) and
@@ -14,15 +14,17 @@ mod calibration;
 mod error;
 mod generate;
 mod method;
+mod pair;
 mod policy;
 mod sampling;
 
 pub use calibration::{
     profile, Calibration, ConvexCurves, DeviceRecord, DrafterRecord, FitRecord, ProfileEvent, ProfileOptions,
-    TargetRecord, VerifyPoint, CALIBRATION_FORMAT,
+    TargetRecord, VerifyGrid, VerifyPoint, CALIBRATION_FORMAT,
 };
 pub use error::{DecodeError, Result};
 pub use generate::{generate, AcceptRule, GenerateConfig, Generation, RoundRecord, RoundTrace};
 pub use method::Method;
+pub use pair::{CalibrationSource, ChatEncoder, LoadedPair, PairSpec, Speculator, DEFAULT_CALIBRATION_DIR};
 pub use policy::{policy_for, BastionRule, BastionSetup, PolicyInputs, CADDTREE_MAX_BUDGET};
 pub use sampling::{argmax, Sampler};

@@ -1,12 +1,14 @@
-//! The decoding methods (rows of the papers' tables, DESIGN §1).
+//! The decoding methods (rows of the papers' tables, docs/algorithms.md §1).
 
 use std::fmt;
 use std::str::FromStr;
 
 use crate::error::DecodeError;
 
-/// A decoding method.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// A decoding method. Serialised as its name (`ar`, `ddtree:16`, …), as
+/// experiment files and result records write it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub enum Method {
     /// Autoregressive decoding with the target alone (the speedup baseline).
     Ar,
@@ -86,6 +88,29 @@ impl FromStr for Method {
     }
 }
 
+impl From<Method> for String {
+    fn from(m: Method) -> String {
+        m.to_string()
+    }
+}
+
+impl TryFrom<String> for Method {
+    type Error = DecodeError;
+    fn try_from(s: String) -> Result<Self, DecodeError> {
+        s.parse()
+    }
+}
+
+impl Method {
+    /// The DDTree budget, for `ddtree:N`.
+    pub fn ddtree_budget(self) -> Option<usize> {
+        match self {
+            Method::DDTree { budget } => Some(budget),
+            _ => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,6 +133,11 @@ mod tests {
             assert!(e.contains("unknown method") && e.contains("ddtree:N"), "{e}");
         }
         assert!(!Method::Ar.needs_drafter() && Method::DFlash.needs_drafter());
+        // Serialised as the name, as records and experiment files write it.
+        let json = serde_json::to_string(&[Method::Ar, Method::DDTree { budget: 8 }]).unwrap();
+        assert_eq!(json, r#"["ar","ddtree:8"]"#);
+        assert_eq!(serde_json::from_str::<Vec<Method>>(&json).unwrap(), [Method::Ar, Method::DDTree { budget: 8 }]);
+        assert!(serde_json::from_str::<Method>(r#""eagle""#).is_err());
         assert!(Method::BastionPaper.needs_calibration() && !Method::DDTree { budget: 4 }.needs_calibration());
     }
 }

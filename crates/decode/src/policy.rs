@@ -81,23 +81,20 @@ pub struct PolicyInputs {
 /// online for `bastion`, fixed for `bastion-paper`.
 ///
 /// # Errors
-/// [`DecodeError::Usage`] when `caddtree` lacks a cost model or `bastion` a
-/// calibration, or when the calibration is invalid.
+/// [`DecodeError::NoCalibration`] when `caddtree` lacks a cost model or
+/// `bastion` a calibration; [`DecodeError::Tree`] when the calibration is
+/// invalid.
 pub fn policy_for(method: Method, block_size: usize, inputs: &PolicyInputs) -> Result<Option<Box<dyn BudgetPolicy>>> {
     Ok(match method {
         Method::Ar => None,
         Method::DFlash => Some(Box::new(FixedBudget::chain(block_size.saturating_sub(1)))),
         Method::DDTree { budget } => Some(Box::new(FixedBudget::new(budget))),
         Method::CaddTree => {
-            let cost = inputs.cost_model.clone().ok_or_else(|| {
-                DecodeError::Usage("method caddtree needs a cost model (--calibration FILE, JSON)".into())
-            })?;
+            let cost = inputs.cost_model.clone().ok_or(DecodeError::NoCalibration { method })?;
             Some(Box::new(CaddTree::new(cost, CADDTREE_MAX_BUDGET)))
         }
         Method::Bastion | Method::BastionPaper => {
-            let setup = inputs.bastion.as_ref().ok_or_else(|| {
-                DecodeError::Usage(format!("method {method} needs a calibration (--calibration FILE, JSON)"))
-            })?;
+            let setup = inputs.bastion.as_ref().ok_or(DecodeError::NoCalibration { method })?;
             Some(Box::new(if method == Method::Bastion {
                 Bastion::online(setup.config, setup.roofline, inputs.online)?
             } else {

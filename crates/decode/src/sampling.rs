@@ -1,4 +1,4 @@
-//! Sampling the target's posterior at each verified node (DESIGN §3).
+//! Sampling the target's posterior at each verified node (docs/algorithms.md §3).
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

@@ -1,4 +1,4 @@
-//! `bastion profile`'s measurement and its calibration file (issue #6), on
+//! `bastion profile`'s measurement and its calibration file, on
 //! the tiny fixture pair: the grid and the fits are complete and sound, the
 //! file round-trips, the policies load it and stay lossless, and a
 //! calibration that belongs to another target, device, backend or drafter
@@ -7,7 +7,8 @@
 use std::path::Path;
 
 use bastion_decode::{
-    generate, policy_for, profile, BastionRule, Calibration, GenerateConfig, Method, ProfileEvent, ProfileOptions,
+    generate, policy_for, profile, BastionRule, Calibration, GenerateConfig, LoadedPair, Method, PairSpec,
+    ProfileEvent, ProfileOptions,
 };
 use bastion_models::{load_model, BackendKind, Drafter, Model, PeakOptions};
 use bastion_testkit::fixture_dir;
@@ -33,25 +34,21 @@ fn tiny() -> (Model, Drafter) {
     (target, drafter)
 }
 
-fn measure(target: &Model, drafter: Option<&Drafter>) -> (Calibration, Vec<ProfileEvent>) {
+/// Profiles the tiny target (with the tiny drafter when `with_drafter`),
+/// opened as a pair of its own.
+fn measure(with_drafter: bool) -> (Calibration, Vec<ProfileEvent>) {
+    let mut spec = PairSpec::new(fixture_dir("tiny-qwen3"), BackendKind::Flex);
+    spec.drafter = with_drafter.then(|| fixture_dir("tiny-dflash"));
+    let pair = LoadedPair::open(spec).unwrap();
     let mut events = Vec::new();
-    let dpath = fixture_dir("tiny-dflash");
-    let cal = profile(
-        target,
-        &fixture_dir("tiny-qwen3"),
-        BackendKind::Flex,
-        drafter.map(|d| (d, dpath.as_path())),
-        &options(),
-        &mut |e| events.push(e.clone()),
-    )
-    .unwrap();
+    let cal = profile(&pair, &options(), &mut |e| events.push(e.clone())).unwrap();
     (cal, events)
 }
 
 #[test]
 fn profile_measures_the_grid_and_fits_both_cost_models() {
     let (target, drafter) = tiny();
-    let (cal, events) = measure(&target, Some(&drafter));
+    let (cal, events) = measure(true);
     let o = options();
 
     // Every grid point, in order, with its repeats and their median.
@@ -103,16 +100,16 @@ fn profile_measures_the_grid_and_fits_both_cost_models() {
     assert_eq!(cal.bastion_setup(BastionRule::Raw).unwrap().config.min_tree_size, 1);
 
     // Without a drafter: the grid and fits, but no round constants.
-    let (bare, _) = measure(&target, None);
+    let (bare, _) = measure(false);
     assert!(bare.drafter.is_none());
     let e = bare.policy_inputs(BastionRule::Paper, OnlineConfig::default()).unwrap_err().to_string();
-    assert!(e.contains("field drafter") && e.contains("--drafter"), "{e}");
+    assert!(e.contains("field drafter") && e.contains("with the drafter"), "{e}");
 }
 
 #[test]
 fn calibration_file_round_trips_and_drives_lossless_policies() {
     let (target, drafter) = tiny();
-    let (cal, _) = measure(&target, Some(&drafter));
+    let (cal, _) = measure(true);
     let dir = tempfile::tempdir().unwrap();
     let path = Calibration::default_path(
         &dir.path().join("calibration"),
@@ -179,7 +176,7 @@ fn generate_reports_every_round_to_the_policy() {
     assert_eq!(rec.1[0].context_len, prompt.len());
 
     // Online BASTION learns from those rounds; the paper variant does not.
-    let (cal, _) = measure(&target, Some(&drafter));
+    let (cal, _) = measure(true);
     let setup = cal.bastion_setup(BastionRule::Raw).unwrap();
     let mut online = Bastion::online(setup.config, setup.roofline, OnlineConfig::default()).unwrap();
     let mut fixed = Bastion::new(setup.config, setup.roofline).unwrap();
@@ -198,7 +195,7 @@ fn err(r: bastion_decode::Result<impl std::fmt::Debug>) -> String {
 #[test]
 fn calibrations_of_other_setups_and_broken_files_are_refused() {
     let (target, drafter) = tiny();
-    let (cal, _) = measure(&target, Some(&drafter));
+    let (cal, _) = measure(true);
     let file = Path::new("results/calibration/x.json");
 
     // Another target: the tiny Llama (same sizes, other architecture), or

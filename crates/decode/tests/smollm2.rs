@@ -4,7 +4,7 @@
 //! the shipped trained drafter. Prompts are GSM8K questions in the model's
 //! chat template.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use bastion_data::{DatasetName, Datasets, Selection};
 use bastion_decode::{generate, GenerateConfig};
@@ -12,14 +12,9 @@ use bastion_models::{
     build_target_layer_ids, load_model, load_tokenizer, Drafter, DrafterConfig, HostTensor, MemorySource, Message,
     Model, ModelConfig,
 };
+use bastion_testkit::{repo_root, smollm2_drafter_dir, smollm2_gguf};
 use bastion_tree::{BudgetPolicy, FixedBudget};
 use burn::tensor::Device;
-
-fn model_path() -> PathBuf {
-    std::env::var_os("BASTION_SMOLLM2_GGUF").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf")
-    })
-}
 
 /// A one-layer Qwen3-style drafter with random weights (uniform ±0.05,
 /// norms at 1) shaped for `target`.
@@ -67,13 +62,12 @@ fn random_drafter(target: &Model) -> Drafter {
 
 #[test]
 fn greedy_tree_decoding_equals_ar_on_gsm8k() {
-    let path = model_path();
-    assert!(path.is_file(), "{} is missing: run scripts/fetch-model.sh first", path.display());
+    let path = smollm2_gguf();
     let target = load_model(&path, &Device::flex()).unwrap();
     let tok = load_tokenizer(&path).unwrap();
     let template = tok.chat_template().unwrap();
     let drafter = random_drafter(&target);
-    let sets = Datasets::open(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../datasets")).unwrap();
+    let sets = Datasets::open(repo_root().join("datasets")).unwrap();
     let prompts = sets.load(DatasetName::Gsm8k, &Selection { paper_subset: true, max_samples: Some(2) }).unwrap();
     let mut stop = tok.eos_ids().to_vec();
     stop.extend(&target.config().eos_token_ids);
@@ -104,15 +98,13 @@ const TAU_FLOOR: f64 = 1.5;
 /// it drafts better than chance (an untrained drafter gives τ = 1 here).
 #[test]
 fn shipped_drafter_is_lossless_and_accepts_drafts() {
-    let path = model_path();
-    assert!(path.is_file(), "{} is missing: run scripts/fetch-model.sh first", path.display());
+    let path = smollm2_gguf();
     let target = load_model(&path, &Device::flex()).unwrap();
     let tok = load_tokenizer(&path).unwrap();
     let template = tok.chat_template().unwrap();
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../drafters/smollm2-135m-instruct-dflash");
-    let drafter = Drafter::load(&dir, &target).unwrap();
+    let drafter = Drafter::load(smollm2_drafter_dir(), &target).unwrap();
     assert_eq!(drafter.block_size(), 16);
-    let sets = Datasets::open(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../datasets")).unwrap();
+    let sets = Datasets::open(repo_root().join("datasets")).unwrap();
     let prompts = sets.load(DatasetName::Gsm8k, &Selection { paper_subset: true, max_samples: Some(2) }).unwrap();
     let mut stop = tok.eos_ids().to_vec();
     stop.extend(&target.config().eos_token_ids);

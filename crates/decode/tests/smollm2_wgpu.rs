@@ -5,21 +5,15 @@
 //! a missing wgpu adapter into a failure instead of a skip.
 #![cfg(feature = "wgpu")]
 
-use std::path::PathBuf;
-
 use bastion_data::{DatasetName, Datasets, Selection};
 use bastion_decode::{generate, GenerateConfig};
 use bastion_models::{load_model, load_tokenizer, Drafter, Message, TreeAttentionMode};
-use bastion_testkit::{max_abs_diff, FixtureCaddCost};
+use bastion_testkit::{max_abs_diff, repo_root, smollm2_drafter_dir, smollm2_gguf, FixtureCaddCost};
 use bastion_tree::{
     Bastion, BastionConfig, BudgetPolicy, CaddTree, DevicePeak, DraftTree, FixedBudget, ModelShape, OnlineConfig,
     RooflineCalibration, RooflineModel,
 };
 use burn::tensor::{Device, DeviceType};
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 #[test]
 fn kernel_verification_on_smollm2_is_lossless() {
@@ -28,15 +22,12 @@ fn kernel_verification_on_smollm2_is_lossless() {
         eprintln!("no wgpu adapter: skipped");
         return;
     };
-    let path = std::env::var_os("BASTION_SMOLLM2_GGUF")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf"));
-    assert!(path.is_file(), "{} is missing: run scripts/fetch-model.sh first", path.display());
+    let path = smollm2_gguf();
     let mut target = load_model(&path, &device).unwrap();
     assert!(target.uses_tree_kernel(), "auto mode takes the kernel on wgpu");
     let tok = load_tokenizer(&path).unwrap();
     let template = tok.chat_template().unwrap();
-    let sets = Datasets::open(root().join("datasets")).unwrap();
+    let sets = Datasets::open(repo_root().join("datasets")).unwrap();
     let prompt = &sets.load(DatasetName::Gsm8k, &Selection { paper_subset: true, max_samples: Some(1) }).unwrap()[0];
     let ids = tok.encode(&template.render(&[Message::new("user", &prompt.turns[0])], true).unwrap(), false).unwrap();
 
@@ -75,7 +66,7 @@ fn kernel_verification_on_smollm2_is_lossless() {
 
     // 2. Every method equals AR, token for token, with the kernel verifying.
     target.set_tree_attention(TreeAttentionMode::Auto).unwrap();
-    let drafter = Drafter::load(root().join("drafters/smollm2-135m-instruct-dflash"), &target).unwrap();
+    let drafter = Drafter::load(smollm2_drafter_dir(), &target).unwrap();
     let mut stop = tok.eos_ids().to_vec();
     stop.extend(&target.config().eos_token_ids);
     let cfg = GenerateConfig { max_new_tokens: 24, stop_tokens: stop, ..GenerateConfig::default() };

@@ -103,11 +103,11 @@ impl BackendKind {
     /// The Burn device of this backend.
     ///
     /// # Errors
-    /// [`ModelError::Usage`] naming the Cargo feature to enable when the
+    /// [`ModelError::Device`] naming the Cargo feature to enable when the
     /// backend is not compiled into this build.
     pub fn device(self) -> Result<Device> {
         if !self.is_compiled() {
-            return Err(ModelError::Usage(format!(
+            return Err(ModelError::Device(format!(
                 "backend `{}` is not compiled into this build: rebuild with `--features {}`",
                 self.as_str(),
                 self.as_str()

@@ -62,7 +62,7 @@ impl ChatTemplate {
     /// templates that read it (Qwen3).
     ///
     /// # Errors
-    /// [`ModelError::Usage`] when rendering fails (e.g. the template raises).
+    /// [`ModelError::Template`] when rendering fails (e.g. the template raises).
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
         let tmpl = self.env.get_template("chat").expect("added in new");
         tmpl.render(context! {
@@ -72,6 +72,6 @@ impl ChatTemplate {
             bos_token => self.bos_token.as_str(),
             eos_token => self.eos_token.as_str(),
         })
-        .map_err(|e| ModelError::Usage(format!("chat template failed to render: {e}")))
+        .map_err(|e| ModelError::Template(format!("failed to render: {e}")))
     }
 }

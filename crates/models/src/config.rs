@@ -190,6 +190,41 @@ impl ModelConfig {
         Ok(cfg)
     }
 
+    /// The Hugging Face `config.json` keys of this configuration, exactly the
+    /// ones [`ModelConfig::from_hf_value`] reads (so the two round-trip).
+    pub fn to_hf_value(&self) -> Value {
+        let mut v = serde_json::json!({
+            "model_type": match self.arch { Arch::Llama => "llama", Arch::Qwen3 => "qwen3" },
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": self.num_layers,
+            "num_attention_heads": self.num_heads,
+            "num_key_value_heads": self.num_kv_heads,
+            "head_dim": self.head_dim,
+            "rms_norm_eps": self.rms_norm_eps,
+            "rope_theta": self.rope_theta,
+            "tie_word_embeddings": self.tie_embeddings,
+            "max_position_embeddings": self.max_position_embeddings,
+            "attention_bias": false,
+        });
+        match self.eos_token_ids.as_slice() {
+            [] => {}
+            [one] => v["eos_token_id"] = (*one).into(),
+            many => v["eos_token_id"] = many.into(),
+        }
+        if let Some(r) = self.rope_scaling {
+            v["rope_scaling"] = serde_json::json!({
+                "rope_type": "llama3",
+                "factor": r.factor,
+                "low_freq_factor": r.low_freq_factor,
+                "high_freq_factor": r.high_freq_factor,
+                "original_max_position_embeddings": r.original_max_position,
+            });
+        }
+        v
+    }
+
     /// Reads the configuration from GGUF metadata (`general.architecture`
     /// `llama` or `qwen3`, keys `{arch}.block_count`, `.embedding_length`, …).
     /// Tied embeddings are inferred from the absence of `output.weight`.

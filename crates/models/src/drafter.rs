@@ -1,14 +1,16 @@
 //! The DFlash block-diffusion drafter (z-lab/dflash `dflash/model.py`,
-//! `DFlashDraftModel`; DESIGN §2), with its own KV cache of context K/V.
+//! `DFlashDraftModel`; docs/algorithms.md §2), with its own KV cache of context K/V.
 
 use std::path::{Path, PathBuf};
 
 use burn::tensor::{Device, Tensor, TensorData};
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::config::{cfg_err, Arch, ModelConfig};
 use crate::error::{ModelError, Result};
-use crate::model::{attention, rms_norm, rope, rope_tables, ForwardOutput, Layer, Linear, Model};
+use crate::layer::{decoder_layer, key_values, LayerShape};
+use crate::model::{attention, rms_norm, rope_tables, ForwardOutput, Layer, Linear, Model};
 use crate::weights::{HostTensor, SafetensorsSource, WeightSource};
 
 /// A DFlash drafter's configuration (`config.json` of a z-lab checkpoint).
@@ -25,6 +27,18 @@ pub struct DrafterConfig {
     /// Target decoder layers whose outputs form the context features
     /// (HF `hidden_states[id + 1]`).
     pub target_layer_ids: Vec<usize>,
+}
+
+/// The `dflash_config` section of a drafter's `config.json`, read and
+/// written by [`DrafterConfig`].
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct DflashSection {
+    /// Token id that fills the masked block slots.
+    pub mask_token_id: u32,
+    /// Target layers feeding the drafter; absent or null: z-lab's default
+    /// for the number of draft layers.
+    #[serde(default)]
+    pub target_layer_ids: Option<Vec<usize>>,
 }
 
 /// z-lab `build_target_layer_ids`: one draft layer → `[n / 2]`; otherwise
@@ -101,24 +115,52 @@ impl DrafterConfig {
             return Err(cfg_err(path, "block_size", "at least 2 (slot 0 plus one drafted slot)"));
         }
         let num_target_layers = uint(v.get("num_target_layers"), "num_target_layers")?;
-        let dcfg = v.get("dflash_config").filter(|d| d.is_object());
-        let mask_token_id =
-            dcfg.and_then(|d| d.get("mask_token_id"))
-                .and_then(Value::as_u64)
-                .ok_or_else(|| cfg_err(path, "dflash_config.mask_token_id", "a token id"))? as u32;
-        let target_layer_ids = match dcfg.and_then(|d| d.get("target_layer_ids")) {
-            None | Some(Value::Null) => build_target_layer_ids(num_target_layers, model.num_layers),
-            Some(Value::Array(a)) => a
-                .iter()
-                .map(|x| x.as_u64().map(|x| x as usize))
-                .collect::<Option<Vec<_>>>()
-                .filter(|ids| !ids.is_empty())
-                .ok_or_else(|| cfg_err(path, "dflash_config.target_layer_ids", "a non-empty list of layer indices"))?,
+        let section = v
+            .get("dflash_config")
+            .ok_or_else(|| cfg_err(path, "dflash_config", "an object {mask_token_id, target_layer_ids}"))?;
+        let d = DflashSection::deserialize(section).map_err(|e| {
+            let field = ["mask_token_id", "target_layer_ids"].into_iter().find(|f| e.to_string().contains(f));
+            cfg_err(
+                path,
+                &format!("dflash_config{}", field.map(|f| format!(".{f}")).unwrap_or_default()),
+                &format!("mask_token_id (a token id) and target_layer_ids (a non-empty list of layer indices): {e}"),
+            )
+        })?;
+        let mask_token_id = d.mask_token_id;
+        let target_layer_ids = match d.target_layer_ids {
+            None => build_target_layer_ids(num_target_layers, model.num_layers),
+            Some(ids) if !ids.is_empty() => ids,
             Some(_) => {
                 return Err(cfg_err(path, "dflash_config.target_layer_ids", "a non-empty list of layer indices"))
             }
         };
         Ok(Self { model, block_size, num_target_layers, mask_token_id, target_layer_ids })
+    }
+
+    /// The drafter's `config.json`: the draft layers' Qwen3 keys
+    /// ([`ModelConfig::to_hf_value`]), `block_size`, `num_target_layers` and
+    /// `dflash_config` written with the same [`DflashSection`] that
+    /// [`DrafterConfig::from_json`] reads, so a saved drafter loads with the
+    /// configuration it was saved with.
+    pub fn to_json(&self) -> Value {
+        let mut v = self.model.to_hf_value();
+        v["architectures"] = serde_json::json!(["DFlashDraftModel"]);
+        v["torch_dtype"] = "float32".into();
+        v["block_size"] = self.block_size.into();
+        v["num_target_layers"] = self.num_target_layers.into();
+        let section =
+            DflashSection { mask_token_id: self.mask_token_id, target_layer_ids: Some(self.target_layer_ids.clone()) };
+        v["dflash_config"] = serde_json::to_value(section).expect("plain numbers serialise");
+        v
+    }
+
+    /// Writes [`DrafterConfig::to_json`] (pretty) to `path`.
+    ///
+    /// # Errors
+    /// [`ModelError::Io`] naming the file.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let text = serde_json::to_vec_pretty(&self.to_json()).expect("JSON values serialise");
+        std::fs::write(path, text).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })
     }
 
     /// The target hidden-state indices to request (HF convention, `id + 1`).
@@ -152,7 +194,7 @@ impl WeightSource for Prefixed<'_> {
     }
 }
 
-/// A DFlash drafter bound to its target's shape (DESIGN §2).
+/// A DFlash drafter bound to its target's shape (docs/algorithms.md §2).
 ///
 /// Context features: the target's hidden states after the layers in
 /// `target_layer_ids`, concatenated (`[T, K·H]`), projected by `fc`
@@ -247,11 +289,11 @@ impl Drafter {
 /// `rows` (tree indices of accepted nodes) or all rows when `None`.
 ///
 /// # Errors
-/// [`ModelError::Usage`] when `out` lacks hidden states or a row is out of range.
+/// [`ModelError::Shape`] when `out` lacks hidden states or a row is out of range.
 pub fn context_features(out: &ForwardOutput, hidden_size: usize, rows: Option<&[usize]>) -> Result<Vec<f32>> {
     let h = hidden_size;
     let Some(first) = out.hidden.first() else {
-        return Err(ModelError::Usage("the target forward returned no hidden states for the drafter".into()));
+        return Err(ModelError::Shape("the target forward returned no hidden states for the drafter".into()));
     };
     let total = first.len() / h;
     let all: Vec<usize>;
@@ -265,7 +307,7 @@ pub fn context_features(out: &ForwardOutput, hidden_size: usize, rows: Option<&[
     let mut feats = Vec::with_capacity(rows.len() * h * out.hidden.len());
     for &r in rows {
         if r >= total {
-            return Err(ModelError::Usage(format!("context feature row {r} outside the {total} rows returned")));
+            return Err(ModelError::Shape(format!("context feature row {r} outside the {total} rows returned")));
         }
         for layer in &out.hidden {
             feats.extend_from_slice(&layer[r * h..(r + 1) * h]);
@@ -304,8 +346,8 @@ impl DraftSession<'_> {
     /// `r` = position `start + 1 + r`), from the target's `lm_head`.
     ///
     /// # Errors
-    /// [`ModelError::Usage`] when `features` is not a whole number of
-    /// `K·H` rows or `root` is outside the vocabulary.
+    /// [`ModelError::Shape`] when `features` is not a whole number of
+    /// `K·H` rows; [`ModelError::Usage`] when `root` is outside the vocabulary.
     pub fn draft(&mut self, target: &Model, features: &[f32], root: u32) -> Result<Vec<f32>> {
         Ok(self.draft_with_hidden(target, features, root)?.1)
     }
@@ -327,7 +369,7 @@ impl DraftSession<'_> {
         let m = &d.cfg.model;
         let width = d.cfg.target_layer_ids.len() * m.hidden_size;
         if !features.len().is_multiple_of(width) {
-            return Err(ModelError::Usage(format!(
+            return Err(ModelError::Shape(format!(
                 "context features hold {} values, not a multiple of K·H = {width}",
                 features.len()
             )));
@@ -340,19 +382,18 @@ impl DraftSession<'_> {
         let mut x = target.embed(&block)?;
         let blk_pos: Vec<usize> = (start..start + b).collect();
         let (cos_b, sin_b) = rope_tables(&d.inv_freq, &blk_pos, &d.device);
-        let (nh, nkv, eps) = (m.num_heads, m.num_kv_heads, m.rms_norm_eps);
+        let shape = LayerShape::of(m);
         let ctx = if n > 0 {
             let ctx_pos: Vec<usize> = (self.len..start).collect();
             let f = Tensor::<2>::from_data(TensorData::new(features.to_vec(), [n, width]), &d.device);
-            Some((rms_norm(d.fc.forward(f), &d.hidden_norm, eps), rope_tables(&d.inv_freq, &ctx_pos, &d.device)))
+            Some((rms_norm(d.fc.forward(f), &d.hidden_norm, shape.eps), rope_tables(&d.inv_freq, &ctx_pos, &d.device)))
         } else {
             None
         };
         for (l, layer) in d.layers.iter().enumerate() {
             // New context K/V (no per-layer norm on the context side), cached.
             if let Some((c, (cos_c, sin_c))) = &ctx {
-                let k = rope(Layer::heads(c.clone(), &layer.k, nkv, layer.k_norm.as_ref(), eps), cos_c, sin_c);
-                let v = Layer::heads(c.clone(), &layer.v, nkv, None, eps);
+                let [k, v] = key_values(layer, c.clone(), shape, (cos_c, sin_c));
                 self.keys[l] = Some(match self.keys[l].take() {
                     Some(prev) => Tensor::cat(vec![prev, k], 1),
                     None => k,
@@ -362,23 +403,24 @@ impl DraftSession<'_> {
                     None => v,
                 });
             }
-            let h = rms_norm(x.clone(), &layer.input_norm, eps);
-            let q = rope(Layer::heads(h.clone(), &layer.q, nh, layer.q_norm.as_ref(), eps), &cos_b, &sin_b);
-            let k_blk = rope(Layer::heads(h.clone(), &layer.k, nkv, layer.k_norm.as_ref(), eps), &cos_b, &sin_b);
-            let v_blk = Layer::heads(h, &layer.v, nkv, None, eps);
             // Attention over [cached context ; block]; the block K/V are not kept.
-            let (k_all, v_all) = match (&self.keys[l], &self.values[l]) {
-                (Some(k), Some(v)) => (Tensor::cat(vec![k.clone(), k_blk], 1), Tensor::cat(vec![v.clone(), v_blk], 1)),
-                _ => (k_blk, v_blk),
-            };
-            x = x + layer.o.forward(attention(q, k_all, v_all, None));
-            x = layer.mlp_residual(x, eps);
+            let (keys, values) = (&self.keys[l], &self.values[l]);
+            x = decoder_layer(layer, x, shape, (&cos_b, &sin_b), |q, k_blk, v_blk| {
+                let (k_all, v_all) = match (keys, values) {
+                    (Some(k), Some(v)) => {
+                        (Tensor::cat(vec![k.clone(), k_blk], 1), Tensor::cat(vec![v.clone(), v_blk], 1))
+                    }
+                    _ => (k_blk, v_blk),
+                };
+                Ok::<_, std::convert::Infallible>(attention(q, k_all, v_all, None))
+            })
+            .unwrap_or_else(|never| match never {});
         }
         self.len = start;
-        Ok(rms_norm(x, &d.norm, eps))
+        Ok(rms_norm(x, &d.norm, shape.eps))
     }
 }
 
 fn to_vec(x: Tensor<2>) -> Result<Vec<f32>> {
-    x.into_data().try_into_vec::<f32>().map_err(|e| ModelError::Usage(format!("reading a tensor back: {e:?}")))
+    x.into_data().try_into_vec::<f32>().map_err(|e| ModelError::ReadBack(format!("{e:?}")))
 }

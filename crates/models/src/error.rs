@@ -42,7 +42,27 @@ pub enum ModelError {
         /// What is wrong.
         what: String,
     },
-    /// A call was made with arguments that do not fit the model or session.
+    /// The device failed to execute queued work, or the backend is not
+    /// available in this build.
+    #[error("device: {0}")]
+    Device(String),
+    /// The tree-attention kernel refused its inputs or cannot run here
+    /// (callers may fall back to [`bastion_kernels::TreeAttentionMode::Dense`]).
+    #[error(transparent)]
+    Kernel(#[from] bastion_kernels::KernelError),
+    /// A tensor could not be read back from the device.
+    #[error("reading a tensor back from the device: {0}")]
+    ReadBack(String),
+    /// Inputs whose sizes do not fit the model (context features, hidden
+    /// indices, accepted rows).
+    #[error("shape: {0}")]
+    Shape(String),
+    /// A chat template failed to render.
+    #[error("chat template: {0}")]
+    Template(String),
+    /// A call was made out of order or with values that do not fit the
+    /// model or session (empty prompt, token outside the vocabulary, a
+    /// pending tree).
     #[error("{0}")]
     Usage(String),
 }

@@ -1,7 +1,6 @@
 //! Llama / Qwen3 decoder in Burn, with a KV-cache session that supports
 //! causal prefill, tree verification and compaction to the accepted path.
 
-use burn::tensor::activation::silu;
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 
 use bastion_kernels::{tree_attention, TreeAttentionMode, TreeIndex};
@@ -9,6 +8,7 @@ use bastion_tree::DraftTree;
 
 use crate::config::{Arch, ModelConfig};
 use crate::error::{ModelError, Result};
+use crate::layer::{decoder_layer, LayerShape, LayerWeights, Proj};
 use crate::weights::{HostTensor, WeightSource};
 
 /// One decoder layer's weights; projections are stored transposed
@@ -52,24 +52,32 @@ impl Layer {
             down: lin("mlp.down_proj.weight", [h, i])?,
         })
     }
+}
 
-    /// Projects `[t, hidden]` rows to heads `[heads, t, head_dim]` with
-    /// `w` (`[hidden, heads · head_dim]`), applying the per-head RMSNorm
-    /// `norm` when given (Qwen3 `q_norm` / `k_norm`).
-    pub(crate) fn heads(x: Tensor<2>, w: &Linear, heads: usize, norm: Option<&Tensor<1>>, eps: f64) -> Tensor<3> {
-        let [t, _] = x.dims();
-        let y = w.forward(x).reshape([t, heads, w.out_features() / heads]).swap_dims(0, 1);
-        match norm {
-            Some(n) => rms_norm3(y, n, eps),
-            None => y,
+impl LayerWeights for Layer {
+    fn project(&self, p: Proj, x: Tensor<2>) -> Tensor<2> {
+        match p {
+            Proj::Q => &self.q,
+            Proj::K => &self.k,
+            Proj::V => &self.v,
+            Proj::O => &self.o,
+            Proj::Gate => &self.gate,
+            Proj::Up => &self.up,
+            Proj::Down => &self.down,
         }
+        .forward(x)
     }
-
-    /// The SwiGLU MLP with its residual: `x + down(silu(gate(n)) · up(n))`,
-    /// `n = post_attention_layernorm(x)`; `[t, hidden]` → `[t, hidden]`.
-    pub(crate) fn mlp_residual(&self, x: Tensor<2>, eps: f64) -> Tensor<2> {
-        let h = rms_norm(x.clone(), &self.post_norm, eps);
-        x + self.down.forward(silu(self.gate.forward(h.clone())) * self.up.forward(h))
+    fn input_norm(&self) -> Tensor<1> {
+        self.input_norm.clone()
+    }
+    fn post_norm(&self) -> Tensor<1> {
+        self.post_norm.clone()
+    }
+    fn q_norm(&self) -> Option<Tensor<1>> {
+        self.q_norm.clone()
+    }
+    fn k_norm(&self) -> Option<Tensor<1>> {
+        self.k_norm.clone()
     }
 }
 
@@ -92,11 +100,6 @@ impl Linear {
         let (out_features, in_features) = (w.shape[0], w.shape[1]);
         let host = (*device == Device::flex() && !device.is_autodiff()).then(|| w.data.clone());
         Self { t: to_tensor2_transposed(w, device), host, in_features, out_features }
-    }
-
-    /// Output features.
-    pub(crate) fn out_features(&self) -> usize {
-        self.out_features
     }
 
     /// `x · Wᵀ`: `[rows, in]` → `[rows, out]`.
@@ -197,14 +200,18 @@ impl Model {
         let embed = Tensor::from_data(TensorData::new(embed_host.data, [v, h]), device);
         let inv_freq = cfg.rope_inv_freq();
         let mode = match std::env::var(TREE_ATTENTION_ENV) {
-            Ok(v) if !v.is_empty() => {
-                v.parse::<TreeAttentionMode>().map_err(|e| ModelError::Usage(format!("{TREE_ATTENTION_ENV}: {e}")))?
-            }
+            Ok(v) if !v.is_empty() => v.parse::<TreeAttentionMode>().map_err(|e| ModelError::Config {
+                path: TREE_ATTENTION_ENV.into(),
+                field: TREE_ATTENTION_ENV.into(),
+                expected: e.to_string(),
+            })?,
             _ => TreeAttentionMode::Auto,
         };
-        let tree_kernel = mode
-            .uses_kernel(device, cfg.head_dim)
-            .map_err(|e| ModelError::Usage(format!("{TREE_ATTENTION_ENV}={mode}: {e}")))?;
+        let tree_kernel = mode.uses_kernel(device, cfg.head_dim).map_err(|e| ModelError::Config {
+            path: TREE_ATTENTION_ENV.into(),
+            field: format!("{TREE_ATTENTION_ENV}={mode}"),
+            expected: e.to_string(),
+        })?;
         Ok(Self {
             lm_head: Linear::new(lm_head, device),
             embed,
@@ -223,12 +230,11 @@ impl Model {
     /// the kernel wherever it can run.
     ///
     /// # Errors
-    /// [`ModelError::Usage`] for [`TreeAttentionMode::Kernel`] on a device
+    /// [`ModelError::Kernel`] for [`TreeAttentionMode::Kernel`] on a device
     /// without the kernel (a CPU backend or a build without `wgpu` / `cuda`)
     /// or with a head dimension above [`bastion_kernels::MAX_HEAD_DIM`].
     pub fn set_tree_attention(&mut self, mode: TreeAttentionMode) -> Result<()> {
-        self.tree_kernel =
-            mode.uses_kernel(&self.device, self.cfg.head_dim).map_err(|e| ModelError::Usage(e.to_string()))?;
+        self.tree_kernel = mode.uses_kernel(&self.device, self.cfg.head_dim)?;
         Ok(())
     }
 
@@ -252,19 +258,19 @@ impl Model {
     /// back) before stopping the clock. A no-op cost on CPU backends.
     ///
     /// # Errors
-    /// [`ModelError::Usage`] when a queued operation failed on the device.
+    /// [`ModelError::Device`] when a queued operation failed on the device.
     pub fn sync(&self) -> Result<()> {
-        self.device.sync().map_err(|e| ModelError::Usage(format!("device execution failed: {e:?}")))
+        self.device.sync().map_err(|e| ModelError::Device(format!("execution failed: {e:?}")))
     }
 
     /// Replaces the RoPE inverse frequencies (`[head_dim / 2]`), e.g. with a
     /// GGUF `rope_freqs` correction.
     ///
     /// # Errors
-    /// [`ModelError::Usage`] when the length is not `head_dim / 2`.
+    /// [`ModelError::Shape`] when the length is not `head_dim / 2`.
     pub fn set_rope_inv_freq(&mut self, inv_freq: Vec<f32>) -> Result<()> {
         if inv_freq.len() != self.cfg.head_dim / 2 {
-            return Err(ModelError::Usage(format!(
+            return Err(ModelError::Shape(format!(
                 "rope inv_freq needs {} values, got {}",
                 self.cfg.head_dim / 2,
                 inv_freq.len()
@@ -476,8 +482,8 @@ impl<'m> Session<'m> {
     /// see [`ForwardOutput::hidden`]).
     ///
     /// # Errors
-    /// [`ModelError::Usage`] for an empty prompt, an uncommitted tree, an id
-    /// out of the vocabulary or a hidden index > `num_layers`.
+    /// [`ModelError::Usage`] for an empty prompt, an uncommitted tree or an id
+    /// out of the vocabulary; [`ModelError::Shape`] for a hidden index > `num_layers`.
     pub fn prefill(&mut self, tokens: &[u32], hidden: &[usize]) -> Result<ForwardOutput> {
         self.prefill_with(tokens, hidden, false)
     }
@@ -523,11 +529,11 @@ impl<'m> Session<'m> {
     /// to positions `len..len + m`, and drops the rest of the tree.
     ///
     /// # Errors
-    /// [`ModelError::Usage`] when no tree is pending or an index is out of range.
+    /// [`ModelError::Usage`] when no tree is pending; [`ModelError::Shape`] for an index out of range.
     pub fn commit(&mut self, accepted: &[usize]) -> Result<()> {
         let n = self.pending.ok_or_else(|| ModelError::Usage("commit without a verified tree".into()))?;
         if let Some(bad) = accepted.iter().find(|&&i| i >= n) {
-            return Err(ModelError::Usage(format!("accepted index {bad} outside the verified tree of {n} nodes")));
+            return Err(ModelError::Shape(format!("accepted index {bad} outside the verified tree of {n} nodes")));
         }
         let keep: Vec<i64> = (0..self.len as i64).chain(accepted.iter().map(|&i| (self.len + i) as i64)).collect();
         let count = keep.len();
@@ -572,7 +578,7 @@ impl<'m> Session<'m> {
         let m = self.model;
         let cfg = &m.cfg;
         if let Some(bad) = hidden.iter().find(|&&h| h > cfg.num_layers) {
-            return Err(ModelError::Usage(format!("hidden-state index {bad} > num_layers = {}", cfg.num_layers)));
+            return Err(ModelError::Shape(format!("hidden-state index {bad} > num_layers = {}", cfg.num_layers)));
         }
         let t = tokens.len();
         let (nh, nkv) = (cfg.num_heads, cfg.num_kv_heads);
@@ -600,7 +606,7 @@ impl<'m> Session<'m> {
                 }
                 Visibility::Tree(tree) => AttnKind::Tree(
                     TreeIndex::new(&tree.ancestor_mask(), past, group, m.tree_kernel, &m.device)
-                        .map_err(|e| ModelError::Usage(e.to_string()))?,
+                        .map_err(ModelError::Kernel)?,
                 ),
             }
         };
@@ -614,43 +620,36 @@ impl<'m> Session<'m> {
             }
         };
         tap(0, &x);
+        let shape = LayerShape::of(cfg);
         for (l, layer) in m.layers.iter().enumerate() {
-            let eps = cfg.rms_norm_eps;
-            let h = m.rms_norm(x.clone(), &layer.input_norm);
-            let q = Layer::heads(h.clone(), &layer.q, nh, layer.q_norm.as_ref(), eps);
-            let k = Layer::heads(h.clone(), &layer.k, nkv, layer.k_norm.as_ref(), eps);
-            let v = Layer::heads(h, &layer.v, nkv, None, eps);
-            let q = rope(q, &cos, &sin);
-            let k = rope(k, &cos, &sin);
-            let k_all = match self.keys[l].take() {
-                Some(prev) => Tensor::cat(vec![prev, k], 1),
-                None => k,
-            };
-            let v_all = match self.values[l].take() {
-                Some(prev) => Tensor::cat(vec![prev, v], 1),
-                None => v,
-            };
-            self.keys[l] = Some(k_all.clone());
-            self.values[l] = Some(v_all.clone());
-            let attn = match &attn_kind {
-                AttnKind::Plain => attention(q, k_all, v_all, None),
-                AttnKind::Masked(mask) => attention(q, k_all, v_all, Some(mask)),
-                AttnKind::Tree(ix) => match tree_attention(q, k_all, v_all, ix) {
-                    Ok(a) => a,
-                    Err(e) => {
-                        // Leave the cache as it was: drop the rows this pass appended.
-                        for cache in self.keys.iter_mut().chain(self.values.iter_mut()) {
-                            *cache = match cache.take() {
-                                Some(c) if c.dims()[1] > past => (past > 0).then(|| c.narrow(1, 0, past)),
-                                other => other,
-                            };
-                        }
-                        return Err(ModelError::Usage(e.to_string()));
-                    }
-                },
-            };
-            x = x + layer.o.forward(attn);
-            x = layer.mlp_residual(x, eps);
+            let (keys, values) = (&mut self.keys, &mut self.values);
+            x = decoder_layer(layer, x, shape, (&cos, &sin), |q, k, v| {
+                let k_all = match keys[l].take() {
+                    Some(prev) => Tensor::cat(vec![prev, k], 1),
+                    None => k,
+                };
+                let v_all = match values[l].take() {
+                    Some(prev) => Tensor::cat(vec![prev, v], 1),
+                    None => v,
+                };
+                keys[l] = Some(k_all.clone());
+                values[l] = Some(v_all.clone());
+                match &attn_kind {
+                    AttnKind::Plain => Ok(attention(q, k_all, v_all, None)),
+                    AttnKind::Masked(mask) => Ok(attention(q, k_all, v_all, Some(mask))),
+                    AttnKind::Tree(ix) => tree_attention(q, k_all, v_all, ix),
+                }
+            })
+            .map_err(|e| {
+                // Leave the cache as it was: drop the rows this pass appended.
+                for cache in self.keys.iter_mut().chain(self.values.iter_mut()) {
+                    *cache = match cache.take() {
+                        Some(c) if c.dims()[1] > past => (past > 0).then(|| c.narrow(1, 0, past)),
+                        other => other,
+                    };
+                }
+                ModelError::Kernel(e)
+            })?;
             if l + 1 < cfg.num_layers {
                 tap(l + 1, &x);
             }
@@ -661,7 +660,7 @@ impl<'m> Session<'m> {
         let last = if all_logits { normed } else { normed.narrow(0, t - 1, 1) };
         let logits = m.lm_head(last);
         let to_vec = |x: Tensor<2>| -> Result<Vec<f32>> {
-            x.into_data().try_into_vec::<f32>().map_err(|e| ModelError::Usage(format!("reading a tensor back: {e:?}")))
+            x.into_data().try_into_vec::<f32>().map_err(|e| ModelError::ReadBack(format!("{e:?}")))
         };
         let mut hidden_out = Vec::with_capacity(hidden.len());
         for want in hidden {

@@ -1,5 +1,5 @@
 //! The device's roof, measured: achievable matmul throughput and memory
-//! bandwidth through Burn on the backend the models run on (issue #6; the
+//! bandwidth through Burn on the backend the models run on (the
 //! BASTION release looks both up in a table of six GPUs instead,
 //! kaist-ai-osi-lab/BASTION `bastion/cost_model.py` `GPU_SPECS`).
 //!
@@ -58,7 +58,7 @@ impl PeakMeasurement {
 /// Runs the microbenchmark on `device`.
 ///
 /// # Errors
-/// [`ModelError::Usage`] for zero sizes or repeats, when the device fails
+/// [`ModelError::Usage`] for zero sizes or repeats; [`ModelError::Device`] when the device fails
 /// to execute, or when a kernel ran too fast to time (a non-finite rate:
 /// raise the sizes).
 pub fn measure_peak(device: &Device, options: &PeakOptions) -> Result<PeakMeasurement> {
@@ -68,7 +68,7 @@ pub fn measure_peak(device: &Device, options: &PeakOptions) -> Result<PeakMeasur
             "peak microbenchmark: matmul_size, stream_elements and repeats must be ≥ 1, got {n}, {m}, {repeats}"
         )));
     }
-    let sync = || device.sync().map_err(|e| ModelError::Usage(format!("device execution failed: {e:?}")));
+    let sync = || device.sync().map_err(|e| ModelError::Device(format!("execution failed: {e:?}")));
     let time = |f: &dyn Fn() -> f32| -> Result<f64> {
         sync()?;
         let t = Instant::now();

@@ -33,6 +33,22 @@ fn config_reads_the_fixture() {
     assert_eq!(cfg.target_layer_ids, vec![1, 3]);
     assert_eq!(cfg.hidden_indices(), vec![2, 4]);
     assert_eq!(cfg.model.num_layers, 2);
+    // What `to_json` writes, `from_json` reads back unchanged (the trainer saves drafters with it),
+    // also with a llama3 RoPE scaling and several end-of-sequence ids.
+    let dir = tempfile::tempdir().unwrap();
+    let mut scaled = cfg.clone();
+    scaled.model.rope_scaling = Some(bastion_models::Llama3Scaling {
+        factor: 8.0,
+        low_freq_factor: 1.0,
+        high_freq_factor: 4.0,
+        original_max_position: 8192.0,
+    });
+    scaled.model.eos_token_ids = vec![2, 7];
+    for c in [cfg, scaled] {
+        let path = dir.path().join("config.json");
+        c.save(&path).unwrap();
+        assert_eq!(DrafterConfig::from_json(&path).unwrap(), c);
+    }
 }
 
 #[test]

@@ -2,22 +2,12 @@
 //! transformers: prompt logits, top-10 at every position, 64-token greedy
 //! continuations. Needs `scripts/fetch-model.sh` (run by `.ci/run`).
 
-use std::path::PathBuf;
-
 use bastion_models::{load_model, Model};
-use bastion_testkit::Fixture;
+use bastion_testkit::{smollm2_gguf, Fixture};
 use burn::tensor::Device;
 
-/// The default model file (override with `BASTION_SMOLLM2_GGUF`).
-fn model_path() -> PathBuf {
-    std::env::var_os("BASTION_SMOLLM2_GGUF").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf")
-    })
-}
-
 fn model() -> Model {
-    let path = model_path();
-    assert!(path.is_file(), "{} is missing: run scripts/fetch-model.sh first", path.display());
+    let path = smollm2_gguf();
     load_model(&path, &Device::flex()).unwrap()
 }
 

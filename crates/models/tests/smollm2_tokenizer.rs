@@ -2,16 +2,11 @@
 //! transformers (`tests/fixtures/smollm2-135m/reference.json`). Needs
 //! `scripts/fetch-model.sh`.
 
-use std::path::PathBuf;
-
 use bastion_models::{GgufFile, Message, Tokenizer};
-use bastion_testkit::{u32s, Fixture};
+use bastion_testkit::{smollm2_gguf, u32s, Fixture};
 
 fn tokenizer() -> Tokenizer {
-    let path = std::env::var_os("BASTION_SMOLLM2_GGUF").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf")
-    });
-    assert!(path.is_file(), "{} is missing: run scripts/fetch-model.sh first", path.display());
+    let path = smollm2_gguf();
     Tokenizer::from_gguf(&GgufFile::open(&path).unwrap()).unwrap()
 }
 

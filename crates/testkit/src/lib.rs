@@ -7,9 +7,31 @@ use std::path::PathBuf;
 use safetensors::{Dtype, SafeTensors};
 pub use serde_json::Value;
 
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
 /// `tests/fixtures/<name>` at the repository root.
 pub fn fixture_dir(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(name)
+    repo_root().join("tests/fixtures").join(name)
+}
+
+/// The default model, SmolLM2-135M-Instruct Q4_1 (`models/` at the
+/// repository root, or the file `BASTION_SMOLLM2_GGUF` names).
+///
+/// # Panics
+/// When the file is missing, saying how to fetch it.
+pub fn smollm2_gguf() -> PathBuf {
+    let path = std::env::var_os("BASTION_SMOLLM2_GGUF")
+        .map_or_else(|| repo_root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf"), PathBuf::from);
+    assert!(path.is_file(), "{} is missing: run scripts/fetch-model.sh first", path.display());
+    path
+}
+
+/// The drafter shipped for the default model.
+pub fn smollm2_drafter_dir() -> PathBuf {
+    repo_root().join("drafters/smollm2-135m-instruct-dflash")
 }
 
 /// A fixture folder's `reference.json` and `reference.safetensors`.

@@ -7,9 +7,8 @@ use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use bastion_data::TrainPrompt;
-use bastion_decode::{generate, GenerateConfig, Generation};
-use bastion_models::{Drafter, Message, Model, Tokenizer};
-use bastion_tree::BudgetPolicy;
+use bastion_decode::{GenerateConfig, Generation, LoadedPair, Speculator};
+use bastion_models::{Message, Tokenizer};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, TrainError};
@@ -172,17 +171,16 @@ impl DistillStore {
 }
 
 /// Generates the target's greedy response (`cfg.temperature` is forced to
-/// 0) to every job not yet in `store`, with any decoding method (`draft`:
-/// a drafter and budget policy, or `None` for AR; outputs are identical at
-/// T = 0), appending each record as it completes. `on_record` sees each new
+/// 0) to every job not yet in `store`, with the pair's target and any
+/// decoding method (`speculator`; outputs are identical at T = 0), appending each record as it completes. `on_record` sees each new
 /// record and its generation (for progress reporting). Returns the number
 /// of records written.
 ///
 /// # Errors
 /// Generation errors (naming the prompt id) and store errors.
 pub fn distill(
-    target: &Model,
-    mut draft: Option<(&Drafter, &mut dyn BudgetPolicy)>,
+    pair: &LoadedPair,
+    speculator: &mut Speculator,
     jobs: &[DistillJob],
     store: &mut DistillStore,
     cfg: &GenerateConfig,
@@ -192,11 +190,8 @@ pub fn distill(
     let mut written = 0;
     let pending: Vec<&DistillJob> = jobs.iter().filter(|j| !store.done().contains(&j.id)).collect();
     for job in pending {
-        let draft: Option<(&Drafter, &mut dyn BudgetPolicy)> = match &mut draft {
-            Some((d, p)) => Some((*d, &mut **p)),
-            None => None,
-        };
-        let gen = generate(target, draft, &job.prompt_ids, &cfg)
+        let gen = pair
+            .generate(speculator, &job.prompt_ids, &cfg)
             .map_err(|e| TrainError::Usage(format!("prompt `{}`: {e}", job.id)))?;
         let stopped = gen.tokens.last().is_some_and(|t| cfg.stop_tokens.contains(t));
         let rec = DistillRecord {

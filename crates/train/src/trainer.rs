@@ -1,10 +1,10 @@
-//! DFlash drafter training on self-distilled sequences (issue #5 recipe).
+//! DFlash drafter training on self-distilled sequences.
 //!
 //! Each example is an anchor position `a` in a response: context features
 //! are the frozen target's selected hidden states at positions `< a`; the
 //! block is `[token at a, mask × (B − 1)]` at positions `a..a + B`; the loss
 //! is the cross entropy of the target's frozen LM head on slots `1..B`
-//! against the tokens at `a + 1..a + B` (DESIGN §2 for the architecture).
+//! against the tokens at `a + 1..a + B` (docs/algorithms.md §2 for the architecture).
 //! Several anchors of one sequence share one forward pass: every block sees
 //! the context before its anchor and its own block, nothing else.
 
@@ -12,13 +12,16 @@ use std::collections::{BTreeMap, HashMap};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
-use bastion_models::ops::{attention, rms_norm, rms_norm3, rope, rope_tables};
-use bastion_models::{context_features, Drafter, DrafterConfig, HostTensor, MemorySource, Model, ModelConfig};
+use bastion_models::ops::{attention, rms_norm, rope_tables};
+use bastion_models::{
+    context_features, decoder_layer, key_values, Drafter, DrafterConfig, HostTensor, LayerShape, LayerWeights,
+    MemorySource, Model, ModelConfig, Proj,
+};
 use bastion_tree::TopK;
 use burn::module::{Module, Param};
 use burn::optim::{AdamConfig, GradientsParams, ModuleOptimizer};
 use burn::store::ModuleRecord;
-use burn::tensor::activation::{log_softmax, silu};
+use burn::tensor::activation::log_softmax;
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -40,6 +43,33 @@ pub struct DraftLayerParams {
     gate: Param<Tensor<2>>,
     up: Param<Tensor<2>>,
     down: Param<Tensor<2>>,
+}
+
+impl LayerWeights for DraftLayerParams {
+    fn project(&self, p: Proj, x: Tensor<2>) -> Tensor<2> {
+        let w = match p {
+            Proj::Q => &self.q,
+            Proj::K => &self.k,
+            Proj::V => &self.v,
+            Proj::O => &self.o,
+            Proj::Gate => &self.gate,
+            Proj::Up => &self.up,
+            Proj::Down => &self.down,
+        };
+        x.matmul(w.val())
+    }
+    fn input_norm(&self) -> Tensor<1> {
+        self.input_norm.val()
+    }
+    fn post_norm(&self) -> Tensor<1> {
+        self.post_norm.val()
+    }
+    fn q_norm(&self) -> Option<Tensor<1>> {
+        Some(self.q_norm.val())
+    }
+    fn k_norm(&self) -> Option<Tensor<1>> {
+        Some(self.k_norm.val())
+    }
 }
 
 /// Trainable weights of a DFlash drafter (its layers, `fc`, norms); the
@@ -94,7 +124,9 @@ pub fn default_drafter_config(
     block_size: usize,
     mask_token_id: u32,
 ) -> DrafterConfig {
-    let model = ModelConfig { num_layers: layers, arch: bastion_models::Arch::Qwen3, ..target.clone() };
+    // A drafter has no LM head of its own: it always decodes with the target's.
+    let model =
+        ModelConfig { num_layers: layers, arch: bastion_models::Arch::Qwen3, tie_embeddings: false, ..target.clone() };
     DrafterConfig {
         target_layer_ids: bastion_models::build_target_layer_ids(target.num_layers, layers),
         num_target_layers: target.num_layers,
@@ -231,28 +263,17 @@ impl DraftParams {
         }
         let mask = Tensor::<2, Bool>::from_data(TensorData::new(mask.repeat(group), [group * rows, total]), &device)
             .unsqueeze::<3>();
-        let heads = |x: Tensor<2>, w: &Param<Tensor<2>>, n: usize, norm: Option<&Param<Tensor<1>>>| {
-            let [r, _] = x.dims();
-            let y = x.matmul(w.val()).reshape([r, n, m.head_dim]).swap_dims(0, 1);
-            match norm {
-                Some(nw) => rms_norm3(y, &nw.val(), eps),
-                None => y,
-            }
-        };
+        let shape = LayerShape::of(m);
         let ctx = rms_norm(feats.matmul(self.fc.val()), &self.hidden_norm.val(), eps);
         let mut x = block;
         for layer in &self.layers {
-            let h = rms_norm(x.clone(), &layer.input_norm.val(), eps);
-            let q = rope(heads(h.clone(), &layer.q, nh, Some(&layer.q_norm)), &cos_b, &sin_b);
-            let k_ctx = rope(heads(ctx.clone(), &layer.k, nkv, Some(&layer.k_norm)), &cos_c, &sin_c);
-            let k_blk = rope(heads(h.clone(), &layer.k, nkv, Some(&layer.k_norm)), &cos_b, &sin_b);
-            let v_ctx = heads(ctx.clone(), &layer.v, nkv, None);
-            let v_blk = heads(h, &layer.v, nkv, None);
-            let k = Tensor::cat(vec![k_ctx, k_blk], 1);
-            let v = Tensor::cat(vec![v_ctx, v_blk], 1);
-            x = x + attention(q, k, v, Some(&mask)).matmul(layer.o.val());
-            let h = rms_norm(x.clone(), &layer.post_norm.val(), eps);
-            x = x + (silu(h.clone().matmul(layer.gate.val())) * h.matmul(layer.up.val())).matmul(layer.down.val());
+            let [k_ctx, v_ctx] = key_values(layer, ctx.clone(), shape, (&cos_c, &sin_c));
+            x = decoder_layer(layer, x, shape, (&cos_b, &sin_b), |q, k_blk, v_blk| {
+                let k = Tensor::cat(vec![k_ctx, k_blk], 1);
+                let v = Tensor::cat(vec![v_ctx, v_blk], 1);
+                Ok::<_, std::convert::Infallible>(attention(q, k, v, Some(&mask)))
+            })
+            .unwrap_or_else(|never| match never {});
         }
         rms_norm(x, &self.norm.val(), eps)
     }
@@ -331,39 +352,7 @@ impl DraftParams {
         let st = dir.join("model.safetensors");
         safetensors::serialize_to_file(&views, None, &st)
             .map_err(|e| TrainError::Format { path: st.clone(), what: format!("writing safetensors: {e}") })?;
-        let c = &cfg.model;
-        let config = serde_json::json!({
-            "architectures": ["DFlashDraftModel"],
-            "model_type": "qwen3",
-            "attention_bias": false,
-            "block_size": cfg.block_size,
-            "num_target_layers": cfg.num_target_layers,
-            "dflash_config": { "mask_token_id": cfg.mask_token_id, "target_layer_ids": cfg.target_layer_ids },
-            "hidden_size": c.hidden_size,
-            "intermediate_size": c.intermediate_size,
-            "num_hidden_layers": c.num_layers,
-            "num_attention_heads": c.num_heads,
-            "num_key_value_heads": c.num_kv_heads,
-            "head_dim": c.head_dim,
-            "rms_norm_eps": c.rms_norm_eps,
-            "rope_theta": c.rope_theta,
-            "vocab_size": c.vocab_size,
-            "max_position_embeddings": c.max_position_embeddings,
-            "tie_word_embeddings": false,
-            "torch_dtype": "float32",
-        });
-        let mut config = config;
-        if let Some(r) = c.rope_scaling {
-            config["rope_scaling"] = serde_json::json!({
-                "rope_type": "llama3",
-                "factor": r.factor,
-                "low_freq_factor": r.low_freq_factor,
-                "high_freq_factor": r.high_freq_factor,
-                "original_max_position_embeddings": r.original_max_position,
-            });
-        }
-        let cp = dir.join("config.json");
-        std::fs::write(&cp, serde_json::to_vec_pretty(&config).expect("json")).map_err(io_err(&cp))?;
+        cfg.save(&dir.join("config.json"))?;
         Ok(())
     }
 }
@@ -450,7 +439,7 @@ pub struct TrainOptions {
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct ChainTau {
     /// τ: tokens committed per round, bonus included; the mean of the
-    /// sequences' means (DESIGN §7).
+    /// sequences' means (docs/algorithms.md §7).
     pub tau: f64,
     /// Rounds simulated.
     pub rounds: usize,
@@ -699,7 +688,8 @@ pub fn train(
         }
         if let Some(dir) = ckpt {
             if last || stop || (opts.checkpoint_every > 0 && done % opts.checkpoint_every == 0) {
-                let state = CheckpointState { steps: done, tokens, settings: format!("{cfg:?}"), data: data.clone() };
+                let state =
+                    CheckpointState { steps: done, tokens, settings: settings_of(cfg), data: data.clone().into() };
                 let written = save_checkpoint(dir, &state, &params, &optim)?;
                 stop |= on_event(&TrainEvent::Checkpoint { steps: done, dir: &written }).is_break();
             }
@@ -718,10 +708,10 @@ struct CheckpointState {
     steps: usize,
     /// Target tokens predicted so far.
     tokens: u64,
-    /// The run's settings (`{:?}` of [`TrainConfig`]); a resumed run must match.
-    settings: String,
+    /// The run's settings ([`settings_of`]); a resumed run must match.
+    settings: serde_json::Value,
     /// The training and held-out data (counts and hashes); a resumed run must match.
-    data: String,
+    data: serde_json::Value,
 }
 
 /// Writes `dir/step-NNNNNNN/` (through a `.tmp` folder, files and folders
@@ -802,8 +792,9 @@ fn load_checkpoint(
     let text = std::fs::read(&s).map_err(io_err(&s))?;
     let state: CheckpointState = serde_json::from_slice(&text)
         .map_err(|e| TrainError::Format { path: s.clone(), what: format!("not a checkpoint state: {e}") })?;
-    let settings = format!("{cfg:?}");
-    for (field, theirs, ours) in [("settings", &state.settings, &settings), ("data", &state.data, &data.to_string())] {
+    let settings = settings_of(cfg);
+    let data = serde_json::Value::from(data);
+    for (field, theirs, ours) in [("settings", &state.settings, &settings), ("data", &state.data, &data)] {
         if theirs != ours {
             return Err(TrainError::Usage(format!(
                 "{}: field `{field}`: the checkpoint was written by a run with other {field}: {}\n\
@@ -822,19 +813,45 @@ fn load_checkpoint(
     Ok(Some((state, params, optim, ck)))
 }
 
-/// The parts of two `{:?}` renderings that differ, as `checkpoint → this run`.
-fn differences(theirs: &str, ours: &str) -> String {
-    let split = |x: &str| -> Vec<String> {
-        x.split([',', '{', '}', ';']).map(|t| t.trim().to_string()).filter(|t| !t.is_empty()).collect()
-    };
-    let (a, b) = (split(theirs), split(ours));
-    let diff: Vec<String> =
-        a.iter().zip(&b).filter(|(x, y)| x != y).map(|(x, y)| format!("{x} → {y}")).take(4).collect();
-    if diff.is_empty() {
-        format!("{theirs} → {ours}")
-    } else {
-        diff.join(", ")
+/// A run's settings as a checkpoint records them: the drafter's
+/// `config.json` and the recipe.
+fn settings_of(cfg: &TrainConfig) -> serde_json::Value {
+    serde_json::json!({
+        "drafter": cfg.drafter.to_json(),
+        "steps": cfg.steps,
+        "sequences_per_step": cfg.sequences_per_step,
+        "anchors_per_sequence": cfg.anchors_per_sequence,
+        "learning_rate": cfg.learning_rate,
+        "warmup_steps": cfg.warmup_steps,
+        "seed": cfg.seed,
+        "loss_decay": cfg.loss_decay,
+        "sampled_vocab": cfg.sampled_vocab,
+    })
+}
+
+/// The fields of two recorded values that differ, as `field: checkpoint →
+/// this run` (at most four).
+fn differences(theirs: &serde_json::Value, ours: &serde_json::Value) -> String {
+    fn walk(path: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
+        match (a, b) {
+            (serde_json::Value::Object(x), serde_json::Value::Object(y)) => {
+                let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+                keys.sort();
+                keys.dedup();
+                let null = serde_json::Value::Null;
+                for k in keys {
+                    let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                    walk(&p, x.get(k).unwrap_or(&null), y.get(k).unwrap_or(&null), out);
+                }
+            }
+            _ if a != b => out.push(format!("{}: {a} → {b}", if path.is_empty() { "(value)" } else { path })),
+            _ => {}
+        }
     }
+    let mut out = Vec::new();
+    walk("", theirs, ours, &mut out);
+    out.truncate(4);
+    out.join(", ")
 }
 
 /// Rejects settings that would panic or save a drafter that cannot load.
@@ -878,4 +895,58 @@ fn schedule(cfg: &TrainConfig, step: usize) -> f64 {
     let span = cfg.steps.saturating_sub(cfg.warmup_steps).max(1) as f64;
     let p = (step - cfg.warmup_steps) as f64 / span;
     peak * (0.1 + 0.9 * 0.5 * (1.0 + (std::f64::consts::PI * p).cos()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bastion_models::load_model;
+
+    /// The trainer's forward and the inference drafter run the same layer
+    /// (`bastion_models::decoder_layer`): on the same weights, every block of
+    /// a multi-anchor training forward equals the inference drafter's output
+    /// states for that anchor's context, and a drafter saved to disk and
+    /// loaded back drafts exactly the logits of the in-memory one.
+    #[test]
+    fn training_forward_equals_inference_and_saved_drafters_reload_exactly() {
+        let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+        let device = Device::flex();
+        let target = load_model(root.join("tiny-qwen3"), &device).unwrap();
+        // Two draft layers, so the context K/V of every layer is exercised.
+        let cfg = default_drafter_config(target.config(), 2, 8, 3);
+        let params = DraftParams::init(&cfg, 7, &device);
+        let drafter = params.to_drafter(&cfg, &target).unwrap();
+        let tokens: Vec<u32> = (0..40).map(|i| (i * 37 + 11) % 256).collect();
+        let out = target.session().prefill(&tokens, &cfg.hidden_indices()).unwrap();
+        let h = target.config().hidden_size;
+        let width = cfg.target_layer_ids.len() * h;
+        let features = context_features(&out, h, None).unwrap();
+        let b = cfg.block_size;
+        let anchors = [12usize, 25, 39];
+        let t = *anchors.iter().max().unwrap();
+        let feats = Tensor::<2>::from_data(TensorData::new(features[..t * width].to_vec(), [t, width]), &device);
+        let ids: Vec<u32> =
+            anchors.iter().flat_map(|&a| std::iter::once(tokens[a]).chain(std::iter::repeat_n(3, b - 1))).collect();
+        let trained = params.forward(&cfg, feats, target.embed(&ids).unwrap(), &anchors);
+        let trained = trained.into_data().try_into_vec::<f32>().unwrap();
+        let mut worst = 0.0f32;
+        for (i, &a) in anchors.iter().enumerate() {
+            // Inference: a fresh session fed the context before the anchor, block rooted at its token.
+            let (states, _) = drafter.session().draft_with_hidden(&target, &features[..a * width], tokens[a]).unwrap();
+            let rows = &trained[i * b * h..(i + 1) * b * h];
+            assert_eq!(states.len(), rows.len());
+            for (x, y) in states.iter().zip(rows) {
+                worst = worst.max((x - y).abs() / x.abs().max(1.0));
+            }
+        }
+        assert!(worst <= 1e-5, "training vs inference forward: max relative difference {worst:e}");
+
+        let dir = tempfile::tempdir().unwrap();
+        params.save(&cfg, dir.path()).unwrap();
+        let loaded = Drafter::load(dir.path(), &target).unwrap();
+        assert_eq!(loaded.config(), &cfg, "config.json round-trips the drafter's shape");
+        let a = drafter.session().draft(&target, &features, 7).unwrap();
+        let b = loaded.session().draft(&target, &features, 7).unwrap();
+        assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "saved drafter drafts other logits");
+    }
 }

@@ -4,18 +4,10 @@
 
 use std::io::Write;
 
-use bastion_decode::GenerateConfig;
-use bastion_models::{Drafter, Model, ModelConfig, SafetensorsSource};
+use bastion_decode::{GenerateConfig, LoadedPair, Method, PairSpec};
+use bastion_models::BackendKind;
 use bastion_testkit::{fixture_dir, Fixture};
 use bastion_train::{distill, DistillJob, DistillStore};
-use bastion_tree::FixedBudget;
-use burn::tensor::Device;
-
-fn target() -> Model {
-    let dir = fixture_dir("tiny-qwen3");
-    let cfg = ModelConfig::from_hf_json(dir.join("config.json")).unwrap();
-    Model::load(cfg, &SafetensorsSource::open(&dir).unwrap(), &Device::flex()).unwrap()
-}
 
 fn jobs() -> Vec<DistillJob> {
     let fx = Fixture::load("tiny-dflash");
@@ -24,8 +16,9 @@ fn jobs() -> Vec<DistillJob> {
 
 #[test]
 fn records_are_greedy_outputs_and_runs_resume() {
-    let target = target();
-    let drafter = Drafter::load(fixture_dir("tiny-dflash"), &target).unwrap();
+    let mut spec = PairSpec::new(fixture_dir("tiny-qwen3"), BackendKind::Flex);
+    spec.drafter = Some(fixture_dir("tiny-dflash"));
+    let pair = LoadedPair::open(spec).unwrap();
     let fx = Fixture::load("tiny-dflash");
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("sub/distill.jsonl");
@@ -33,8 +26,8 @@ fn records_are_greedy_outputs_and_runs_resume() {
     let all = jobs();
     // First run stops after two prompts.
     let mut store = DistillStore::open(&path).unwrap();
-    let mut policy = FixedBudget::new(16);
-    let n = distill(&target, Some((&drafter, &mut policy)), &all[..2], &mut store, &cfg, |_, _| {}).unwrap();
+    let mut ddtree = pair.speculator(Method::DDTree { budget: 16 }).unwrap();
+    let n = distill(&pair, &mut ddtree, &all[..2], &mut store, &cfg, |_, _| {}).unwrap();
     assert_eq!(n, 2);
     drop(store);
     // A crash mid-write leaves a torn line.
@@ -43,7 +36,8 @@ fn records_are_greedy_outputs_and_runs_resume() {
     let mut store = DistillStore::open(&path).unwrap();
     assert_eq!(store.done().len(), 2);
     let mut seen = Vec::new();
-    let n = distill(&target, None, &all, &mut store, &cfg, |r, _| seen.push(r.id.clone())).unwrap();
+    let mut ar = pair.speculator(Method::Ar).unwrap();
+    let n = distill(&pair, &mut ar, &all, &mut store, &cfg, |r, _| seen.push(r.id.clone())).unwrap();
     assert_eq!((n, seen), (1, vec!["p2".to_string()]));
     let recs = DistillStore::read_all(&path).unwrap();
     assert_eq!(recs.len(), 3);
@@ -56,7 +50,7 @@ fn records_are_greedy_outputs_and_runs_resume() {
     }
     assert_eq!(store.tokens(), recs.iter().map(|r| r.response_ids.len()).sum::<usize>());
     // Nothing left to do; a duplicate append is refused.
-    assert_eq!(distill(&target, None, &all, &mut store, &cfg, |_, _| {}).unwrap(), 0);
+    assert_eq!(distill(&pair, &mut ar, &all, &mut store, &cfg, |_, _| {}).unwrap(), 0);
     let e = store.append(&recs[0]).unwrap_err().to_string();
     assert!(e.contains("`p0` is already stored"), "{e}");
 }

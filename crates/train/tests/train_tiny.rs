@@ -193,7 +193,10 @@ fn resumed_run_equals_uninterrupted_run() {
         panic!("other settings must not resume")
     };
     let e = e.to_string();
-    assert!(e.contains("state.json") && e.contains("settings") && e.contains("learning_rate: 0.001"), "{e}");
+    assert!(
+        e.contains("state.json") && e.contains("settings") && e.contains("learning_rate:") && e.contains("→ 0.001"),
+        "{e}"
+    );
     // So is one from other data, and a fresh run into a folder that holds one.
     let Err(e) = train(&target, &records[1..], &cfg, &opts, |_| ControlFlow::Continue(())) else {
         panic!("other data must not resume")

@@ -2,8 +2,7 @@
 //! matrix (block size 16, SmolLM2's vocabulary) at budgets 16 … 1024.
 //!
 //! `cargo bench -p bastion-tree` prints one time per (stage, budget). The
-//! goal of issue #2: tree build + stop decision (top-k excluded) ≤ 20 µs at 64
-//! nodes.
+//! goal: tree build + stop decision (top-k excluded) ≤ 20 µs at 64 nodes.
 
 use bastion_tree::{
     build_tree, Bastion, BastionConfig, BucketMode, CaddTree, ConvexCostModel, DevicePeak, FixedBudget, ModelShape,

@@ -91,7 +91,7 @@ impl BastionConfig {
     }
 }
 
-/// BASTION's budget policy (DESIGN §6).
+/// BASTION's budget policy (docs/algorithms.md §6).
 ///
 /// With the tree at `S` tokens (root included, counted with probability 1 in
 /// the surrogate `Â = Σ path probabilities`) and a candidate of path

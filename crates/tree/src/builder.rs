@@ -15,7 +15,7 @@ struct Candidate {
     seq: u32,
 }
 
-/// Grows the draft tree best-first, as DESIGN §4 states (DDTree
+/// Grows the draft tree best-first, as docs/algorithms.md §4 states (DDTree
 /// `build_ddtree_tree`; BASTION `build_adaptive_best_tree_from_draft_logits`).
 ///
 /// A max-heap of candidates keyed by path log-probability starts with

@@ -25,7 +25,7 @@ impl<C: RoundCostModel + ?Sized> RoundCostModel for &C {
     }
 }
 
-/// CaDDTree's stop rule (DESIGN §5; `caddtree.py` `build_caddtree_tree`).
+/// CaDDTree's stop rule (docs/algorithms.md §5; `caddtree.py` `build_caddtree_tree`).
 ///
 /// With `Φ` the sum of the inserted nodes' path probabilities, the surrogate
 /// throughput is `θ(n) = (1 + Φ(n)) / (Cd + Cv(n; ℓ))` (tokens per second).

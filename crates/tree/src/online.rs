@@ -1,5 +1,5 @@
 //! Online recalibration of BASTION's roofline from the verify times observed
-//! while decoding (DESIGN §6, "Online"; the release calibrates once per
+//! while decoding (docs/algorithms.md §6, "Online"; the release calibrates once per
 //! device and model and keeps that calibration fixed).
 //!
 //! The offline fit (`fit_calibration`) gives the shape of

@@ -7,7 +7,7 @@ const NONE: u32 = u32::MAX;
 
 /// A draft tree to be verified by the target in one forward pass.
 ///
-/// Layout (DESIGN §3, DDTree `ddtree.py`): index 0 is the root — the last
+/// Layout (docs/algorithms.md §3, DDTree `ddtree.py`): index 0 is the root — the last
 /// committed token (the previous round's bonus token, not yet in the target's
 /// KV cache) — and indices `1..=n` are the drafted nodes in insertion order, so
 /// a parent always precedes its children. A node at depth `d` sits at absolute

@@ -26,7 +26,7 @@ impl Acceptance {
     }
 }
 
-/// Walks the verified tree (DESIGN §3): `posterior[i]` is the target's sample
+/// Walks the verified tree (docs/algorithms.md §3): `posterior[i]` is the target's sample
 /// at node `i` (argmax at T = 0, a draw from `softmax(logits / T)` at T > 0,
 /// drawn independently per node). From the root, while the sample at the
 /// current node is the token of one of its children, move to that child; the

@@ -1,4 +1,4 @@
-//! Online recalibration (issue #6): the estimate recovers a stationary truth
+//! Online recalibration: the estimate recovers a stationary truth
 //! and follows a step change in the machine's speed.
 
 use bastion_tree::{DevicePeak, ModelShape, OnlineConfig, OnlineRoofline, RooflineCalibration, RooflineModel};

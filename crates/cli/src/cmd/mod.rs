@@ -1,0 +1,125 @@
+//! One module per subcommand, each with its `clap::Args` and a `run()`;
+//! the flags several commands share, and the progress display, live here.
+
+use std::path::{Path, PathBuf};
+
+use bastion_decode::{BastionRule, CalibrationSource, Method, PairSpec, DEFAULT_CALIBRATION_DIR};
+use bastion_models::BackendKind;
+use bastion_tree::OnlineConfig;
+
+pub mod check;
+pub mod datasets;
+pub mod distill;
+pub mod generate;
+pub mod profile;
+pub mod reproduce;
+pub mod run;
+pub mod tables;
+pub mod tau;
+pub mod train;
+
+/// What a command returns; its message is printed after `error: `.
+pub type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// The target and the backend it runs on.
+#[derive(clap::Args, Debug, Clone)]
+pub struct TargetArgs {
+    /// The target: a `.gguf` file or a Hugging Face folder (config.json, model.safetensors,
+    /// tokenizer.json).
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Burn backend: flex (default), ndarray, wgpu or cuda (the last three need the matching
+    /// Cargo feature).
+    #[arg(long, default_value = "flex")]
+    pub backend: BackendKind,
+}
+
+/// A target, its backend and a DFlash drafter.
+#[derive(clap::Args, Debug, Clone)]
+pub struct PairArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// DFlash drafter folder (config.json + model.safetensors); needed by every method but ar.
+    #[arg(long)]
+    pub drafter: Option<PathBuf>,
+}
+
+impl PairArgs {
+    /// The pair `method` needs: the drafter only for speculative methods
+    /// (`ar` ignores `--drafter`), the calibration (from `cost`) only for
+    /// cost-aware ones.
+    ///
+    /// # Errors
+    /// A speculative method without `--drafter`; an invalid `--online-forgetting`.
+    pub fn spec(&self, method: Method, cost: Option<&CostArgs>) -> Result<PairSpec> {
+        if method.needs_drafter() && self.drafter.is_none() {
+            return Err(format!("method {method} needs --drafter DIR").into());
+        }
+        let mut spec = PairSpec::new(&self.target.model, self.target.backend);
+        spec.drafter = self.drafter.clone().filter(|_| method.needs_drafter());
+        if let Some(cost) = cost {
+            if method == Method::Bastion {
+                cost.online().validate().map_err(|e| format!("--online-forgetting: {e}"))?;
+            }
+            spec.calibration = method.needs_calibration().then(|| cost.source());
+            spec.bastion_rule = cost.bastion_rule;
+            spec.online = cost.online();
+        }
+        Ok(spec)
+    }
+}
+
+/// How the cost-aware methods get their cost models.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CostArgs {
+    /// Calibration from `bastion profile` (JSON), for caddtree, bastion and bastion-paper
+    /// [default: results/calibration/<device>__<model>__<backend>.json].
+    #[arg(long)]
+    pub calibration: Option<PathBuf>,
+    /// BASTION's size rules: paper (≥ 32 tokens, multiples of 32: the release's GPU tile
+    /// heuristics) or raw (the bare stop rule).
+    #[arg(long, default_value = "paper")]
+    pub bastion_rule: BastionRule,
+    /// Forgetting factor λ ∈ [0, 1) of `bastion`'s online calibration (bastion-paper keeps
+    /// the calibration fixed).
+    #[arg(long, default_value_t = OnlineConfig::default().forgetting)]
+    pub online_forgetting: f64,
+}
+
+impl CostArgs {
+    /// `bastion`'s online settings.
+    pub fn online(&self) -> OnlineConfig {
+        OnlineConfig { forgetting: self.online_forgetting }
+    }
+
+    /// `--calibration`, or this machine's file under `results/calibration/`.
+    pub fn source(&self) -> CalibrationSource {
+        match &self.calibration {
+            Some(path) => CalibrationSource::File(path.clone()),
+            None => CalibrationSource::Default(PathBuf::from(DEFAULT_CALIBRATION_DIR)),
+        }
+    }
+}
+
+/// A progress bar of `len` steps drawn with `template` (indicatif's
+/// syntax); hidden, and so silent, when stderr is not a terminal.
+pub fn progress_bar(len: u64, template: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(len);
+    bar.set_style(indicatif::ProgressStyle::with_template(template).expect("a valid progress template"));
+    bar
+}
+
+/// A line above the progress bar, or on stderr when there is no terminal
+/// (a hidden bar prints nothing).
+pub fn say(bar: &indicatif::ProgressBar, line: String) {
+    if bar.is_hidden() {
+        eprintln!("{line}");
+    } else {
+        bar.println(line);
+    }
+}
+
+/// Creates `dir` (and its parents), naming it in the error.
+pub fn create_dir(dir: &Path) -> Result {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()).into())
+}

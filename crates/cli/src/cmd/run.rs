@@ -1,0 +1,173 @@
+//! `bastion run`: a sweep with progress display; also the sweep that `tau`,
+//! `check` and `reproduce` run.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use bastion_bench::{Experiment, RunEvent, RunOptions, SampleRecord, Shard};
+use bastion_decode::{Method, DEFAULT_CALIBRATION_DIR};
+
+use super::{progress_bar, say, tables, Result};
+
+/// Run an experiment file (`experiments/*.toml`): every method on every
+/// prompt of its datasets, AR first as the baseline, appending one record
+/// per sample to `results/<name>/samples.jsonl`. Rerun to resume: finished
+/// samples are skipped, an interrupted one is redone.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The experiment file.
+    experiment: PathBuf,
+    /// Run only shard i of n (0-based; e.g. `--shard $SLURM_ARRAY_TASK_ID/8`); join the
+    /// shards with `bastion merge`.
+    #[arg(long, default_value = "0/1")]
+    shard: Shard,
+    /// The results root (the experiment writes to RESULTS/<name>/).
+    #[arg(long, default_value = "results")]
+    results: PathBuf,
+    /// The dataset folder.
+    #[arg(long, default_value = "datasets")]
+    datasets: PathBuf,
+    /// Where the tables (and figures/) go once every sample is done (unsharded runs).
+    #[arg(long, default_value = "paper_tables")]
+    tables: PathBuf,
+    /// The Markdown and LaTeX table templates.
+    #[arg(long, default_value = tables::DEFAULT_TEMPLATES)]
+    templates: PathBuf,
+}
+
+/// Runs `bastion run`.
+pub fn run(a: Args) -> Result {
+    let exp = Experiment::load(&a.experiment, Path::new("."))?;
+    let opts = options(&exp, &a.results, &a.datasets, a.shard);
+    sweep(&exp, &opts)?;
+    if a.shard.count == 1 {
+        tables::write_tables(&exp.name, &opts.results_dir, &a.tables, &a.templates)?;
+    }
+    Ok(())
+}
+
+/// Where a sweep of `exp` reads and writes: `results/<name>/`, this
+/// machine's calibrations, `shard`.
+pub fn options(exp: &Experiment, results: &Path, datasets: &Path, shard: Shard) -> RunOptions {
+    RunOptions {
+        results_dir: results.join(&exp.name),
+        datasets_dir: datasets.to_path_buf(),
+        calibration_dir: PathBuf::from(DEFAULT_CALIBRATION_DIR),
+        shard,
+        pinned_calibration: false,
+    }
+}
+
+/// Mean of `x` (NaN when empty).
+fn mean(x: &[f64]) -> f64 {
+    x.iter().sum::<f64>() / x.len() as f64
+}
+
+/// τs and TPOTs of one method's finished samples in a job (progress display).
+#[derive(Default)]
+struct Running {
+    taus: Vec<f64>,
+    tpots: Vec<f64>,
+}
+
+/// The progress label of a job: (model, dataset, T, seed).
+fn job_of(model: &str, dataset: bastion_data::DatasetName, t: f64, seed: u64) -> String {
+    if t == 0.0 {
+        format!("{model} {dataset} T=0")
+    } else {
+        format!("{model} {dataset} T={t} seed {seed}")
+    }
+}
+
+/// Runs an experiment's samples with progress bars (the shard, and the
+/// current job with each method's running τ and speedup), then checks that
+/// every stored T = 0 output equals AR's (when AR runs). Returns the
+/// store's records.
+pub fn sweep(exp: &Experiment, opts: &RunOptions) -> Result<Vec<SampleRecord>> {
+    let (file, shard) = (&exp.file, opts.shard);
+    let methods: Vec<String> = exp.methods.iter().map(Method::to_string).collect();
+    eprintln!(
+        "{}: {} model(s) × {} × [{}] × T {:?}, max {} new tokens, shard {shard}",
+        file.display(),
+        exp.models.len(),
+        exp.datasets.iter().map(|d| d.as_str()).collect::<Vec<_>>().join(", "),
+        methods.join(", "),
+        exp.temperatures,
+        exp.max_new_tokens
+    );
+    // Two bars: the whole shard, and the current job (model, dataset, T, seed) with
+    // each method's running τ and speedup over this run's samples.
+    let multi = indicatif::MultiProgress::new();
+    let bar = multi.add(progress_bar(0, "all  {bar:30} {pos}/{len} samples, {elapsed} elapsed, eta {eta}  {msg}"));
+    let job_bar = multi.add(progress_bar(0, "job  {bar:30} {pos}/{len} {prefix}, eta {eta}  {msg}"));
+    let mut job_sizes: HashMap<String, u64> = HashMap::new();
+    let mut current_job = String::new();
+    // Per job: AR TPOTs, and per method (in first-seen order) τs and TPOTs.
+    let mut ar_tpot: HashMap<String, Vec<f64>> = HashMap::new();
+    let mut running: HashMap<String, Vec<(Method, Running)>> = HashMap::new();
+    let records = bastion_bench::run(exp, opts, &mut |e| match e {
+        RunEvent::Plan { total, done, todo } => {
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+            bar.reset_eta();
+            for s in todo {
+                let job = job_of(&exp.models[s.model].name, s.prompt.dataset, s.temperature, s.seed);
+                *job_sizes.entry(job).or_default() += 1;
+            }
+            say(&bar, format!("{total} samples in this shard, {done} already done, {} jobs to run", job_sizes.len()));
+        }
+        RunEvent::Model(pair) => say(&bar, format!("loading {pair}")),
+        RunEvent::Start(s) => {
+            let job = job_of(&exp.models[s.model].name, s.prompt.dataset, s.temperature, s.seed);
+            if job != current_job {
+                job_bar.set_length(job_sizes.get(&job).copied().unwrap_or(0));
+                job_bar.set_position(0);
+                job_bar.reset_eta();
+                job_bar.set_prefix(job.clone());
+                job_bar.set_message("");
+                current_job = job;
+            }
+        }
+        RunEvent::Sample(r) => {
+            bar.inc(1);
+            job_bar.inc(1);
+            let job = job_of(&r.model, r.dataset, r.temperature, r.seed);
+            if r.method == Method::Ar {
+                ar_tpot.entry(job.clone()).or_default().push(r.tpot_s);
+            }
+            let methods = running.entry(job.clone()).or_default();
+            let at = methods.iter().position(|(m, _)| *m == r.method).unwrap_or_else(|| {
+                methods.push((r.method, Running::default()));
+                methods.len() - 1
+            });
+            methods[at].1.taus.push(r.tau);
+            methods[at].1.tpots.push(r.tpot_s);
+            let ar = ar_tpot.get(&job).map_or(f64::NAN, |v| mean(v));
+            let line = |m: &Method, x: &Running| format!("{m} τ {:.2} {:.2}×", mean(&x.taus), ar / mean(&x.tpots));
+            if bar.is_hidden() {
+                let (m, x) = &methods[at];
+                eprintln!("{}/{} {job} {}", bar.position(), bar.length().unwrap_or(0), line(m, x));
+            }
+            let summary: Vec<String> =
+                methods.iter().filter(|(m, _)| *m != Method::Ar).map(|(m, x)| line(m, x)).collect();
+            job_bar.set_message(summary.join(" | "));
+        }
+    })?;
+    job_bar.finish_and_clear();
+    bar.finish_and_clear();
+    println!("{} records in {}", records.len(), shard.samples_path(&opts.results_dir).display());
+    // Over every record, this run's and earlier ones': a rerun cannot hide a failure.
+    let bad: Vec<&str> = records
+        .iter()
+        .filter(|r| {
+            exp.ar_baseline && r.method != Method::Ar && r.temperature == 0.0 && r.identical_to_ar != Some(true)
+        })
+        .map(|r| r.key.as_str())
+        .collect();
+    if !bad.is_empty() {
+        return Err(
+            format!("lossless check failed: output differs from AR (or AR is missing) for {}", bad.join(", ")).into()
+        );
+    }
+    Ok(records)
+}

@@ -1,0 +1,92 @@
+//! `bastion tables` and `bastion merge`: tables, figures and frames of an
+//! experiment's records, and the join of its shards.
+
+use std::path::{Path, PathBuf};
+
+use bastion_bench::{figures, merge_shards, tables, Experiment, SampleStore};
+
+use super::{create_dir, Result};
+
+/// Where the table templates live, relative to the working directory.
+pub const DEFAULT_TEMPLATES: &str = "paper_tables/templates";
+
+/// Tables of an experiment's records: per (model, dataset, method, T) τ, TPOT,
+/// speedup vs AR, budget mean/std, and the ddtree-oracle row; printed, and written as
+/// Markdown and LaTeX to `paper_tables/<name>.{md,tex}`, the figures (speedup against
+/// budget, τ histograms) as SVG to `paper_tables/figures/`, and the frames as Parquet
+/// to `RESULTS/<name>/{samples,rounds}.parquet`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The experiment file.
+    experiment: PathBuf,
+    /// The results root.
+    #[arg(long, default_value = "results")]
+    results: PathBuf,
+    /// Where the tables go.
+    #[arg(long, default_value = "paper_tables")]
+    out: PathBuf,
+    /// The Markdown and LaTeX table templates.
+    #[arg(long, default_value = DEFAULT_TEMPLATES)]
+    templates: PathBuf,
+}
+
+/// Runs `bastion tables`.
+pub fn run(a: Args) -> Result {
+    let name = Experiment::name_of(&a.experiment)?;
+    write_tables(&name, &a.results.join(&name), &a.out, &a.templates)
+}
+
+/// Join the shard records of an experiment (`RESULTS/<name>/shard-*-of-N/`)
+/// into `RESULTS/<name>/samples.jsonl`.
+#[derive(clap::Args, Debug)]
+pub struct MergeArgs {
+    /// The experiment file.
+    experiment: PathBuf,
+    /// The results root.
+    #[arg(long, default_value = "results")]
+    results: PathBuf,
+}
+
+/// Runs `bastion merge`.
+pub fn merge(a: MergeArgs) -> Result {
+    let dir = a.results.join(Experiment::name_of(&a.experiment)?);
+    let added = merge_shards(&dir)?;
+    println!("merged {added} new records into {}", dir.join("samples.jsonl").display());
+    Ok(())
+}
+
+/// The tables of the records in `dir/samples.jsonl`: printed (Markdown),
+/// written to `out/<name>.md` and `out/<name>.tex` (templates
+/// `results.{md,tex}.j2` in `templates`), figures to `out/figures/`, frames
+/// to `dir/{samples,rounds}.parquet`.
+pub fn write_tables(name: &str, dir: &Path, out: &Path, templates: &Path) -> Result {
+    let path = dir.join("samples.jsonl");
+    if !path.is_file() {
+        return Err(
+            format!("{}: no records (run the experiment, or `bastion merge` its shards)", path.display()).into()
+        );
+    }
+    // Read-only: tables of a sweep still running show what it has so far.
+    let records = &SampleStore::read(&path)?;
+    let summary = tables::summary_frame(records)?;
+    let t = tables::tables(&summary)?;
+    create_dir(out)?;
+    let md = tables::render(&templates.join("results.md.j2"), name, &t)?;
+    let tex = tables::render(&templates.join("results.tex.j2"), name, &t)?;
+    for (ext, text) in [("md", &md), ("tex", &tex)] {
+        let p = out.join(format!("{name}.{ext}"));
+        std::fs::write(&p, text).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    tables::write_parquet(records, dir)?;
+    let figures = figures::write_figures(name, &t, records, &out.join("figures"))?;
+    println!("{md}");
+    println!(
+        "wrote {}, {}, {} and {} figure(s) in {}",
+        out.join(format!("{name}.md")).display(),
+        out.join(format!("{name}.tex")).display(),
+        dir.join("{samples,rounds}.parquet").display(),
+        figures.len(),
+        out.join("figures").display()
+    );
+    Ok(())
+}

@@ -1,0 +1,111 @@
+//! `bastion tau`: τ and speedup of a drafter, as a preset over the runner.
+
+use std::path::{Path, PathBuf};
+
+use bastion_bench::{DraftBastion, DraftDatasets, DraftModel, Experiment, ExperimentDraft, Shard};
+use bastion_data::DatasetName;
+use bastion_decode::Method;
+
+use super::{create_dir, run, tables, CostArgs, PairArgs, Result};
+
+/// τ and speedup of a drafter on evaluation prompts (chat template, T = 0), as
+/// a preset over `bastion run`: writes the experiment it runs to
+/// RESULTS/<name>/experiment.toml, its records to RESULTS/<name>/samples.jsonl
+/// (rerun to resume; `bastion tables` reads them) and its tables to RESULTS/<name>/.
+/// MT-Bench runs its first turn only. Exits non-zero when any output differs from AR's.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    pair: PairArgs,
+    /// Decoding method: dflash, ddtree:N, caddtree, bastion or bastion-paper.
+    #[arg(long, default_value = "dflash")]
+    method: Method,
+    #[command(flatten)]
+    cost: CostArgs,
+    /// Evaluation sets (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "gsm8k,math500,humaneval,mt-bench")]
+    sets: Vec<DatasetName>,
+    /// Prompts per set (the papers' 128-prompt subsets, in order).
+    #[arg(long, default_value_t = 32)]
+    samples: usize,
+    /// Stop after this many new tokens.
+    #[arg(long, default_value_t = 128)]
+    max_new_tokens: usize,
+    /// The dataset folder.
+    #[arg(long, default_value = "datasets")]
+    datasets: PathBuf,
+    /// Skip the AR baseline (no speedup, no lossless check).
+    #[arg(long)]
+    no_ar: bool,
+    /// Also copy the sample records here (JSON lines).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// The experiment's name [default: tau-<method>, e.g. tau-ddtree-8].
+    #[arg(long)]
+    name: Option<String>,
+    /// The results root (the run writes to RESULTS/<name>/).
+    #[arg(long, default_value = "results")]
+    results: PathBuf,
+    /// The Markdown and LaTeX table templates.
+    #[arg(long, default_value = tables::DEFAULT_TEMPLATES)]
+    templates: PathBuf,
+}
+
+/// The experiment `tau` runs.
+fn draft(a: &Args, drafter: &Path) -> ExperimentDraft {
+    let name = a.name.clone().unwrap_or_else(|| format!("tau-{}", a.method.to_string().replace(':', "-")));
+    let model_name = a.pair.target.model.file_stem().map_or("model".into(), |s| s.to_string_lossy().to_lowercase());
+    ExperimentDraft {
+        name,
+        description: format!("bastion tau: {} with {}", a.method, drafter.display()),
+        backend: a.pair.target.backend,
+        max_new_tokens: a.max_new_tokens,
+        temperatures: vec![0.0],
+        seeds: vec![0],
+        warmup: 1,
+        methods: vec![a.method],
+        ar_baseline: !a.no_ar,
+        models: vec![DraftModel {
+            name: model_name,
+            target: a.pair.target.model.clone(),
+            drafter: drafter.to_path_buf(),
+            calibration: a.cost.calibration.clone(),
+        }],
+        datasets: DraftDatasets {
+            names: a.sets.clone(),
+            subset: "paper".into(),
+            max_samples: Some(a.samples),
+            turns: "first".into(),
+        },
+        bastion: DraftBastion { rule: a.cost.bastion_rule, online_forgetting: a.cost.online_forgetting },
+    }
+}
+
+/// Runs `bastion tau`.
+pub fn run(a: Args) -> Result {
+    if !a.method.needs_drafter() {
+        return Err(format!("--method {}: τ needs a speculative method (anything but ar)", a.method).into());
+    }
+    if a.samples == 0 {
+        return Err("--samples must be ≥ 1".into());
+    }
+    let drafter = a.pair.drafter.clone().ok_or("tau needs --drafter DIR")?;
+    let draft = draft(&a, &drafter);
+    let dir = a.results.join(&draft.name);
+    create_dir(&dir)?;
+    let file = dir.join("experiment.toml");
+    let comment = "Written by `bastion tau`; rerun it, or `bastion run` this file, to resume.";
+    let text = draft.to_toml(comment).map_err(|e| format!("{}: {e}", file.display()))?;
+    std::fs::write(&file, &text).map_err(|e| format!("{}: {e}", file.display()))?;
+    let exp = Experiment::parse(&file, &text, Path::new("."))?;
+    let opts = run::options(&exp, &a.results, &a.datasets, Shard::default());
+    let records = run::sweep(&exp, &opts)?;
+    if let Some(out) = &a.out {
+        let lines: String =
+            records.iter().map(|r| serde_json::to_string(r).map(|l| l + "\n")).collect::<serde_json::Result<_>>()?;
+        std::fs::write(out, lines).map_err(|e| format!("{}: {e}", out.display()))?;
+    }
+    tables::write_tables(&exp.name, &dir, &dir, &a.templates)?;
+    println!("experiment: {} (its tables: bastion tables {0} --results {})", file.display(), a.results.display());
+    Ok(())
+}

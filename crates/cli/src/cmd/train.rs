@@ -1,0 +1,267 @@
+//! `bastion train-drafter`: train a DFlash drafter on distilled data.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use bastion_models::{load_model, BackendKind};
+
+use super::{progress_bar, say, Result};
+
+/// Train a DFlash drafter for a target on `bastion distill` output and
+/// save it in z-lab layout (config.json + model.safetensors).
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The target (frozen): a `.gguf` file or a Hugging Face folder.
+    #[arg(long)]
+    model: PathBuf,
+    /// Distilled sequences (JSON lines from `bastion distill`).
+    #[arg(long)]
+    data: PathBuf,
+    /// Output folder for the drafter.
+    #[arg(long)]
+    out: PathBuf,
+    /// Checkpoint folder (default: OUT/checkpoints).
+    #[arg(long)]
+    checkpoint_dir: Option<PathBuf>,
+    #[command(flatten)]
+    settings: TrainSettings,
+}
+
+/// Runs `bastion train-drafter`.
+pub fn run(a: Args) -> Result {
+    let checkpoint_dir = a.checkpoint_dir.unwrap_or_else(|| a.out.join("checkpoints"));
+    train_drafter(&a.model, &a.data, &a.out, &checkpoint_dir, &a.settings)
+}
+
+/// `train-drafter`'s recipe and run settings.
+#[derive(clap::Args, Debug)]
+pub struct TrainSettings {
+    /// Token id filling the masked block slots (a special token that never appears in responses).
+    #[arg(long)]
+    mask_token: u32,
+    /// Draft layers.
+    #[arg(long, default_value_t = 1)]
+    layers: usize,
+    /// Block size B.
+    #[arg(long, default_value_t = 16)]
+    block_size: usize,
+    /// Optimiser steps.
+    #[arg(long, default_value_t = 1000)]
+    steps: usize,
+    /// Sequences per step.
+    #[arg(long, default_value_t = 16)]
+    sequences_per_step: usize,
+    /// Anchors per sequence per step.
+    #[arg(long, default_value_t = 4)]
+    anchors: usize,
+    /// Peak learning rate (Adam; linear warm-up, cosine decay to 10 %).
+    #[arg(long, default_value_t = 1e-3)]
+    learning_rate: f64,
+    /// Warm-up steps.
+    #[arg(long, default_value_t = 50)]
+    warmup_steps: usize,
+    /// Seed (initialisation, anchor sampling).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Use at most this many distilled sequences (held-out ones included).
+    #[arg(long)]
+    max_sequences: Option<usize>,
+    /// Target layers whose hidden states feed the drafter (comma-separated; default: z-lab's
+    /// choice for the number of draft layers).
+    #[arg(long, value_delimiter = ',')]
+    target_layers: Option<Vec<usize>>,
+    /// Loss weight decay γ over block slots (slot k weighs exp(−(k−1)/γ)); 0 = uniform.
+    #[arg(long, default_value_t = 0.0)]
+    loss_decay: f64,
+    /// Sampled softmax: the loss covers the training responses' tokens plus N random others
+    /// per step instead of the whole vocabulary (much faster on a CPU; drafting still uses
+    /// the whole vocabulary).
+    #[arg(long)]
+    sampled_vocab: Option<usize>,
+    /// The first N distilled sequences are held out (never trained on) for the τ estimate.
+    #[arg(long, default_value_t = 16)]
+    held_out: usize,
+    /// Steps between held-out τ estimates (0 = only at the end).
+    #[arg(long, default_value_t = 100)]
+    eval_every: usize,
+    /// Steps between checkpoints (0 = only at the end).
+    #[arg(long, default_value_t = 100)]
+    checkpoint_every: usize,
+    /// Continue from the newest checkpoint (the settings must be the same).
+    #[arg(long)]
+    resume: bool,
+    /// Stop after this step (checkpoint and drafter saved there; the schedule stays that of
+    /// --steps, so a later --resume continues the same run). With --resume at a checkpoint at or
+    /// past it: export that checkpoint as a drafter without training.
+    #[arg(long)]
+    stop_after: Option<usize>,
+}
+
+/// Trains a drafter; writes it to `out` with `training_log.jsonl` (one line
+/// per reported step: step, target tokens, EMA loss, learning rate, held-out
+/// τ when estimated; appended, so a resumed run continues the file).
+fn train_drafter(model: &Path, data: &Path, out: &Path, checkpoint_dir: &Path, s: &TrainSettings) -> Result {
+    use bastion_train::TrainEvent;
+    use std::ops::ControlFlow;
+    let target = load_model(model, &BackendKind::Flex.device()?)?;
+    let mut records = bastion_train::DistillStore::read_all(data)?;
+    records.truncate(s.max_sequences.unwrap_or(usize::MAX));
+    if s.held_out >= records.len() {
+        return Err(format!(
+            "{}: {} sequences, but --held-out {} leaves none to train on",
+            data.display(),
+            records.len(),
+            s.held_out
+        )
+        .into());
+    }
+    // The first N: the file only grows at its end, so they stay held out as distillation continues.
+    let held: Vec<_> = records.drain(..s.held_out).collect();
+    let mut drafter = bastion_train::default_drafter_config(target.config(), s.layers, s.block_size, s.mask_token);
+    if let Some(ids) = &s.target_layers {
+        if ids.is_empty() {
+            return Err("--target-layers: expected at least one layer id".into());
+        }
+        drafter.target_layer_ids = ids.clone();
+    }
+    let cfg = bastion_train::TrainConfig {
+        drafter,
+        steps: s.steps,
+        sequences_per_step: s.sequences_per_step,
+        anchors_per_sequence: s.anchors,
+        learning_rate: s.learning_rate,
+        warmup_steps: s.warmup_steps,
+        seed: s.seed,
+        loss_decay: s.loss_decay,
+        sampled_vocab: s.sampled_vocab,
+    };
+    let opts = bastion_train::TrainOptions {
+        checkpoint_dir: Some(checkpoint_dir.to_path_buf()),
+        checkpoint_every: s.checkpoint_every,
+        resume: s.resume,
+        held_out: held,
+        eval_every: s.eval_every,
+    };
+    let usable = |r: &[bastion_train::DistillRecord]| r.iter().filter(|r| r.response_ids.len() >= 2).count();
+    eprintln!(
+        "{} sequences from {} ({} held out); {} steps; target layers {:?}",
+        records.len(),
+        data.display(),
+        opts.held_out.len(),
+        s.steps,
+        cfg.drafter.target_layer_ids
+    );
+    let short = records.len() + opts.held_out.len() - usable(&records) - usable(&opts.held_out);
+    if short > 0 {
+        eprintln!("warning: {short} sequences have responses under 2 tokens and are skipped");
+    }
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let log_path = out.join("training_log.jsonl");
+    let open_log = || {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(|e| format!("{}: {e}", log_path.display()))
+    };
+    if !s.resume {
+        // A fresh run starts a fresh log.
+        std::fs::write(&log_path, "").map_err(|e| format!("{}: {e}", log_path.display()))?;
+    }
+    let mut log = open_log()?;
+    let bar = progress_bar(s.steps as u64, "{bar:30} step {pos}/{len}, {msg}, eta {eta}");
+    let started = Instant::now();
+    let (mut avg, mut tau, mut last, mut resumed) = (None::<f64>, None::<f64>, None, None);
+    let mut stop = false;
+    let mut log_err = None;
+    let params = bastion_train::train(&target, &records, &cfg, &opts, |e| {
+        let line = match e {
+            TrainEvent::Resumed { steps, tokens, dir } => {
+                stop = s.stop_after.is_some_and(|n| *steps >= n);
+                bar.set_position(*steps as u64);
+                resumed = Some((*steps, *tokens));
+                say(&bar, format!("resumed from {} ({steps} steps, {tokens} tokens)", dir.display()));
+                // Lines past the checkpoint are redone by this run.
+                if let Err(e) = truncate_log(&log_path, *steps) {
+                    log_err = Some(e);
+                    return ControlFlow::Break(());
+                }
+                None
+            }
+            TrainEvent::Step(r) => {
+                let a = avg.map_or(r.loss, |a| 0.95 * a + 0.05 * r.loss);
+                avg = Some(a);
+                last = Some(*r);
+                let held = tau.map(|t| format!(", held-out τ {t:.2}")).unwrap_or_default();
+                bar.set_message(format!("loss {a:.3}, lr {:.2e}{held}", r.learning_rate));
+                bar.inc(1);
+                // No terminal (logs, CI): a plain line every 5 % of the run.
+                if bar.is_hidden() && ((r.step + 1) % (s.steps / 20).max(1) == 0 || r.step + 1 == s.steps) {
+                    eprintln!("step {}/{}: loss {a:.3} (EMA), lr {:.2e}{held}", r.step + 1, s.steps, r.learning_rate);
+                }
+                if s.stop_after.is_some_and(|n| r.step + 1 >= n) {
+                    stop = true;
+                }
+                ((r.step + 1) % 10 == 0).then(|| {
+                    serde_json::json!({"step": r.step + 1, "tokens": r.tokens, "loss_ema": a, "lr": r.learning_rate,
+                        "seconds": started.elapsed().as_secs_f64()})
+                })
+            }
+            TrainEvent::HeldOut(h) => {
+                tau = Some(h.tau.tau);
+                say(
+                    &bar,
+                    format!(
+                        "step {}: held-out τ {:.3} ({} rounds, {} tokens trained)",
+                        h.steps, h.tau.tau, h.tau.rounds, h.tokens
+                    ),
+                );
+                Some(serde_json::json!({"step": h.steps, "tokens": h.tokens, "held_out_tau": h.tau.tau,
+                    "held_out_rounds": h.tau.rounds, "loss_ema": avg, "seconds": started.elapsed().as_secs_f64()}))
+            }
+            TrainEvent::Checkpoint { .. } => None,
+        };
+        if let Some(line) = line {
+            if let Err(e) = writeln!(log, "{line}") {
+                log_err = Some(format!("{}: {e}", log_path.display()));
+                return ControlFlow::Break(());
+            }
+        }
+        if stop {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    })?;
+    bar.finish();
+    if let Some(e) = log_err {
+        return Err(e.into());
+    }
+    params.save(&cfg.drafter, out)?;
+    let (steps_done, tokens_done) = last.map(|r| (r.step + 1, r.tokens)).or(resumed).unwrap_or((0, 0));
+    eprintln!(
+        "saved {} after {steps_done} steps, {tokens_done} target tokens (final EMA loss {}, held-out τ {})",
+        out.display(),
+        avg.map_or("-".into(), |a| format!("{a:.3}")),
+        tau.map_or("-".into(), |t| format!("{t:.3}"))
+    );
+    Ok(())
+}
+
+/// Drops the lines of a training log whose `step` is past `steps` (a
+/// resumed run redoes them).
+fn truncate_log(path: &Path, steps: usize) -> std::result::Result<(), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let keep: String = text
+        .lines()
+        .filter(|l| {
+            serde_json::from_str::<serde_json::Value>(l)
+                .ok()
+                .and_then(|v| v["step"].as_u64())
+                .is_none_or(|st| st as usize <= steps)
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(path, keep).map_err(|e| format!("{}: {e}", path.display()))
+}

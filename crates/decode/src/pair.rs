@@ -1,0 +1,298 @@
+//! A loaded target + drafter pair: everything a command or a sweep needs to
+//! decode with any [`Method`], opened once.
+//!
+//! [`LoadedPair::open`] reads the target on a backend, the drafter (when
+//! given), the tokenizer and chat template (when the model has one), the
+//! stop tokens, and the calibration the cost-aware methods need. Each
+//! method then gets a [`Speculator`] that owns its budget policy, so a
+//! policy's state (BASTION's online calibration) lives exactly as long as
+//! the caller keeps the speculator.
+
+use std::path::{Path, PathBuf};
+
+use bastion_models::{load_model, load_tokenizer, BackendKind, ChatTemplate, Drafter, Message, Model, Tokenizer};
+use bastion_tree::{BudgetPolicy, OnlineConfig};
+
+use crate::calibration::Calibration;
+use crate::error::{DecodeError, Result};
+use crate::generate::{generate, GenerateConfig, Generation};
+use crate::method::Method;
+use crate::policy::{policy_for, BastionRule, PolicyInputs};
+
+/// Where `bastion profile` writes calibrations and the cost-aware methods
+/// look for this machine's, relative to the working directory.
+pub const DEFAULT_CALIBRATION_DIR: &str = "results/calibration";
+
+/// Where a pair's cost models (CaDDTree's curves, BASTION's roofline) come from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CalibrationSource {
+    /// This machine's file under the folder
+    /// ([`Calibration::default_path`]), device, target and drafter checked.
+    Default(PathBuf),
+    /// A given file, device, target and drafter checked ([`Calibration::load_for`]).
+    File(PathBuf),
+    /// A given file used even when measured on another device
+    /// ([`Calibration::load_pinned`]): cost-aware budgets then replay the
+    /// file's machine (`bastion check`).
+    Pinned(PathBuf),
+}
+
+impl CalibrationSource {
+    /// The file this source names for the target at `target` on `backend`
+    /// (this device's name decides the default file).
+    pub fn path(&self, target: &Path, backend: BackendKind) -> PathBuf {
+        match self {
+            CalibrationSource::Default(dir) => Calibration::default_path(dir, &backend.device_name(), target, backend),
+            CalibrationSource::File(path) | CalibrationSource::Pinned(path) => path.clone(),
+        }
+    }
+}
+
+/// What to open.
+#[derive(Debug, Clone)]
+pub struct PairSpec {
+    /// The target: a `.gguf` file or a Hugging Face folder.
+    pub target: PathBuf,
+    /// The DFlash drafter folder; `None` when only `ar` will run.
+    pub drafter: Option<PathBuf>,
+    /// The Burn backend.
+    pub backend: BackendKind,
+    /// The calibration, read only when some cost-aware method will run
+    /// (`None` otherwise: asking for such a method then fails).
+    pub calibration: Option<CalibrationSource>,
+    /// BASTION's size rules.
+    pub bastion_rule: BastionRule,
+    /// `bastion`'s online calibration.
+    pub online: OnlineConfig,
+}
+
+impl PairSpec {
+    /// A pair on `backend` with the default BASTION settings and no drafter
+    /// or calibration.
+    pub fn new(target: impl Into<PathBuf>, backend: BackendKind) -> Self {
+        Self {
+            target: target.into(),
+            drafter: None,
+            backend,
+            calibration: None,
+            bastion_rule: BastionRule::default(),
+            online: OnlineConfig::default(),
+        }
+    }
+}
+
+/// A method's decoding state: the method and, for speculative methods, its
+/// budget policy (which may learn across generations: `bastion`).
+pub struct Speculator {
+    method: Method,
+    policy: Option<Box<dyn BudgetPolicy>>,
+}
+
+impl Speculator {
+    /// The method.
+    pub fn method(&self) -> Method {
+        self.method
+    }
+
+    /// The budget policy (`None` for `ar`).
+    pub fn policy(&self) -> Option<&dyn BudgetPolicy> {
+        self.policy.as_deref()
+    }
+}
+
+impl std::fmt::Debug for Speculator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Speculator").field("method", &self.method).finish_non_exhaustive()
+    }
+}
+
+/// Turns chat messages into token ids for a target.
+#[derive(Clone, Copy)]
+pub enum ChatEncoder<'t> {
+    /// The model's tokenizer and chat template (generation prompt added).
+    Chat {
+        /// The tokenizer.
+        tokenizer: &'t Tokenizer,
+        /// Its chat template.
+        template: &'t ChatTemplate,
+    },
+    /// Models without a tokenizer (the tiny test fixtures, vocabulary ≥ 256):
+    /// `role: content` lines as UTF-8 bytes, one id per byte, keeping the
+    /// last `keep` bytes so the prompt fits the context window.
+    Bytes {
+        /// Bytes kept from the end.
+        keep: usize,
+    },
+}
+
+impl ChatEncoder<'_> {
+    /// The token ids of `messages`, ready for the assistant's turn.
+    ///
+    /// # Errors
+    /// Template rendering or tokenizer errors.
+    pub fn encode(&self, messages: &[Message]) -> Result<Vec<u32>> {
+        match self {
+            ChatEncoder::Chat { tokenizer, template } => {
+                Ok(tokenizer.encode(&template.render(messages, true)?, false)?)
+            }
+            ChatEncoder::Bytes { keep } => {
+                let text: String = messages.iter().map(|m| format!("{}: {}\n", m.role, m.content)).collect();
+                let bytes = text.as_bytes();
+                Ok(bytes[bytes.len().saturating_sub(*keep)..].iter().map(|&b| u32::from(b)).collect())
+            }
+        }
+    }
+
+    /// The text of generated ids (special tokens skipped).
+    ///
+    /// # Errors
+    /// Tokenizer errors.
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        match self {
+            ChatEncoder::Chat { tokenizer, .. } => Ok(tokenizer.decode(ids, true)?),
+            ChatEncoder::Bytes { .. } => {
+                Ok(String::from_utf8_lossy(&ids.iter().map(|&i| (i % 256) as u8).collect::<Vec<u8>>()).into_owned())
+            }
+        }
+    }
+}
+
+/// A target, its drafter, tokenizer, stop tokens and cost models, loaded once.
+pub struct LoadedPair {
+    spec: PairSpec,
+    target: Model,
+    drafter: Option<Drafter>,
+    /// The tokenizer, or why there is none (e.g. a tiny fixture model).
+    tokenizer: std::result::Result<Tokenizer, String>,
+    inputs: PolicyInputs,
+    stop_tokens: Vec<u32>,
+}
+
+impl LoadedPair {
+    /// Loads what `spec` names.
+    ///
+    /// # Errors
+    /// Model, drafter and calibration errors (each names its file); a
+    /// drafter that does not fit the target; a calibration of another
+    /// target, drafter or (unless pinned) device. A model without a
+    /// tokenizer is not an error here: [`LoadedPair::tokenizer`] reports it.
+    pub fn open(spec: PairSpec) -> Result<Self> {
+        let target = load_model(&spec.target, &spec.backend.device()?)?;
+        let drafter = spec.drafter.as_deref().map(|d| Drafter::load(d, &target)).transpose()?;
+        let tokenizer = load_tokenizer(&spec.target).map_err(|e| e.to_string());
+        let inputs = match &spec.calibration {
+            None => PolicyInputs::default(),
+            Some(source) => {
+                let (b, d) = (spec.backend, drafter.as_ref());
+                let path = source.path(&spec.target, b);
+                let cal = match source {
+                    CalibrationSource::Pinned(_) => Calibration::load_pinned(&path, &target, b, d)?,
+                    _ => Calibration::load_for(&path, &target, b, d)?,
+                };
+                cal.policy_inputs(spec.bastion_rule, spec.online)?
+            }
+        };
+        let mut stop_tokens = target.config().eos_token_ids.clone();
+        if let Ok(tok) = &tokenizer {
+            stop_tokens.extend(tok.eos_ids().iter().filter(|id| !stop_tokens.contains(id)).collect::<Vec<_>>());
+        }
+        Ok(Self { spec, target, drafter, tokenizer, inputs, stop_tokens })
+    }
+
+    /// What was opened.
+    pub fn spec(&self) -> &PairSpec {
+        &self.spec
+    }
+
+    /// The target's path.
+    pub fn target_path(&self) -> &Path {
+        &self.spec.target
+    }
+
+    /// The target.
+    pub fn target(&self) -> &Model {
+        &self.target
+    }
+
+    /// The drafter, when one was opened.
+    pub fn drafter(&self) -> Option<&Drafter> {
+        self.drafter.as_ref()
+    }
+
+    /// The drafter's block size; 1 without a drafter.
+    pub fn block_size(&self) -> usize {
+        self.drafter.as_ref().map_or(1, Drafter::block_size)
+    }
+
+    /// The model's tokenizer.
+    ///
+    /// # Errors
+    /// [`DecodeError::NoTokenizer`] with the loader's reason.
+    pub fn tokenizer(&self) -> Result<&Tokenizer> {
+        self.tokenizer
+            .as_ref()
+            .map_err(|reason| DecodeError::NoTokenizer { path: self.spec.target.clone(), reason: reason.clone() })
+    }
+
+    /// The chat encoder: the model's chat template, or, for a model without
+    /// a tokenizer whose vocabulary covers bytes, UTF-8 bytes keeping room
+    /// for `reserve` tokens (new tokens plus a block) in the window.
+    ///
+    /// # Errors
+    /// [`DecodeError::NoChatTemplate`] for a tokenizer without a template;
+    /// [`DecodeError::NoTokenizer`] for a byte-less vocabulary without one.
+    pub fn chat_encoder(&self, reserve: usize) -> Result<ChatEncoder<'_>> {
+        match &self.tokenizer {
+            Ok(tokenizer) => match tokenizer.chat_template() {
+                Some(template) => Ok(ChatEncoder::Chat { tokenizer, template }),
+                None => Err(DecodeError::NoChatTemplate { path: self.spec.target.clone() }),
+            },
+            Err(_) => {
+                let cfg = self.target.config();
+                if cfg.vocab_size < 256 {
+                    return Err(self.tokenizer().err().expect("no tokenizer"));
+                }
+                Ok(ChatEncoder::Bytes { keep: cfg.max_position_embeddings.saturating_sub(reserve).max(1) })
+            }
+        }
+    }
+
+    /// Generation stops after these: the target config's end-of-sequence
+    /// ids and the tokenizer's.
+    pub fn stop_tokens(&self) -> &[u32] {
+        &self.stop_tokens
+    }
+
+    /// Settings for a generation of at most `max_new_tokens` that stops at
+    /// [`LoadedPair::stop_tokens`] (greedy; set the rest as needed).
+    pub fn generate_config(&self, max_new_tokens: usize) -> GenerateConfig {
+        GenerateConfig { max_new_tokens, stop_tokens: self.stop_tokens.clone(), ..GenerateConfig::default() }
+    }
+
+    /// A fresh speculator for `method`, with its own budget policy.
+    ///
+    /// # Errors
+    /// [`DecodeError::NoDrafter`] for a speculative method without a
+    /// drafter; [`DecodeError::NoCalibration`] for a cost-aware method when
+    /// no calibration was opened.
+    pub fn speculator(&self, method: Method) -> Result<Speculator> {
+        if method.needs_drafter() && self.drafter.is_none() {
+            return Err(DecodeError::NoDrafter { method });
+        }
+        Ok(Speculator { method, policy: policy_for(method, self.block_size(), &self.inputs)? })
+    }
+
+    /// One generation from `prompt` with `speculator`'s method (its policy
+    /// carries over to the next call).
+    ///
+    /// # Errors
+    /// As [`generate`].
+    pub fn generate(&self, speculator: &mut Speculator, prompt: &[u32], cfg: &GenerateConfig) -> Result<Generation> {
+        let draft: Option<(&Drafter, &mut dyn BudgetPolicy)> = match (&self.drafter, speculator.policy.as_mut()) {
+            (Some(d), Some(p)) => Some((d, p.as_mut())),
+            (None, Some(_)) => return Err(DecodeError::NoDrafter { method: speculator.method }),
+            (_, None) => None,
+        };
+        generate(&self.target, draft, prompt, cfg)
+    }
+}
