@@ -12,6 +12,6 @@ pub mod store;
 pub mod tables;
 
 pub use error::{FieldError, OutputError};
-pub use runner::{plan, run, RunError, RunEvent, RunOptions, Sample, Shard};
+pub use runner::{check_lossless, plan, run, RunError, RunEvent, RunOptions, Sample, Shard};
 pub use spec::{DraftBastion, DraftDatasets, DraftModel, Experiment, ExperimentDraft, ModelPair, SpecError};
 pub use store::{merge_shards, SampleRecord, SampleStore, StoreError};

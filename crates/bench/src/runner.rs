@@ -15,6 +15,7 @@
 //! One process per store: two runs appending to the same file at once are
 //! not guarded against.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -50,6 +51,13 @@ pub enum RunError {
         dir: PathBuf,
         /// What differs, `key: then, now`.
         differ: String,
+    },
+    /// At T = 0 a method's output differs from AR's on the same prompt, or
+    /// AR's record is missing (the keys of the samples).
+    #[error("lossless check failed: output differs from AR (or AR is missing) for {}", keys.join(", "))]
+    NotLossless {
+        /// The samples' keys.
+        keys: Vec<String>,
     },
     /// I/O on a file of the results folder failed.
     #[error("{}: {source}", path.display())]
@@ -275,9 +283,14 @@ fn settings_of(exp: &Experiment) -> serde_json::Value {
             "calibration": m.calibration.as_ref().map(|c| c.display().to_string()),
         })).collect::<Vec<_>>(),
     });
-    // Only when set, so the settings of folders written before these existed still match.
+    // Only when not the default, so the settings of folders written before these existed
+    // still match (a key one side lacks differs from the other's value).
     if exp.first_turn_only {
         settings["turns"] = "first".into();
+    }
+    // Records written without AR carry no lossless verdict: AR may not be added later.
+    if !exp.ar_baseline {
+        settings["ar_baseline"] = false.into();
     }
     settings
 }
@@ -294,13 +307,18 @@ fn check_settings(exp: &Experiment, dir: &Path) -> Result<(), RunError> {
                 dir: dir.into(),
                 differ: format!("not a settings file: {e}"),
             })?;
-            let differ: Vec<String> = now
-                .as_object()
-                .expect("an object")
-                .iter()
-                .filter(|(k, v)| before.get(k.as_str()) != Some(v))
-                .map(|(k, v)| {
-                    format!("{k}: {} then, {v} now", before.get(k.as_str()).unwrap_or(&serde_json::Value::Null))
+            // Over the keys of both: a key only one side has (a setting recorded only when
+            // it is not the default, such as `turns`) differs from its absence.
+            let null = serde_json::Value::Null;
+            let mut keys: Vec<&String> = now.as_object().expect("an object").keys().collect();
+            keys.extend(before.as_object().map(|o| o.keys().collect::<Vec<_>>()).unwrap_or_default());
+            keys.sort();
+            keys.dedup();
+            let differ: Vec<String> = keys
+                .into_iter()
+                .filter_map(|k| {
+                    let (then, now) = (before.get(k.as_str()).unwrap_or(&null), now.get(k.as_str()).unwrap_or(&null));
+                    (then != now).then(|| format!("{k}: {then} then, {now} now"))
                 })
                 .collect();
             if !differ.is_empty() {
@@ -318,6 +336,28 @@ fn check_settings(exp: &Experiment, dir: &Path) -> Result<(), RunError> {
     }
 }
 
+/// The lossless check over `records` (all of a store's, earlier runs'
+/// included, so a rerun cannot hide a failure): at T = 0 every speculative
+/// output must equal AR's on the same prompt. Nothing to check when the
+/// experiment runs no AR baseline.
+///
+/// # Errors
+/// [`RunError::NotLossless`] naming every failing sample.
+pub fn check_lossless(exp: &Experiment, records: &[SampleRecord]) -> Result<(), RunError> {
+    let keys: Vec<String> = records
+        .iter()
+        .filter(|r| {
+            exp.ar_baseline && r.method != Method::Ar && r.temperature == 0.0 && r.identical_to_ar != Some(true)
+        })
+        .map(|r| r.key.clone())
+        .collect();
+    if keys.is_empty() {
+        Ok(())
+    } else {
+        Err(RunError::NotLossless { keys })
+    }
+}
+
 /// Runs the samples of `opts.shard` not yet in its store, appending each
 /// as it finishes; `on_event` sees the plan, model loads and every stored
 /// sample. Returns the store's records (old and new).
@@ -326,7 +366,7 @@ fn check_settings(exp: &Experiment, dir: &Path) -> Result<(), RunError> {
 /// [`RunError`] from loading, decoding or writing; records stored before
 /// the error are kept. [`RunError::OtherSettings`] when `opts.results_dir` holds
 /// results of other settings (`settings.json`: backend, max_new_tokens,
-/// BASTION rule and λ, model files).
+/// BASTION rule and λ, model files, first turn only, no AR baseline).
 pub fn run(
     exp: &Experiment,
     opts: &RunOptions,
@@ -350,13 +390,8 @@ pub fn run(
         let l = &loaded.as_ref().expect("loaded above").1;
         let encoder = l.chat_encoder(exp.max_new_tokens + l.block_size())?;
         let cfg = GenerateConfig { temperature: s.temperature, seed: s.seed, ..l.generate_config(exp.max_new_tokens) };
-        // One speculator per (model, method, T, seed) for the whole run.
-        let pkey = (s.model, s.method, s.temperature.to_bits(), s.seed);
-        if !speculators.contains_key(&pkey) {
-            speculators.insert(pkey, l.speculator(s.method)?);
-        }
         if !warmed.contains(&(s.model, s.method)) {
-            // Short warm-up generations per method (docs/protocol.md), with a
+            // Short warm-up generations per method (docs/algorithms.md §7), with a
             // speculator of its own so they leave no trace in the measured one.
             let mut warm_spec = l.speculator(s.method)?;
             let warm = Prompt { turns: vec!["Hello".into()], ..s.prompt.clone() };
@@ -367,7 +402,11 @@ pub fn run(
             warmed.push((s.model, s.method));
         }
         on_event(RunEvent::Start(s));
-        let speculator = speculators.get_mut(&pkey).expect("inserted above");
+        // One speculator per (model, method, T, seed) for the whole run.
+        let speculator = match speculators.entry((s.model, s.method, s.temperature.to_bits(), s.seed)) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => e.insert(l.speculator(s.method)?),
+        };
         let o = run_turns(l, &encoder, speculator, &s.prompt, &cfg, exp.first_turn_only)?;
         let pair = &exp.models[s.model];
         let identical_to_ar = (s.method != Method::Ar && s.temperature == 0.0).then(|| {

@@ -527,8 +527,9 @@ fn read(file: &Path) -> Result<String, SpecError> {
     })
 }
 
-/// `[a-z0-9_-]+`.
-fn valid_name(name: &str) -> bool {
+/// Whether `name` may name an experiment (`[a-z0-9_-]+`: it names a
+/// folder under `results/`).
+pub fn valid_name(name: &str) -> bool {
     !name.is_empty() && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-_".contains(c))
 }
 

@@ -183,6 +183,29 @@ fn every_method_runs_resumes_and_shards() {
     assert_eq!(sharded.iter().map(deterministic).collect::<Vec<_>>(), sorted);
 }
 
+/// `bastion tau`'s settings: MT-Bench's first turn only, and no AR
+/// baseline (nothing to compare, so nothing fails the lossless check);
+/// with AR, a tampered record fails it by key.
+#[test]
+fn first_turn_only_without_ar_and_the_lossless_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = setup(dir.path());
+    let exp = Experiment { methods: vec![Method::DFlash], ar_baseline: false, first_turn_only: true, ..base.clone() };
+    let recs = run(&exp, &options(dir.path(), Shard::default()), &mut |_| {}).unwrap();
+    assert_eq!(recs.len(), 2, "one DFlash sample per prompt, no AR");
+    assert!(recs.iter().all(|r| r.method == Method::DFlash && r.identical_to_ar.is_none()));
+    let mt = recs.iter().find(|r| r.dataset == DatasetName::MtBench).unwrap();
+    assert_eq!(mt.prompt_tokens.len(), 1, "first turn only");
+    bastion_bench::check_lossless(&exp, &recs).unwrap();
+    // The same records under an experiment that has AR: no AR record to match.
+    let e = bastion_bench::check_lossless(&base, &recs).unwrap_err().to_string();
+    assert!(e.contains("lossless check failed") && e.contains(&recs[0].key), "{e}");
+    // Settings that change records may not resume into these (turns = first is recorded).
+    let all_turns = Experiment { first_turn_only: false, ..exp };
+    let e = run(&all_turns, &options(dir.path(), Shard::default()), &mut |_| {}).unwrap_err().to_string();
+    assert!(e.contains("holds results of other settings") && e.contains("turns"), "{e}");
+}
+
 #[test]
 fn shard_syntax() {
     assert_eq!("1/4".parse::<Shard>().unwrap(), Shard { index: 1, count: 4 });

@@ -102,6 +102,8 @@ fn shipped_drafter_generates_ar_text_and_tau_reports() {
         &datasets,
         "--results",
         results.to_str().unwrap(),
+        "--name",
+        "tau-dflash",
         "--out",
         out_file.to_str().unwrap(),
     ]);
@@ -133,6 +135,16 @@ fn shipped_drafter_generates_ar_text_and_tau_reports() {
     assert!(ok, "{err}");
     assert_eq!(row(&again, "dflash"), Some(dflash_row), "the same table from the records: {again}");
     assert!(tables.join("tau-dflash.md").is_file());
+    // Without AR: no AR row, no speedup, nothing to check against.
+    let args = ["tau", "--model", &model, "--drafter", &drafter, "--sets", "gsm8k", "--samples", "1"];
+    let more = ["--max-new-tokens", "8", "--datasets", &datasets, "--results", results.to_str().unwrap(), "--no-ar"];
+    let (ok, out, err) = bastion(&[&args[..], &more[..]].concat());
+    assert!(ok, "{err}");
+    assert!(row(&out, "ar").is_none(), "{out}");
+    let dflash = row(&out, "dflash").unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(dflash.split('|').nth(3).map(str::trim), Some("–"), "no speedup without AR: {dflash}");
+    let default_name = results.join("tau-smollm2-135m-instruct-q4_1-dflash/experiment.toml");
+    assert!(default_name.is_file(), "the default name is tau-<model>-<method>");
     // AR is not a speculative method.
     let (ok, _, err) = bastion(&["tau", "--model", &model, "--drafter", &drafter, "--method", "ar"]);
     assert!(!ok && err.contains("needs a speculative method"), "{err}");

@@ -119,7 +119,16 @@ impl DrafterConfig {
             .get("dflash_config")
             .ok_or_else(|| cfg_err(path, "dflash_config", "an object {mask_token_id, target_layer_ids}"))?;
         let d = DflashSection::deserialize(section).map_err(|e| {
-            let field = ["mask_token_id", "target_layer_ids"].into_iter().find(|f| e.to_string().contains(f));
+            // serde names a missing field; a mistyped one is found by reading it alone.
+            let mask_ok =
+                section.get("mask_token_id").and_then(Value::as_u64).is_some_and(|m| m <= u64::from(u32::MAX));
+            let field = ["mask_token_id", "target_layer_ids"].into_iter().find(|f| e.to_string().contains(f)).or(
+                if section.is_object() {
+                    Some(if mask_ok { "target_layer_ids" } else { "mask_token_id" })
+                } else {
+                    None
+                },
+            );
             cfg_err(
                 path,
                 &format!("dflash_config{}", field.map(|f| format!(".{f}")).unwrap_or_default()),
@@ -157,10 +166,10 @@ impl DrafterConfig {
     /// Writes [`DrafterConfig::to_json`] (pretty) to `path`.
     ///
     /// # Errors
-    /// [`ModelError::Io`] naming the file.
+    /// [`ModelError::Write`] naming the file.
     pub fn save(&self, path: &Path) -> Result<()> {
         let text = serde_json::to_vec_pretty(&self.to_json()).expect("JSON values serialise");
-        std::fs::write(path, text).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })
+        std::fs::write(path, text).map_err(|source| ModelError::Write { path: path.to_path_buf(), source })
     }
 
     /// The target hidden-state indices to request (HF convention, `id + 1`).

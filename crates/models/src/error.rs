@@ -14,6 +14,22 @@ pub enum ModelError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// A file could not be written.
+    #[error("cannot write {path}: {source}")]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// An environment variable holds a value the model cannot use.
+    #[error("{var}: {source}")]
+    Env {
+        /// The variable.
+        var: String,
+        /// Why its value does not work here.
+        source: bastion_kernels::KernelError,
+    },
     /// A file is not in the expected format (truncated, bad magic, bad header).
     #[error("{path}: {what}")]
     Format {

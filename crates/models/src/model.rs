@@ -200,18 +200,14 @@ impl Model {
         let embed = Tensor::from_data(TensorData::new(embed_host.data, [v, h]), device);
         let inv_freq = cfg.rope_inv_freq();
         let mode = match std::env::var(TREE_ATTENTION_ENV) {
-            Ok(v) if !v.is_empty() => v.parse::<TreeAttentionMode>().map_err(|e| ModelError::Config {
-                path: TREE_ATTENTION_ENV.into(),
-                field: TREE_ATTENTION_ENV.into(),
-                expected: e.to_string(),
-            })?,
+            Ok(v) if !v.is_empty() => v
+                .parse::<TreeAttentionMode>()
+                .map_err(|source| ModelError::Env { var: TREE_ATTENTION_ENV.into(), source })?,
             _ => TreeAttentionMode::Auto,
         };
-        let tree_kernel = mode.uses_kernel(device, cfg.head_dim).map_err(|e| ModelError::Config {
-            path: TREE_ATTENTION_ENV.into(),
-            field: format!("{TREE_ATTENTION_ENV}={mode}"),
-            expected: e.to_string(),
-        })?;
+        let tree_kernel = mode
+            .uses_kernel(device, cfg.head_dim)
+            .map_err(|source| ModelError::Env { var: format!("{TREE_ATTENTION_ENV}={mode}"), source })?;
         Ok(Self {
             lm_head: Linear::new(lm_head, device),
             embed,

@@ -58,9 +58,9 @@ impl PeakMeasurement {
 /// Runs the microbenchmark on `device`.
 ///
 /// # Errors
-/// [`ModelError::Usage`] for zero sizes or repeats; [`ModelError::Device`] when the device fails
-/// to execute, or when a kernel ran too fast to time (a non-finite rate:
-/// raise the sizes).
+/// [`ModelError::Usage`] for zero sizes or repeats, or when a kernel ran too
+/// fast to time (a non-finite rate: raise the sizes); [`ModelError::Device`]
+/// when the device fails to execute.
 pub fn measure_peak(device: &Device, options: &PeakOptions) -> Result<PeakMeasurement> {
     let PeakOptions { matmul_size: n, stream_elements: m, repeats } = *options;
     if n == 0 || m == 0 || repeats == 0 {

@@ -7,8 +7,8 @@ use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use bastion_data::TrainPrompt;
-use bastion_decode::{GenerateConfig, Generation, LoadedPair, Speculator};
-use bastion_models::{Message, Tokenizer};
+use bastion_decode::{ChatEncoder, GenerateConfig, Generation, LoadedPair, Speculator};
+use bastion_models::Message;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, TrainError};
@@ -35,21 +35,16 @@ pub struct DistillJob {
     pub prompt_ids: Vec<u32>,
 }
 
-/// Wraps each prompt in the target's chat template (one user turn,
-/// generation prompt added; Qwen3 thinking off) and tokenizes it.
+/// Each prompt as one user turn through the target's chat encoder
+/// ([`bastion_decode::LoadedPair::chat_encoder`]: the chat template with the
+/// generation prompt; Qwen3 thinking off), tokenized.
 ///
 /// # Errors
-/// [`TrainError::Usage`] when the tokenizer has no chat template; tokenizer
-/// and template errors otherwise.
-pub fn chat_jobs(tok: &Tokenizer, prompts: &[TrainPrompt]) -> Result<Vec<DistillJob>> {
-    let template =
-        tok.chat_template().ok_or_else(|| TrainError::Usage("the target's tokenizer has no chat template".into()))?;
+/// Tokenizer and template errors.
+pub fn chat_jobs(encoder: &ChatEncoder<'_>, prompts: &[TrainPrompt]) -> Result<Vec<DistillJob>> {
     prompts
         .iter()
-        .map(|p| {
-            let text = template.render(&[Message::new("user", &p.text)], true)?;
-            Ok(DistillJob { id: p.id.clone(), prompt_ids: tok.encode(&text, false)? })
-        })
+        .map(|p| Ok(DistillJob { id: p.id.clone(), prompt_ids: encoder.encode(&[Message::new("user", &p.text)])? }))
         .collect()
 }
 

@@ -24,6 +24,9 @@ pub enum TrainError {
     /// A model, tokenizer or template error.
     #[error(transparent)]
     Model(#[from] bastion_models::ModelError),
+    /// Encoding a prompt or decoding failed.
+    #[error(transparent)]
+    Decode(#[from] bastion_decode::DecodeError),
     /// Arguments that do not fit.
     #[error("{0}")]
     Usage(String),

@@ -36,7 +36,7 @@ pub fn run(a: Args) -> Result {
     let prompts = Datasets::open(&a.datasets)?.load_train(a.limit)?;
     let pair = LoadedPair::open(a.pair.spec(a.method, None)?)?;
     let mut speculator = pair.speculator(a.method)?;
-    let jobs = bastion_train::chat_jobs(pair.tokenizer()?, &prompts)?;
+    let jobs = bastion_train::chat_jobs(&pair.chat_encoder(a.max_new_tokens + pair.block_size())?, &prompts)?;
     let mut store = bastion_train::DistillStore::open(&a.out)?;
     let cfg = pair.generate_config(a.max_new_tokens);
     let todo = jobs.iter().filter(|j| !store.done().contains(&j.id)).count();

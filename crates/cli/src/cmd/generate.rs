@@ -9,7 +9,8 @@ use super::{CostArgs, PairArgs, Result};
 
 /// Generate with a target model, autoregressively or speculatively with a
 /// DFlash drafter; prints the text, then (stderr) τ, TPOT and tokens/s
-/// (prefill and first draft call excluded).
+/// (prefill and first draft call excluded). Stops after --max-new-tokens or an
+/// end-of-sequence token (the config's or the tokenizer's).
 #[derive(clap::Args, Debug)]
 pub struct Args {
     #[command(flatten)]

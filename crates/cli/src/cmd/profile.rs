@@ -15,11 +15,10 @@ use super::{create_dir, progress_bar, say, PairArgs, Result, TargetArgs};
 /// over tree sizes × context lengths (warm-up, repeats, median), the
 /// drafter's round cost and the round's other work; fits CaDDTree's convex
 /// curves and BASTION's roofline α/β. Writes the calibration (JSON, with
-/// every raw sample) and a figure of measured vs fitted latency (SVG).
+/// every raw sample) and a figure of measured vs fitted latency (SVG). Without --drafter
+/// only verification is profiled (then --out is required).
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The target and, for the round cost, a drafter (without it only verification is
-    /// profiled).
     #[command(flatten)]
     pair: PairArgs,
     /// Output file [default: results/calibration/<device>__<model>__<backend>.json].

@@ -156,18 +156,6 @@ pub fn sweep(exp: &Experiment, opts: &RunOptions) -> Result<Vec<SampleRecord>> {
     job_bar.finish_and_clear();
     bar.finish_and_clear();
     println!("{} records in {}", records.len(), shard.samples_path(&opts.results_dir).display());
-    // Over every record, this run's and earlier ones': a rerun cannot hide a failure.
-    let bad: Vec<&str> = records
-        .iter()
-        .filter(|r| {
-            exp.ar_baseline && r.method != Method::Ar && r.temperature == 0.0 && r.identical_to_ar != Some(true)
-        })
-        .map(|r| r.key.as_str())
-        .collect();
-    if !bad.is_empty() {
-        return Err(
-            format!("lossless check failed: output differs from AR (or AR is missing) for {}", bad.join(", ")).into()
-        );
-    }
+    bastion_bench::check_lossless(exp, &records)?;
     Ok(records)
 }

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use bastion_bench::{figures, merge_shards, tables, Experiment, SampleStore};
+use bastion_bench::{figures, merge_shards, tables, Experiment, SampleRecord, SampleStore};
 
 use super::{create_dir, Result};
 
@@ -67,7 +67,11 @@ pub fn write_tables(name: &str, dir: &Path, out: &Path, templates: &Path) -> Res
         );
     }
     // Read-only: tables of a sweep still running show what it has so far.
-    let records = &SampleStore::read(&path)?;
+    write_tables_of(name, &SampleStore::read(&path)?, dir, out, templates)
+}
+
+/// [`write_tables`] of the given records (the frames still go to `dir`).
+pub fn write_tables_of(name: &str, records: &[SampleRecord], dir: &Path, out: &Path, templates: &Path) -> Result {
     let summary = tables::summary_frame(records)?;
     let t = tables::tables(&summary)?;
     create_dir(out)?;

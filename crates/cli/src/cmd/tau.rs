@@ -1,8 +1,9 @@
 //! `bastion tau`: τ and speedup of a drafter, as a preset over the runner.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use bastion_bench::{DraftBastion, DraftDatasets, DraftModel, Experiment, ExperimentDraft, Shard};
+use bastion_bench::{plan, DraftBastion, DraftDatasets, DraftModel, Experiment, ExperimentDraft, SampleRecord, Shard};
 use bastion_data::DatasetName;
 use bastion_decode::Method;
 
@@ -11,7 +12,8 @@ use super::{create_dir, run, tables, CostArgs, PairArgs, Result};
 /// τ and speedup of a drafter on evaluation prompts (chat template, T = 0), as
 /// a preset over `bastion run`: writes the experiment it runs to
 /// RESULTS/<name>/experiment.toml, its records to RESULTS/<name>/samples.jsonl
-/// (rerun to resume; `bastion tables` reads them) and its tables to RESULTS/<name>/.
+/// (`bastion tables` reads them) and its tables to RESULTS/<name>/. A rerun resumes:
+/// finished samples are kept (another --name, or removing the folder, measures again).
 /// MT-Bench runs its first turn only. Exits non-zero when any output differs from AR's.
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -40,7 +42,8 @@ pub struct Args {
     /// Also copy the sample records here (JSON lines).
     #[arg(long)]
     out: Option<PathBuf>,
-    /// The experiment's name [default: tau-<method>, e.g. tau-ddtree-8].
+    /// The experiment's name, [a-z0-9_-]+ [default: tau-<model>-<method>, e.g.
+    /// tau-smollm2-135m-instruct-q4_1-ddtree-8].
     #[arg(long)]
     name: Option<String>,
     /// The results root (the run writes to RESULTS/<name>/).
@@ -53,8 +56,8 @@ pub struct Args {
 
 /// The experiment `tau` runs.
 fn draft(a: &Args, drafter: &Path) -> ExperimentDraft {
-    let name = a.name.clone().unwrap_or_else(|| format!("tau-{}", a.method.to_string().replace(':', "-")));
-    let model_name = a.pair.target.model.file_stem().map_or("model".into(), |s| s.to_string_lossy().to_lowercase());
+    let model_name = slug(&a.pair.target.model.file_name().map_or("model".into(), |s| s.to_string_lossy()));
+    let name = a.name.clone().unwrap_or_else(|| format!("tau-{model_name}-{}", slug(&a.method.to_string())));
     ExperimentDraft {
         name,
         description: format!("bastion tau: {} with {}", a.method, drafter.display()),
@@ -81,6 +84,13 @@ fn draft(a: &Args, drafter: &Path) -> ExperimentDraft {
     }
 }
 
+/// `s` lower-cased, `.gguf` dropped, every character outside `[a-z0-9_-]` as `-`.
+fn slug(s: &str) -> String {
+    let s = s.to_lowercase();
+    let s = s.strip_suffix(".gguf").unwrap_or(&s);
+    s.chars().map(|c| if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' { c } else { '-' }).collect()
+}
+
 /// Runs `bastion tau`.
 pub fn run(a: Args) -> Result {
     if !a.method.needs_drafter() {
@@ -91,6 +101,9 @@ pub fn run(a: Args) -> Result {
     }
     let drafter = a.pair.drafter.clone().ok_or("tau needs --drafter DIR")?;
     let draft = draft(&a, &drafter);
+    if !bastion_bench::spec::valid_name(&draft.name) {
+        return Err(format!("--name {}: expected [a-z0-9_-]+ (it names RESULTS/<name>/)", draft.name).into());
+    }
     let dir = a.results.join(&draft.name);
     create_dir(&dir)?;
     let file = dir.join("experiment.toml");
@@ -99,13 +112,18 @@ pub fn run(a: Args) -> Result {
     std::fs::write(&file, &text).map_err(|e| format!("{}: {e}", file.display()))?;
     let exp = Experiment::parse(&file, &text, Path::new("."))?;
     let opts = run::options(&exp, &a.results, &a.datasets, Shard::default());
-    let records = run::sweep(&exp, &opts)?;
+    // Only this run's samples: the folder may hold more from an earlier, larger run.
+    let keys: HashSet<String> = plan(&exp, &a.datasets, Shard::default())?.into_iter().map(|s| s.key).collect();
+    let records: Vec<SampleRecord> = run::sweep(&exp, &opts)?.into_iter().filter(|r| keys.contains(&r.key)).collect();
     if let Some(out) = &a.out {
         let lines: String =
             records.iter().map(|r| serde_json::to_string(r).map(|l| l + "\n")).collect::<serde_json::Result<_>>()?;
         std::fs::write(out, lines).map_err(|e| format!("{}: {e}", out.display()))?;
     }
-    tables::write_tables(&exp.name, &dir, &dir, &a.templates)?;
+    tables::write_tables_of(&exp.name, &records, &dir, &dir, &a.templates)?;
+    if exp.first_turn_only && exp.datasets.contains(&DatasetName::MtBench) {
+        println!("mt-bench: first turn only (the papers' MT-Bench rows run both turns)");
+    }
     println!("experiment: {} (its tables: bastion tables {0} --results {})", file.display(), a.results.display());
     Ok(())
 }
