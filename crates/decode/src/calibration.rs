@@ -33,19 +33,13 @@
 //!   ([`Model::roofline_shape`]).
 
 use std::path::{Path, PathBuf};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use bastion_models::{measure_peak, BackendKind, Drafter, Model, PeakMeasurement, PeakOptions};
-use bastion_tree::{
-    fit_calibration, ConvexCostModel, DevicePeak, DraftTree, FixedBudget, ModelShape, OnlineConfig,
-    RooflineCalibration, RooflineModel, RoundCostModel, VerifyProfile, VerifySample,
-};
+use bastion_models::{BackendKind, Drafter, Model, PeakMeasurement, PeakOptions};
+use bastion_tree::{ConvexCostModel, DevicePeak, ModelShape, OnlineConfig, RooflineCalibration, RooflineModel};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{DecodeError, Result};
-use crate::generate::{generate, GenerateConfig};
-use crate::pair::LoadedPair;
-use crate::policy::{BastionRule, BastionSetup, PolicyInputs, CADDTREE_MAX_BUDGET};
+use crate::policy::{BastionRule, BastionSetup, PolicyInputs};
 
 /// Version of the calibration file layout.
 pub const CALIBRATION_FORMAT: u32 = 1;
@@ -284,217 +278,6 @@ pub enum ProfileEvent {
         /// Rounds measured.
         rounds: usize,
     },
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    match s.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => s[n / 2],
-        n => 0.5 * (s[n / 2 - 1] + s[n / 2]),
-    }
-}
-
-/// Deterministic filler token ids spread over the vocabulary.
-fn filler(len: usize, offset: usize, vocab: usize) -> Vec<u32> {
-    (0..len).map(|i| (((i + offset) * 7919 + 13) % vocab) as u32).collect()
-}
-
-/// The verification timing grid shared by `bastion profile` and its
-/// latency table (`bastion bench-target`): for every context length `c`
-/// (committed filler tokens, grown incrementally in one session) and tree
-/// size `s` (tokens verified, root included), `warmup` untimed and
-/// `repeats` timed verifications of a heap-shaped tree (node `i` under
-/// `(i − 1) / 2`), each rolled back; the device is synchronised before the
-/// clock starts and the verification reads its logits back before it stops.
-#[derive(Debug, Clone, Copy)]
-pub struct VerifyGrid<'a> {
-    /// Context lengths, ascending.
-    pub contexts: &'a [usize],
-    /// Tree sizes (tokens verified, root included).
-    pub tokens: &'a [usize],
-    /// Untimed verifications per point.
-    pub warmup: usize,
-    /// Timed verifications per point (the median is kept).
-    pub repeats: usize,
-    /// Target layers whose hidden states are read back too (a drafter's
-    /// feature layers, so the timing includes that read-back).
-    pub hidden: &'a [usize],
-}
-
-impl VerifyGrid<'_> {
-    /// Runs the grid on `target`; `on_point` sees each point as it is
-    /// measured with the number done so far.
-    ///
-    /// # Errors
-    /// Model errors (context longer than the window, device failures).
-    pub fn measure(&self, target: &Model, on_point: &mut dyn FnMut(&VerifyPoint, usize)) -> Result<Vec<VerifyPoint>> {
-        let vocab = target.config().vocab_size;
-        let mut verify = Vec::with_capacity(self.contexts.len() * self.tokens.len());
-        let mut session = target.session();
-        for &c in self.contexts {
-            let have = session.len();
-            if c > have {
-                // In chunks of ≤ 512 tokens, so long contexts need little memory.
-                for start in (have..c).step_by(512) {
-                    session.prefill(&filler((c - start).min(512), start, vocab), &[])?;
-                }
-            }
-            for &s in self.tokens {
-                let tokens = filler(s, c + 100_003, vocab);
-                let parents: Vec<i64> = (0..s as i64).map(|i| if i == 0 { -1 } else { (i - 1) / 2 }).collect();
-                let tree = DraftTree::from_parts(&tokens, &parents, None)?;
-                for _ in 0..self.warmup {
-                    session.verify(&tree, self.hidden)?;
-                    session.discard();
-                }
-                let mut runs = Vec::with_capacity(self.repeats);
-                for _ in 0..self.repeats.max(1) {
-                    target.sync()?;
-                    let t = Instant::now();
-                    let out = session.verify(&tree, self.hidden)?;
-                    runs.push(t.elapsed().as_secs_f64());
-                    drop(out);
-                    session.discard();
-                }
-                let point = VerifyPoint { tokens: s, context_len: c, seconds: median(&runs), runs };
-                verify.push(point.clone());
-                on_point(&point, verify.len());
-            }
-        }
-        Ok(verify)
-    }
-}
-
-/// Measures a calibration for the pair's target and, when it has one, its
-/// drafter, on the pair's backend.
-///
-/// # Errors
-/// [`DecodeError::Usage`] for invalid options; model and fit errors otherwise.
-pub fn profile(
-    pair: &LoadedPair,
-    options: &ProfileOptions,
-    on_event: &mut dyn FnMut(&ProfileEvent),
-) -> Result<Calibration> {
-    let (target, backend) = (pair.target(), pair.spec().backend);
-    let drafter = pair.drafter().zip(pair.spec().drafter.as_deref());
-    let cfg = target.config();
-    options.validate(cfg.max_position_embeddings, pair.block_size())?;
-    let peak_runs = measure_peak(target.device(), &options.peak)?;
-    let peak = peak_runs.peak();
-    RooflineModel { shape: target.roofline_shape(), device: peak, calibration: RooflineCalibration::default() }
-        .validate()
-        .map_err(|e| DecodeError::Usage(format!("measured device roof is unusable: {e}")))?;
-    on_event(&ProfileEvent::Peak(peak));
-
-    let hidden = drafter.map(|(d, _)| d.hidden_indices()).unwrap_or_default();
-    let total = options.contexts.len() * options.tokens.len();
-    let grid = VerifyGrid {
-        contexts: &options.contexts,
-        tokens: &options.tokens,
-        warmup: options.warmup,
-        repeats: options.repeats,
-        hidden: &hidden,
-    };
-    let verify =
-        grid.measure(target, &mut |point, done| on_event(&ProfileEvent::Verify { point: point.clone(), done, total }))?;
-
-    let drafter = match drafter {
-        Some((d, path)) => Some(probe_drafter(target, d, path, options, on_event)?),
-        None => None,
-    };
-    let shape = target.roofline_shape();
-    let fit = fit_all(&verify, shape, peak, options.sigma_scale)?;
-    Ok(Calibration {
-        format: CALIBRATION_FORMAT,
-        created_unix_s: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
-        device: DeviceRecord { name: backend.device_name(), backend: backend.as_str().into(), peak, peak_runs },
-        target: TargetRecord { path: pair.target_path().display().to_string(), arch: format!("{:?}", cfg.arch), shape },
-        drafter,
-        options: options.clone(),
-        verify,
-        fit,
-    })
-}
-
-/// `T_d` and `T_nv` from real decoding rounds (see the module notes).
-fn probe_drafter(
-    target: &Model,
-    drafter: &Drafter,
-    path: &Path,
-    options: &ProfileOptions,
-    on_event: &mut dyn FnMut(&ProfileEvent),
-) -> Result<DrafterRecord> {
-    let block = drafter.block_size();
-    let budget = block.saturating_sub(1).max(1);
-    let prompt = filler(options.probe_prompt_len, 7, target.config().vocab_size);
-    let cfg = GenerateConfig { max_new_tokens: options.probe_new_tokens, ..GenerateConfig::default() };
-    let warm = GenerateConfig { max_new_tokens: 2, ..cfg.clone() };
-    generate(target, Some((drafter, &mut FixedBudget::new(budget))), &prompt, &warm)?;
-    let gen = generate(target, Some((drafter, &mut FixedBudget::new(budget))), &prompt, &cfg)?;
-    let rounds = gen.rounds.get(1..).unwrap_or_default();
-    if rounds.is_empty() {
-        return Err(DecodeError::Usage(format!(
-            "drafter probe: {} new tokens gave a single round; raise the probe's new tokens (probe_new_tokens)",
-            options.probe_new_tokens
-        )));
-    }
-    let draft_runs: Vec<f64> = rounds.iter().map(|r| r.draft_s).collect();
-    let non_verify_runs: Vec<f64> = rounds.iter().map(|r| r.build_s + r.commit_s).collect();
-    let (draft_seconds, non_verify_seconds) = (median(&draft_runs), median(&non_verify_runs));
-    on_event(&ProfileEvent::Drafter { draft_seconds, non_verify_seconds, rounds: rounds.len() });
-    let dc = drafter.config();
-    Ok(DrafterRecord {
-        path: path.display().to_string(),
-        block_size: block,
-        layers: dc.model.num_layers,
-        target_layer_ids: dc.target_layer_ids.clone(),
-        draft_seconds,
-        draft_runs,
-        non_verify_seconds,
-        non_verify_runs,
-        probe_tree_tokens: budget + 1,
-    })
-}
-
-/// Both fits over a verification grid.
-fn fit_all(verify: &[VerifyPoint], shape: ModelShape, peak: DevicePeak, sigma_scale: f64) -> Result<FitRecord> {
-    let samples: Vec<VerifySample> = verify
-        .iter()
-        .map(|p| VerifySample { tokens: p.tokens, context_len: p.context_len, seconds: p.seconds })
-        .collect();
-    let model = RooflineModel { shape, device: peak, calibration: RooflineCalibration::default() };
-    let roofline = fit_calibration(&samples, &model, sigma_scale)?.calibration;
-    let fitted = RooflineModel { calibration: roofline, ..model };
-    let mut contexts: Vec<usize> = verify.iter().map(|p| p.context_len).collect();
-    contexts.dedup();
-    let profiles: Vec<VerifyProfile> = contexts
-        .iter()
-        .map(|&c| {
-            let pts: Vec<&VerifyPoint> = verify.iter().filter(|p| p.context_len == c).collect();
-            VerifyProfile {
-                context_len: c,
-                nodes: pts.iter().map(|p| p.tokens - 1).collect(),
-                seconds: pts.iter().map(|p| p.seconds).collect(),
-            }
-        })
-        .collect();
-    let cost = ConvexCostModel::fit(&profiles, 0.0, CADDTREE_MAX_BUDGET)?;
-    let caddtree = ConvexCurves {
-        contexts: cost.contexts().to_vec(),
-        curves: (0..cost.contexts().len()).map(|i| cost.curve(i).to_vec()).collect(),
-    };
-    let rmse = |f: &dyn Fn(&VerifyPoint) -> f64| {
-        (verify.iter().map(|p| (f(p) - p.seconds).powi(2)).sum::<f64>() / verify.len() as f64).sqrt()
-    };
-    Ok(FitRecord {
-        roofline,
-        sigma_scale,
-        roofline_rmse_seconds: rmse(&|p| fitted.at_context(p.context_len).estimate(p.tokens)),
-        caddtree_rmse_seconds: rmse(&|p| cost.verify_seconds(p.tokens - 1, p.context_len)),
-        caddtree,
-    })
 }
 
 /// File-name-safe form of a name: lowercase ASCII letters, digits, `.` and
@@ -752,6 +535,7 @@ impl Calibration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::profile::median;
 
     #[test]
     fn median_and_slug() {

@@ -16,15 +16,17 @@ mod generate;
 mod method;
 mod pair;
 mod policy;
+mod profile;
 mod sampling;
 
 pub use calibration::{
-    profile, Calibration, ConvexCurves, DeviceRecord, DrafterRecord, FitRecord, ProfileEvent, ProfileOptions,
-    TargetRecord, VerifyGrid, VerifyPoint, CALIBRATION_FORMAT,
+    Calibration, ConvexCurves, DeviceRecord, DrafterRecord, FitRecord, ProfileEvent, ProfileOptions, TargetRecord,
+    VerifyPoint, CALIBRATION_FORMAT,
 };
 pub use error::{DecodeError, Result};
 pub use generate::{generate, AcceptRule, GenerateConfig, Generation, RoundRecord, RoundTrace};
 pub use method::Method;
 pub use pair::{CalibrationSource, ChatEncoder, LoadedPair, PairSpec, Speculator, DEFAULT_CALIBRATION_DIR};
 pub use policy::{policy_for, BastionRule, BastionSetup, PolicyInputs, CADDTREE_MAX_BUDGET};
+pub use profile::{profile, VerifyGrid};
 pub use sampling::{argmax, Sampler};

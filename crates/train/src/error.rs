@@ -1,6 +1,6 @@
 //! Errors of distillation and training.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// What can go wrong preparing data or training a drafter.
 #[derive(Debug, thiserror::Error)]
@@ -30,6 +30,12 @@ pub enum TrainError {
     /// Arguments that do not fit.
     #[error("{0}")]
     Usage(String),
+}
+
+/// An I/O error naming `path`.
+pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> TrainError {
+    let path = path.to_path_buf();
+    move |source| TrainError::Io { path, source }
 }
 
 /// Shorthand for `Result<T, TrainError>`.

@@ -7,13 +7,16 @@
 
 #![warn(missing_docs)]
 
+mod checkpoint;
 mod distill;
 mod error;
+mod params;
 mod trainer;
 
 pub use distill::{chat_jobs, distill, DistillJob, DistillRecord, DistillStore};
 pub use error::{Result, TrainError};
+pub use params::{DraftLayerParams, DraftParams};
 pub use trainer::{
-    chain_acceptance, default_drafter_config, train, ChainTau, DraftLayerParams, DraftParams, HeldOutReport,
-    HeldOutSet, StepReport, TrainConfig, TrainEvent, TrainOptions,
+    chain_acceptance, default_drafter_config, train, ChainTau, HeldOutReport, HeldOutSet, StepReport, TrainConfig,
+    TrainEvent, TrainOptions,
 };

@@ -8,79 +8,22 @@
 //! Several anchors of one sequence share one forward pass: every block sees
 //! the context before its anchor and its own block, nothing else.
 
-use std::collections::{BTreeMap, HashMap};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
-use bastion_models::ops::{attention, rms_norm, rope_tables};
-use bastion_models::{
-    context_features, decoder_layer, key_values, Drafter, DrafterConfig, HostTensor, LayerShape, LayerWeights,
-    MemorySource, Model, ModelConfig, Proj,
-};
+use bastion_models::{context_features, Drafter, DrafterConfig, Model, ModelConfig};
 use bastion_tree::TopK;
-use burn::module::{Module, Param};
-use burn::optim::{AdamConfig, GradientsParams, ModuleOptimizer};
-use burn::store::ModuleRecord;
+use burn::module::Module;
+use burn::optim::{AdamConfig, GradientsParams};
 use burn::tensor::activation::log_softmax;
-use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+use burn::tensor::{Int, Tensor, TensorData};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::checkpoint::{load_checkpoint, save_checkpoint, settings_of, CheckpointState};
 use crate::distill::DistillRecord;
 use crate::error::{Result, TrainError};
-
-/// Trainable weights of one draft layer, stored `[in, out]`.
-#[derive(Module, Debug)]
-pub struct DraftLayerParams {
-    input_norm: Param<Tensor<1>>,
-    q: Param<Tensor<2>>,
-    k: Param<Tensor<2>>,
-    v: Param<Tensor<2>>,
-    o: Param<Tensor<2>>,
-    q_norm: Param<Tensor<1>>,
-    k_norm: Param<Tensor<1>>,
-    post_norm: Param<Tensor<1>>,
-    gate: Param<Tensor<2>>,
-    up: Param<Tensor<2>>,
-    down: Param<Tensor<2>>,
-}
-
-impl LayerWeights for DraftLayerParams {
-    fn project(&self, p: Proj, x: Tensor<2>) -> Tensor<2> {
-        let w = match p {
-            Proj::Q => &self.q,
-            Proj::K => &self.k,
-            Proj::V => &self.v,
-            Proj::O => &self.o,
-            Proj::Gate => &self.gate,
-            Proj::Up => &self.up,
-            Proj::Down => &self.down,
-        };
-        x.matmul(w.val())
-    }
-    fn input_norm(&self) -> Tensor<1> {
-        self.input_norm.val()
-    }
-    fn post_norm(&self) -> Tensor<1> {
-        self.post_norm.val()
-    }
-    fn q_norm(&self) -> Option<Tensor<1>> {
-        Some(self.q_norm.val())
-    }
-    fn k_norm(&self) -> Option<Tensor<1>> {
-        Some(self.k_norm.val())
-    }
-}
-
-/// Trainable weights of a DFlash drafter (its layers, `fc`, norms); the
-/// embeddings and LM head are the target's, frozen.
-#[derive(Module, Debug)]
-pub struct DraftParams {
-    fc: Param<Tensor<2>>,
-    hidden_norm: Param<Tensor<1>>,
-    layers: Vec<DraftLayerParams>,
-    norm: Param<Tensor<1>>,
-}
+use crate::params::DraftParams;
 
 /// Settings of a training run.
 #[derive(Debug, Clone, PartialEq)]
@@ -190,177 +133,6 @@ fn data_fingerprint(records: &[DistillRecord]) -> String {
         eat(&[0xfe]);
     }
     format!("{} records, fnv1a {h:016x}", records.len())
-}
-
-/// Deterministic normal(0, std) initial values.
-fn normal(rng: &mut ChaCha8Rng, n: usize, std: f32) -> Vec<f32> {
-    (0..n)
-        .map(|_| {
-            let (u1, u2): (f32, f32) = (rng.random::<f32>().max(1e-12), rng.random());
-            (-2.0 * u1.ln()).sqrt() * (2.0 * std::f32::consts::PI * u2).cos() * std
-        })
-        .collect()
-}
-
-impl DraftParams {
-    /// Initial weights: projections normal(0, 0.02) (transformers'
-    /// `initializer_range`), norms 1.
-    pub fn init(cfg: &DrafterConfig, seed: u64, device: &Device) -> Self {
-        let m = &cfg.model;
-        let (h, i) = (m.hidden_size, m.intermediate_size);
-        let (qd, kd) = (m.num_heads * m.head_dim, m.num_kv_heads * m.head_dim);
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let mut mat = |r: usize, c: usize| {
-            Param::from_tensor(Tensor::from_data(TensorData::new(normal(&mut rng, r * c, 0.02), [r, c]), device))
-        };
-        let ones = |n: usize| Param::from_tensor(Tensor::ones([n], device));
-        let fc = mat(cfg.target_layer_ids.len() * h, h);
-        let layers = (0..m.num_layers)
-            .map(|_| DraftLayerParams {
-                input_norm: ones(h),
-                q: mat(h, qd),
-                k: mat(h, kd),
-                v: mat(h, kd),
-                o: mat(qd, h),
-                q_norm: ones(m.head_dim),
-                k_norm: ones(m.head_dim),
-                post_norm: ones(h),
-                gate: mat(h, i),
-                up: mat(h, i),
-                down: mat(i, h),
-            })
-            .collect();
-        Self { fc, hidden_norm: ones(h), layers, norm: ones(h) }
-    }
-
-    /// The drafter's output states `[m·B, H]` for `m` blocks of one
-    /// sequence: `feats` `[T, K·H]` context features (positions `0..T`),
-    /// `block` `[m·B, H]` block embeddings, `anchors` the blocks' first
-    /// positions (each ≤ T). Block `i` sees context positions `< anchors[i]`
-    /// and its own slots.
-    fn forward(&self, cfg: &DrafterConfig, feats: Tensor<2>, block: Tensor<2>, anchors: &[usize]) -> Tensor<2> {
-        let m = &cfg.model;
-        let device = block.device();
-        let b = cfg.block_size;
-        let [t, _] = feats.dims();
-        let rows = anchors.len() * b;
-        let (nh, nkv, eps) = (m.num_heads, m.num_kv_heads, m.rms_norm_eps);
-        let group = nh / nkv;
-        let inv = m.rope_inv_freq();
-        let ctx_pos: Vec<usize> = (0..t).collect();
-        let blk_pos: Vec<usize> = anchors.iter().flat_map(|&a| a..a + b).collect();
-        let (cos_c, sin_c) = rope_tables(&inv, &ctx_pos, &device);
-        let (cos_b, sin_b) = rope_tables(&inv, &blk_pos, &device);
-        // Mask [rows, t + rows]: true = hidden.
-        let total = t + rows;
-        let mut mask = vec![true; rows * total];
-        for (i, &a) in anchors.iter().enumerate() {
-            for s in 0..b {
-                let r = i * b + s;
-                mask[r * total..r * total + a].fill(false);
-                mask[r * total + t + i * b..r * total + t + (i + 1) * b].fill(false);
-            }
-        }
-        let mask = Tensor::<2, Bool>::from_data(TensorData::new(mask.repeat(group), [group * rows, total]), &device)
-            .unsqueeze::<3>();
-        let shape = LayerShape::of(m);
-        let ctx = rms_norm(feats.matmul(self.fc.val()), &self.hidden_norm.val(), eps);
-        let mut x = block;
-        for layer in &self.layers {
-            let [k_ctx, v_ctx] = key_values(layer, ctx.clone(), shape, (&cos_c, &sin_c));
-            x = decoder_layer(layer, x, shape, (&cos_b, &sin_b), |q, k_blk, v_blk| {
-                let k = Tensor::cat(vec![k_ctx, k_blk], 1);
-                let v = Tensor::cat(vec![v_ctx, v_blk], 1);
-                Ok::<_, std::convert::Infallible>(attention(q, k, v, Some(&mask)))
-            })
-            .unwrap_or_else(|never| match never {});
-        }
-        rms_norm(x, &self.norm.val(), eps)
-    }
-
-    /// The drafter's tensors by z-lab name, `[out, in]` weights.
-    fn host_tensors(&self) -> BTreeMap<String, HostTensor> {
-        let mut out = BTreeMap::new();
-        let mut mat = |name: String, p: &Param<Tensor<2>>| {
-            let t = p.val().inner().transpose();
-            let shape = t.dims().to_vec();
-            let data = t.into_data().convert::<f32>().try_into_vec::<f32>().expect("f32 weights");
-            out.insert(name, HostTensor { shape, data });
-        };
-        mat("fc.weight".into(), &self.fc);
-        for (l, layer) in self.layers.iter().enumerate() {
-            let p = |s: &str| format!("layers.{l}.{s}");
-            mat(p("self_attn.q_proj.weight"), &layer.q);
-            mat(p("self_attn.k_proj.weight"), &layer.k);
-            mat(p("self_attn.v_proj.weight"), &layer.v);
-            mat(p("self_attn.o_proj.weight"), &layer.o);
-            mat(p("mlp.gate_proj.weight"), &layer.gate);
-            mat(p("mlp.up_proj.weight"), &layer.up);
-            mat(p("mlp.down_proj.weight"), &layer.down);
-        }
-        let mut vec1 = |name: String, p: &Param<Tensor<1>>| {
-            let t = p.val().inner();
-            let shape = t.dims().to_vec();
-            let data = t.into_data().convert::<f32>().try_into_vec::<f32>().expect("f32 weights");
-            out.insert(name, HostTensor { shape, data });
-        };
-        vec1("hidden_norm.weight".into(), &self.hidden_norm);
-        vec1("norm.weight".into(), &self.norm);
-        for (l, layer) in self.layers.iter().enumerate() {
-            let p = |s: &str| format!("layers.{l}.{s}");
-            vec1(p("input_layernorm.weight"), &layer.input_norm);
-            vec1(p("post_attention_layernorm.weight"), &layer.post_norm);
-            vec1(p("self_attn.q_norm.weight"), &layer.q_norm);
-            vec1(p("self_attn.k_norm.weight"), &layer.k_norm);
-        }
-        out
-    }
-
-    /// The current weights as an inference [`Drafter`] for `target`,
-    /// without touching the disk (what the held-out τ estimate decodes with).
-    ///
-    /// # Errors
-    /// [`TrainError::Model`] when the shape does not fit `target`.
-    pub fn to_drafter(&self, cfg: &DrafterConfig, target: &Model) -> Result<Drafter> {
-        let label = "<drafter in training>";
-        let src = MemorySource { tensors: self.host_tensors(), label: label.into() };
-        Ok(Drafter::from_source(cfg.clone(), Path::new(label), &src, target)?)
-    }
-
-    /// Writes the drafter in z-lab layout: `config.json` and
-    /// `model.safetensors` (f32, `[out, in]` weights) in `dir`.
-    ///
-    /// # Errors
-    /// [`TrainError::Io`] naming the file.
-    pub fn save(&self, cfg: &DrafterConfig, dir: &Path) -> Result<()> {
-        std::fs::create_dir_all(dir).map_err(io_err(dir))?;
-        let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = self
-            .host_tensors()
-            .into_iter()
-            .map(|(n, t)| (n, t.shape, t.data.iter().flat_map(|v| v.to_le_bytes()).collect()))
-            .collect();
-        let views: HashMap<String, safetensors::tensor::TensorView<'_>> = bytes
-            .iter()
-            .map(|(n, s, d)| {
-                (
-                    n.clone(),
-                    safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), d)
-                        .expect("shape fits data"),
-                )
-            })
-            .collect();
-        let st = dir.join("model.safetensors");
-        safetensors::serialize_to_file(&views, None, &st)
-            .map_err(|e| TrainError::Format { path: st.clone(), what: format!("writing safetensors: {e}") })?;
-        cfg.save(&dir.join("config.json"))?;
-        Ok(())
-    }
-}
-
-/// An I/O error naming `path`.
-fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> TrainError {
-    let path = path.to_path_buf();
-    move |source| TrainError::Io { path, source }
 }
 
 /// Progress of a training run, reported every step.
@@ -701,169 +473,6 @@ pub fn train(
     Ok(params)
 }
 
-/// `state.json` of a checkpoint.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-struct CheckpointState {
-    /// Steps done.
-    steps: usize,
-    /// Target tokens predicted so far.
-    tokens: u64,
-    /// The run's settings ([`settings_of`]); a resumed run must match.
-    settings: serde_json::Value,
-    /// The training and held-out data (counts and hashes); a resumed run must match.
-    data: serde_json::Value,
-}
-
-/// Writes `dir/step-NNNNNNN/` (through a `.tmp` folder, files and folders
-/// synced, then renamed), points `dir/latest` at it the same way, and
-/// removes older checkpoints but the previous one.
-fn save_checkpoint(
-    dir: &Path,
-    state: &CheckpointState,
-    params: &DraftParams,
-    optim: &ModuleOptimizer,
-) -> Result<PathBuf> {
-    let name = format!("step-{:07}", state.steps);
-    let out = dir.join(&name);
-    let tmp = dir.join(format!("{name}.tmp"));
-    if tmp.exists() {
-        std::fs::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
-    }
-    std::fs::create_dir_all(&tmp).map_err(io_err(&tmp))?;
-    let rec = |path: PathBuf| move |e: burn::store::RecordError| TrainError::Format { path, what: e.to_string() };
-    let p = tmp.join("params.bpk");
-    params.clone().save_file(&p).map_err(rec(p.clone()))?;
-    let o = tmp.join("optim.bpk");
-    optim.save(&o).map_err(rec(o.clone()))?;
-    let s = tmp.join("state.json");
-    std::fs::write(&s, serde_json::to_vec_pretty(state).expect("json")).map_err(io_err(&s))?;
-    for f in [&p, &o, &s, &tmp] {
-        sync(f)?;
-    }
-    if out.exists() {
-        std::fs::remove_dir_all(&out).map_err(io_err(&out))?;
-    }
-    std::fs::rename(&tmp, &out).map_err(io_err(&out))?;
-    let latest_tmp = dir.join("latest.tmp");
-    std::fs::write(&latest_tmp, &name).map_err(io_err(&latest_tmp))?;
-    sync(&latest_tmp)?;
-    let latest = dir.join("latest");
-    std::fs::rename(&latest_tmp, &latest).map_err(io_err(&latest))?;
-    sync(dir)?;
-    // Keep this checkpoint and the newest older one.
-    let mut older: Vec<(usize, PathBuf)> = std::fs::read_dir(dir)
-        .map_err(io_err(dir))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter_map(|p| {
-            let step = p.file_name()?.to_str()?.strip_prefix("step-")?.parse::<usize>().ok()?;
-            (p.is_dir() && step < state.steps).then_some((step, p))
-        })
-        .collect();
-    older.sort();
-    older.pop();
-    for (_, p) in older {
-        let _ = std::fs::remove_dir_all(p);
-    }
-    Ok(out)
-}
-
-/// Flushes a file or folder to disk.
-fn sync(path: &Path) -> Result<()> {
-    std::fs::File::open(path).and_then(|f| f.sync_all()).map_err(io_err(path))
-}
-
-/// The newest checkpoint in `dir`, loaded into `params` / `optim`; `None`
-/// when `dir` has none yet.
-fn load_checkpoint(
-    dir: &Path,
-    cfg: &TrainConfig,
-    data: &str,
-    params: DraftParams,
-    optim: ModuleOptimizer,
-) -> Result<Option<(CheckpointState, DraftParams, ModuleOptimizer, PathBuf)>> {
-    let latest = dir.join("latest");
-    let name = match std::fs::read_to_string(&latest) {
-        Ok(n) => n,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(TrainError::Io { path: latest, source: e }),
-    };
-    let ck = dir.join(name.trim());
-    let s = ck.join("state.json");
-    let text = std::fs::read(&s).map_err(io_err(&s))?;
-    let state: CheckpointState = serde_json::from_slice(&text)
-        .map_err(|e| TrainError::Format { path: s.clone(), what: format!("not a checkpoint state: {e}") })?;
-    if state.settings.is_string() {
-        return Err(TrainError::Usage(format!(
-            "{}: field `settings`: the checkpoint predates the structured settings format of this version and \
-             cannot be resumed; start a new checkpoint folder",
-            s.display()
-        )));
-    }
-    // Ours through the same JSON write and read as the stored value, so floats compare alike.
-    let settings: serde_json::Value =
-        serde_json::from_str(&serde_json::to_string(&settings_of(cfg)).expect("JSON values serialise"))
-            .expect("JSON text parses");
-    let data = serde_json::Value::from(data);
-    for (field, theirs, ours) in [("settings", &state.settings, &settings), ("data", &state.data, &data)] {
-        if theirs != ours {
-            return Err(TrainError::Usage(format!(
-                "{}: field `{field}`: the checkpoint was written by a run with other {field}: {}\n\
-                 (resume with the same {field}, or choose another checkpoint folder)",
-                s.display(),
-                differences(theirs, ours)
-            )));
-        }
-    }
-    let rec = |path: PathBuf| move |e: burn::store::RecordError| TrainError::Format { path, what: e.to_string() };
-    let p = ck.join("params.bpk");
-    let record = ModuleRecord::load(&p).map_err(rec(p.clone()))?;
-    let params = params.try_load_record(record).map_err(rec(p.clone()))?;
-    let o = ck.join("optim.bpk");
-    let optim = optim.load(&o).map_err(rec(o.clone()))?;
-    Ok(Some((state, params, optim, ck)))
-}
-
-/// A run's settings as a checkpoint records them: the drafter's
-/// `config.json` and the recipe.
-fn settings_of(cfg: &TrainConfig) -> serde_json::Value {
-    serde_json::json!({
-        "drafter": cfg.drafter.to_json(),
-        "steps": cfg.steps,
-        "sequences_per_step": cfg.sequences_per_step,
-        "anchors_per_sequence": cfg.anchors_per_sequence,
-        "learning_rate": cfg.learning_rate,
-        "warmup_steps": cfg.warmup_steps,
-        "seed": cfg.seed,
-        "loss_decay": cfg.loss_decay,
-        "sampled_vocab": cfg.sampled_vocab,
-    })
-}
-
-/// The fields of two recorded values that differ, as `field: checkpoint →
-/// this run` (at most four).
-fn differences(theirs: &serde_json::Value, ours: &serde_json::Value) -> String {
-    fn walk(path: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
-        match (a, b) {
-            (serde_json::Value::Object(x), serde_json::Value::Object(y)) => {
-                let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
-                keys.sort();
-                keys.dedup();
-                let null = serde_json::Value::Null;
-                for k in keys {
-                    let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
-                    walk(&p, x.get(k).unwrap_or(&null), y.get(k).unwrap_or(&null), out);
-                }
-            }
-            _ if a != b => out.push(format!("{}: {a} → {b}", if path.is_empty() { "(value)" } else { path })),
-            _ => {}
-        }
-    }
-    let mut out = Vec::new();
-    walk("", theirs, ours, &mut out);
-    out.truncate(4);
-    out.join(", ")
-}
-
 /// Rejects settings that would panic or save a drafter that cannot load.
 fn validate(target: &Model, cfg: &TrainConfig) -> Result<()> {
     let d = &cfg.drafter;
@@ -911,6 +520,7 @@ fn schedule(cfg: &TrainConfig, step: usize) -> f64 {
 mod tests {
     use super::*;
     use bastion_models::load_model;
+    use burn::tensor::Device;
 
     /// The trainer's forward and the inference drafter run the same layer
     /// (`bastion_models::decoder_layer`): on the same weights, every block of
