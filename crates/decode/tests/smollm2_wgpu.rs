@@ -1,16 +1,16 @@
 //! SmolLM2-135M-Instruct on wgpu (in CI: Mesa's lavapipe), verifying draft
 //! trees through the CubeCL tree-attention kernel: its verification logits
-//! equal the dense-mask path's, and every method's greedy output equals AR
-//! token for token with the shipped drafter. `BASTION_REQUIRE_WGPU=1` turns
+//! equal the dense-mask path's, and greedy DDTree and online BASTION output
+//! equals AR token for token with the shipped drafter. `BASTION_REQUIRE_WGPU=1` turns
 //! a missing wgpu adapter into a failure instead of a skip.
 #![cfg(feature = "wgpu")]
 
 use bastion_data::{DatasetName, Datasets, Selection};
 use bastion_decode::{generate, GenerateConfig};
 use bastion_models::{load_model, load_tokenizer, Drafter, Message, TreeAttentionMode};
-use bastion_testkit::{max_abs_diff, repo_root, smollm2_drafter_dir, smollm2_gguf, FixtureCaddCost};
+use bastion_testkit::{max_abs_diff, repo_root, smollm2_drafter_dir, smollm2_gguf};
 use bastion_tree::{
-    Bastion, BastionConfig, BudgetPolicy, CaddTree, DevicePeak, DraftTree, FixedBudget, ModelShape, OnlineConfig,
+    Bastion, BastionConfig, BudgetPolicy, DevicePeak, DraftTree, FixedBudget, ModelShape, OnlineConfig,
     RooflineCalibration, RooflineModel,
 };
 use burn::tensor::{Device, DeviceType};
@@ -64,12 +64,17 @@ fn kernel_verification_on_smollm2_is_lossless() {
     );
     assert!(diff <= 1e-3 * scale.max(1.0), "kernel vs dense logits differ by {diff} (max |logit| {scale})");
 
-    // 2. Every method equals AR, token for token, with the kernel verifying.
+    // 2. Speculative output equals AR, token for token, with the kernel verifying.
     target.set_tree_attention(TreeAttentionMode::Auto).unwrap();
     let drafter = Drafter::load(smollm2_drafter_dir(), &target).unwrap();
     let mut stop = tok.eos_ids().to_vec();
     stop.extend(&target.config().eos_token_ids);
-    let cfg = GenerateConfig { max_new_tokens: 24, stop_tokens: stop, ..GenerateConfig::default() };
+    // Lavapipe runs SmolLM2 at seconds per forward pass, so this part is
+    // kept to a few rounds of two methods: a fixed-budget tree and the
+    // online cost-aware policy (varying tree sizes through the kernel). Every
+    // method on every tree shape is checked against AR on the CPU backend
+    // (`lossless.rs`) and on tiny models through the kernel (`tree_verify_wgpu`).
+    let cfg = GenerateConfig { max_new_tokens: 12, stop_tokens: stop, ..GenerateConfig::default() };
     let ar = generate(&target, None, &ids, &cfg).unwrap();
     let roofline = || RooflineModel {
         shape: ModelShape::qwen3_4b(),
@@ -78,12 +83,8 @@ fn kernel_verification_on_smollm2_is_lossless() {
     };
     let config = BastionConfig::raw_rule(0.0035, 0.0006);
     let policies: Vec<(&str, Box<dyn BudgetPolicy>)> = vec![
-        ("dflash", Box::new(FixedBudget::chain(15))),
         ("ddtree:8", Box::new(FixedBudget::new(8))),
-        ("ddtree:32", Box::new(FixedBudget::new(32))),
-        ("caddtree", Box::new(CaddTree::new(FixtureCaddCost, 1024))),
         ("bastion", Box::new(Bastion::online(config, roofline(), OnlineConfig::default()).unwrap())),
-        ("bastion-paper", Box::new(Bastion::new(config, roofline()).unwrap())),
     ];
     for (name, mut policy) in policies {
         let gen = generate(&target, Some((&drafter, &mut *policy)), &ids, &cfg).unwrap();
