@@ -8,7 +8,10 @@
 //! - **τ histograms**, a panel per method: the share of rounds committing k
 //!   tokens (bonus included), k = 1 … the largest observed, with their mean over
 //!   all rounds in the panel title (round-weighted, so it differs from the
-//!   tables' τ, a mean of per-sample means).
+//!   tables' τ, a mean of per-sample means);
+//! - **where a round's time goes**, a panel per dataset: a stacked bar per
+//!   method of its mean per-round draft / build / verify / commit time (ms),
+//!   the tables' phase columns.
 //!
 //! The data ([`budget_curves`], [`acceptance_histograms`]) come from the
 //! [`crate::tables::Table`]s and the per-round records, so the figures show
@@ -322,11 +325,86 @@ fn histogram_figure(model: &str, temperature: f64, hists: &[&AcceptanceHistogram
     root.present().map_err(|e| err(&e))
 }
 
+/// The phases of a round, bottom to top in the stacked bars, with the
+/// [`crate::tables::Cell`] field each reads.
+const PHASES: [(&str, fn(&crate::tables::Cell) -> f64); 4] =
+    [("draft", |c| c.draft_ms), ("build", |c| c.build_ms), ("verify", |c| c.verify_ms), ("commit", |c| c.commit_ms)];
+
+fn phase_figure(table: &Table, path: &Path) -> DrawResult {
+    let err = |e: &dyn std::fmt::Display| OutputError::Draw { path: path.into(), what: e.to_string() };
+    let (rows, cols) = grid(table.datasets.len());
+    let methods = table.rows.len();
+    let (width, height) = (60 + 46 * methods as u32 * cols as u32, 300 * rows as u32 + 70);
+    let root = SVGBackend::new(path, (width.max(480), height)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let (strip, body) = root.split_vertically(30);
+    let body = body
+        .titled(
+            &format!("Mean time per round by phase (ms): {}, T = {}", table.model, table.temperature),
+            ("sans-serif", 16),
+        )
+        .map_err(|e| err(&e))?;
+    for (d, area) in body.split_evenly((rows, cols)).iter().enumerate().take(table.datasets.len()) {
+        let bars: Vec<(&str, [f64; 4])> = table
+            .rows
+            .iter()
+            .filter_map(|r| {
+                let c = r.cells[d].as_ref()?;
+                let v = PHASES.map(|(_, f)| f(c));
+                v.iter().all(|x| x.is_finite()).then_some((r.method.as_str(), v))
+            })
+            .collect();
+        let y_max = bars.iter().map(|(_, v)| v.iter().sum::<f64>()).fold(0.1f64, f64::max) * 1.1;
+        let labels: Vec<String> = bars.iter().map(|(m, _)| m.to_string()).collect();
+        let mut chart = ChartBuilder::on(area)
+            .caption(&table.datasets[d], ("sans-serif", 13))
+            .margin(8)
+            .x_label_area_size(70)
+            .y_label_area_size(44)
+            .build_cartesian_2d(-0.5f64..(bars.len().max(1) as f64 - 0.5), 0f64..y_max)
+            .map_err(|e| err(&e))?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(bars.len().max(1))
+            .x_label_formatter(&|x| {
+                let i = x.round();
+                if (x - i).abs() < 1e-6 && i >= 0.0 {
+                    labels.get(i as usize).cloned().unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            })
+            .x_label_style(("sans-serif", 10).into_font().transform(FontTransform::Rotate90))
+            .y_desc("ms per round")
+            .draw()
+            .map_err(|e| err(&e))?;
+        for (i, (_, v)) in bars.iter().enumerate() {
+            let mut base = 0.0;
+            for (p, &ms) in v.iter().enumerate() {
+                let x = i as f64;
+                chart
+                    .draw_series([Rectangle::new([(x - 0.35, base), (x + 0.35, base + ms)], COLORS[p].filled())])
+                    .map_err(|e| err(&e))?;
+                base += ms;
+            }
+        }
+    }
+    let font = ("sans-serif", 13).into_font();
+    for (p, (name, _)) in PHASES.iter().enumerate() {
+        let x = 20 + 100 * p as i32;
+        strip.draw(&Rectangle::new([(x, 10), (x + 14, 24)], COLORS[p].filled())).map_err(|e| err(&e))?;
+        strip.draw(&Text::new(name.to_string(), (x + 20, 10), font.clone())).map_err(|e| err(&e))?;
+    }
+    root.present().map_err(|e| err(&e))
+}
+
 /// Writes the figures of an experiment into `dir` (created):
 /// `<experiment>__<model>__T<t>__speedup-vs-budget.svg` for each table
 /// with a DDTree grid or an adaptive method, and
 /// `<experiment>__<model>__T<t>__tau-histogram.svg` for each (model, T)
-/// with speculative rounds. Returns the files written.
+/// with speculative rounds, and `<experiment>__<model>__T<t>__phases.svg`
+/// (time per round by phase) for each table. Returns the files written.
 ///
 /// # Errors
 /// [`OutputError`] naming the file when drawing or writing fails.
@@ -346,6 +424,11 @@ pub fn write_figures(
         }
         let path = dir.join(format!("{}__speedup-vs-budget.svg", stem(&table.model, table.temperature)));
         speedup_figure(table, &panels, &path)?;
+        written.push(path);
+    }
+    for table in tables {
+        let path = dir.join(format!("{}__phases.svg", stem(&table.model, table.temperature)));
+        phase_figure(table, &path)?;
         written.push(path);
     }
     let hists = acceptance_histograms(records);

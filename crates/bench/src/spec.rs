@@ -473,11 +473,12 @@ impl Experiment {
             },
         };
 
+        // Unset, BASTION's rule follows the backend (BastionRule::for_backend).
         let (bastion_rule, online) = match &raw.bastion {
-            None => (BastionRule::default(), OnlineConfig::default()),
+            None => (BastionRule::for_backend(backend), OnlineConfig::default()),
             Some(b) => {
                 let rule = match &b.rule {
-                    None => BastionRule::default(),
+                    None => BastionRule::for_backend(backend),
                     Some(r) => r
                         .get_ref()
                         .parse()

@@ -80,8 +80,11 @@ pub fn round_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
 }
 
 /// Per (model, dataset, method, temperature): `samples, tau, tau_std,
-/// tpot_s, ar_tpot_s, speedup, budget_mean, budget_std, identical,
-/// ddtree_budget`, plus the `ddtree-oracle` rows; in record order.
+/// tpot_s, ar_tpot_s, speedup, budget_mean, budget_std, draft_ms,
+/// build_ms, verify_ms, commit_ms, identical, ddtree_budget`, plus the
+/// `ddtree-oracle` rows; in record order. The `*_ms` columns are the mean
+/// time per round of each phase (drafting incl. the draft LM head and
+/// top-k, tree building, verification, commit), in milliseconds.
 /// `ar_tpot_s` and `speedup` use only the method's samples whose prompt
 /// has an AR sample (same model, dataset, prompt, T, seed); times in s.
 ///
@@ -120,6 +123,10 @@ pub fn summary_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
     let budgets = round_frame(records)?.lazy().group_by(keys()).agg([
         col("budget").cast(DataType::Float64).mean().alias("budget_mean"),
         col("budget").cast(DataType::Float64).std(0).alias("budget_std"),
+        (col("draft_s").mean() * lit(1e3)).alias("draft_ms"),
+        (col("build_s").mean() * lit(1e3)).alias("build_ms"),
+        (col("verify_s").mean() * lit(1e3)).alias("verify_ms"),
+        (col("commit_s").mean() * lit(1e3)).alias("commit_ms"),
     ]);
     let table = per
         .join(budgets, keys(), keys(), left())
@@ -138,6 +145,10 @@ pub fn summary_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
             col("speedup"),
             col("budget_mean"),
             col("budget_std"),
+            col("draft_ms"),
+            col("build_ms"),
+            col("verify_ms"),
+            col("commit_ms"),
             col("identical"),
             col("ddtree_budget"),
         ]);
@@ -167,6 +178,14 @@ pub struct Cell {
     pub budget_std: f64,
     /// TPOT (ms).
     pub tpot_ms: f64,
+    /// Mean per-round phase times (ms): drafting, tree building, verification, commit.
+    pub draft_ms: f64,
+    /// See `draft_ms`.
+    pub build_ms: f64,
+    /// See `draft_ms`.
+    pub verify_ms: f64,
+    /// See `draft_ms`.
+    pub commit_ms: f64,
 }
 
 /// One method's row of a results table.
@@ -212,6 +231,7 @@ pub fn tables(summary: &DataFrame) -> PolarsResult<Vec<Table>> {
     let (model, dataset, method) = (text("model")?, text("dataset")?, text("method")?);
     let (temperature, tau, speedup) = (num("temperature")?, num("tau")?, num("speedup")?);
     let (budget, budget_std, tpot) = (num("budget_mean")?, num("budget_std")?, num("tpot_s")?);
+    let phases = [num("draft_ms")?, num("build_ms")?, num("verify_ms")?, num("commit_ms")?];
     let grid = summary.column("ddtree_budget")?.u32()?;
     let grid_budget: Vec<Option<u32>> = (0..grid.len()).map(|i| grid.get(i)).collect();
     let mut out: Vec<Table> = Vec::new();
@@ -259,6 +279,10 @@ pub fn tables(summary: &DataFrame) -> PolarsResult<Vec<Table>> {
                         budget: budget[i],
                         budget_std: budget_std[i],
                         tpot_ms: tpot[i] * 1e3,
+                        draft_ms: phases[0][i],
+                        build_ms: phases[1][i],
+                        verify_ms: phases[2][i],
+                        commit_ms: phases[3][i],
                     })
                 })
                 .collect();

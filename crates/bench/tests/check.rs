@@ -85,7 +85,19 @@ fn missing_and_new_rows_fail() {
 
 #[test]
 fn rows_come_from_tables_without_the_oracle() {
-    let cell = |tau: f64, speedup: f64| Some(Cell { tau, speedup, budget: 4.0, budget_std: 0.0, tpot_ms: 10.0 });
+    let cell = |tau: f64, speedup: f64| {
+        Some(Cell {
+            tau,
+            speedup,
+            budget: 4.0,
+            budget_std: 0.0,
+            tpot_ms: 10.0,
+            draft_ms: 1.0,
+            build_ms: 0.1,
+            verify_ms: 5.0,
+            commit_ms: 0.2,
+        })
+    };
     let t = Table {
         model: "m".into(),
         temperature: 0.0,

@@ -17,8 +17,8 @@ fn record(dataset: &str, prompt: &str, method: &str, rounds: &[(usize, usize)], 
             accepted,
             draft_s: 0.001,
             build_s: 0.0,
-            verify_s: 0.002,
-            commit_s: 0.0,
+            verify_s: 0.001 * tree_size as f64,
+            commit_s: 0.0005,
         })
         .collect();
     let tokens: usize = rounds.iter().map(|r| r.accepted).sum();
@@ -90,6 +90,12 @@ fn summary_agrees_with_the_records() {
     // Budget over rounds: bastion drafts 2 and 6 nodes → mean 4, std 2.
     close(get(&s, "gsm8k", "bastion", "budget_mean"), 4.0);
     close(get(&s, "gsm8k", "bastion", "budget_std"), 2.0);
+    // Phase columns: mean ms per round (verify is 1 ms per verified token here).
+    let near = |a: f64, b: f64| assert!((a - b).abs() < 1e-9, "{a} vs {b}");
+    near(get(&s, "gsm8k", "bastion", "verify_ms"), 5.0);
+    near(get(&s, "gsm8k", "bastion", "draft_ms"), 1.0);
+    near(get(&s, "gsm8k", "bastion", "build_ms"), 0.0);
+    near(get(&s, "gsm8k", "bastion", "commit_ms"), 0.5);
     close(get(&s, "gsm8k", "bastion", "samples"), 2.0);
     close(get(&s, "gsm8k", "bastion", "identical"), 2.0);
     // The oracle takes the best grid point per dataset, with its budget.
@@ -112,6 +118,8 @@ fn summary_agrees_with_the_records() {
     assert!(md.contains("| ddtree-oracle (4/8) | 2.50 | 2.50× | 4.0 | 4.0 ± 0.0 |"), "{md}");
     assert!(md.contains("| bastion | 3.00 | 2.00× | 5.0 | 4.0 ± 2.0 |"), "{md}");
     assert!(md.contains("| dflash | 3.00 | 1.67× | 6.0 | 7.0 ± 0.0 | – | – | – | – | – | – |"), "{md}");
+    // The phase table: bastion on gsm8k verifies trees of 3 and 7 tokens at 1 ms each.
+    assert!(md.contains("| bastion | 1.00 | 0.00 | 5.00 | 0.50 |"), "{md}");
     let tex = render(std::path::Path::new(&format!("{root}/results.tex.j2")), "unit_test", &t).unwrap();
     assert!(tex.contains("\\toprule") && tex.contains("\\bottomrule"), "{tex}");
     assert!(
@@ -159,7 +167,10 @@ fn figures_show_the_table_numbers() {
     let dir = tempfile::tempdir().unwrap();
     let files = write_figures("unit", &t, &recs, dir.path()).unwrap();
     let names: Vec<String> = files.iter().map(|f| f.file_name().unwrap().to_string_lossy().into_owned()).collect();
-    assert_eq!(names, ["unit__m__T0__speedup-vs-budget.svg", "unit__m__T0__tau-histogram.svg"]);
+    assert_eq!(
+        names,
+        ["unit__m__T0__speedup-vs-budget.svg", "unit__m__T0__phases.svg", "unit__m__T0__tau-histogram.svg"]
+    );
     let svg = std::fs::read_to_string(&files[0]).unwrap();
     assert!(
         svg.starts_with("<svg")
@@ -168,7 +179,13 @@ fn figures_show_the_table_numbers() {
             && svg.contains(">\n4.0\n</text>"),
         "{svg}"
     );
+    // Phases: a bar per method and dataset (labels on the axis), the four phases in the legend.
     let svg = std::fs::read_to_string(&files[1]).unwrap();
+    assert!(
+        svg.contains("math500") && svg.contains(">\ndflash\n</text>") && svg.contains(">\nverify\n</text>"),
+        "{svg}"
+    );
+    let svg = std::fs::read_to_string(&files[2]).unwrap();
     assert!(svg.contains("ddtree:4: 2.50 tokens/round over 8 rounds"), "{svg}");
 }
 

@@ -84,7 +84,8 @@ pub struct RoundRecord {
 /// What one round saw, kept when [`GenerateConfig::trace`] is set.
 #[derive(Debug, Clone)]
 pub struct RoundTrace {
-    /// Draft logits `[B − 1, vocab]` row-major (empty for `ar`).
+    /// Draft logits `[depth, vocab]` row-major, `depth = min(B − 1, max_nodes)` of the
+    /// policy (empty for `ar`).
     pub draft_logits: Vec<f32>,
     /// The verified tree.
     pub tree: DraftTree,
@@ -202,8 +203,10 @@ pub fn generate(
     while session.len() - prompt.len() < cfg.max_new_tokens && !stopped(&gen.tokens) {
         let context_len = session.len();
         let t = Instant::now();
+        // Draft logits only as deep as the policy's largest tree can reach.
+        let depth = draft.as_ref().map_or(0, |(_, policy)| (block - 1).min(policy.max_nodes().max(1)));
         let draft_logits = match (&draft, &mut dsession) {
-            (Some(_), Some(ds)) => ds.draft(target, &features, root)?,
+            (Some(_), Some(ds)) => ds.draft_rows(target, &features, root, depth)?,
             _ => Vec::new(),
         };
         let draft_s = t.elapsed().as_secs_f64();
@@ -212,10 +215,7 @@ pub fn generate(
         }
         let t = Instant::now();
         let tree = match &mut draft {
-            Some((_, policy)) => {
-                let depth = block - 1;
-                build_tree_from_logits(&draft_logits, depth, vocab, root, context_len, &mut **policy)?
-            }
+            Some((_, policy)) => build_tree_from_logits(&draft_logits, depth, vocab, root, context_len, &mut **policy)?,
             None => DraftTree::root_only(root),
         };
         let build_s = t.elapsed().as_secs_f64();

@@ -34,6 +34,19 @@ pub enum BastionRule {
 }
 
 impl BastionRule {
+    /// The rule a backend gets when none is asked for: the release's tile
+    /// rule on GPU backends (wgpu, cuda), where verifying 32 tokens costs
+    /// about what 1 does; the bare stop rule on CPU backends (flex, ndarray),
+    /// where every verified token costs time and a 32-token floor made
+    /// `bastion` several times slower than AR.
+    pub fn for_backend(backend: bastion_models::BackendKind) -> Self {
+        if backend.is_async() {
+            BastionRule::Paper
+        } else {
+            BastionRule::Raw
+        }
+    }
+
     /// The stop-rule settings with round constants `T_d`, `T_nv` (s).
     pub fn config(self, draft_seconds: f64, non_verify_seconds: f64) -> BastionConfig {
         match self {
@@ -137,6 +150,15 @@ mod tests {
             let b = policy_for(m, 16, &inputs).unwrap().unwrap();
             assert_eq!(b.max_nodes(), 8191);
         }
+    }
+
+    #[test]
+    fn bastion_rule_defaults_follow_the_backend() {
+        use bastion_models::BackendKind;
+        assert_eq!(BastionRule::for_backend(BackendKind::Flex), BastionRule::Raw);
+        assert_eq!(BastionRule::for_backend(BackendKind::NdArray), BastionRule::Raw);
+        assert_eq!(BastionRule::for_backend(BackendKind::Wgpu), BastionRule::Paper);
+        assert_eq!(BastionRule::for_backend(BackendKind::Cuda), BastionRule::Paper);
     }
 
     #[test]

@@ -1,120 +1,328 @@
-//! A CPU kernel for the matrix products of decoding and small-tree
-//! verification: `y = x · Wᵀ` with few rows in `x` (`m ≤ SMALL_M`).
+//! The CPU kernel behind every linear layer on the `flex` backend:
+//! `y = x · Wᵀ` for activations `x` `[m, in]` and a weight `W` `[out, in]`
+//! (the Hugging Face layout), packed once at load.
 //!
-//! With `m` this small the product is bound by reading `W` from memory
-//! once; general GEMM libraries pack `W` into panels first, which for a
-//! weight matrix read once per call costs more than the product (measured
-//! with burn-flex 0.22 on SmolLM2's LM head, 576 × 49152: 6.6 ms at m = 1,
-//! 13 ms at m = 2, 25 ms at m = 8). Here every row of `W` (the Hugging Face
-//! `[out, in]` layout) is streamed once and dotted with all `m` rows of `x`,
-//! which stay in L1; output columns are split across threads with rayon.
-//! AVX2 + FMA is used when the CPU has it (runtime detection, no
-//! `target-cpu=native`), plain Rust otherwise.
+//! Decoding and tree verification multiply a few rows (`m` = 1 for an AR
+//! step, 1 + budget for a draft tree, the block size for the drafter) by
+//! large weights: the product is bound by reading `W` once from memory, and
+//! a general GEMM, which packs `W` into panels on every call, spends more on
+//! packing than on the product (burn-flex 0.22 on SmolLM2's LM head,
+//! 576 × 49152: 6.6 ms at m = 1, 25 ms at m = 8).
+//!
+//! [`PackedMatrix`] therefore packs `W` once, at load, into panels of
+//! [`NR`] output features: panel `p` holds `W[p·NR + j, k]` at
+//! `k·NR + j`, so one step along `k` reads `NR` consecutive floats. The
+//! micro-kernel keeps an `MR × NR` block of outputs in registers
+//! (`MR` = 6 rows × two 8-wide AVX2 vectors = 12 accumulators), broadcasts
+//! one activation per row and step, and issues `2·MR` FMAs per two weight
+//! loads. Panels are the outer loop and are split across threads (rayon),
+//! so each weight is read from memory once per call however many rows
+//! there are; the rows of one panel reuse it from L1/L2 (a panel is
+//! `NR · in · 4` bytes: 36 KiB at `in` = 576), while the activations
+//! (`m · in · 4` bytes, ≤ 384 KiB for `m` ≤ 64, `in` ≤ 1536) stay in L2.
+//! AVX2 + FMA is chosen at run time (no `target-cpu=native`); elsewhere a
+//! portable loop of the same structure runs.
+//!
+//! **Row invariance.** Every output is accumulated the same way whatever
+//! `m` is, whichever row block and thread it falls in: `acc = 0`, then
+//! `acc = x[i, k] · W[j, k] + acc` for `k = 0, 1, …` in order (one fused
+//! multiply-add per step on the AVX2 path, a multiply and an add on the
+//! portable one; the choice is made once per process). So a row's result
+//! does not depend on the other rows of the call: a draft-tree node gets
+//! the same bits verified alone or in a tree of 64, which is what keeps
+//! greedy speculative decoding token-for-token equal to AR.
 
 use rayon::prelude::*;
 
-/// Largest row count the kernel is used for; above it GEMM wins.
-pub(crate) const SMALL_M: usize = 16;
+/// Output features per panel (two 8-wide f32 vectors).
+pub const NR: usize = 16;
+/// Rows per micro-kernel pass.
+const MR: usize = 6;
+/// Multiply-adds below which a call runs on the calling thread (rayon's
+/// hand-off costs microseconds, more than such a product).
+const SERIAL_WORK: usize = 1 << 16;
 
-/// `out[i, j] = Σ_k x[i, k] · w[j, k]` for `x` `[m, k]`, `w` `[n, k]`
-/// (row-major), `out` `[m, n]`.
-///
-/// # Panics
-/// When the slice lengths do not match `m`, `n`, `k` (internal callers
-/// guarantee them).
-pub(crate) fn matmul_wt(x: &[f32], w: &[f32], m: usize, n: usize, k: usize) -> Vec<f32> {
-    assert_eq!(x.len(), m * k);
-    assert_eq!(w.len(), n * k);
-    if m == 0 || n == 0 {
-        return Vec::new();
-    }
-    // Column-major result per chunk of output features, transposed at the end.
-    const CHUNK: usize = 64;
-    let mut cols = vec![0.0f32; n * m];
-    cols.par_chunks_mut(CHUNK * m).enumerate().for_each(|(c, block)| {
-        let j0 = c * CHUNK;
-        let rows = block.len() / m;
-        for jj in 0..rows {
-            let wr = &w[(j0 + jj) * k..(j0 + jj + 1) * k];
-            dots(x, wr, m, k, &mut block[jj * m..(jj + 1) * m]);
-        }
-    });
-    let mut out = vec![0.0f32; m * n];
-    for j in 0..n {
-        for i in 0..m {
-            out[i * n + j] = cols[j * m + i];
-        }
-    }
-    out
+/// A weight matrix `[out, in]` packed for [`PackedMatrix::matmul`]: panels
+/// of [`NR`] output features, each `[in, NR]` row-major, the last one
+/// zero-padded. Holds `ceil(out / NR) · NR · in` floats (the weight once).
+#[derive(Clone)]
+pub struct PackedMatrix {
+    data: Vec<f32>,
+    out_features: usize,
+    in_features: usize,
 }
 
-/// `out[i] = x[i, :] · wr` for every row `i` of `x` `[m, k]`.
-fn dots(x: &[f32], wr: &[f32], m: usize, k: usize, out: &mut [f32]) {
-    // The AVX2 path reads through raw pointers: these bounds make it sound.
-    assert!(x.len() >= m * k && wr.len() >= k && out.len() >= m);
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-            // SAFETY: the CPU supports AVX2 and FMA (checked just above).
-            unsafe { dots_avx2(x, wr, m, k, out) };
+impl std::fmt::Debug for PackedMatrix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PackedMatrix[out {}, in {}]", self.out_features, self.in_features)
+    }
+}
+
+impl PackedMatrix {
+    /// Packs `w` `[out, in]` (row-major).
+    ///
+    /// # Panics
+    /// When `w.len() != out · in`.
+    pub fn pack(w: &[f32], out: usize, inp: usize) -> Self {
+        assert_eq!(w.len(), out * inp, "weight holds {} values, not {out} × {inp}", w.len());
+        let panels = out.div_ceil(NR);
+        let mut data = vec![0.0f32; panels * NR * inp];
+        data.par_chunks_mut(NR * inp).enumerate().for_each(|(p, panel)| {
+            for j in 0..NR.min(out - p * NR) {
+                let row = &w[(p * NR + j) * inp..(p * NR + j + 1) * inp];
+                for (k, &v) in row.iter().enumerate() {
+                    panel[k * NR + j] = v;
+                }
+            }
+        });
+        Self { data, out_features: out, in_features: inp }
+    }
+
+    /// Packs several weights with the same input width as one, their output
+    /// features stacked in order (fused projections: q/k/v, gate/up).
+    ///
+    /// # Panics
+    /// When a part's length is not a multiple of `inp`.
+    pub fn pack_stacked(parts: &[&[f32]], inp: usize) -> Self {
+        let mut all = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
+        for p in parts {
+            assert!(p.len().is_multiple_of(inp), "a stacked weight of {} values is not [_, {inp}]", p.len());
+            all.extend_from_slice(p);
+        }
+        let out = all.len() / inp;
+        Self::pack(&all, out, inp)
+    }
+
+    /// Output features `out`.
+    pub fn out_features(&self) -> usize {
+        self.out_features
+    }
+
+    /// Input features `in`.
+    pub fn in_features(&self) -> usize {
+        self.in_features
+    }
+
+    /// The weight back in its `[out, in]` row-major layout.
+    pub fn unpack(&self) -> Vec<f32> {
+        let (out, inp) = (self.out_features, self.in_features);
+        let mut w = vec![0.0f32; out * inp];
+        for (j, row) in w.chunks_exact_mut(inp).enumerate() {
+            let panel = &self.data[(j / NR) * NR * inp..];
+            for (k, v) in row.iter_mut().enumerate() {
+                *v = panel[k * NR + j % NR];
+            }
+        }
+        w
+    }
+
+    /// `y = x · Wᵀ`: `x` `[m, in]` row-major → `[m, out]` row-major.
+    ///
+    /// # Panics
+    /// When `x.len() != m · in`.
+    pub fn matmul(&self, x: &[f32], m: usize) -> Vec<f32> {
+        let mut y = vec![0.0f32; m * self.out_features];
+        self.matmul_into(x, m, &mut y);
+        y
+    }
+
+    /// As [`PackedMatrix::matmul`], writing into `y` `[m, out]`.
+    ///
+    /// # Panics
+    /// When `x.len() != m · in` or `y.len() != m · out`.
+    pub fn matmul_into(&self, x: &[f32], m: usize, y: &mut [f32]) {
+        let (n, k) = (self.out_features, self.in_features);
+        assert_eq!(x.len(), m * k, "activations hold {} values, not {m} × {k}", x.len());
+        assert_eq!(y.len(), m * n, "output holds {} values, not {m} × {n}", y.len());
+        if m == 0 || n == 0 {
             return;
         }
-    }
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = x[i * k..(i + 1) * k].iter().zip(wr).map(|(a, b)| a * b).sum();
+        if k == 0 {
+            y.fill(0.0);
+            return;
+        }
+        let panels = n.div_ceil(NR);
+        let isa = Isa::get();
+        let out = OutPtr(y.as_mut_ptr());
+        let run = |p: usize| {
+            let panel = &self.data[p * NR * k..(p + 1) * NR * k];
+            let cols = NR.min(n - p * NR);
+            // SAFETY: panel `p` writes only columns p·NR .. p·NR + cols of
+            // each of the m rows of `y` (length m · n, checked above), and
+            // every panel index is visited by exactly one task.
+            unsafe { panel_product(isa, panel, x, m, k, out, n, p * NR, cols) };
+        };
+        if m * n * k <= SERIAL_WORK || rayon::current_num_threads() == 1 {
+            (0..panels).for_each(run);
+        } else {
+            // A few tasks per thread: even split, little scheduling.
+            let per_task = panels.div_ceil(rayon::current_num_threads() * 4).max(1);
+            (0..panels.div_ceil(per_task)).into_par_iter().for_each(|t| {
+                (t * per_task..((t + 1) * per_task).min(panels)).for_each(run);
+            });
+        }
     }
 }
 
+/// The output buffer, shared by the panel tasks (each writes its own columns).
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: tasks write disjoint elements (see `matmul_into`).
+unsafe impl Send for OutPtr {}
+// SAFETY: as above.
+unsafe impl Sync for OutPtr {}
+
+/// The instruction set the kernel runs with, fixed for the process so that
+/// every call rounds the same way.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Isa {
+    #[cfg(target_arch = "x86_64")]
+    Avx2Fma,
+    Portable,
+}
+
+impl Isa {
+    fn get() -> Isa {
+        static ISA: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
+        *ISA.get_or_init(|| {
+            #[cfg(target_arch = "x86_64")]
+            {
+                if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+                    return Isa::Avx2Fma;
+                }
+            }
+            Isa::Portable
+        })
+    }
+}
+
+/// All `m` rows times one panel, in blocks of `MR` rows.
+///
+/// # Safety
+/// `y` points to `m · ldy` floats; columns `col0 .. col0 + cols` of them are
+/// written by this call only. `panel` is `[k, NR]`, `x` is `[m, k]`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn panel_product(
+    isa: Isa,
+    panel: &[f32],
+    x: &[f32],
+    m: usize,
+    k: usize,
+    y: OutPtr,
+    ldy: usize,
+    col0: usize,
+    cols: usize,
+) {
+    debug_assert!(panel.len() == k * NR && x.len() == m * k && cols <= NR);
+    let mut i = 0;
+    while i < m {
+        let rows = MR.min(m - i);
+        let xs = &x[i * k..(i + rows) * k];
+        let mut acc = [[0.0f32; NR]; MR];
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: Isa::Avx2Fma is only chosen when the CPU has AVX2 and FMA.
+            Isa::Avx2Fma => unsafe { block_avx2(panel, xs, rows, k, &mut acc) },
+            Isa::Portable => block_portable(panel, xs, rows, k, &mut acc),
+        }
+        for (r, a) in acc.iter().enumerate().take(rows) {
+            // SAFETY: row i + r < m, columns col0 .. col0 + cols < ldy (caller).
+            let dst = unsafe { std::slice::from_raw_parts_mut(y.0.add((i + r) * ldy + col0), cols) };
+            dst.copy_from_slice(&a[..cols]);
+        }
+        i += rows;
+    }
+}
+
+/// `acc[r][j] = Σ_k x[r, k] · panel[k, j]` for `r < rows`, portable.
+fn block_portable(panel: &[f32], x: &[f32], rows: usize, k: usize, acc: &mut [[f32; NR]; MR]) {
+    for (r, a) in acc.iter_mut().enumerate().take(rows) {
+        let xr = &x[r * k..(r + 1) * k];
+        for (&xv, w) in xr.iter().zip(panel.chunks_exact(NR)) {
+            for (aj, &wj) in a.iter_mut().zip(w) {
+                *aj = xv * wj + *aj;
+            }
+        }
+    }
+}
+
+/// As [`block_portable`] with AVX2 FMAs, `rows` dispatched to a
+/// fixed-size block so that the accumulators live in registers.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn dots_avx2(x: &[f32], wr: &[f32], m: usize, k: usize, out: &mut [f32]) {
+unsafe fn block_avx2(panel: &[f32], x: &[f32], rows: usize, k: usize, acc: &mut [[f32; NR]; MR]) {
+    // SAFETY (all arms): same CPU features as this function.
+    unsafe {
+        match rows {
+            1 => block_avx2_n::<1>(panel, x, k, acc),
+            2 => block_avx2_n::<2>(panel, x, k, acc),
+            3 => block_avx2_n::<3>(panel, x, k, acc),
+            4 => block_avx2_n::<4>(panel, x, k, acc),
+            5 => block_avx2_n::<5>(panel, x, k, acc),
+            _ => block_avx2_n::<MR>(panel, x, k, acc),
+        }
+    }
+}
+
+/// `R` rows × [`NR`] columns: `2R` accumulators, two weight loads and `R`
+/// broadcasts per step along `k`, then one store per accumulator.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA; `panel` is `[k, NR]`, `x` `[R, k]`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn block_avx2_n<const R: usize>(panel: &[f32], x: &[f32], k: usize, acc: &mut [[f32; NR]; MR]) {
     use std::arch::x86_64::*;
-    let body = k / 8 * 8;
-    let mut i = 0;
-    // Four rows of x per pass: four accumulators share each load of w.
-    while i < m {
-        let r = (m - i).min(4);
-        let mut acc = [_mm256_setzero_ps(); 4];
-        let mut kk = 0;
-        while kk < body {
-            // SAFETY: kk + 8 ≤ k, rows i..i + r < m: all loads are in bounds.
-            let wv = _mm256_loadu_ps(wr.as_ptr().add(kk));
-            for (a, acc) in acc.iter_mut().enumerate().take(r) {
-                let xv = _mm256_loadu_ps(x.as_ptr().add((i + a) * k + kk));
-                *acc = _mm256_fmadd_ps(xv, wv, *acc);
+    assert!(panel.len() >= k * NR && x.len() >= R * k && R <= MR);
+    let mut lo = [_mm256_setzero_ps(); R];
+    let mut hi = [_mm256_setzero_ps(); R];
+    let (pw, px) = (panel.as_ptr(), x.as_ptr());
+    for kk in 0..k {
+        // SAFETY: kk < k, so kk·NR + 16 ≤ k·NR ≤ panel.len() and
+        // r·k + kk < R·k ≤ x.len() (asserted above).
+        unsafe {
+            let w0 = _mm256_loadu_ps(pw.add(kk * NR));
+            let w1 = _mm256_loadu_ps(pw.add(kk * NR + 8));
+            for (r, (lo, hi)) in lo.iter_mut().zip(hi.iter_mut()).enumerate() {
+                let xv = _mm256_broadcast_ss(&*px.add(r * k + kk));
+                *lo = _mm256_fmadd_ps(xv, w0, *lo);
+                *hi = _mm256_fmadd_ps(xv, w1, *hi);
             }
-            kk += 8;
         }
-        for (a, acc) in acc.iter().enumerate().take(r) {
-            let hi = _mm256_extractf128_ps(*acc, 1);
-            let s = _mm_add_ps(_mm256_castps256_ps128(*acc), hi);
-            let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-            let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-            let mut total = _mm_cvtss_f32(s);
-            for t in body..k {
-                total += x[(i + a) * k + t] * wr[t];
-            }
-            out[i + a] = total;
+    }
+    for ((a, lo), hi) in acc.iter_mut().zip(lo).zip(hi) {
+        // SAFETY: each row of acc holds NR = 16 floats.
+        unsafe {
+            _mm256_storeu_ps(a.as_mut_ptr(), lo);
+            _mm256_storeu_ps(a.as_mut_ptr().add(8), hi);
         }
-        i += r;
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+            })
+            .collect()
+    }
 
     #[test]
-    fn equals_naive_product_on_odd_shapes() {
-        let mut s = 1u32;
-        let mut next = || {
-            s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5
-        };
-        for (m, n, k) in [(1, 1, 1), (1, 130, 576), (3, 67, 13), (5, 200, 64), (16, 65, 100), (7, 1, 8)] {
-            let x: Vec<f32> = (0..m * k).map(|_| next()).collect();
-            let w: Vec<f32> = (0..n * k).map(|_| next()).collect();
-            let got = matmul_wt(&x, &w, m, n, k);
+    fn equals_the_naive_product_on_odd_shapes() {
+        for (m, n, k) in [(1, 1, 1), (1, 130, 576), (3, 67, 13), (5, 200, 64), (16, 65, 100), (7, 1, 8), (64, 33, 17)] {
+            let x = values(m * k, 1);
+            let w = values(n * k, 2);
+            let got = PackedMatrix::pack(&w, n, k).matmul(&x, m);
             for i in 0..m {
                 for j in 0..n {
                     let want: f64 = (0..k).map(|t| f64::from(x[i * k + t]) * f64::from(w[j * k + t])).sum();
@@ -123,5 +331,50 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn pack_unpack_round_trips_and_stacking_concatenates_outputs() {
+        let (a, b) = (values(5 * 7, 3), values(20 * 7, 4));
+        assert_eq!(PackedMatrix::pack(&b, 20, 7).unpack(), b);
+        let stacked = PackedMatrix::pack_stacked(&[&a, &b], 7);
+        assert_eq!(stacked.out_features(), 25);
+        assert_eq!(stacked.unpack(), [a.clone(), b.clone()].concat());
+        let x = values(3 * 7, 5);
+        let y = stacked.matmul(&x, 3);
+        let (ya, yb) = (PackedMatrix::pack(&a, 5, 7).matmul(&x, 3), PackedMatrix::pack(&b, 20, 7).matmul(&x, 3));
+        for i in 0..3 {
+            assert_eq!(&y[i * 25..i * 25 + 5], &ya[i * 5..(i + 1) * 5]);
+            assert_eq!(&y[i * 25 + 5..(i + 1) * 25], &yb[i * 20..(i + 1) * 20]);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        /// A row's result is bit-identical whatever else is in the call:
+        /// alone, or at any position among up to 64 rows.
+        #[test]
+        fn a_rows_result_does_not_depend_on_the_other_rows(
+            n in 1usize..80, k in 1usize..200, m in 1usize..=64, at in 0usize..64, seed in 0u32..1000,
+        ) {
+            let at = at % m;
+            let w = PackedMatrix::pack(&values(n * k, seed), n, k);
+            let x = values(m * k, seed + 1);
+            let all = w.matmul(&x, m);
+            let alone = w.matmul(&x[at * k..(at + 1) * k], 1);
+            prop_assert_eq!(&all[at * n..(at + 1) * n], &alone[..]);
+        }
+    }
+
+    #[test]
+    fn threads_do_not_change_the_bits() {
+        let (m, n, k) = (9, 700, 300);
+        assert!(m * n * k > SERIAL_WORK, "large enough for the parallel path");
+        let w = PackedMatrix::pack(&values(n * k, 7), n, k);
+        let x = values(m * k, 8);
+        let pool = |t| rayon::ThreadPoolBuilder::new().num_threads(t).build().unwrap();
+        let serial = pool(1).install(|| w.matmul(&x, m));
+        let parallel = pool(3).install(|| w.matmul(&x, m));
+        assert_eq!(serial, parallel);
     }
 }

@@ -8,9 +8,10 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::config::{cfg_err, Arch, ModelConfig};
+use crate::cpu_attention::{HostKv, Visible};
 use crate::error::{ModelError, Result};
 use crate::layer::{decoder_layer, key_values, LayerShape};
-use crate::model::{attention, rms_norm, rope_tables, ForwardOutput, Layer, Linear, Model};
+use crate::model::{attention, host, rms_norm, rope_tables, ForwardOutput, Layer, Linear, Model};
 use crate::weights::{HostTensor, SafetensorsSource, WeightSource};
 
 /// A DFlash drafter's configuration (`config.json` of a z-lab checkpoint).
@@ -283,12 +284,13 @@ impl Drafter {
 
     /// A fresh draft session (empty context cache).
     pub fn session(&self) -> DraftSession<'_> {
-        DraftSession {
-            drafter: self,
-            keys: vec![None; self.layers.len()],
-            values: vec![None; self.layers.len()],
-            len: 0,
-        }
+        let m = &self.cfg.model;
+        let cache = if self.device == Device::flex() && !self.device.is_autodiff() {
+            DraftCache::Host(HostKv::new(self.layers.len(), m.num_kv_heads, m.head_dim))
+        } else {
+            DraftCache::Burn { keys: vec![None; self.layers.len()], values: vec![None; self.layers.len()] }
+        };
+        DraftSession { drafter: self, cache, len: 0 }
     }
 }
 
@@ -328,11 +330,23 @@ pub fn context_features(out: &ForwardOutput, hidden_size: usize, rows: Option<&[
 /// The drafter's KV cache: context K/V (positions `0..len`), one
 /// `[kv_heads, len, head_dim]` pair per draft layer. Block K/V never
 /// persist: the cache is "cropped back to `start`" after every block.
+///
+/// On the `flex` CPU backend the cache lives in host memory, preallocated:
+/// context rows are written in place, the block's rows after them are
+/// overwritten by the next block, and attention runs per query row
+/// ([`crate::cpu_attention`]).
 pub struct DraftSession<'d> {
     drafter: &'d Drafter,
-    keys: Vec<Option<Tensor<3>>>,
-    values: Vec<Option<Tensor<3>>>,
+    cache: DraftCache,
     len: usize,
+}
+
+/// A draft session's context cache.
+enum DraftCache {
+    /// Host memory, in place (`flex`); rows `len..len + B` hold the last block.
+    Host(HostKv),
+    /// One Burn tensor `[kv_heads, len, head_dim]` per layer, keys and values.
+    Burn { keys: Vec<Option<Tensor<3>>>, values: Vec<Option<Tensor<3>>> },
 }
 
 impl DraftSession<'_> {
@@ -361,6 +375,20 @@ impl DraftSession<'_> {
         Ok(self.draft_with_hidden(target, features, root)?.1)
     }
 
+    /// As [`DraftSession::draft`], with draft logits for the first `rows`
+    /// positions only (`[rows, vocab]`, `rows` clamped to `B − 1`): a tree
+    /// of at most `n` drafted nodes is at most `n` deep, so the LM head, the
+    /// drafter's largest cost, need not run over the deeper positions. The
+    /// rows it returns equal the first rows of [`DraftSession::draft`].
+    ///
+    /// # Errors
+    /// As [`DraftSession::draft`].
+    pub fn draft_rows(&mut self, target: &Model, features: &[f32], root: u32, rows: usize) -> Result<Vec<f32>> {
+        let b = self.drafter.cfg.block_size;
+        let out = self.run_block(target, features, root)?;
+        host(target.lm_head(out.narrow(0, 1, rows.clamp(1, b - 1))))
+    }
+
     /// As [`DraftSession::draft`], also returning the drafter's output
     /// hidden states `[B, hidden]` (after its final norm, all slots).
     ///
@@ -370,7 +398,7 @@ impl DraftSession<'_> {
         let b = self.drafter.cfg.block_size;
         let out = self.run_block(target, features, root)?;
         let logits = target.lm_head(out.clone().narrow(0, 1, b - 1));
-        Ok((to_vec(out)?, to_vec(logits)?))
+        Ok((host(out)?, host(logits)?))
     }
 
     fn run_block(&mut self, target: &Model, features: &[f32], root: u32) -> Result<Tensor<2>> {
@@ -399,37 +427,53 @@ impl DraftSession<'_> {
         } else {
             None
         };
-        for (l, layer) in d.layers.iter().enumerate() {
-            // New context K/V (no per-layer norm on the context side), cached.
-            if let Some((c, (cos_c, sin_c))) = &ctx {
-                let [k, v] = key_values(layer, c.clone(), shape, (cos_c, sin_c));
-                self.keys[l] = Some(match self.keys[l].take() {
-                    Some(prev) => Tensor::cat(vec![prev, k], 1),
-                    None => k,
-                });
-                self.values[l] = Some(match self.values[l].take() {
-                    Some(prev) => Tensor::cat(vec![prev, v], 1),
-                    None => v,
-                });
-            }
-            // Attention over [cached context ; block]; the block K/V are not kept.
-            let (keys, values) = (&self.keys[l], &self.values[l]);
-            x = decoder_layer(layer, x, shape, (&cos_b, &sin_b), |q, k_blk, v_blk| {
-                let (k_all, v_all) = match (keys, values) {
-                    (Some(k), Some(v)) => {
-                        (Tensor::cat(vec![k.clone(), k_blk], 1), Tensor::cat(vec![v.clone(), v_blk], 1))
+        match &mut self.cache {
+            DraftCache::Host(kv) => {
+                let (nh, hd) = (m.num_heads, m.head_dim);
+                kv.reserve(start + b, self.len);
+                for (l, layer) in d.layers.iter().enumerate() {
+                    if let Some((c, (cos_c, sin_c))) = &ctx {
+                        let [k, v] = key_values(layer, c.clone(), shape, (cos_c, sin_c));
+                        kv.write(l, self.len, &host(k)?, &host(v)?, n);
                     }
-                    _ => (k_blk, v_blk),
-                };
-                Ok::<_, std::convert::Infallible>(attention(q, k_all, v_all, None))
-            })
-            .unwrap_or_else(|never| match never {});
+                    // Block rows after the context; every block row sees every row.
+                    x = decoder_layer(layer, x, shape, (&cos_b, &sin_b), |q, k_blk, v_blk| {
+                        kv.write(l, start, &host(k_blk)?, &host(v_blk)?, b);
+                        let out = kv.attend(l, &host(q)?, nh, b, start, &Visible::All);
+                        Ok::<_, ModelError>(Tensor::from_data(TensorData::new(out, [b, nh * hd]), &d.device))
+                    })?;
+                }
+            }
+            DraftCache::Burn { keys, values } => {
+                for (l, layer) in d.layers.iter().enumerate() {
+                    // New context K/V (no per-layer norm on the context side), cached.
+                    if let Some((c, (cos_c, sin_c))) = &ctx {
+                        let [k, v] = key_values(layer, c.clone(), shape, (cos_c, sin_c));
+                        keys[l] = Some(match keys[l].take() {
+                            Some(prev) => Tensor::cat(vec![prev, k], 1),
+                            None => k,
+                        });
+                        values[l] = Some(match values[l].take() {
+                            Some(prev) => Tensor::cat(vec![prev, v], 1),
+                            None => v,
+                        });
+                    }
+                    // Attention over [cached context ; block]; the block K/V are not kept.
+                    let (keys, values) = (&keys[l], &values[l]);
+                    x = decoder_layer(layer, x, shape, (&cos_b, &sin_b), |q, k_blk, v_blk| {
+                        let (k_all, v_all) = match (keys, values) {
+                            (Some(k), Some(v)) => {
+                                (Tensor::cat(vec![k.clone(), k_blk], 1), Tensor::cat(vec![v.clone(), v_blk], 1))
+                            }
+                            _ => (k_blk, v_blk),
+                        };
+                        Ok::<_, std::convert::Infallible>(attention(q, k_all, v_all, None))
+                    })
+                    .unwrap_or_else(|never| match never {});
+                }
+            }
         }
         self.len = start;
         Ok(rms_norm(x, &d.norm, shape.eps))
     }
-}
-
-fn to_vec(x: Tensor<2>) -> Result<Vec<f32>> {
-    x.into_data().try_into_vec::<f32>().map_err(|e| ModelError::ReadBack(format!("{e:?}")))
 }

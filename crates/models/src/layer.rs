@@ -10,7 +10,7 @@
 //! attention is masked, so [`decoder_layer`] takes attention as a closure
 //! that receives the layer's own `q`, `k`, `v` and returns the attended
 //! rows. They also hold their weights differently (inference: transposed
-//! tensors plus a host copy for the CPU small-row kernel; training: Burn
+//! tensors, or on the CPU packed for its kernel, with q/k/v and gate/up fused; training: Burn
 //! `Param`s in `bastion-train`), so the weights come through [`LayerWeights`].
 
 use burn::tensor::activation::silu;
@@ -42,6 +42,13 @@ pub enum Proj {
 pub trait LayerWeights {
     /// Applies projection `p` to row vectors: `[rows, in]` → `[rows, out]`.
     fn project(&self, p: Proj, x: Tensor<2>) -> Tensor<2>;
+    /// Applies each of `ps` to the same rows `x` `[rows, in]`, one result
+    /// `[rows, out_p]` per projection, in order. The default applies them one
+    /// by one; weights held fused (the inference layer's `q/k/v` and
+    /// `gate/up`) answer with one pass.
+    fn project_many(&self, ps: &[Proj], x: Tensor<2>) -> Vec<Tensor<2>> {
+        ps.iter().map(|&p| self.project(p, x.clone())).collect()
+    }
     /// `input_layernorm` `[hidden]`.
     fn input_norm(&self) -> Tensor<1>;
     /// `post_attention_layernorm` `[hidden]`.
@@ -75,31 +82,35 @@ impl LayerShape {
 /// RoPE tables `(cos, sin)`, each `[rows, head_dim]`, for the rows of one call.
 pub type Rope<'a> = (&'a Tensor<2>, &'a Tensor<2>);
 
-/// Projects `[rows, hidden]` to heads `[n, rows, head_dim]` with `p`,
-/// then applies the per-head RMSNorm `norm` when there is one.
-fn heads<W: LayerWeights + ?Sized>(
-    w: &W,
-    p: Proj,
-    norm: Option<Tensor<1>>,
-    x: Tensor<2>,
-    n: usize,
-    s: LayerShape,
-) -> Tensor<3> {
-    let [rows, _] = x.dims();
-    let y = w.project(p, x).reshape([rows, n, s.head_dim]).swap_dims(0, 1);
+/// `[rows, n · head_dim]` → heads `[n, rows, head_dim]`, then the per-head
+/// RMSNorm `norm` when there is one.
+fn heads(y: Tensor<2>, norm: Option<Tensor<1>>, n: usize, s: LayerShape) -> Tensor<3> {
+    let [rows, _] = y.dims();
+    let y = y.reshape([rows, n, s.head_dim]).swap_dims(0, 1);
     match norm {
         Some(nw) => rms_norm3(y, &nw, s.eps),
         None => y,
     }
 }
 
+/// `k` (k_norm, RoPE at `rope_at`) and `v` as heads, from their projections.
+fn kv_heads<W: LayerWeights + ?Sized>(
+    w: &W,
+    k: Tensor<2>,
+    v: Tensor<2>,
+    s: LayerShape,
+    rope_at: Rope<'_>,
+) -> [Tensor<3>; 2] {
+    let k = rope(heads(k, w.k_norm(), s.kv_heads, s), rope_at.0, rope_at.1);
+    [k, heads(v, None, s.kv_heads, s)]
+}
+
 /// Keys and values `[kv_heads, rows, head_dim]` of the rows `x`
 /// (`[rows, hidden]`): `k_proj`, `k_norm` and RoPE at `rope`; `v_proj`.
 /// Used for a layer's own rows and for the drafter's context features.
 pub fn key_values<W: LayerWeights + ?Sized>(w: &W, x: Tensor<2>, s: LayerShape, rope_at: Rope<'_>) -> [Tensor<3>; 2] {
-    let k = rope(heads(w, Proj::K, w.k_norm(), x.clone(), s.kv_heads, s), rope_at.0, rope_at.1);
-    let v = heads(w, Proj::V, None, x, s.kv_heads, s);
-    [k, v]
+    let [k, v]: [Tensor<2>; 2] = w.project_many(&[Proj::K, Proj::V], x).try_into().expect("two projections");
+    kv_heads(w, k, v, s, rope_at)
 }
 
 /// One decoder layer on `x` `[rows, hidden]` at RoPE tables `rope_at`:
@@ -120,9 +131,12 @@ pub fn decoder_layer<W: LayerWeights + ?Sized, E>(
     attend: impl FnOnce(Tensor<3>, Tensor<3>, Tensor<3>) -> Result<Tensor<2>, E>,
 ) -> Result<Tensor<2>, E> {
     let h = rms_norm(x.clone(), &w.input_norm(), s.eps);
-    let q = rope(heads(w, Proj::Q, w.q_norm(), h.clone(), s.heads, s), rope_at.0, rope_at.1);
-    let [k, v] = key_values(w, h, s, rope_at);
+    let [q, k, v]: [Tensor<2>; 3] =
+        w.project_many(&[Proj::Q, Proj::K, Proj::V], h).try_into().expect("three projections");
+    let q = rope(heads(q, w.q_norm(), s.heads, s), rope_at.0, rope_at.1);
+    let [k, v] = kv_heads(w, k, v, s, rope_at);
     let x = x + w.project(Proj::O, attend(q, k, v)?);
     let n = rms_norm(x.clone(), &w.post_norm(), s.eps);
-    Ok(x + w.project(Proj::Down, silu(w.project(Proj::Gate, n.clone())) * w.project(Proj::Up, n)))
+    let [gate, up]: [Tensor<2>; 2] = w.project_many(&[Proj::Gate, Proj::Up], n).try_into().expect("two projections");
+    Ok(x + w.project(Proj::Down, silu(gate) * up))
 }

@@ -13,7 +13,8 @@
 pub mod backend;
 pub mod chat;
 pub mod config;
-mod cpu_matmul;
+mod cpu_attention;
+pub mod cpu_matmul;
 pub mod drafter;
 pub mod error;
 pub mod gguf;

@@ -7,24 +7,30 @@ use bastion_kernels::{tree_attention, TreeAttentionMode, TreeIndex};
 use bastion_tree::DraftTree;
 
 use crate::config::{Arch, ModelConfig};
+use crate::cpu_attention::{HostKv, Visible};
 use crate::error::{ModelError, Result};
 use crate::layer::{decoder_layer, LayerShape, LayerWeights, Proj};
 use crate::weights::{HostTensor, WeightSource};
 
-/// One decoder layer's weights; projections are stored transposed
-/// (`[in, out]`) so that `x · W` applies them to row vectors.
+/// One decoder layer's weights. The projections that read the same input
+/// are fused: `q/k/v` (after `input_layernorm`) and `gate/up` (after
+/// `post_attention_layernorm`), each one matrix with the outputs stacked,
+/// so a layer makes four passes over its weights, not seven.
 pub(crate) struct Layer {
     pub(crate) input_norm: Tensor<1>,
-    pub(crate) q: Linear,
-    pub(crate) k: Linear,
-    pub(crate) v: Linear,
+    /// `[q; k; v]` stacked: `[hidden] → [q_dim + 2 · kv_dim]`.
+    pub(crate) qkv: Linear,
     pub(crate) o: Linear,
     pub(crate) q_norm: Option<Tensor<1>>,
     pub(crate) k_norm: Option<Tensor<1>>,
     pub(crate) post_norm: Tensor<1>,
-    pub(crate) gate: Linear,
-    pub(crate) up: Linear,
+    /// `[gate; up]` stacked: `[hidden] → [2 · intermediate]`.
+    pub(crate) gate_up: Linear,
     pub(crate) down: Linear,
+    /// `q_dim`, `kv_dim`, `intermediate`: where the stacked outputs split.
+    q_dim: usize,
+    kv_dim: usize,
+    ffn: usize,
 }
 
 impl Layer {
@@ -34,38 +40,71 @@ impl Layer {
         let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
         let (qd, kd) = (cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim);
         let p = |s: &str| format!("{prefix}{s}");
-        let lin =
-            |s: &str, shape: [usize; 2]| -> Result<Linear> { Ok(Linear::new(src.require(&p(s), &shape)?, device)) };
+        let w = |s: &str, shape: [usize; 2]| src.require(&p(s), &shape);
         let vec1 = |s: &str, n: usize| -> Result<Tensor<1>> { Ok(to_tensor1(src.require(&p(s), &[n])?, device)) };
         let qk_norm = cfg.arch == Arch::Qwen3;
+        let qkv = [
+            w("self_attn.q_proj.weight", [qd, h])?,
+            w("self_attn.k_proj.weight", [kd, h])?,
+            w("self_attn.v_proj.weight", [kd, h])?,
+        ];
+        let gate_up = [w("mlp.gate_proj.weight", [i, h])?, w("mlp.up_proj.weight", [i, h])?];
         Ok(Layer {
             input_norm: vec1("input_layernorm.weight", h)?,
-            q: lin("self_attn.q_proj.weight", [qd, h])?,
-            k: lin("self_attn.k_proj.weight", [kd, h])?,
-            v: lin("self_attn.v_proj.weight", [kd, h])?,
-            o: lin("self_attn.o_proj.weight", [h, qd])?,
+            qkv: Linear::stacked(&qkv, device),
+            o: Linear::new(w("self_attn.o_proj.weight", [h, qd])?, device),
             q_norm: if qk_norm { Some(vec1("self_attn.q_norm.weight", cfg.head_dim)?) } else { None },
             k_norm: if qk_norm { Some(vec1("self_attn.k_norm.weight", cfg.head_dim)?) } else { None },
             post_norm: vec1("post_attention_layernorm.weight", h)?,
-            gate: lin("mlp.gate_proj.weight", [i, h])?,
-            up: lin("mlp.up_proj.weight", [i, h])?,
-            down: lin("mlp.down_proj.weight", [h, i])?,
+            gate_up: Linear::stacked(&gate_up, device),
+            down: Linear::new(w("mlp.down_proj.weight", [h, i])?, device),
+            q_dim: qd,
+            kv_dim: kd,
+            ffn: i,
         })
+    }
+
+    /// The fused matrix holding `p` and the column range of `p` in its output.
+    fn locate(&self, p: Proj) -> (&Linear, usize, usize) {
+        let (q, kv, f) = (self.q_dim, self.kv_dim, self.ffn);
+        match p {
+            Proj::Q => (&self.qkv, 0, q),
+            Proj::K => (&self.qkv, q, kv),
+            Proj::V => (&self.qkv, q + kv, kv),
+            Proj::O => (&self.o, 0, self.o.out_features),
+            Proj::Gate => (&self.gate_up, 0, f),
+            Proj::Up => (&self.gate_up, f, f),
+            Proj::Down => (&self.down, 0, self.down.out_features),
+        }
     }
 }
 
 impl LayerWeights for Layer {
     fn project(&self, p: Proj, x: Tensor<2>) -> Tensor<2> {
-        match p {
-            Proj::Q => &self.q,
-            Proj::K => &self.k,
-            Proj::V => &self.v,
-            Proj::O => &self.o,
-            Proj::Gate => &self.gate,
-            Proj::Up => &self.up,
-            Proj::Down => &self.down,
-        }
-        .forward(x)
+        self.project_many(&[p], x).pop().expect("one projection asked for")
+    }
+    fn project_many(&self, ps: &[Proj], x: Tensor<2>) -> Vec<Tensor<2>> {
+        // One pass per fused matrix the projections live in (in practice
+        // all of `ps` share one), then the columns of each.
+        let mut done: Vec<(*const Linear, Tensor<2>)> = Vec::new();
+        ps.iter()
+            .map(|&p| {
+                let (lin, start, width) = self.locate(p);
+                let y = match done.iter().find(|(l, _)| std::ptr::eq(*l, lin)) {
+                    Some((_, y)) => y.clone(),
+                    None => {
+                        let y = lin.forward(x.clone());
+                        done.push((lin, y.clone()));
+                        y
+                    }
+                };
+                if start == 0 && width == lin.out_features {
+                    y
+                } else {
+                    y.narrow(1, start, width)
+                }
+            })
+            .collect()
     }
     fn input_norm(&self) -> Tensor<1> {
         self.input_norm.clone()
@@ -83,36 +122,73 @@ impl LayerWeights for Layer {
 
 /// A linear layer without bias, `[in] → [out]`.
 ///
-/// The weight is kept as a Burn tensor `[in, out]` (contiguous, transposed
-/// once at load) for GEMM; on the `flex` CPU backend also in the Hugging
-/// Face `[out, in]` layout for the small-row kernel of
-/// [`crate::cpu_matmul`], which decode steps and small trees use.
+/// On the `flex` CPU backend the weight is held once, packed for the CPU
+/// kernel of [`crate::cpu_matmul`], which computes every product (decode
+/// steps, draft trees, prefill): one arithmetic for every row count, so a
+/// row's result never depends on how many rows share the call. Elsewhere
+/// (GPU backends, autodiff for drafter training) it is a Burn tensor
+/// `[in, out]` (transposed once at load, contiguous) for Burn's matmul.
 pub(crate) struct Linear {
-    t: Tensor<2>,
-    host: Option<Vec<f32>>,
-    in_features: usize,
-    out_features: usize,
+    w: LinearWeight,
+    pub(crate) in_features: usize,
+    pub(crate) out_features: usize,
+}
+
+enum LinearWeight {
+    Packed(crate::cpu_matmul::PackedMatrix),
+    Burn(Tensor<2>),
 }
 
 impl Linear {
     /// From a Hugging Face weight `[out, in]`, on `device`.
     pub(crate) fn new(w: HostTensor, device: &Device) -> Self {
-        let (out_features, in_features) = (w.shape[0], w.shape[1]);
-        let host = (*device == Device::flex() && !device.is_autodiff()).then(|| w.data.clone());
-        Self { t: to_tensor2_transposed(w, device), host, in_features, out_features }
+        Self::stacked(std::slice::from_ref(&w), device)
+    }
+
+    /// Several Hugging Face weights `[out_i, in]` as one linear layer whose
+    /// outputs are theirs, stacked in order (fused projections).
+    ///
+    /// # Panics
+    /// When the inputs differ in width (callers load them with checked shapes).
+    pub(crate) fn stacked(ws: &[HostTensor], device: &Device) -> Self {
+        let in_features = ws[0].shape[1];
+        assert!(ws.iter().all(|w| w.shape.len() == 2 && w.shape[1] == in_features), "stacked weights share `in`");
+        let out_features = ws.iter().map(|w| w.shape[0]).sum();
+        let w = if *device == Device::flex() && !device.is_autodiff() {
+            let parts: Vec<&[f32]> = ws.iter().map(|w| w.data.as_slice()).collect();
+            LinearWeight::Packed(crate::cpu_matmul::PackedMatrix::pack_stacked(&parts, in_features))
+        } else {
+            let data = ws.iter().flat_map(|w| w.data.iter().copied()).collect();
+            LinearWeight::Burn(to_tensor2_transposed(
+                HostTensor { data, shape: vec![out_features, in_features] },
+                device,
+            ))
+        };
+        Self { w, in_features, out_features }
     }
 
     /// `x · Wᵀ`: `[rows, in]` → `[rows, out]`.
     pub(crate) fn forward(&self, x: Tensor<2>) -> Tensor<2> {
-        let [m, _] = x.dims();
-        match &self.host {
-            Some(w) if m <= crate::cpu_matmul::SMALL_M => {
+        match &self.w {
+            LinearWeight::Packed(w) => {
+                let [m, _] = x.dims();
                 let device = x.device();
                 let xs = x.into_data().try_into_vec::<f32>().expect("activations are f32 tensors");
-                let y = crate::cpu_matmul::matmul_wt(&xs, w, m, self.out_features, self.in_features);
-                Tensor::from_data(TensorData::new(y, [m, self.out_features]), &device)
+                Tensor::from_data(TensorData::new(w.matmul(&xs, m), [m, self.out_features]), &device)
             }
-            _ => x.matmul(self.t.clone()),
+            LinearWeight::Burn(t) => x.matmul(t.clone()),
+        }
+    }
+
+    /// The weight as a Burn tensor `[in, out]` on `device` (unpacked anew
+    /// on `flex`, where only the packed copy is kept).
+    pub(crate) fn weight_t(&self, device: &Device) -> Tensor<2> {
+        match &self.w {
+            LinearWeight::Burn(t) => t.clone(),
+            LinearWeight::Packed(w) => to_tensor2_transposed(
+                HostTensor { data: w.unpack(), shape: vec![self.out_features, self.in_features] },
+                device,
+            ),
         }
     }
 }
@@ -130,6 +206,8 @@ pub struct Model {
     inv_freq: Vec<f32>,
     /// Verification through the CubeCL tree-attention kernel (else the dense mask).
     tree_kernel: bool,
+    /// Sessions keep their KV cache in host memory (the `flex` CPU backend).
+    host_cache: bool,
 }
 
 /// Environment variable read by [`Model::load`]: `auto` (default), `dense`
@@ -214,6 +292,7 @@ impl Model {
             layers,
             norm,
             inv_freq,
+            host_cache: *device == Device::flex() && !device.is_autodiff(),
             device: device.clone(),
             cfg,
             tree_kernel,
@@ -295,7 +374,7 @@ impl Model {
     /// The LM head weight as a Burn tensor `[hidden, vocab]` (for training
     /// drafters against the frozen head).
     pub fn lm_head_weight(&self) -> Tensor<2> {
-        self.lm_head.t.clone()
+        self.lm_head.weight_t(&self.device)
     }
 
     /// The token embedding table `[vocab, hidden]`.
@@ -334,13 +413,13 @@ impl Model {
 
     /// Starts an empty session (KV cache) on this model.
     pub fn session(&self) -> Session<'_> {
-        Session {
-            model: self,
-            keys: vec![None; self.cfg.num_layers],
-            values: vec![None; self.cfg.num_layers],
-            len: 0,
-            pending: None,
-        }
+        let c = &self.cfg;
+        let cache = if self.host_cache {
+            Cache::Host(HostKv::new(c.num_layers, c.num_kv_heads, c.head_dim))
+        } else {
+            Cache::Burn { keys: vec![None; c.num_layers], values: vec![None; c.num_layers] }
+        };
+        Session { model: self, cache, len: 0, pending: None }
     }
 
     fn rms_norm(&self, x: Tensor<2>, w: &Tensor<1>) -> Tensor<2> {
@@ -428,14 +507,25 @@ pub fn rope(x: Tensor<3>, cos: &Tensor<2>, sin: &Tensor<2>) -> Tensor<3> {
 ///
 /// The cache holds `[kv_heads, len, head_dim]` keys and values per layer.
 /// After [`Session::verify`] the tree's K/V rows sit provisionally after the
-/// committed prefix until [`Session::commit`] keeps the accepted ones.
+/// committed prefix until [`Session::commit`] keeps the accepted ones. On the
+/// `flex` CPU backend it lives in host memory, preallocated and written in
+/// place, with attention computed per query row over exactly the keys the
+/// row sees ([`crate::cpu_attention`]); on the other backends it is a Burn
+/// tensor per layer.
 pub struct Session<'m> {
     model: &'m Model,
-    keys: Vec<Option<Tensor<3>>>,
-    values: Vec<Option<Tensor<3>>>,
+    cache: Cache,
     len: usize,
     /// Rows appended by the last `verify`, not yet committed.
     pending: Option<usize>,
+}
+
+/// A session's KV cache.
+enum Cache {
+    /// Host memory, in place (`flex`).
+    Host(HostKv),
+    /// One Burn tensor `[kv_heads, len, head_dim]` per layer, keys and values.
+    Burn { keys: Vec<Option<Tensor<3>>>, values: Vec<Option<Tensor<3>>> },
 }
 
 /// How one forward pass computes attention (prepared once for all layers).
@@ -531,12 +621,21 @@ impl<'m> Session<'m> {
         if let Some(bad) = accepted.iter().find(|&&i| i >= n) {
             return Err(ModelError::Shape(format!("accepted index {bad} outside the verified tree of {n} nodes")));
         }
-        let keep: Vec<i64> = (0..self.len as i64).chain(accepted.iter().map(|&i| (self.len + i) as i64)).collect();
-        let count = keep.len();
-        let idx: Tensor<1, Int> = Tensor::from_data(TensorData::new(keep, [count]), &self.model.device);
-        for cache in self.keys.iter_mut().chain(self.values.iter_mut()) {
-            if let Some(t) = cache.take() {
-                *cache = Some(t.select(1, idx.clone()));
+        if accepted.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(ModelError::Shape(format!("accepted indices {accepted:?} are not a root-to-node path")));
+        }
+        match &mut self.cache {
+            Cache::Host(kv) => kv.commit_path(self.len, accepted),
+            Cache::Burn { keys, values } => {
+                let keep: Vec<i64> =
+                    (0..self.len as i64).chain(accepted.iter().map(|&i| (self.len + i) as i64)).collect();
+                let count = keep.len();
+                let idx: Tensor<1, Int> = Tensor::from_data(TensorData::new(keep, [count]), &self.model.device);
+                for cache in keys.iter_mut().chain(values.iter_mut()) {
+                    if let Some(t) = cache.take() {
+                        *cache = Some(t.select(1, idx.clone()));
+                    }
+                }
             }
         }
         self.len += accepted.len();
@@ -547,10 +646,12 @@ impl<'m> Session<'m> {
     /// Drops a pending tree without committing anything.
     pub fn discard(&mut self) {
         if self.pending.take().is_some() {
-            let len = self.len;
-            for cache in self.keys.iter_mut().chain(self.values.iter_mut()) {
-                if let Some(t) = cache.take() {
-                    *cache = Some(t.narrow(1, 0, len));
+            // Host cache: rows past `len` are simply overwritten later.
+            if let Cache::Burn { keys, values } = &mut self.cache {
+                for cache in keys.iter_mut().chain(values.iter_mut()) {
+                    if let Some(t) = cache.take() {
+                        *cache = Some(t.narrow(1, 0, self.len));
+                    }
                 }
             }
         }
@@ -581,33 +682,7 @@ impl<'m> Session<'m> {
         let group = nh / nkv;
         let past = self.len;
         let total = past + t;
-        // A single new token sees everything: no mask. A causal block gets the
-        // mask `[group · t, total]` (true = masked), the `[t, total]` pattern
-        // repeated for the `group` query heads sharing a KV head. A tree gets
-        // a `TreeIndex`: the kernel's ancestor bitsets, or the same dense mask.
-        let attn_kind = if t == 1 {
-            AttnKind::Plain
-        } else {
-            match vis {
-                Visibility::Causal => {
-                    let mut mask = vec![false; t * total];
-                    for i in 0..t {
-                        mask[i * total + past + i + 1..(i + 1) * total].fill(true);
-                    }
-                    let mask = mask.repeat(group);
-                    AttnKind::Masked(
-                        Tensor::<2, Bool>::from_data(TensorData::new(mask, [group * t, total]), &m.device)
-                            .unsqueeze::<3>(),
-                    )
-                }
-                Visibility::Tree(tree) => AttnKind::Tree(
-                    TreeIndex::new(&tree.ancestor_mask(), past, group, m.tree_kernel, &m.device)
-                        .map_err(ModelError::Kernel)?,
-                ),
-            }
-        };
         let (cos, sin) = m.rope_tables(positions);
-
         let mut x = m.embed(tokens)?;
         let mut taps: Vec<(usize, Tensor<2>)> = Vec::new();
         let mut tap = |idx: usize, x: &Tensor<2>| {
@@ -617,37 +692,90 @@ impl<'m> Session<'m> {
         };
         tap(0, &x);
         let shape = LayerShape::of(cfg);
-        for (l, layer) in m.layers.iter().enumerate() {
-            let (keys, values) = (&mut self.keys, &mut self.values);
-            x = decoder_layer(layer, x, shape, (&cos, &sin), |q, k, v| {
-                let k_all = match keys[l].take() {
-                    Some(prev) => Tensor::cat(vec![prev, k], 1),
-                    None => k,
+        match &mut self.cache {
+            Cache::Host(kv) => {
+                // Host cache: written in place, attention per query row.
+                let mask = match vis {
+                    Visibility::Tree(tree) => Some(tree.ancestor_mask()),
+                    Visibility::Causal => None,
                 };
-                let v_all = match values[l].take() {
-                    Some(prev) => Tensor::cat(vec![prev, v], 1),
-                    None => v,
+                let visible = match (&mask, t) {
+                    (Some(mask), _) => Visible::Tree(mask),
+                    (None, 1) => Visible::All,
+                    (None, _) => Visible::Causal,
                 };
-                keys[l] = Some(k_all.clone());
-                values[l] = Some(v_all.clone());
-                match &attn_kind {
-                    AttnKind::Plain => Ok(attention(q, k_all, v_all, None)),
-                    AttnKind::Masked(mask) => Ok(attention(q, k_all, v_all, Some(mask))),
-                    AttnKind::Tree(ix) => tree_attention(q, k_all, v_all, ix),
+                kv.reserve(total, past);
+                let hd = cfg.head_dim;
+                for (l, layer) in m.layers.iter().enumerate() {
+                    x = decoder_layer(layer, x, shape, (&cos, &sin), |q, k, v| {
+                        let (k, v, q) = (host(k)?, host(v)?, host(q)?);
+                        kv.write(l, past, &k, &v, t);
+                        let out = kv.attend(l, &q, nh, t, past, &visible);
+                        Ok::<_, ModelError>(Tensor::from_data(TensorData::new(out, [t, nh * hd]), &m.device))
+                    })?;
+                    if l + 1 < cfg.num_layers {
+                        tap(l + 1, &x);
+                    }
                 }
-            })
-            .map_err(|e| {
-                // Leave the cache as it was: drop the rows this pass appended.
-                for cache in self.keys.iter_mut().chain(self.values.iter_mut()) {
-                    *cache = match cache.take() {
-                        Some(c) if c.dims()[1] > past => (past > 0).then(|| c.narrow(1, 0, past)),
-                        other => other,
-                    };
+            }
+            Cache::Burn { keys, values } => {
+                // A single new token sees everything: no mask. A causal block gets the
+                // mask `[group · t, total]` (true = masked), the `[t, total]` pattern
+                // repeated for the `group` query heads sharing a KV head. A tree gets
+                // a `TreeIndex`: the kernel's ancestor bitsets, or the same dense mask.
+                let attn_kind = if t == 1 {
+                    AttnKind::Plain
+                } else {
+                    match vis {
+                        Visibility::Causal => {
+                            let mut mask = vec![false; t * total];
+                            for i in 0..t {
+                                mask[i * total + past + i + 1..(i + 1) * total].fill(true);
+                            }
+                            let mask = mask.repeat(group);
+                            AttnKind::Masked(
+                                Tensor::<2, Bool>::from_data(TensorData::new(mask, [group * t, total]), &m.device)
+                                    .unsqueeze::<3>(),
+                            )
+                        }
+                        Visibility::Tree(tree) => AttnKind::Tree(
+                            TreeIndex::new(&tree.ancestor_mask(), past, group, m.tree_kernel, &m.device)
+                                .map_err(ModelError::Kernel)?,
+                        ),
+                    }
+                };
+                for (l, layer) in m.layers.iter().enumerate() {
+                    x = decoder_layer(layer, x, shape, (&cos, &sin), |q, k, v| {
+                        let k_all = match keys[l].take() {
+                            Some(prev) => Tensor::cat(vec![prev, k], 1),
+                            None => k,
+                        };
+                        let v_all = match values[l].take() {
+                            Some(prev) => Tensor::cat(vec![prev, v], 1),
+                            None => v,
+                        };
+                        keys[l] = Some(k_all.clone());
+                        values[l] = Some(v_all.clone());
+                        match &attn_kind {
+                            AttnKind::Plain => Ok(attention(q, k_all, v_all, None)),
+                            AttnKind::Masked(mask) => Ok(attention(q, k_all, v_all, Some(mask))),
+                            AttnKind::Tree(ix) => tree_attention(q, k_all, v_all, ix),
+                        }
+                    })
+                    .map_err(|e| {
+                        // Leave the cache as it was: drop the rows this pass appended.
+                        for cache in keys.iter_mut().chain(values.iter_mut()) {
+                            *cache = match cache.take() {
+                                Some(c) if c.dims()[1] > past => (past > 0).then(|| c.narrow(1, 0, past)),
+                                other => other,
+                            };
+                        }
+                        ModelError::Kernel(e)
+                    })?;
+                    if l + 1 < cfg.num_layers {
+                        tap(l + 1, &x);
+                    }
                 }
-                ModelError::Kernel(e)
-            })?;
-            if l + 1 < cfg.num_layers {
-                tap(l + 1, &x);
             }
         }
         let normed = m.rms_norm(x, &m.norm);
@@ -655,9 +783,7 @@ impl<'m> Session<'m> {
         let rows = if all_logits { t } else { 1 };
         let last = if all_logits { normed } else { normed.narrow(0, t - 1, 1) };
         let logits = m.lm_head(last);
-        let to_vec = |x: Tensor<2>| -> Result<Vec<f32>> {
-            x.into_data().try_into_vec::<f32>().map_err(|e| ModelError::ReadBack(format!("{e:?}")))
-        };
+        let to_vec = host;
         let mut hidden_out = Vec::with_capacity(hidden.len());
         for want in hidden {
             let (_, x) = taps.iter().find(|(i, _)| i == want).expect("every requested index was tapped");
@@ -665,4 +791,9 @@ impl<'m> Session<'m> {
         }
         Ok(ForwardOutput { logits: to_vec(logits)?, rows, hidden: hidden_out })
     }
+}
+
+/// A tensor's values in host memory, row-major.
+pub(crate) fn host<const D: usize>(x: Tensor<D>) -> Result<Vec<f32>> {
+    x.into_data().try_into_vec::<f32>().map_err(|e| ModelError::ReadBack(format!("{e:?}")))
 }

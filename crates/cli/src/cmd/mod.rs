@@ -62,7 +62,9 @@ impl PairArgs {
                 cost.online().validate().map_err(|e| format!("--online-forgetting: {e}"))?;
             }
             spec.calibration = method.needs_calibration().then(|| cost.source());
-            spec.bastion_rule = cost.bastion_rule;
+            if matches!(method, Method::Bastion | Method::BastionPaper) {
+                spec.bastion_rule = cost.rule_for(self.target.backend);
+            }
             spec.online = cost.online();
         }
         Ok(spec)
@@ -78,8 +80,9 @@ pub struct CostArgs {
     pub calibration: Option<PathBuf>,
     /// BASTION's size rules: paper (≥ 32 tokens, multiples of 32: the release's GPU tile
     /// heuristics) or raw (the bare stop rule).
-    #[arg(long, default_value = "paper")]
-    pub bastion_rule: BastionRule,
+    /// [default: raw on CPU backends (flex, ndarray), paper on GPU backends (wgpu, cuda)]
+    #[arg(long)]
+    pub bastion_rule: Option<BastionRule>,
     /// Forgetting factor λ ∈ [0, 1) of `bastion`'s online calibration (bastion-paper keeps
     /// the calibration fixed).
     #[arg(long, default_value_t = OnlineConfig::default().forgetting)]
@@ -90,6 +93,17 @@ impl CostArgs {
     /// `bastion`'s online settings.
     pub fn online(&self) -> OnlineConfig {
         OnlineConfig { forgetting: self.online_forgetting }
+    }
+
+    /// `--bastion-rule`, or the default of `backend`
+    /// ([`BastionRule::for_backend`]), which is then printed (callers ask
+    /// only when a BASTION method runs).
+    pub fn rule_for(&self, backend: BackendKind) -> BastionRule {
+        self.bastion_rule.unwrap_or_else(|| {
+            let rule = BastionRule::for_backend(backend);
+            eprintln!("BASTION rule: {rule} (the default on the {backend} backend; --bastion-rule to change)");
+            rule
+        })
     }
 
     /// `--calibration`, or this machine's file under `results/calibration/`.

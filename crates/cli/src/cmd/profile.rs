@@ -160,7 +160,8 @@ pub fn calibrate(pair: &PairArgs, out: Option<PathBuf>, figure: Option<PathBuf>,
 }
 
 /// Benchmark a target on this machine: the latency of verifying trees of
-/// N nodes at a given context length (N = 1 is a greedy decode step).
+/// N nodes at a given context length (N = 1 is a greedy decode step), its
+/// ratio to the first size and the cost of each extra verified token.
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
     #[command(flatten)]
@@ -183,12 +184,18 @@ pub fn bench_target(a: BenchArgs) -> Result {
     let nodes: Vec<usize> = a.nodes.iter().copied().filter(|&n| n > 0).collect();
     let reps = a.reps.max(1);
     println!("model {} | backend {backend} | context {} tokens | {reps} reps, median", model.display(), a.context);
-    println!("{:>6} {:>12} {:>12}", "N", "verify ms", "vs N=1");
+    println!("{:>6} {:>12} {:>12} {:>20}", "N", "verify ms", "vs N=1", "ms per extra token");
     let grid = VerifyGrid { contexts: &[a.context], tokens: &nodes, warmup: 1, repeats: reps, hidden: &[] };
-    let mut first = None;
+    let mut first: Option<(usize, f64)> = None;
     grid.measure(pair.target(), &mut |p, _| {
-        let ratio = p.seconds / *first.get_or_insert(p.seconds);
-        println!("{:>6} {:>12.2} {ratio:>12.2}", p.tokens, p.seconds * 1e3);
+        let (n0, t0) = *first.get_or_insert((p.tokens, p.seconds));
+        // The marginal cost of a verified token: (verify(N) − verify(first N)) / extra tokens.
+        let marginal = if p.tokens > n0 {
+            format!("{:.3}", (p.seconds - t0) / (p.tokens - n0) as f64 * 1e3)
+        } else {
+            "–".to_string()
+        };
+        println!("{:>6} {:>12.2} {:>12.2} {marginal:>20}", p.tokens, p.seconds * 1e3, p.seconds / t0);
         if p.tokens == 1 {
             // One token attending to the prefix: exactly a greedy decode step.
             println!("{:>6} = AR decode step: {:.1} tokens/s", "", 1.0 / p.seconds);

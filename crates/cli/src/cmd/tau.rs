@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use bastion_bench::{plan, DraftBastion, DraftDatasets, DraftModel, Experiment, ExperimentDraft, SampleRecord, Shard};
 use bastion_data::DatasetName;
-use bastion_decode::Method;
+use bastion_decode::{BastionRule, Method};
 
 use super::{create_dir, run, tables, CostArgs, PairArgs, Result};
 
@@ -80,7 +80,14 @@ fn draft(a: &Args, drafter: &Path) -> ExperimentDraft {
             max_samples: Some(a.samples),
             turns: "first".into(),
         },
-        bastion: DraftBastion { rule: a.cost.bastion_rule, online_forgetting: a.cost.online_forgetting },
+        bastion: DraftBastion {
+            rule: if matches!(a.method, Method::Bastion | Method::BastionPaper) {
+                a.cost.rule_for(a.pair.target.backend)
+            } else {
+                a.cost.bastion_rule.unwrap_or(BastionRule::for_backend(a.pair.target.backend))
+            },
+            online_forgetting: a.cost.online_forgetting,
+        },
     }
 }
 

@@ -1,0 +1,172 @@
+//! The CPU linear-layer kernel (`bastion_models::cpu_matmul`, weights
+//! pre-packed at load) against this machine's roof and against Burn's GEMM
+//! (burn-flex `matmul` on the transposed weight, what the CPU backend ran
+//! before), on SmolLM2-135M's projection shapes (fused q/k/v, o, fused
+//! gate/up, down, LM head) for row counts m from an AR step (1) to a
+//! 64-node draft tree.
+//!
+//! The roof is measured in the same run (`measure_peak`: best f32 GEMM
+//! FLOP/s and streaming read bandwidth); a product's roof time is
+//! `max(2·m·n·k / FLOP/s, bytes / (bytes/s))` with the weight, the
+//! activations and the output each moved once. Columns: median time per
+//! call, GFLOP/s, GB/s, share of the roof reached, GEMM time and GEMM /
+//! kernel. The last table sums one decoder layer (all its projections) and
+//! gives the marginal cost of one more row.
+//!
+//! `cargo bench -p bastion-models --bench small_rows`; with
+//! `BASTION_BENCH_OUT=FILE` (relative to the repository root) the tables are
+//! also written there; `BASTION_BENCH_SECONDS` sets the time per point
+//! (default 0.5).
+
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use bastion_models::cpu_matmul::PackedMatrix;
+use bastion_models::{measure_peak, PeakOptions};
+use burn::tensor::{Device, Tensor, TensorData};
+
+/// Median seconds of `f` after one warm-up call.
+fn time(budget: Duration, mut f: impl FnMut()) -> f64 {
+    f();
+    let mut samples = Vec::new();
+    let start = Instant::now();
+    while samples.len() < 5 || (start.elapsed() < budget && samples.len() < 200) {
+        let t0 = Instant::now();
+        f();
+        samples.push(t0.elapsed().as_secs_f64());
+    }
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}
+
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        })
+        .collect()
+}
+
+fn main() {
+    let budget = Duration::from_secs_f64(
+        std::env::var("BASTION_BENCH_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(0.5),
+    );
+    let device = Device::flex();
+    let peak = measure_peak(&device, &PeakOptions::default()).expect("peak microbenchmark").peak();
+    let (flops, bw) = (peak.peak_flops, peak.bandwidth);
+    // SmolLM2-135M: hidden 576, 9 heads / 3 KV heads of 64, MLP 1536, vocabulary 49152.
+    let shapes: [(&str, usize, usize); 5] = [
+        ("q/k/v (fused)", 960, 576),
+        ("o", 576, 576),
+        ("gate/up (fused)", 3072, 576),
+        ("down", 576, 1536),
+        ("LM head", 49152, 576),
+    ];
+    let rows = [1usize, 2, 4, 8, 16, 17, 32, 64];
+    let threads = rayon::current_num_threads();
+    let mut md = String::new();
+    writeln!(
+        md,
+        "Roof of this machine, measured in this run: {:.1} GFLOP/s (f32 GEMM), {:.1} GB/s (read); {threads} threads.\n",
+        flops / 1e9,
+        bw / 1e9
+    )
+    .unwrap();
+    writeln!(md, "| product | n × k | m | kernel ms | GFLOP/s | GB/s | of roof | GEMM ms | GEMM / kernel |").unwrap();
+    writeln!(md, "|---|---|---:|---:|---:|---:|---:|---:|---:|").unwrap();
+    let mut layer = vec![(0.0f64, 0.0f64, 0.0f64); rows.len()];
+    for (name, n, k) in shapes {
+        let w = values(n * k, n as u64);
+        let packed = PackedMatrix::pack(&w, n, k);
+        let wt = {
+            let mut t = vec![0.0f32; n * k];
+            for j in 0..n {
+                for i in 0..k {
+                    t[i * n + j] = w[j * k + i];
+                }
+            }
+            Tensor::<2>::from_data(TensorData::new(t, [k, n]), &device)
+        };
+        for (ri, &m) in rows.iter().enumerate() {
+            let x = values(m * k, m as u64 + 7);
+            let mut y = vec![0.0f32; m * n];
+            let t_kernel = time(budget, || packed.matmul_into(&x, m, &mut y));
+            let xt = Tensor::<2>::from_data(TensorData::new(x.clone(), [m, k]), &device);
+            let t_gemm = time(budget, || {
+                let out = xt.clone().matmul(wt.clone()).into_data();
+                std::hint::black_box(out);
+            });
+            let f = 2.0 * (m * n * k) as f64;
+            let bytes = 4.0 * (n * k + m * k + m * n) as f64;
+            let roof = (f / flops).max(bytes / bw);
+            writeln!(
+                md,
+                "| {name} | {n} × {k} | {m} | {:.3} | {:.1} | {:.1} | {:.0} % | {:.3} | {:.2} |",
+                t_kernel * 1e3,
+                f / t_kernel / 1e9,
+                bytes / t_kernel / 1e9,
+                100.0 * roof / t_kernel,
+                t_gemm * 1e3,
+                t_gemm / t_kernel
+            )
+            .unwrap();
+            if name != "LM head" {
+                layer[ri].0 += t_kernel;
+                layer[ri].1 += roof;
+                layer[ri].2 += t_gemm;
+            }
+        }
+    }
+    writeln!(
+        md,
+        "\nOne decoder layer's projections (q/k/v, o, gate/up, down), and the cost of each row beyond the first:\n"
+    )
+    .unwrap();
+    writeln!(md, "| m | kernel ms | roof ms | of roof | GEMM ms | kernel ms per extra row | roof ms per extra row |")
+        .unwrap();
+    writeln!(md, "|---:|---:|---:|---:|---:|---:|---:|").unwrap();
+    for (ri, &m) in rows.iter().enumerate() {
+        let (t, roof, gemm) = layer[ri];
+        let (marginal, roof_marginal) = if m > 1 {
+            (
+                format!("{:.4}", (t - layer[0].0) / (m - 1) as f64 * 1e3),
+                format!("{:.4}", (roof - layer[0].1) / (m - 1) as f64 * 1e3),
+            )
+        } else {
+            ("–".into(), "–".into())
+        };
+        writeln!(
+            md,
+            "| {m} | {:.3} | {:.3} | {:.0} % | {:.3} | {marginal} | {roof_marginal} |",
+            t * 1e3,
+            roof * 1e3,
+            100.0 * roof / t,
+            gemm * 1e3
+        )
+        .unwrap();
+    }
+    print!("{md}");
+    if let Ok(out) = std::env::var("BASTION_BENCH_OUT") {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(&out);
+        // `cargo bench` builds the release profile; `cargo test --bench` the dev one, where
+        // Burn (and so the measured roof and the GEMM column) is less optimised.
+        let dev = std::env::current_exe().is_ok_and(|p| p.components().any(|c| c.as_os_str() == "debug"));
+        let (command, profile) = if dev {
+            (
+                "cargo test -p bastion-models --bench small_rows",
+                "dev profile: the roof and GEMM columns understate release",
+            )
+        } else {
+            ("cargo bench -p bastion-models --bench small_rows", "release profile")
+        };
+        let text = format!(
+            "# CPU linear-layer kernel vs roof and GEMM\n\n`BASTION_BENCH_OUT={out} {command}` ({profile}).\n\n{md}"
+        );
+        std::fs::write(&path, text).unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+        eprintln!("wrote {}", path.display());
+    }
+}
