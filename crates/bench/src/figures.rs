@@ -325,9 +325,12 @@ fn histogram_figure(model: &str, temperature: f64, hists: &[&AcceptanceHistogram
     root.present().map_err(|e| err(&e))
 }
 
+/// Reads one number of a table cell.
+type CellField = fn(&crate::tables::Cell) -> f64;
+
 /// The phases of a round, bottom to top in the stacked bars, with the
 /// [`crate::tables::Cell`] field each reads.
-const PHASES: [(&str, fn(&crate::tables::Cell) -> f64); 4] =
+const PHASES: [(&str, CellField); 4] =
     [("draft", |c| c.draft_ms), ("build", |c| c.build_ms), ("verify", |c| c.verify_ms), ("commit", |c| c.commit_ms)];
 
 fn phase_figure(table: &Table, path: &Path) -> DrawResult {

@@ -140,7 +140,7 @@ impl HostKv {
         vis: &Visible,
     ) -> Vec<f32> {
         let (hd, nkv) = (self.head_dim, self.kv_heads);
-        assert!(heads % nkv == 0 && q.len() == heads * t * hd && past + t <= self.capacity);
+        assert!(heads.is_multiple_of(nkv) && q.len() == heads * t * hd && past + t <= self.capacity);
         let group = heads / nkv;
         let task = |(i, g): (usize, usize)| -> Vec<f32> {
             let rows: Vec<usize> = (0..past).chain((0..t).filter(|&r| vis.sees(i, r)).map(|r| past + r)).collect();

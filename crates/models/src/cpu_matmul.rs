@@ -240,7 +240,7 @@ fn block_portable(panel: &[f32], x: &[f32], rows: usize, k: usize, acc: &mut [[f
         let xr = &x[r * k..(r + 1) * k];
         for (&xv, w) in xr.iter().zip(panel.chunks_exact(NR)) {
             for (aj, &wj) in a.iter_mut().zip(w) {
-                *aj = xv * wj + *aj;
+                *aj += xv * wj;
             }
         }
     }

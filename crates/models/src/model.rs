@@ -136,7 +136,7 @@ pub(crate) struct Linear {
 
 enum LinearWeight {
     Packed(crate::cpu_matmul::PackedMatrix),
-    Burn(Tensor<2>),
+    Burn(Box<Tensor<2>>),
 }
 
 impl Linear {
@@ -159,10 +159,10 @@ impl Linear {
             LinearWeight::Packed(crate::cpu_matmul::PackedMatrix::pack_stacked(&parts, in_features))
         } else {
             let data = ws.iter().flat_map(|w| w.data.iter().copied()).collect();
-            LinearWeight::Burn(to_tensor2_transposed(
+            LinearWeight::Burn(Box::new(to_tensor2_transposed(
                 HostTensor { data, shape: vec![out_features, in_features] },
                 device,
-            ))
+            )))
         };
         Self { w, in_features, out_features }
     }
@@ -176,7 +176,7 @@ impl Linear {
                 let xs = x.into_data().try_into_vec::<f32>().expect("activations are f32 tensors");
                 Tensor::from_data(TensorData::new(w.matmul(&xs, m), [m, self.out_features]), &device)
             }
-            LinearWeight::Burn(t) => x.matmul(t.clone()),
+            LinearWeight::Burn(t) => x.matmul((**t).clone()),
         }
     }
 
@@ -184,7 +184,7 @@ impl Linear {
     /// on `flex`, where only the packed copy is kept).
     pub(crate) fn weight_t(&self, device: &Device) -> Tensor<2> {
         match &self.w {
-            LinearWeight::Burn(t) => t.clone(),
+            LinearWeight::Burn(t) => (**t).clone(),
             LinearWeight::Packed(w) => to_tensor2_transposed(
                 HostTensor { data: w.unpack(), shape: vec![self.out_features, self.in_features] },
                 device,
