@@ -19,6 +19,7 @@ pub mod drafter;
 pub mod error;
 pub mod gguf;
 pub mod layer;
+mod linear;
 pub mod loader;
 pub mod model;
 pub mod peak;

@@ -1,0 +1,210 @@
+//! The weights of the inference decoder layer ([`Layer`]) and its linear
+//! layers ([`Linear`]): packed for the CPU kernel on `flex`, Burn tensors on
+//! the other backends; q/k/v and gate/up fused.
+
+use burn::tensor::{Device, Tensor, TensorData};
+
+use crate::config::{Arch, ModelConfig};
+use crate::error::Result;
+use crate::layer::{LayerWeights, Proj};
+use crate::weights::{HostTensor, WeightSource};
+
+/// One decoder layer's weights. The projections that read the same input
+/// are fused: `q/k/v` (after `input_layernorm`) and `gate/up` (after
+/// `post_attention_layernorm`), each one matrix with the outputs stacked,
+/// so a layer makes four passes over its weights, not seven.
+pub(crate) struct Layer {
+    pub(crate) input_norm: Tensor<1>,
+    /// `[q; k; v]` stacked: `[hidden] → [q_dim + 2 · kv_dim]`.
+    pub(crate) qkv: Linear,
+    pub(crate) o: Linear,
+    pub(crate) q_norm: Option<Tensor<1>>,
+    pub(crate) k_norm: Option<Tensor<1>>,
+    pub(crate) post_norm: Tensor<1>,
+    /// `[gate; up]` stacked: `[hidden] → [2 · intermediate]`.
+    pub(crate) gate_up: Linear,
+    pub(crate) down: Linear,
+    /// `q_dim`, `kv_dim`, `intermediate`: where the stacked outputs split.
+    q_dim: usize,
+    kv_dim: usize,
+    ffn: usize,
+}
+
+impl Layer {
+    /// Loads `{prefix}input_layernorm.weight`, `{prefix}self_attn.*`,
+    /// `{prefix}mlp.*`, …; `q_norm` / `k_norm` for Qwen3.
+    pub(crate) fn load(src: &dyn WeightSource, prefix: &str, cfg: &ModelConfig, device: &Device) -> Result<Self> {
+        let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
+        let (qd, kd) = (cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim);
+        let p = |s: &str| format!("{prefix}{s}");
+        let w = |s: &str, shape: [usize; 2]| src.require(&p(s), &shape);
+        let vec1 = |s: &str, n: usize| -> Result<Tensor<1>> { Ok(to_tensor1(src.require(&p(s), &[n])?, device)) };
+        let qk_norm = cfg.arch == Arch::Qwen3;
+        let qkv = [
+            w("self_attn.q_proj.weight", [qd, h])?,
+            w("self_attn.k_proj.weight", [kd, h])?,
+            w("self_attn.v_proj.weight", [kd, h])?,
+        ];
+        let gate_up = [w("mlp.gate_proj.weight", [i, h])?, w("mlp.up_proj.weight", [i, h])?];
+        Ok(Layer {
+            input_norm: vec1("input_layernorm.weight", h)?,
+            qkv: Linear::stacked(&qkv, device),
+            o: Linear::new(w("self_attn.o_proj.weight", [h, qd])?, device),
+            q_norm: if qk_norm { Some(vec1("self_attn.q_norm.weight", cfg.head_dim)?) } else { None },
+            k_norm: if qk_norm { Some(vec1("self_attn.k_norm.weight", cfg.head_dim)?) } else { None },
+            post_norm: vec1("post_attention_layernorm.weight", h)?,
+            gate_up: Linear::stacked(&gate_up, device),
+            down: Linear::new(w("mlp.down_proj.weight", [h, i])?, device),
+            q_dim: qd,
+            kv_dim: kd,
+            ffn: i,
+        })
+    }
+
+    /// The fused matrix holding `p` and the column range of `p` in its output.
+    fn locate(&self, p: Proj) -> (&Linear, usize, usize) {
+        let (q, kv, f) = (self.q_dim, self.kv_dim, self.ffn);
+        match p {
+            Proj::Q => (&self.qkv, 0, q),
+            Proj::K => (&self.qkv, q, kv),
+            Proj::V => (&self.qkv, q + kv, kv),
+            Proj::O => (&self.o, 0, self.o.out_features),
+            Proj::Gate => (&self.gate_up, 0, f),
+            Proj::Up => (&self.gate_up, f, f),
+            Proj::Down => (&self.down, 0, self.down.out_features),
+        }
+    }
+}
+
+impl LayerWeights for Layer {
+    fn project(&self, p: Proj, x: Tensor<2>) -> Tensor<2> {
+        self.project_many(&[p], x).pop().expect("one projection asked for")
+    }
+    fn project_many(&self, ps: &[Proj], x: Tensor<2>) -> Vec<Tensor<2>> {
+        // One pass per fused matrix the projections live in (in practice
+        // all of `ps` share one), then the columns of each.
+        let mut done: Vec<(*const Linear, Tensor<2>)> = Vec::new();
+        ps.iter()
+            .map(|&p| {
+                let (lin, start, width) = self.locate(p);
+                let y = match done.iter().find(|(l, _)| std::ptr::eq(*l, lin)) {
+                    Some((_, y)) => y.clone(),
+                    None => {
+                        let y = lin.forward(x.clone());
+                        done.push((lin, y.clone()));
+                        y
+                    }
+                };
+                if start == 0 && width == lin.out_features {
+                    y
+                } else {
+                    y.narrow(1, start, width)
+                }
+            })
+            .collect()
+    }
+    fn input_norm(&self) -> Tensor<1> {
+        self.input_norm.clone()
+    }
+    fn post_norm(&self) -> Tensor<1> {
+        self.post_norm.clone()
+    }
+    fn q_norm(&self) -> Option<Tensor<1>> {
+        self.q_norm.clone()
+    }
+    fn k_norm(&self) -> Option<Tensor<1>> {
+        self.k_norm.clone()
+    }
+}
+
+/// A linear layer without bias, `[in] → [out]`.
+///
+/// On the `flex` CPU backend the weight is held once, packed for the CPU
+/// kernel of [`crate::cpu_matmul`], which computes every product (decode
+/// steps, draft trees, prefill): one arithmetic for every row count, so a
+/// row's result never depends on how many rows share the call. Elsewhere
+/// (GPU backends, autodiff for drafter training) it is a Burn tensor
+/// `[in, out]` (transposed once at load, contiguous) for Burn's matmul.
+pub(crate) struct Linear {
+    w: LinearWeight,
+    pub(crate) in_features: usize,
+    pub(crate) out_features: usize,
+}
+
+enum LinearWeight {
+    Packed(crate::cpu_matmul::PackedMatrix),
+    Burn(Box<Tensor<2>>),
+}
+
+impl Linear {
+    /// From a Hugging Face weight `[out, in]`, on `device`.
+    pub(crate) fn new(w: HostTensor, device: &Device) -> Self {
+        Self::stacked(std::slice::from_ref(&w), device)
+    }
+
+    /// Several Hugging Face weights `[out_i, in]` as one linear layer whose
+    /// outputs are theirs, stacked in order (fused projections).
+    ///
+    /// # Panics
+    /// When the inputs differ in width (callers load them with checked shapes).
+    pub(crate) fn stacked(ws: &[HostTensor], device: &Device) -> Self {
+        let in_features = ws[0].shape[1];
+        assert!(ws.iter().all(|w| w.shape.len() == 2 && w.shape[1] == in_features), "stacked weights share `in`");
+        let out_features = ws.iter().map(|w| w.shape[0]).sum();
+        let w = if *device == Device::flex() && !device.is_autodiff() {
+            let parts: Vec<&[f32]> = ws.iter().map(|w| w.data.as_slice()).collect();
+            LinearWeight::Packed(crate::cpu_matmul::PackedMatrix::pack_stacked(&parts, in_features))
+        } else {
+            let data = ws.iter().flat_map(|w| w.data.iter().copied()).collect();
+            LinearWeight::Burn(Box::new(to_tensor2_transposed(
+                HostTensor { data, shape: vec![out_features, in_features] },
+                device,
+            )))
+        };
+        Self { w, in_features, out_features }
+    }
+
+    /// `x · Wᵀ`: `[rows, in]` → `[rows, out]`.
+    pub(crate) fn forward(&self, x: Tensor<2>) -> Tensor<2> {
+        match &self.w {
+            LinearWeight::Packed(w) => {
+                let [m, _] = x.dims();
+                let device = x.device();
+                let xs = x.into_data().try_into_vec::<f32>().expect("activations are f32 tensors");
+                Tensor::from_data(TensorData::new(w.matmul(&xs, m), [m, self.out_features]), &device)
+            }
+            LinearWeight::Burn(t) => x.matmul((**t).clone()),
+        }
+    }
+
+    /// The weight as a Burn tensor `[in, out]` on `device` (unpacked anew
+    /// on `flex`, where only the packed copy is kept).
+    pub(crate) fn weight_t(&self, device: &Device) -> Tensor<2> {
+        match &self.w {
+            LinearWeight::Burn(t) => (**t).clone(),
+            LinearWeight::Packed(w) => to_tensor2_transposed(
+                HostTensor { data: w.unpack(), shape: vec![self.out_features, self.in_features] },
+                device,
+            ),
+        }
+    }
+}
+
+pub(crate) fn to_tensor1(t: HostTensor, device: &Device) -> Tensor<1> {
+    let n = t.data.len();
+    Tensor::from_data(TensorData::new(t.data, [n]), device)
+}
+
+/// `[out, in]` weight → contiguous `[in, out]` tensor. Transposed on the
+/// host once at load, so every matmul reads a contiguous matrix instead of a
+/// strided view.
+pub(crate) fn to_tensor2_transposed(t: HostTensor, device: &Device) -> Tensor<2> {
+    let (r, c) = (t.shape[0], t.shape[1]);
+    let mut data = vec![0.0f32; r * c];
+    for (i, row) in t.data.chunks_exact(c).enumerate() {
+        for (j, &v) in row.iter().enumerate() {
+            data[j * r + i] = v;
+        }
+    }
+    Tensor::from_data(TensorData::new(data, [c, r]), device)
+}
