@@ -238,17 +238,8 @@ fn dot8(a: &[f32], b: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpu_matmul::tests::values;
     use bastion_tree::DraftTree;
-
-    fn values(n: usize, seed: u32) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
-        (0..n)
-            .map(|_| {
-                s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-                (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5
-            })
-            .collect()
-    }
 
     /// Softmax attention in f64 over the given rows, for one head.
     fn naive(q: &[f32], k: &[f32], v: &[f32], hd: usize, rows: &[usize]) -> Vec<f64> {

@@ -303,11 +303,12 @@ unsafe fn block_avx2_n<const R: usize>(panel: &[f32], x: &[f32], k: usize, acc: 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn values(n: usize, seed: u32) -> Vec<f32> {
+    /// `n` pseudo-random values in [−0.5, 0.5) from `seed` (shared by the CPU kernels' tests).
+    pub(crate) fn values(n: usize, seed: u32) -> Vec<f32> {
         let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
         (0..n)
             .map(|_| {
