@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use crate::config::{cfg_err, Arch, ModelConfig};
 use crate::cpu_attention::{HostKv, Visible};
+use crate::cpu_layer::{rms_norm_rows, HostRope};
 use crate::error::{ModelError, Result};
 use crate::layer::{decoder_layer, key_values, LayerShape};
 use crate::model::{attention, host, rms_norm, rope_tables, ForwardOutput, Layer, Linear, Model};
@@ -220,6 +221,9 @@ pub struct Drafter {
     fc: Linear,
     hidden_norm: Tensor<1>,
     norm: Tensor<1>,
+    /// `hidden_norm` and `norm` in host memory (the host path on `flex`).
+    hidden_norm_host: Vec<f32>,
+    norm_host: Vec<f32>,
     inv_freq: Vec<f32>,
     device: Device,
 }
@@ -255,15 +259,23 @@ impl Drafter {
         let k = cfg.target_layer_ids.len();
         let fc = src.require("fc.weight", &[h, k * h])?;
         let fc = Linear::new(fc, &device);
-        let vec1 = |name: &str| -> Result<Tensor<1>> {
-            let w = src.require(name, &[h])?;
-            Ok(Tensor::from_data(TensorData::new(w.data, [h]), &device))
-        };
-        let hidden_norm = vec1("hidden_norm.weight")?;
-        let norm = vec1("norm.weight")?;
+        let hidden_norm_host = src.require("hidden_norm.weight", &[h])?.data;
+        let norm_host = src.require("norm.weight", &[h])?.data;
+        let t1 = |w: &Vec<f32>| Tensor::<1>::from_data(TensorData::new(w.clone(), [h]), &device);
+        let (hidden_norm, norm) = (t1(&hidden_norm_host), t1(&norm_host));
         let layers =
             (0..m.num_layers).map(|l| Layer::load(&src, &format!("layers.{l}."), m, &device)).collect::<Result<_>>()?;
-        Ok(Self { inv_freq: m.rope_inv_freq(), cfg, layers, fc, hidden_norm, norm, device })
+        Ok(Self {
+            inv_freq: m.rope_inv_freq(),
+            cfg,
+            layers,
+            fc,
+            hidden_norm,
+            norm,
+            hidden_norm_host,
+            norm_host,
+            device,
+        })
     }
 
     /// The configuration.
@@ -385,8 +397,14 @@ impl DraftSession<'_> {
     /// As [`DraftSession::draft`].
     pub fn draft_rows(&mut self, target: &Model, features: &[f32], root: u32, rows: usize) -> Result<Vec<f32>> {
         let b = self.drafter.cfg.block_size;
-        let out = self.run_block(target, features, root)?;
-        host(target.lm_head(out.narrow(0, 1, rows.clamp(1, b - 1))))
+        let rows = rows.clamp(1, b - 1);
+        match self.run_block(target, features, root)? {
+            BlockOut::Host(out) => {
+                let h = self.drafter.cfg.model.hidden_size;
+                Ok(target.lm_head_host(&out[h..(1 + rows) * h], rows))
+            }
+            BlockOut::Burn(out) => host(target.lm_head(out.narrow(0, 1, rows))),
+        }
     }
 
     /// As [`DraftSession::draft`], also returning the drafter's output
@@ -396,12 +414,20 @@ impl DraftSession<'_> {
     /// As [`DraftSession::draft`].
     pub fn draft_with_hidden(&mut self, target: &Model, features: &[f32], root: u32) -> Result<(Vec<f32>, Vec<f32>)> {
         let b = self.drafter.cfg.block_size;
-        let out = self.run_block(target, features, root)?;
-        let logits = target.lm_head(out.clone().narrow(0, 1, b - 1));
-        Ok((host(out)?, host(logits)?))
+        match self.run_block(target, features, root)? {
+            BlockOut::Host(out) => {
+                let h = self.drafter.cfg.model.hidden_size;
+                let logits = target.lm_head_host(&out[h..], b - 1);
+                Ok((out, logits))
+            }
+            BlockOut::Burn(out) => {
+                let logits = target.lm_head(out.clone().narrow(0, 1, b - 1));
+                Ok((host(out)?, host(logits)?))
+            }
+        }
     }
 
-    fn run_block(&mut self, target: &Model, features: &[f32], root: u32) -> Result<Tensor<2>> {
+    fn run_block(&mut self, target: &Model, features: &[f32], root: u32) -> Result<BlockOut> {
         let d = self.drafter;
         let m = &d.cfg.model;
         let width = d.cfg.target_layer_ids.len() * m.hidden_size;
@@ -416,10 +442,19 @@ impl DraftSession<'_> {
         let start = self.len + n;
         let mut block = vec![d.cfg.mask_token_id; b];
         block[0] = root;
-        let mut x = target.embed(&block)?;
+        let x = target.embed(&block)?;
         let blk_pos: Vec<usize> = (start..start + b).collect();
-        let (cos_b, sin_b) = rope_tables(&d.inv_freq, &blk_pos, &d.device);
         let shape = LayerShape::of(m);
+        let (keys, values) = match &mut self.cache {
+            DraftCache::Host(kv) => {
+                let out = host_block(d, kv, host(x)?, features, self.len, n, &blk_pos, shape)?;
+                self.len = start;
+                return Ok(BlockOut::Host(out));
+            }
+            DraftCache::Burn { keys, values } => (keys, values),
+        };
+        let mut x = x;
+        let (cos_b, sin_b) = rope_tables(&d.inv_freq, &blk_pos, &d.device);
         let ctx = if n > 0 {
             let ctx_pos: Vec<usize> = (self.len..start).collect();
             let f = Tensor::<2>::from_data(TensorData::new(features.to_vec(), [n, width]), &d.device);
@@ -427,53 +462,80 @@ impl DraftSession<'_> {
         } else {
             None
         };
-        match &mut self.cache {
-            DraftCache::Host(kv) => {
-                let (nh, hd) = (m.num_heads, m.head_dim);
-                kv.reserve(start + b, self.len);
-                for (l, layer) in d.layers.iter().enumerate() {
-                    if let Some((c, (cos_c, sin_c))) = &ctx {
-                        let [k, v] = key_values(layer, c.clone(), shape, (cos_c, sin_c));
-                        kv.write(l, self.len, &host(k)?, &host(v)?, n);
-                    }
-                    // Block rows after the context; every block row sees every row.
-                    x = decoder_layer(layer, x, shape, (&cos_b, &sin_b), |q, k_blk, v_blk| {
-                        kv.write(l, start, &host(k_blk)?, &host(v_blk)?, b);
-                        let out = kv.attend(l, &host(q)?, nh, b, start, &Visible::All);
-                        Ok::<_, ModelError>(Tensor::from_data(TensorData::new(out, [b, nh * hd]), &d.device))
-                    })?;
-                }
+        for (l, layer) in d.layers.iter().enumerate() {
+            // New context K/V (no per-layer norm on the context side), cached.
+            if let Some((c, (cos_c, sin_c))) = &ctx {
+                let [k, v] = key_values(layer, c.clone(), shape, (cos_c, sin_c));
+                keys[l] = Some(match keys[l].take() {
+                    Some(prev) => Tensor::cat(vec![prev, k], 1),
+                    None => k,
+                });
+                values[l] = Some(match values[l].take() {
+                    Some(prev) => Tensor::cat(vec![prev, v], 1),
+                    None => v,
+                });
             }
-            DraftCache::Burn { keys, values } => {
-                for (l, layer) in d.layers.iter().enumerate() {
-                    // New context K/V (no per-layer norm on the context side), cached.
-                    if let Some((c, (cos_c, sin_c))) = &ctx {
-                        let [k, v] = key_values(layer, c.clone(), shape, (cos_c, sin_c));
-                        keys[l] = Some(match keys[l].take() {
-                            Some(prev) => Tensor::cat(vec![prev, k], 1),
-                            None => k,
-                        });
-                        values[l] = Some(match values[l].take() {
-                            Some(prev) => Tensor::cat(vec![prev, v], 1),
-                            None => v,
-                        });
+            // Attention over [cached context ; block]; the block K/V are not kept.
+            let (keys, values) = (&keys[l], &values[l]);
+            x = decoder_layer(layer, x, shape, (&cos_b, &sin_b), |q, k_blk, v_blk| {
+                let (k_all, v_all) = match (keys, values) {
+                    (Some(k), Some(v)) => {
+                        (Tensor::cat(vec![k.clone(), k_blk], 1), Tensor::cat(vec![v.clone(), v_blk], 1))
                     }
-                    // Attention over [cached context ; block]; the block K/V are not kept.
-                    let (keys, values) = (&keys[l], &values[l]);
-                    x = decoder_layer(layer, x, shape, (&cos_b, &sin_b), |q, k_blk, v_blk| {
-                        let (k_all, v_all) = match (keys, values) {
-                            (Some(k), Some(v)) => {
-                                (Tensor::cat(vec![k.clone(), k_blk], 1), Tensor::cat(vec![v.clone(), v_blk], 1))
-                            }
-                            _ => (k_blk, v_blk),
-                        };
-                        Ok::<_, std::convert::Infallible>(attention(q, k_all, v_all, None))
-                    })
-                    .unwrap_or_else(|never| match never {});
-                }
-            }
+                    _ => (k_blk, v_blk),
+                };
+                Ok::<_, std::convert::Infallible>(attention(q, k_all, v_all, None))
+            })
+            .unwrap_or_else(|never| match never {});
         }
         self.len = start;
-        Ok(rms_norm(x, &d.norm, shape.eps))
+        Ok(BlockOut::Burn(rms_norm(x, &d.norm, shape.eps)))
     }
+}
+
+/// A drafted block's output states `[B, hidden]` (after the final norm).
+enum BlockOut {
+    /// In host memory (`flex`).
+    Host(Vec<f32>),
+    /// A Burn tensor (the other backends).
+    Burn(Tensor<2>),
+}
+
+/// [`DraftSession::run_block`] on the `flex` CPU backend, all in host
+/// memory: the `n` new context rows `features` `[n, K·H]` (positions
+/// `len..len + n`) are projected, normed and written to the cache `kv`,
+/// then the block `x` `[B, hidden]` (positions `blk_pos`) runs through the
+/// draft layers, its keys and values written after the context (and
+/// overwritten by the next block). Returns the block's normed states.
+#[allow(clippy::too_many_arguments)]
+fn host_block(
+    d: &Drafter,
+    kv: &mut HostKv,
+    mut x: Vec<f32>,
+    features: &[f32],
+    len: usize,
+    n: usize,
+    blk_pos: &[usize],
+    shape: LayerShape,
+) -> Result<Vec<f32>> {
+    let (b, start) = (blk_pos.len(), len + n);
+    kv.reserve(start + b, len);
+    let ctx = (n > 0).then(|| {
+        let c = rms_norm_rows(&d.fc.forward_host(features, n), &d.hidden_norm_host, shape.eps);
+        let positions: Vec<usize> = (len..start).collect();
+        (c, HostRope::new(&d.inv_freq, &positions))
+    });
+    let rope = HostRope::new(&d.inv_freq, blk_pos);
+    for (l, layer) in d.layers.iter().enumerate() {
+        if let Some((c, ctx_rope)) = &ctx {
+            let [k, v] = layer.key_values_host(c, shape, ctx_rope);
+            kv.write(l, len, &k, &v, n);
+        }
+        // Block rows after the context; every block row sees every row.
+        layer.forward_host(&mut x, shape, &rope, |q, k, v| {
+            kv.write(l, start, &k, &v, b);
+            Ok::<_, ModelError>(kv.attend(l, &q, shape.heads, b, start, &Visible::All))
+        })?;
+    }
+    Ok(rms_norm_rows(&x, &d.norm_host, shape.eps))
 }

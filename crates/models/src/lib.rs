@@ -14,6 +14,7 @@ pub mod backend;
 pub mod chat;
 pub mod config;
 mod cpu_attention;
+mod cpu_layer;
 pub mod cpu_matmul;
 pub mod drafter;
 pub mod error;

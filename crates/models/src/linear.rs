@@ -5,8 +5,9 @@
 use burn::tensor::{Device, Tensor, TensorData};
 
 use crate::config::{Arch, ModelConfig};
+use crate::cpu_layer::{add_into, rms_norm_rows, silu_mul, split_heads, HostRope};
 use crate::error::Result;
-use crate::layer::{LayerWeights, Proj};
+use crate::layer::{LayerShape, LayerWeights, Proj};
 use crate::weights::{HostTensor, WeightSource};
 
 /// One decoder layer's weights. The projections that read the same input
@@ -24,6 +25,8 @@ pub(crate) struct Layer {
     /// `[gate; up]` stacked: `[hidden] → [2 · intermediate]`.
     pub(crate) gate_up: Linear,
     pub(crate) down: Linear,
+    /// The norm weights in host memory, for the host layer on `flex`.
+    host_norms: HostNorms,
     /// `q_dim`, `kv_dim`, `intermediate`: where the stacked outputs split.
     q_dim: usize,
     kv_dim: usize,
@@ -38,8 +41,15 @@ impl Layer {
         let (qd, kd) = (cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim);
         let p = |s: &str| format!("{prefix}{s}");
         let w = |s: &str, shape: [usize; 2]| src.require(&p(s), &shape);
-        let vec1 = |s: &str, n: usize| -> Result<Tensor<1>> { Ok(to_tensor1(src.require(&p(s), &[n])?, device)) };
+        let vec1 = |s: &str, n: usize| src.require(&p(s), &[n]);
         let qk_norm = cfg.arch == Arch::Qwen3;
+        let host_norms = HostNorms {
+            input: vec1("input_layernorm.weight", h)?.data,
+            post: vec1("post_attention_layernorm.weight", h)?.data,
+            q: if qk_norm { Some(vec1("self_attn.q_norm.weight", cfg.head_dim)?.data) } else { None },
+            k: if qk_norm { Some(vec1("self_attn.k_norm.weight", cfg.head_dim)?.data) } else { None },
+        };
+        let t1 = |v: &Vec<f32>| to_tensor1(HostTensor { data: v.clone(), shape: vec![v.len()] }, device);
         let qkv = [
             w("self_attn.q_proj.weight", [qd, h])?,
             w("self_attn.k_proj.weight", [kd, h])?,
@@ -47,14 +57,15 @@ impl Layer {
         ];
         let gate_up = [w("mlp.gate_proj.weight", [i, h])?, w("mlp.up_proj.weight", [i, h])?];
         Ok(Layer {
-            input_norm: vec1("input_layernorm.weight", h)?,
+            input_norm: t1(&host_norms.input),
             qkv: Linear::stacked(&qkv, device),
             o: Linear::new(w("self_attn.o_proj.weight", [h, qd])?, device),
-            q_norm: if qk_norm { Some(vec1("self_attn.q_norm.weight", cfg.head_dim)?) } else { None },
-            k_norm: if qk_norm { Some(vec1("self_attn.k_norm.weight", cfg.head_dim)?) } else { None },
-            post_norm: vec1("post_attention_layernorm.weight", h)?,
+            q_norm: host_norms.q.as_ref().map(t1),
+            k_norm: host_norms.k.as_ref().map(t1),
+            post_norm: t1(&host_norms.post),
             gate_up: Linear::stacked(&gate_up, device),
             down: Linear::new(w("mlp.down_proj.weight", [h, i])?, device),
+            host_norms,
             q_dim: qd,
             kv_dim: kd,
             ffn: i,
@@ -73,6 +84,56 @@ impl Layer {
             Proj::Up => (&self.gate_up, f, f),
             Proj::Down => (&self.down, 0, self.down.out_features),
         }
+    }
+}
+
+impl Layer {
+    /// [`crate::layer::decoder_layer`] on host memory (`flex`, where the
+    /// weights are packed): `x` `[rows, hidden]` is updated in place.
+    /// `attend` gets `q` `[heads, rows, head_dim]` and the rows' own `k`,
+    /// `v` `[kv_heads, rows, head_dim]` and returns `[rows, heads · head_dim]`.
+    ///
+    /// # Errors
+    /// Whatever `attend` returns.
+    pub(crate) fn forward_host<E>(
+        &self,
+        x: &mut [f32],
+        s: LayerShape,
+        rope: &HostRope,
+        attend: impl FnOnce(Vec<f32>, Vec<f32>, Vec<f32>) -> std::result::Result<Vec<f32>, E>,
+    ) -> std::result::Result<(), E> {
+        let n = &self.host_norms;
+        let rows = x.len() / self.qkv.in_features;
+        let h = rms_norm_rows(x, &n.input, s.eps);
+        let qkv = self.qkv.forward_host(&h, rows);
+        let width = self.qkv.out_features;
+        let q = split_heads(&qkv, width, 0, s.heads, s.head_dim, n.q.as_deref().map(|w| (w, s.eps)), Some(rope));
+        let [k, v] = self.kv_heads_host(&qkv, width, self.q_dim, s, rope);
+        let attended = attend(q, k, v)?;
+        add_into(x, &self.o.forward_host(&attended, rows));
+        let normed = rms_norm_rows(x, &n.post, s.eps);
+        let act = silu_mul(&self.gate_up.forward_host(&normed, rows), self.ffn);
+        add_into(x, &self.down.forward_host(&act, rows));
+        Ok(())
+    }
+
+    /// [`crate::layer::key_values`] on host memory: keys and values
+    /// `[kv_heads, rows, head_dim]` of the rows `x` `[rows, hidden]`
+    /// (`k_proj`, `k_norm`, RoPE; `v_proj`).
+    pub(crate) fn key_values_host(&self, x: &[f32], s: LayerShape, rope: &HostRope) -> [Vec<f32>; 2] {
+        let rows = x.len() / self.qkv.in_features;
+        // Only k and v are wanted: their rows of the fused weight are the
+        // same bits as in the full product (row invariance holds per output).
+        let qkv = self.qkv.forward_host(x, rows);
+        self.kv_heads_host(&qkv, self.qkv.out_features, self.q_dim, s, rope)
+    }
+
+    /// `k` (k_norm, RoPE) and `v` heads from fused `[q; k; v]` rows.
+    fn kv_heads_host(&self, qkv: &[f32], width: usize, k_col: usize, s: LayerShape, rope: &HostRope) -> [Vec<f32>; 2] {
+        let kn = self.host_norms.k.as_deref().map(|w| (w, s.eps));
+        let k = split_heads(qkv, width, k_col, s.kv_heads, s.head_dim, kn, Some(rope));
+        let v = split_heads(qkv, width, k_col + self.kv_dim, s.kv_heads, s.head_dim, None, None);
+        [k, v]
     }
 }
 
@@ -115,6 +176,14 @@ impl LayerWeights for Layer {
     fn k_norm(&self) -> Option<Tensor<1>> {
         self.k_norm.clone()
     }
+}
+
+/// The norm weights of a layer in host memory.
+struct HostNorms {
+    input: Vec<f32>,
+    post: Vec<f32>,
+    q: Option<Vec<f32>>,
+    k: Option<Vec<f32>>,
 }
 
 /// A linear layer without bias, `[in] → [out]`.
@@ -174,6 +243,18 @@ impl Linear {
                 Tensor::from_data(TensorData::new(w.matmul(&xs, m), [m, self.out_features]), &device)
             }
             LinearWeight::Burn(t) => x.matmul((**t).clone()),
+        }
+    }
+
+    /// `x · Wᵀ` on host memory: `[rows, in]` → `[rows, out]`.
+    ///
+    /// # Panics
+    /// When the weight is not packed: the host path runs only on `flex`,
+    /// where every weight is.
+    pub(crate) fn forward_host(&self, x: &[f32], rows: usize) -> Vec<f32> {
+        match &self.w {
+            LinearWeight::Packed(w) => w.matmul(x, rows),
+            LinearWeight::Burn(_) => unreachable!("host layers run only on flex, where weights are packed"),
         }
     }
 

@@ -8,11 +8,12 @@ use bastion_tree::DraftTree;
 
 use crate::config::ModelConfig;
 use crate::cpu_attention::{HostKv, Visible};
+use crate::cpu_layer::{rms_norm_rows, HostRope};
 use crate::error::{ModelError, Result};
 use crate::layer::{decoder_layer, LayerShape};
 use crate::linear::to_tensor1;
 pub(crate) use crate::linear::{Layer, Linear};
-use crate::weights::WeightSource;
+use crate::weights::{HostTensor, WeightSource};
 
 pub use bastion_kernels::attention;
 
@@ -23,6 +24,8 @@ pub struct Model {
     embed: Tensor<2>,
     layers: Vec<Layer>,
     norm: Tensor<1>,
+    /// The final norm's weight in host memory (the host forward on `flex`).
+    norm_host: Vec<f32>,
     lm_head: Linear,
     inv_freq: Vec<f32>,
     /// Verification through the CubeCL tree-attention kernel (else the dense mask).
@@ -76,7 +79,8 @@ impl Model {
         for l in 0..cfg.num_layers {
             layers.push(Layer::load(src, &format!("model.layers.{l}."), &cfg, device)?);
         }
-        let norm = to_tensor1(src.require("model.norm.weight", &[h])?, device);
+        let norm_host = src.require("model.norm.weight", &[h])?.data;
+        let norm = to_tensor1(HostTensor { data: norm_host.clone(), shape: vec![h] }, device);
         let embed = Tensor::from_data(TensorData::new(embed_host.data, [v, h]), device);
         let inv_freq = cfg.rope_inv_freq();
         let mode = match std::env::var(TREE_ATTENTION_ENV) {
@@ -93,6 +97,7 @@ impl Model {
             embed,
             layers,
             norm,
+            norm_host,
             inv_freq,
             host_cache: *device == Device::flex() && !device.is_autodiff(),
             device: device.clone(),
@@ -189,6 +194,12 @@ impl Model {
         self.lm_head.forward(x)
     }
 
+    /// The LM head on host memory (`flex`): `[rows, hidden]` final-normed
+    /// states → logits `[rows, vocab]`.
+    pub(crate) fn lm_head_host(&self, x: &[f32], rows: usize) -> Vec<f32> {
+        self.lm_head.forward_host(x, rows)
+    }
+
     /// Greedy autoregressive decoding: prefill `prompt`, then append the
     /// argmax token until `max_new_tokens` are generated or a token of `stop`
     /// is emitted (kept in the output). Returns the new tokens only.
@@ -263,20 +274,8 @@ impl Model {
 /// inverse frequencies `inv_freq` (`[head_dim / 2]`), in HF's `rotate_half`
 /// layout (frequencies repeated over both halves).
 pub fn rope_tables(inv_freq: &[f32], positions: &[usize], device: &Device) -> (Tensor<2>, Tensor<2>) {
-    let hd = inv_freq.len() * 2;
-    let mut cos = Vec::with_capacity(positions.len() * hd);
-    let mut sin = Vec::with_capacity(positions.len() * hd);
-    for &p in positions {
-        for _ in 0..2 {
-            for &f in inv_freq {
-                // HF: freqs = position (f32) · inv_freq (f32), then cos/sin in f32.
-                let angle = p as f32 * f;
-                cos.push(angle.cos());
-                sin.push(angle.sin());
-            }
-        }
-    }
-    let shape = [positions.len(), hd];
+    let HostRope { cos, sin, .. } = HostRope::new(inv_freq, positions);
+    let shape = [positions.len(), inv_freq.len() * 2];
     (Tensor::from_data(TensorData::new(cos, shape), device), Tensor::from_data(TensorData::new(sin, shape), device))
 }
 
@@ -484,6 +483,11 @@ impl<'m> Session<'m> {
         let group = nh / nkv;
         let past = self.len;
         let total = past + t;
+        let shape = LayerShape::of(cfg);
+        let (keys, values) = match &mut self.cache {
+            Cache::Host(kv) => return host_forward(m, kv, tokens, positions, past, vis, hidden, all_logits),
+            Cache::Burn { keys, values } => (keys, values),
+        };
         let (cos, sin) = m.rope_tables(positions);
         let mut x = m.embed(tokens)?;
         let mut taps: Vec<(usize, Tensor<2>)> = Vec::new();
@@ -493,91 +497,61 @@ impl<'m> Session<'m> {
             }
         };
         tap(0, &x);
-        let shape = LayerShape::of(cfg);
-        match &mut self.cache {
-            Cache::Host(kv) => {
-                // Host cache: written in place, attention per query row.
-                let mask = match vis {
-                    Visibility::Tree(tree) => Some(tree.ancestor_mask()),
-                    Visibility::Causal => None,
-                };
-                let visible = match (&mask, t) {
-                    (Some(mask), _) => Visible::Tree(mask),
-                    (None, 1) => Visible::All,
-                    (None, _) => Visible::Causal,
-                };
-                kv.reserve(total, past);
-                let hd = cfg.head_dim;
-                for (l, layer) in m.layers.iter().enumerate() {
-                    x = decoder_layer(layer, x, shape, (&cos, &sin), |q, k, v| {
-                        let (k, v, q) = (host(k)?, host(v)?, host(q)?);
-                        kv.write(l, past, &k, &v, t);
-                        let out = kv.attend(l, &q, nh, t, past, &visible);
-                        Ok::<_, ModelError>(Tensor::from_data(TensorData::new(out, [t, nh * hd]), &m.device))
-                    })?;
-                    if l + 1 < cfg.num_layers {
-                        tap(l + 1, &x);
+        // A single new token sees everything: no mask. A causal block gets the
+        // mask `[group · t, total]` (true = masked), the `[t, total]` pattern
+        // repeated for the `group` query heads sharing a KV head. A tree gets
+        // a `TreeIndex`: the kernel's ancestor bitsets, or the same dense mask.
+        let attn_kind = if t == 1 {
+            AttnKind::Plain
+        } else {
+            match vis {
+                Visibility::Causal => {
+                    let mut mask = vec![false; t * total];
+                    for i in 0..t {
+                        mask[i * total + past + i + 1..(i + 1) * total].fill(true);
                     }
+                    let mask = mask.repeat(group);
+                    AttnKind::Masked(
+                        Tensor::<2, Bool>::from_data(TensorData::new(mask, [group * t, total]), &m.device)
+                            .unsqueeze::<3>(),
+                    )
                 }
+                Visibility::Tree(tree) => AttnKind::Tree(
+                    TreeIndex::new(&tree.ancestor_mask(), past, group, m.tree_kernel, &m.device)
+                        .map_err(ModelError::Kernel)?,
+                ),
             }
-            Cache::Burn { keys, values } => {
-                // A single new token sees everything: no mask. A causal block gets the
-                // mask `[group · t, total]` (true = masked), the `[t, total]` pattern
-                // repeated for the `group` query heads sharing a KV head. A tree gets
-                // a `TreeIndex`: the kernel's ancestor bitsets, or the same dense mask.
-                let attn_kind = if t == 1 {
-                    AttnKind::Plain
-                } else {
-                    match vis {
-                        Visibility::Causal => {
-                            let mut mask = vec![false; t * total];
-                            for i in 0..t {
-                                mask[i * total + past + i + 1..(i + 1) * total].fill(true);
-                            }
-                            let mask = mask.repeat(group);
-                            AttnKind::Masked(
-                                Tensor::<2, Bool>::from_data(TensorData::new(mask, [group * t, total]), &m.device)
-                                    .unsqueeze::<3>(),
-                            )
-                        }
-                        Visibility::Tree(tree) => AttnKind::Tree(
-                            TreeIndex::new(&tree.ancestor_mask(), past, group, m.tree_kernel, &m.device)
-                                .map_err(ModelError::Kernel)?,
-                        ),
-                    }
+        };
+        for (l, layer) in m.layers.iter().enumerate() {
+            x = decoder_layer(layer, x, shape, (&cos, &sin), |q, k, v| {
+                let k_all = match keys[l].take() {
+                    Some(prev) => Tensor::cat(vec![prev, k], 1),
+                    None => k,
                 };
-                for (l, layer) in m.layers.iter().enumerate() {
-                    x = decoder_layer(layer, x, shape, (&cos, &sin), |q, k, v| {
-                        let k_all = match keys[l].take() {
-                            Some(prev) => Tensor::cat(vec![prev, k], 1),
-                            None => k,
-                        };
-                        let v_all = match values[l].take() {
-                            Some(prev) => Tensor::cat(vec![prev, v], 1),
-                            None => v,
-                        };
-                        keys[l] = Some(k_all.clone());
-                        values[l] = Some(v_all.clone());
-                        match &attn_kind {
-                            AttnKind::Plain => Ok(attention(q, k_all, v_all, None)),
-                            AttnKind::Masked(mask) => Ok(attention(q, k_all, v_all, Some(mask))),
-                            AttnKind::Tree(ix) => tree_attention(q, k_all, v_all, ix),
-                        }
-                    })
-                    .map_err(|e| {
-                        // Leave the cache as it was: drop the rows this pass appended.
-                        for cache in keys.iter_mut().chain(values.iter_mut()) {
-                            *cache = match cache.take() {
-                                Some(c) if c.dims()[1] > past => (past > 0).then(|| c.narrow(1, 0, past)),
-                                other => other,
-                            };
-                        }
-                        ModelError::Kernel(e)
-                    })?;
-                    if l + 1 < cfg.num_layers {
-                        tap(l + 1, &x);
-                    }
+                let v_all = match values[l].take() {
+                    Some(prev) => Tensor::cat(vec![prev, v], 1),
+                    None => v,
+                };
+                keys[l] = Some(k_all.clone());
+                values[l] = Some(v_all.clone());
+                match &attn_kind {
+                    AttnKind::Plain => Ok(attention(q, k_all, v_all, None)),
+                    AttnKind::Masked(mask) => Ok(attention(q, k_all, v_all, Some(mask))),
+                    AttnKind::Tree(ix) => tree_attention(q, k_all, v_all, ix),
                 }
+            })
+            .map_err(|e| {
+                // Leave the cache as it was: drop the rows this pass appended.
+                for cache in keys.iter_mut().chain(values.iter_mut()) {
+                    *cache = match cache.take() {
+                        Some(c) if c.dims()[1] > past => (past > 0).then(|| c.narrow(1, 0, past)),
+                        other => other,
+                    };
+                }
+                ModelError::Kernel(e)
+            })?;
+            if l + 1 < cfg.num_layers {
+                tap(l + 1, &x);
             }
         }
         let normed = m.rms_norm(x, &m.norm);
@@ -593,6 +567,63 @@ impl<'m> Session<'m> {
         }
         Ok(ForwardOutput { logits: to_vec(logits)?, rows, hidden: hidden_out })
     }
+}
+
+/// [`Session::forward`] on the `flex` CPU backend, all in host memory: the
+/// packed kernels for the projections and the LM head, the host element-wise
+/// steps of [`crate::cpu_layer`], attention over the in-place cache `kv`
+/// (rows `past..past + t` receive this pass's keys and values).
+#[allow(clippy::too_many_arguments)]
+fn host_forward(
+    m: &Model,
+    kv: &mut HostKv,
+    tokens: &[u32],
+    positions: &[usize],
+    past: usize,
+    vis: Visibility<'_>,
+    hidden: &[usize],
+    all_logits: bool,
+) -> Result<ForwardOutput> {
+    let cfg = &m.cfg;
+    let (t, h, nh) = (tokens.len(), cfg.hidden_size, cfg.num_heads);
+    let mask = match vis {
+        Visibility::Tree(tree) => Some(tree.ancestor_mask()),
+        Visibility::Causal => None,
+    };
+    let visible = match (&mask, t) {
+        (Some(mask), _) => Visible::Tree(mask),
+        (None, 1) => Visible::All,
+        (None, _) => Visible::Causal,
+    };
+    kv.reserve(past + t, past);
+    let rope = HostRope::new(&m.inv_freq, positions);
+    let shape = LayerShape::of(cfg);
+    let mut x = host(m.embed(tokens)?)?;
+    let mut taps: Vec<(usize, Vec<f32>)> = Vec::new();
+    let mut tap = |idx: usize, x: &[f32]| {
+        if hidden.contains(&idx) {
+            taps.push((idx, x.to_vec()));
+        }
+    };
+    tap(0, &x);
+    for (l, layer) in m.layers.iter().enumerate() {
+        layer.forward_host(&mut x, shape, &rope, |q, k, v| {
+            kv.write(l, past, &k, &v, t);
+            Ok::<_, ModelError>(kv.attend(l, &q, nh, t, past, &visible))
+        })?;
+        if l + 1 < cfg.num_layers {
+            tap(l + 1, &x);
+        }
+    }
+    let normed = rms_norm_rows(&x, &m.norm_host, cfg.rms_norm_eps);
+    tap(cfg.num_layers, &normed);
+    let rows = if all_logits { t } else { 1 };
+    let logits = m.lm_head.forward_host(&normed[(t - rows) * h..], rows);
+    let hidden_out = hidden
+        .iter()
+        .map(|want| taps.iter().find(|(i, _)| i == want).expect("every requested index was tapped").1.clone())
+        .collect();
+    Ok(ForwardOutput { logits, rows, hidden: hidden_out })
 }
 
 /// A tensor's values in host memory, row-major.
