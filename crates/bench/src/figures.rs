@@ -139,7 +139,8 @@ pub fn acceptance_histograms(records: &[SampleRecord]) -> Vec<AcceptanceHistogra
                 }
             };
         let h = &mut out[at];
-        for round in &r.rounds {
+        // Acceptance lengths of drafted rounds (a `+skip` method's AR steps are not drafts).
+        for round in r.rounds.iter().filter(|round| round.drafted) {
             if h.counts.len() <= round.accepted {
                 h.counts.resize(round.accepted + 1, 0);
             }

@@ -414,7 +414,6 @@ pub fn run(
                 SampleRecord::make_key(&pair.name, s.prompt.dataset, &s.prompt.id, Method::Ar, s.temperature, s.seed);
             store.records().iter().find(|r| r.key == ar_key).map(|r| r.output == o.output)
         });
-        let rounds = o.rounds.len();
         let record = SampleRecord {
             key: s.key.clone(),
             model: pair.name.clone(),
@@ -425,11 +424,7 @@ pub fn run(
             temperature: s.temperature,
             seed: s.seed,
             prompt_tokens: o.prompt_tokens,
-            tau: if rounds == 0 {
-                0.0
-            } else {
-                o.rounds.iter().map(|r| r.accepted as f64).sum::<f64>() / rounds as f64
-            },
+            tau: bastion_decode::tau(&o.rounds),
             tpot_s: if o.output.is_empty() { 0.0 } else { o.decode_s / o.output.len() as f64 },
             output: o.output,
             rounds: o.rounds,

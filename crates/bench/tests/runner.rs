@@ -74,7 +74,7 @@ type Reproducible = (String, Vec<u32>, Option<bool>, Vec<(usize, usize, usize)>)
 /// The fields a rerun must reproduce exactly at T = 0. `bastion` re-sizes
 /// trees from measured times, so its rounds (not its output) may differ.
 fn deterministic(r: &SampleRecord) -> Reproducible {
-    let rounds = if r.method == Method::Bastion {
+    let rounds = if matches!(r.method, Method::Bastion { .. }) {
         Vec::new()
     } else {
         r.rounds.iter().map(|x| (x.context_len, x.tree_size, x.accepted)).collect()

@@ -49,9 +49,9 @@ fn a_good_file_expands_to_the_sweep() {
             Method::DFlash,
             Method::DDTree { budget: 4 },
             Method::DDTree { budget: 16 },
-            Method::CaddTree,
-            Method::Bastion,
-            Method::BastionPaper
+            Method::CADDTREE,
+            Method::BASTION,
+            Method::BASTION_PAPER
         ]
     );
     assert_eq!(e.temperatures, vec![0.0, 1.0]);
@@ -189,7 +189,7 @@ fn shipped_experiments_validate() {
     assert_eq!(default.datasets.len(), 4);
     assert_eq!(default.temperatures, [0.0]);
     let check = Experiment::load(&r.join("experiments/check.toml"), &r).unwrap();
-    assert!(!check.methods.contains(&Method::Bastion), "online bastion is not deterministic");
+    assert!(!check.methods.contains(&Method::BASTION), "online bastion is not deterministic");
     assert!(check.models[0].calibration.is_some(), "the check pins its calibration");
 
     // Qwen3-8B's config (Hugging Face Qwen/Qwen3-8B) and the drafter's shape

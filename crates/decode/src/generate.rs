@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{DecodeError, Result};
 use crate::sampling::{argmax, Sampler};
+use crate::skip::SkipGate;
 
 /// How the verified tree's accepted path is chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -42,6 +43,10 @@ pub struct GenerateConfig {
     /// reproducing BASTION's released, biased rule).
     #[serde(default)]
     pub accept: AcceptRule,
+    /// Skip drafting in rounds where it is not expected to pay, taking an
+    /// AR step instead ([`crate::skip`]; the `+skip` methods set it).
+    #[serde(default)]
+    pub skip_draft: bool,
     /// Keep every round's draft logits, tree and accepted indices in
     /// [`Generation::trace`] (for tests and debugging; costs memory).
     pub trace: bool,
@@ -55,6 +60,7 @@ impl Default for GenerateConfig {
             temperature: 0.0,
             seed: 0,
             accept: AcceptRule::Walk,
+            skip_draft: false,
             trace: false,
         }
     }
@@ -79,6 +85,15 @@ pub struct RoundRecord {
     pub verify_s: f64,
     /// Posterior sampling, the walk and KV-cache compaction (s).
     pub commit_s: f64,
+    /// Whether the round drafted: `false` for the AR steps of `ar` and of
+    /// the `+skip` methods' skipped rounds, which τ leaves out.
+    #[serde(default = "drafted_by_default")]
+    pub drafted: bool,
+}
+
+/// Records written before `drafted` existed: every round of a speculative method drafted.
+fn drafted_by_default() -> bool {
+    true
 }
 
 /// What one round saw, kept when [`GenerateConfig::trace`] is set.
@@ -118,12 +133,9 @@ impl Generation {
         self.rounds.iter().map(|r| r.accepted).collect()
     }
 
-    /// τ: mean tokens committed per round (bonus included); 0 without rounds.
+    /// τ: mean tokens committed per round (bonus included), see [`tau`].
     pub fn tau(&self) -> f64 {
-        if self.rounds.is_empty() {
-            return 0.0;
-        }
-        self.rounds.iter().map(|r| r.accepted as f64).sum::<f64>() / self.rounds.len() as f64
+        tau(&self.rounds)
     }
 
     /// TPOT: decode time per output token (s), prefill and first draft
@@ -135,6 +147,18 @@ impl Generation {
             self.decode_s / self.tokens.len() as f64
         }
     }
+}
+
+/// τ of a generation's rounds: mean tokens committed per drafted round,
+/// bonus included (AR steps a `+skip` method took instead of drafting are
+/// left out; for `ar`, whose rounds never draft, 1); 0 without rounds.
+pub fn tau(rounds: &[RoundRecord]) -> f64 {
+    let drafted: Vec<&RoundRecord> = rounds.iter().filter(|r| r.drafted).collect();
+    let counted = if drafted.is_empty() { rounds.iter().collect() } else { drafted };
+    if counted.is_empty() {
+        return 0.0;
+    }
+    counted.iter().map(|r| r.accepted as f64).sum::<f64>() / counted.len() as f64
 }
 
 /// Generates from `prompt` with `target`, drafting with `draft` (a drafter
@@ -199,14 +223,16 @@ pub fn generate(
         trace: Vec::new(),
     };
     let stopped = |tokens: &[u32]| tokens.iter().any(|t| cfg.stop_tokens.contains(t));
+    let mut gate = (cfg.skip_draft && draft.is_some()).then(SkipGate::new);
     let decode_start = Instant::now();
     while session.len() - prompt.len() < cfg.max_new_tokens && !stopped(&gen.tokens) {
         let context_len = session.len();
+        let drafts = draft.is_some() && gate.as_ref().is_none_or(SkipGate::should_draft);
         let t = Instant::now();
         // Draft logits only as deep as the policy's largest tree can reach.
         let depth = draft.as_ref().map_or(0, |(_, policy)| (block - 1).min(policy.max_nodes().max(1)));
         let draft_logits = match (&draft, &mut dsession) {
-            (Some(_), Some(ds)) => ds.draft_rows(target, &features, root, depth)?,
+            (Some(_), Some(ds)) if drafts => ds.draft_rows(target, &std::mem::take(&mut features), root, depth)?,
             _ => Vec::new(),
         };
         let draft_s = t.elapsed().as_secs_f64();
@@ -215,8 +241,10 @@ pub fn generate(
         }
         let t = Instant::now();
         let tree = match &mut draft {
-            Some((_, policy)) => build_tree_from_logits(&draft_logits, depth, vocab, root, context_len, &mut **policy)?,
-            None => DraftTree::root_only(root),
+            Some((_, policy)) if drafts => {
+                build_tree_from_logits(&draft_logits, depth, vocab, root, context_len, &mut **policy)?
+            }
+            _ => DraftTree::root_only(root),
         };
         let build_s = t.elapsed().as_secs_f64();
         let t = Instant::now();
@@ -234,14 +262,22 @@ pub fn generate(
         };
         session.commit(&acc.accepted)?;
         if draft.is_some() {
-            features = context_features(&out, hidden, Some(&acc.accepted))?;
+            // Appended: after skipped rounds the drafter reads every committed token's features.
+            features.extend(context_features(&out, hidden, Some(&acc.accepted))?);
         }
         gen.tokens.extend(acc.committed_tokens(&tree));
         root = acc.bonus;
         // The KV compaction is queued asynchronously on CubeCL backends.
         target.sync()?;
         let commit_s = t.elapsed().as_secs_f64();
-        if let Some((_, policy)) = &mut draft {
+        if let Some(g) = &mut gate {
+            if drafts {
+                g.record_draft(acc.committed(), draft_s + build_s + verify_s + commit_s);
+            } else {
+                g.record_ar(verify_s + commit_s);
+            }
+        }
+        if let (Some((_, policy)), true) = (&mut draft, drafts) {
             policy.observe(&RoundObservation {
                 round: gen.rounds.len(),
                 context_len,
@@ -259,6 +295,7 @@ pub fn generate(
             build_s,
             verify_s,
             commit_s,
+            drafted: drafts,
         });
         if cfg.trace {
             gen.trace.push(RoundTrace { draft_logits, tree, accepted: acc.accepted });

@@ -6,7 +6,9 @@
 //! nodes), `caddtree` (per-round budget from a measured cost model) and
 //! `bastion` (per-round budget from a calibrated roofline). Per round:
 //! draft → the budget policy grows the tree → target verification → the
-//! lossless walk → KV-cache commit. Every round is measured.
+//! lossless walk → KV-cache commit. Every round is measured. The
+//! cost-aware methods' `+skip` variants take an AR step instead of drafting
+//! in rounds where drafting is not expected to pay ([`skip`]).
 
 #![warn(missing_docs)]
 
@@ -18,15 +20,17 @@ mod pair;
 mod policy;
 mod profile;
 mod sampling;
+pub mod skip;
 
 pub use calibration::{
     Calibration, ConvexCurves, DeviceRecord, DrafterRecord, FitRecord, ProfileEvent, ProfileOptions, TargetRecord,
     VerifyPoint, CALIBRATION_FORMAT,
 };
 pub use error::{DecodeError, Result};
-pub use generate::{generate, AcceptRule, GenerateConfig, Generation, RoundRecord, RoundTrace};
+pub use generate::{generate, tau, AcceptRule, GenerateConfig, Generation, RoundRecord, RoundTrace};
 pub use method::Method;
 pub use pair::{CalibrationSource, ChatEncoder, LoadedPair, PairSpec, Speculator, DEFAULT_CALIBRATION_DIR};
 pub use policy::{policy_for, BastionRule, BastionSetup, PolicyInputs, CADDTREE_MAX_BUDGET};
 pub use profile::{profile, VerifyGrid};
 pub use sampling::{argmax, Sampler};
+pub use skip::SkipGate;

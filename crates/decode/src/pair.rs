@@ -283,7 +283,8 @@ impl LoadedPair {
     }
 
     /// One generation from `prompt` with `speculator`'s method (its policy
-    /// carries over to the next call).
+    /// carries over to the next call); a `+skip` method turns on
+    /// [`GenerateConfig::skip_draft`].
     ///
     /// # Errors
     /// As [`generate`].
@@ -293,6 +294,9 @@ impl LoadedPair {
             (None, Some(_)) => return Err(DecodeError::NoDrafter { method: speculator.method }),
             (_, None) => None,
         };
+        if speculator.method.skips_draft() && !cfg.skip_draft {
+            return generate(&self.target, draft, prompt, &GenerateConfig { skip_draft: true, ..cfg.clone() });
+        }
         generate(&self.target, draft, prompt, cfg)
     }
 }

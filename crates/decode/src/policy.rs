@@ -102,13 +102,13 @@ pub fn policy_for(method: Method, block_size: usize, inputs: &PolicyInputs) -> R
         Method::Ar => None,
         Method::DFlash => Some(Box::new(FixedBudget::chain(block_size.saturating_sub(1)))),
         Method::DDTree { budget } => Some(Box::new(FixedBudget::new(budget))),
-        Method::CaddTree => {
+        Method::CaddTree { .. } => {
             let cost = inputs.cost_model.clone().ok_or(DecodeError::NoCalibration { method })?;
             Some(Box::new(CaddTree::new(cost, CADDTREE_MAX_BUDGET)))
         }
-        Method::Bastion | Method::BastionPaper => {
+        Method::Bastion { .. } | Method::BastionPaper { .. } => {
             let setup = inputs.bastion.as_ref().ok_or(DecodeError::NoCalibration { method })?;
-            Some(Box::new(if method == Method::Bastion {
+            Some(Box::new(if matches!(method, Method::Bastion { .. }) {
                 Bastion::online(setup.config, setup.roofline, inputs.online)?
             } else {
                 Bastion::new(setup.config, setup.roofline)?
@@ -130,7 +130,7 @@ mod tests {
         assert_eq!((chain.max_nodes(), chain.top_k()), (15, 1));
         let dd = policy_for(Method::DDTree { budget: 64 }, 16, &none).unwrap().unwrap();
         assert_eq!(dd.max_nodes(), 64);
-        for m in [Method::CaddTree, Method::Bastion, Method::BastionPaper] {
+        for m in [Method::CADDTREE, Method::BASTION, Method::BASTION_PAPER] {
             let e = policy_for(m, 16, &none).err().unwrap().to_string();
             assert!(e.contains(&format!("method {m} needs")), "{e}");
         }
@@ -146,7 +146,7 @@ mod tests {
         let back: BastionSetup = serde_json::from_str(&json).unwrap();
         assert_eq!(back, setup);
         let inputs = PolicyInputs { bastion: Some(setup), ..PolicyInputs::default() };
-        for m in [Method::Bastion, Method::BastionPaper] {
+        for m in [Method::BASTION, Method::BASTION_PAPER] {
             let b = policy_for(m, 16, &inputs).unwrap().unwrap();
             assert_eq!(b.max_nodes(), 8191);
         }

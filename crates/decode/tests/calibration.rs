@@ -130,7 +130,7 @@ fn calibration_file_round_trips_and_drives_lossless_policies() {
     let prompt: Vec<u32> = (1..30).map(|i| (i * 37 % 250) as u32).collect();
     let cfg = GenerateConfig { max_new_tokens: 40, ..GenerateConfig::default() };
     let ar = generate(&target, None, &prompt, &cfg).unwrap().tokens;
-    for m in [Method::CaddTree, Method::Bastion, Method::BastionPaper] {
+    for m in [Method::CADDTREE, Method::BASTION, Method::BASTION_PAPER] {
         let mut policy = policy_for(m, drafter.block_size(), &inputs).unwrap().unwrap();
         let gen = generate(&target, Some((&drafter, &mut *policy)), &prompt, &cfg).unwrap();
         assert_eq!(gen.tokens, ar, "{m}");

@@ -29,8 +29,8 @@ fn policy(method: Method) -> Box<dyn BudgetPolicy> {
         Method::Ar => unreachable!("AR has no policy"),
         Method::DFlash => Box::new(FixedBudget::chain(7)),
         Method::DDTree { budget } => Box::new(FixedBudget::new(budget)),
-        Method::CaddTree => Box::new(CaddTree::new(FixtureCaddCost, 1024)),
-        Method::Bastion | Method::BastionPaper => {
+        Method::CaddTree { .. } => Box::new(CaddTree::new(FixtureCaddCost, 1024)),
+        Method::Bastion { .. } | Method::BastionPaper { .. } => {
             let model = RooflineModel {
                 shape: ModelShape::qwen3_4b(),
                 device: DevicePeak::h200(),
@@ -39,7 +39,7 @@ fn policy(method: Method) -> Box<dyn BudgetPolicy> {
             // The bare stop rule, so that trees vary in size round to round;
             // `bastion` also re-calibrates from the rounds it observes.
             let config = BastionConfig::raw_rule(0.0035, 0.0006);
-            Box::new(if method == Method::Bastion {
+            Box::new(if matches!(method, Method::Bastion { .. }) {
                 Bastion::online(config, model, OnlineConfig::default()).unwrap()
             } else {
                 Bastion::new(config, model).unwrap()
@@ -48,14 +48,19 @@ fn policy(method: Method) -> Box<dyn BudgetPolicy> {
     }
 }
 
-const TREE_METHODS: [Method; 7] = [
+const TREE_METHODS: [Method; 10] = [
     Method::DFlash,
     Method::DDTree { budget: 4 },
     Method::DDTree { budget: 16 },
     Method::DDTree { budget: 64 },
-    Method::CaddTree,
-    Method::Bastion,
-    Method::BastionPaper,
+    Method::CADDTREE,
+    Method::BASTION,
+    Method::BASTION_PAPER,
+    // Skipping rounds: at least one AR step (the one that measures it) after
+    // three drafted rounds, so generations of more than four rounds mix both.
+    Method::CaddTree { skip_draft: true },
+    Method::Bastion { skip_draft: true },
+    Method::BastionPaper { skip_draft: true },
 ];
 
 fn run(target: &Model, drafter: &Drafter, method: Method, prompt: &[u32], cfg: &GenerateConfig) -> Vec<u32> {
@@ -63,7 +68,12 @@ fn run(target: &Model, drafter: &Drafter, method: Method, prompt: &[u32], cfg: &
         return generate(target, None, prompt, cfg).unwrap().tokens;
     }
     let mut p = policy(method);
-    generate(target, Some((drafter, &mut *p)), prompt, cfg).unwrap().tokens
+    let cfg = GenerateConfig { skip_draft: method.skips_draft(), ..cfg.clone() };
+    let g = generate(target, Some((drafter, &mut *p)), prompt, &cfg).unwrap();
+    if method.skips_draft() && g.rounds.len() > bastion_decode::skip::WARMUP_DRAFTS {
+        assert!(!g.rounds[bastion_decode::skip::WARMUP_DRAFTS].drafted, "the AR step that measures t_ar");
+    }
+    g.tokens
 }
 
 proptest! {

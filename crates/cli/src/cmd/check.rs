@@ -48,7 +48,7 @@ pub fn run(a: Args) -> Result {
     let refuse = |field: &str, why: String| -> Box<dyn std::error::Error> {
         format!("{}: {field}: {why}; `bastion check` needs a deterministic τ", file.display()).into()
     };
-    if exp.methods.contains(&Method::Bastion) {
+    if exp.methods.iter().any(|m| matches!(m, Method::Bastion { .. })) {
         return Err(refuse("methods", "online `bastion` sizes its trees from wall-clock times".into()));
     }
     if exp.temperatures.iter().any(|&t| t != 0.0) {

@@ -58,11 +58,11 @@ impl PairArgs {
         let mut spec = PairSpec::new(&self.target.model, self.target.backend);
         spec.drafter = self.drafter.clone().filter(|_| method.needs_drafter());
         if let Some(cost) = cost {
-            if method == Method::Bastion {
+            if matches!(method, Method::Bastion { .. }) {
                 cost.online().validate().map_err(|e| format!("--online-forgetting: {e}"))?;
             }
             spec.calibration = method.needs_calibration().then(|| cost.source());
-            if matches!(method, Method::Bastion | Method::BastionPaper) {
+            if method.is_bastion() {
                 spec.bastion_rule = cost.rule_for(self.target.backend);
             }
             spec.online = cost.online();

@@ -81,7 +81,7 @@ fn draft(a: &Args, drafter: &Path) -> ExperimentDraft {
             turns: "first".into(),
         },
         bastion: DraftBastion {
-            rule: if matches!(a.method, Method::Bastion | Method::BastionPaper) {
+            rule: if a.method.is_bastion() {
                 a.cost.rule_for(a.pair.target.backend)
             } else {
                 a.cost.bastion_rule.unwrap_or(BastionRule::for_backend(a.pair.target.backend))
