@@ -197,8 +197,15 @@ unsafe fn attend_row_avx2(q: &[f32], keys: &[f32], values: &[f32], hd: usize, ro
 #[inline(always)]
 fn attend_row_any(q: &[f32], keys: &[f32], values: &[f32], hd: usize, rows: &[usize], o: &mut [f32]) {
     let scale = 1.0 / (hd as f32).sqrt();
-    let mut scores: Vec<f32> = rows.iter().map(|&j| dot8(q, &keys[j * hd..(j + 1) * hd]) * scale).collect();
-    let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
+    // Plain loops (no iterator adaptors taking closures): they inline into
+    // the AVX2 instantiation, where a non-inlined `map` body would not.
+    let mut scores = Vec::with_capacity(rows.len());
+    let mut max = f32::NEG_INFINITY;
+    for &j in rows {
+        let s = dot8(q, &keys[j * hd..(j + 1) * hd]) * scale;
+        max = max.max(s);
+        scores.push(s);
+    }
     let mut sum = 0.0f32;
     for s in &mut scores {
         *s = (*s - max).exp();

@@ -146,11 +146,12 @@ impl PackedMatrix {
         let out = OutPtr(y.as_mut_ptr());
         let run = |p: usize| {
             let panel = &self.data[p * NR * k..(p + 1) * NR * k];
+            let next = self.data.get((p + 1) * NR * k..(p + 2) * NR * k);
             let cols = NR.min(n - p * NR);
             // SAFETY: panel `p` writes only columns p·NR .. p·NR + cols of
             // each of the m rows of `y` (length m · n, checked above), and
             // every panel index is visited by exactly one task.
-            unsafe { panel_product(isa, panel, x, m, k, out, n, p * NR, cols) };
+            unsafe { panel_product(isa, panel, next, x, m, k, out, n, p * NR, cols) };
         };
         if m * n * k <= SERIAL_WORK || rayon::current_num_threads() == 1 {
             (0..panels).for_each(run);
@@ -196,7 +197,10 @@ impl Isa {
     }
 }
 
-/// All `m` rows times one panel, in blocks of `MR` rows.
+/// All `m` rows times one panel, in blocks of `MR` rows. While the first
+/// block runs, the next panel `next` (when there is one) is prefetched, one
+/// cache line per step along `k`, so that reading the weights from memory
+/// overlaps the arithmetic of the row blocks instead of alternating with it.
 ///
 /// # Safety
 /// `y` points to `m · ldy` floats; columns `col0 .. col0 + cols` of them are
@@ -205,6 +209,7 @@ impl Isa {
 unsafe fn panel_product(
     isa: Isa,
     panel: &[f32],
+    next: Option<&[f32]>,
     x: &[f32],
     m: usize,
     k: usize,
@@ -222,7 +227,7 @@ unsafe fn panel_product(
         match isa {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: Isa::Avx2Fma is only chosen when the CPU has AVX2 and FMA.
-            Isa::Avx2Fma => unsafe { block_avx2(panel, xs, rows, k, &mut acc) },
+            Isa::Avx2Fma => unsafe { block_avx2(panel, if i == 0 { next } else { None }, xs, rows, k, &mut acc) },
             Isa::Portable => block_portable(panel, xs, rows, k, &mut acc),
         }
         for (r, a) in acc.iter().enumerate().take(rows) {
@@ -253,30 +258,45 @@ fn block_portable(panel: &[f32], x: &[f32], rows: usize, k: usize, acc: &mut [[f
 /// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn block_avx2(panel: &[f32], x: &[f32], rows: usize, k: usize, acc: &mut [[f32; NR]; MR]) {
+unsafe fn block_avx2(panel: &[f32], next: Option<&[f32]>, x: &[f32], rows: usize, k: usize, acc: &mut [[f32; NR]; MR]) {
     // SAFETY (all arms): same CPU features as this function.
     unsafe {
-        match rows {
-            1 => block_avx2_n::<1>(panel, x, k, acc),
-            2 => block_avx2_n::<2>(panel, x, k, acc),
-            3 => block_avx2_n::<3>(panel, x, k, acc),
-            4 => block_avx2_n::<4>(panel, x, k, acc),
-            5 => block_avx2_n::<5>(panel, x, k, acc),
-            _ => block_avx2_n::<MR>(panel, x, k, acc),
+        match (rows, next) {
+            (1, None) => block_avx2_n::<1, false>(panel, panel, x, k, acc),
+            (1, Some(n)) => block_avx2_n::<1, true>(panel, n, x, k, acc),
+            (2, None) => block_avx2_n::<2, false>(panel, panel, x, k, acc),
+            (2, Some(n)) => block_avx2_n::<2, true>(panel, n, x, k, acc),
+            (3, None) => block_avx2_n::<3, false>(panel, panel, x, k, acc),
+            (3, Some(n)) => block_avx2_n::<3, true>(panel, n, x, k, acc),
+            (4, None) => block_avx2_n::<4, false>(panel, panel, x, k, acc),
+            (4, Some(n)) => block_avx2_n::<4, true>(panel, n, x, k, acc),
+            (5, None) => block_avx2_n::<5, false>(panel, panel, x, k, acc),
+            (5, Some(n)) => block_avx2_n::<5, true>(panel, n, x, k, acc),
+            (_, None) => block_avx2_n::<MR, false>(panel, panel, x, k, acc),
+            (_, Some(n)) => block_avx2_n::<MR, true>(panel, n, x, k, acc),
         }
     }
 }
 
 /// `R` rows × [`NR`] columns: `2R` accumulators, two weight loads and `R`
-/// broadcasts per step along `k`, then one store per accumulator.
+/// broadcasts per step along `k`, then one store per accumulator. With
+/// `PREFETCH`, one cache line of `next` (the next panel, `[k, NR]`) is
+/// prefetched per step (a hint only: the arithmetic is the same).
 ///
 /// # Safety
-/// The CPU must support AVX2 and FMA; `panel` is `[k, NR]`, `x` `[R, k]`.
+/// The CPU must support AVX2 and FMA; `panel` and `next` are `[k, NR]`, `x` `[R, k]`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn block_avx2_n<const R: usize>(panel: &[f32], x: &[f32], k: usize, acc: &mut [[f32; NR]; MR]) {
+unsafe fn block_avx2_n<const R: usize, const PREFETCH: bool>(
+    panel: &[f32],
+    next: &[f32],
+    x: &[f32],
+    k: usize,
+    acc: &mut [[f32; NR]; MR],
+) {
     use std::arch::x86_64::*;
-    assert!(panel.len() >= k * NR && x.len() >= R * k && R <= MR);
+    assert!(panel.len() >= k * NR && next.len() >= k * NR && x.len() >= R * k && R <= MR);
+    let pn = next.as_ptr();
     let mut lo = [_mm256_setzero_ps(); R];
     let mut hi = [_mm256_setzero_ps(); R];
     let (pw, px) = (panel.as_ptr(), x.as_ptr());
@@ -284,6 +304,9 @@ unsafe fn block_avx2_n<const R: usize>(panel: &[f32], x: &[f32], k: usize, acc: 
         // SAFETY: kk < k, so kk·NR + 16 ≤ k·NR ≤ panel.len() and
         // r·k + kk < R·k ≤ x.len() (asserted above).
         unsafe {
+            if PREFETCH {
+                _mm_prefetch::<_MM_HINT_T0>(pn.add(kk * NR).cast());
+            }
             let w0 = _mm256_loadu_ps(pw.add(kk * NR));
             let w1 = _mm256_loadu_ps(pw.add(kk * NR + 8));
             for (r, (lo, hi)) in lo.iter_mut().zip(hi.iter_mut()).enumerate() {
