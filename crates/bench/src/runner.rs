@@ -228,6 +228,7 @@ fn open_pair(exp: &Experiment, pair: &ModelPair, opts: &RunOptions) -> Result<Lo
         calibration,
         bastion_rule: exp.bastion_rule,
         online: exp.online,
+        draft_vocab: pair.draft_vocab,
     })?)
 }
 

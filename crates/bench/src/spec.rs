@@ -75,6 +75,9 @@ pub struct ModelPair {
     /// The calibration for caddtree / bastion (`None`: this machine's file
     /// under `results/calibration/`).
     pub calibration: Option<PathBuf>,
+    /// `draft_vocab = N`: draft over the drafter's N most frequent tokens
+    /// (its `draft_vocab.json`); `None`: the whole vocabulary.
+    pub draft_vocab: Option<usize>,
 }
 
 /// A validated experiment.
@@ -150,6 +153,8 @@ struct RawModel {
     drafter: Spanned<String>,
     #[serde(default)]
     calibration: Option<Spanned<String>>,
+    #[serde(default)]
+    draft_vocab: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -440,7 +445,22 @@ impl Experiment {
                     ),
                 ));
             }
-            models.push(ModelPair { name: n, target, drafter, calibration });
+            let draft_vocab = match &m.draft_vocab {
+                None => None,
+                Some(n) => {
+                    let at = |why: String| loc.at(n.span(), format!("models[{i}].draft_vocab"), why);
+                    let size = usize::try_from(*n.get_ref())
+                        .ok()
+                        .filter(|&v| v >= 1)
+                        .ok_or_else(|| at(format!("expected a token count ≥ 1, found {}", n.get_ref())))?;
+                    let file = drafter.join(bastion_models::DRAFT_VOCAB_FILE);
+                    bastion_models::DraftVocabFile::read(&file)
+                        .and_then(|v| v.top(size, &file))
+                        .map_err(|e| at(format!("{e} (`bastion draft-vocab` writes the file)")))?;
+                    Some(size)
+                }
+            };
+            models.push(ModelPair { name: n, target, drafter, calibration, draft_vocab });
         }
 
         // Datasets.
@@ -596,6 +616,9 @@ pub struct DraftModel {
     /// `calibration` file (omitted: this machine's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub calibration: Option<PathBuf>,
+    /// `draft_vocab` (omitted: the whole vocabulary).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draft_vocab: Option<usize>,
 }
 
 /// The `[datasets]` table of an [`ExperimentDraft`].

@@ -91,6 +91,7 @@ fn a_drafted_experiment_round_trips() {
             target: "tests/fixtures/tiny-qwen3".into(),
             drafter: "tests/fixtures/tiny-dflash".into(),
             calibration: None,
+            draft_vocab: None,
         }],
         datasets: DraftDatasets {
             names: vec![DatasetName::Gsm8k, DatasetName::MtBench],
@@ -134,6 +135,18 @@ fn mistakes_name_the_file_line_and_field() {
             "12:11: models[0].drafter",
             "does not fit target",
         ),
+        (
+            with("tests/fixtures/tiny-dflash\"", "tests/fixtures/tiny-dflash\"\ndraft_vocab = 0"),
+            "13:15: models[0].draft_vocab",
+            "expected a token count ≥ 1",
+        ),
+        // The tiny drafter has no draft_vocab.json.
+        (
+            with("tests/fixtures/tiny-dflash\"", "tests/fixtures/tiny-dflash\"\ndraft_vocab = 64"),
+            "13:15: models[0].draft_vocab",
+            "draft_vocab.json",
+        ),
+        (with("\"dflash\", \"ddtree\"", "\"dflash+skip\", \"ddtree\""), "6:12: methods[0]", "only the cost-aware"),
         (with("max_samples = 2", "max_samples = 2\nshuffle = true"), "17:1: datasets.shuffle", "unknown field"),
         (with("[\"dflash\"", "[\"dflash\", \"dflash\""), "6:22: methods[1]", "listed twice"),
         (with("rule = \"raw\"", "rule = \"tiles\""), "19:8: bastion.rule", "expected paper or raw"),
@@ -185,7 +198,9 @@ fn shipped_experiments_validate() {
     assert!(model.is_file(), "{} is missing: run scripts/fetch-model.sh first", model.display());
     let default = Experiment::load(&r.join("experiments/default.toml"), &r).unwrap();
     assert_eq!(default.name, "default");
-    assert_eq!(default.methods.len(), 9);
+    // ar, dflash, ddtree ×4, caddtree, bastion, bastion-paper, and the two +skip rows.
+    assert_eq!(default.methods.len(), 11);
+    assert!(default.methods.contains(&Method::Bastion { skip_draft: true }));
     assert_eq!(default.datasets.len(), 4);
     assert_eq!(default.temperatures, [0.0]);
     let check = Experiment::load(&r.join("experiments/check.toml"), &r).unwrap();

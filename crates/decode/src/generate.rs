@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use bastion_models::{context_features, Drafter, Model};
-use bastion_tree::{build_tree_from_logits, walk, Acceptance, BudgetPolicy, DraftTree, RoundObservation};
+use bastion_tree::{build_tree_from_draft_logits, walk, Acceptance, BudgetPolicy, DraftTree, RoundObservation};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{DecodeError, Result};
@@ -100,7 +100,7 @@ fn drafted_by_default() -> bool {
 #[derive(Debug, Clone)]
 pub struct RoundTrace {
     /// Draft logits `[depth, vocab]` row-major, `depth = min(B − 1, max_nodes)` of the
-    /// policy (empty for `ar`).
+    /// policy, `vocab` the draft vocabulary's (empty for `ar` and skipped rounds).
     pub draft_logits: Vec<f32>,
     /// The verified tree.
     pub tree: DraftTree,
@@ -182,9 +182,28 @@ pub fn tau(rounds: &[RoundRecord]) -> f64 {
 /// `max_position_embeddings`; model and tree errors otherwise.
 pub fn generate(
     target: &Model,
+    draft: Option<(&Drafter, &mut dyn BudgetPolicy)>,
+    prompt: &[u32],
+    cfg: &GenerateConfig,
+) -> Result<Generation> {
+    let mut gate = SkipGate::new();
+    generate_with_gate(target, draft, prompt, cfg, cfg.skip_draft.then_some(&mut gate))
+}
+
+/// As [`generate`], with a skip gate ([`crate::skip`]) that outlives the
+/// generation, so that what it measured carries over to the next one (a
+/// `+skip` method's [`crate::Speculator`] keeps one). With `gate` given,
+/// rounds may skip drafting whatever [`GenerateConfig::skip_draft`] says;
+/// without a drafter it is not used.
+///
+/// # Errors
+/// As [`generate`].
+pub fn generate_with_gate(
+    target: &Model,
     mut draft: Option<(&Drafter, &mut dyn BudgetPolicy)>,
     prompt: &[u32],
     cfg: &GenerateConfig,
+    gate: Option<&mut SkipGate>,
 ) -> Result<Generation> {
     if prompt.is_empty() {
         return Err(DecodeError::Usage("the prompt is empty".into()));
@@ -223,11 +242,17 @@ pub fn generate(
         trace: Vec::new(),
     };
     let stopped = |tokens: &[u32]| tokens.iter().any(|t| cfg.stop_tokens.contains(t));
-    let mut gate = (cfg.skip_draft && draft.is_some()).then(SkipGate::new);
+    let mut gate = gate.filter(|_| draft.is_some());
+    if let Some(g) = gate.as_mut() {
+        g.begin_generation();
+    }
+    // A pruned draft vocabulary: draft-logit column `t` is token `draft_map[t]`.
+    let drafter: Option<&Drafter> = draft.as_ref().map(|(d, _)| *d);
+    let draft_map: Option<&[u32]> = drafter.and_then(Drafter::draft_vocab);
     let decode_start = Instant::now();
     while session.len() - prompt.len() < cfg.max_new_tokens && !stopped(&gen.tokens) {
         let context_len = session.len();
-        let drafts = draft.is_some() && gate.as_ref().is_none_or(SkipGate::should_draft);
+        let drafts = draft.is_some() && gate.as_ref().is_none_or(|g| g.should_draft());
         let t = Instant::now();
         // Draft logits only as deep as the policy's largest tree can reach.
         let depth = draft.as_ref().map_or(0, |(_, policy)| (block - 1).min(policy.max_nodes().max(1)));
@@ -241,9 +266,15 @@ pub fn generate(
         }
         let t = Instant::now();
         let tree = match &mut draft {
-            Some((_, policy)) if drafts => {
-                build_tree_from_logits(&draft_logits, depth, vocab, root, context_len, &mut **policy)?
-            }
+            Some((_, policy)) if drafts => build_tree_from_draft_logits(
+                &draft_logits,
+                depth,
+                draft_map.map_or(vocab, <[u32]>::len),
+                draft_map,
+                root,
+                context_len,
+                &mut **policy,
+            )?,
             _ => DraftTree::root_only(root),
         };
         let build_s = t.elapsed().as_secs_f64();

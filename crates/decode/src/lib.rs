@@ -27,7 +27,9 @@ pub use calibration::{
     VerifyPoint, CALIBRATION_FORMAT,
 };
 pub use error::{DecodeError, Result};
-pub use generate::{generate, tau, AcceptRule, GenerateConfig, Generation, RoundRecord, RoundTrace};
+pub use generate::{
+    generate, generate_with_gate, tau, AcceptRule, GenerateConfig, Generation, RoundRecord, RoundTrace,
+};
 pub use method::Method;
 pub use pair::{CalibrationSource, ChatEncoder, LoadedPair, PairSpec, Speculator, DEFAULT_CALIBRATION_DIR};
 pub use policy::{policy_for, BastionRule, BastionSetup, PolicyInputs, CADDTREE_MAX_BUDGET};

@@ -10,14 +10,18 @@
 
 use std::path::{Path, PathBuf};
 
-use bastion_models::{load_model, load_tokenizer, BackendKind, ChatTemplate, Drafter, Message, Model, Tokenizer};
+use bastion_models::{
+    load_model, load_tokenizer, BackendKind, ChatTemplate, DraftVocabFile, Drafter, Message, Model, Tokenizer,
+    DRAFT_VOCAB_FILE,
+};
 use bastion_tree::{BudgetPolicy, OnlineConfig};
 
 use crate::calibration::Calibration;
 use crate::error::{DecodeError, Result};
-use crate::generate::{generate, GenerateConfig, Generation};
+use crate::generate::{generate_with_gate, GenerateConfig, Generation};
 use crate::method::Method;
 use crate::policy::{policy_for, BastionRule, PolicyInputs};
+use crate::skip::SkipGate;
 
 /// Where `bastion profile` writes calibrations and the cost-aware methods
 /// look for this machine's, relative to the working directory.
@@ -64,6 +68,10 @@ pub struct PairSpec {
     pub bastion_rule: BastionRule,
     /// `bastion`'s online calibration.
     pub online: OnlineConfig,
+    /// Draft over the drafter's `n` most frequent tokens only (its
+    /// `draft_vocab.json`, [`bastion_models::draft_vocab`]); `None`: the
+    /// whole vocabulary.
+    pub draft_vocab: Option<usize>,
 }
 
 impl PairSpec {
@@ -77,6 +85,7 @@ impl PairSpec {
             calibration: None,
             bastion_rule: BastionRule::default(),
             online: OnlineConfig::default(),
+            draft_vocab: None,
         }
     }
 }
@@ -86,6 +95,8 @@ impl PairSpec {
 pub struct Speculator {
     method: Method,
     policy: Option<Box<dyn BudgetPolicy>>,
+    /// The skip gate of a `+skip` method, kept across generations.
+    gate: Option<SkipGate>,
 }
 
 impl Speculator {
@@ -178,7 +189,12 @@ impl LoadedPair {
     /// tokenizer is not an error here: [`LoadedPair::tokenizer`] reports it.
     pub fn open(spec: PairSpec) -> Result<Self> {
         let target = load_model(&spec.target, &spec.backend.device()?)?;
-        let drafter = spec.drafter.as_deref().map(|d| Drafter::load(d, &target)).transpose()?;
+        let mut drafter = spec.drafter.as_deref().map(|d| Drafter::load(d, &target)).transpose()?;
+        if let (Some(n), Some(d), Some(dir)) = (spec.draft_vocab, drafter.as_mut(), spec.drafter.as_deref()) {
+            let path = dir.join(DRAFT_VOCAB_FILE);
+            let tokens = DraftVocabFile::read(&path)?.top(n, &path)?;
+            d.set_draft_vocab(&target, Some(tokens))?;
+        }
         let tokenizer = load_tokenizer(&spec.target).map_err(|e| e.to_string());
         let inputs = match &spec.calibration {
             None => PolicyInputs::default(),
@@ -279,12 +295,13 @@ impl LoadedPair {
         if method.needs_drafter() && self.drafter.is_none() {
             return Err(DecodeError::NoDrafter { method });
         }
-        Ok(Speculator { method, policy: policy_for(method, self.block_size(), &self.inputs)? })
+        let policy = policy_for(method, self.block_size(), &self.inputs)?;
+        Ok(Speculator { method, policy, gate: method.skips_draft().then(SkipGate::new) })
     }
 
     /// One generation from `prompt` with `speculator`'s method (its policy
-    /// carries over to the next call); a `+skip` method turns on
-    /// [`GenerateConfig::skip_draft`].
+    /// carries over to the next call, and so does a `+skip` method's skip
+    /// gate, [`crate::skip`]).
     ///
     /// # Errors
     /// As [`generate`].
@@ -294,9 +311,12 @@ impl LoadedPair {
             (None, Some(_)) => return Err(DecodeError::NoDrafter { method: speculator.method }),
             (_, None) => None,
         };
-        if speculator.method.skips_draft() && !cfg.skip_draft {
-            return generate(&self.target, draft, prompt, &GenerateConfig { skip_draft: true, ..cfg.clone() });
-        }
-        generate(&self.target, draft, prompt, cfg)
+        let mut fresh = SkipGate::new();
+        let gate = match (&mut speculator.gate, cfg.skip_draft) {
+            (Some(kept), _) => Some(kept),
+            (None, true) => Some(&mut fresh),
+            (None, false) => None,
+        };
+        generate_with_gate(&self.target, draft, prompt, cfg, gate)
     }
 }

@@ -6,13 +6,41 @@ use rand_chacha::ChaCha8Rng;
 /// Index of the largest logit; the first one on exact ties (as
 /// `torch.argmax`). `0` for an empty row.
 pub fn argmax(row: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in row.iter().enumerate() {
-        if v > row[best] {
-            best = i;
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU reports AVX2 at run time.
+        return unsafe { argmax_avx2(row) };
+    }
+    argmax_portable(row)
+}
+
+/// [`argmax_portable`] compiled for AVX2 (chosen at run time).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn argmax_avx2(row: &[f32]) -> u32 {
+    argmax_portable(row)
+}
+
+/// The largest value in 8 lanes (comparisons only, so it vectorises; NaN
+/// never wins), then the first position holding it: the same answer as one
+/// scan keeping the first strictly larger value, in two fast passes.
+#[inline(always)]
+fn argmax_portable(row: &[f32]) -> u32 {
+    let mut lanes = [f32::NEG_INFINITY; 8];
+    let chunks = row.chunks_exact(8);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (m, &v) in lanes.iter_mut().zip(c) {
+            *m = if v > *m { v } else { *m };
         }
     }
-    best as u32
+    let mut max = f32::NEG_INFINITY;
+    for &v in lanes.iter().chain(tail) {
+        if v > max {
+            max = v;
+        }
+    }
+    row.iter().position(|&v| v == max).unwrap_or(0) as u32
 }
 
 /// Draws tokens from logit rows: argmax at temperature 0, otherwise a draw
@@ -72,6 +100,34 @@ mod tests {
     fn argmax_takes_first_of_ties() {
         assert_eq!(argmax(&[1.0, 3.0, 3.0, 2.0]), 1);
         assert_eq!(argmax(&[f32::NEG_INFINITY, -1.0]), 1);
+        assert_eq!(argmax(&[f32::NEG_INFINITY; 3]), 0);
+        assert_eq!(argmax(&[f32::NAN, 1.0, f32::NAN, 2.0]), 3);
+        assert_eq!(argmax(&[]), 0);
+    }
+
+    /// The two-pass argmax equals one scan keeping the first strictly larger value.
+    #[test]
+    fn argmax_equals_a_plain_scan() {
+        let scan = |row: &[f32]| {
+            let mut best = 0;
+            for (i, &v) in row.iter().enumerate() {
+                if v > row[best] {
+                    best = i;
+                }
+            }
+            best as u32
+        };
+        let mut s = 12345u32;
+        for len in [1usize, 7, 8, 9, 31, 1000, 49_152] {
+            let row: Vec<f32> = (0..len)
+                .map(|_| {
+                    s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                    // Few distinct values, so ties are common.
+                    ((s >> 24) % 50) as f32 - 25.0
+                })
+                .collect();
+            assert_eq!(argmax(&row), scan(&row), "length {len}");
+        }
     }
 
     #[test]

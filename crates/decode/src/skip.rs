@@ -16,11 +16,16 @@
 //! A drafted round commits `a` tokens in `t_d`; AR steps commit `t_d / t_ar`
 //! tokens in the same time. So the gate drafts when `a · t_ar ≥ t_d` and
 //! otherwise takes an AR step. To get there it first drafts
-//! [`WARMUP_DRAFTS`] rounds (the first, which also fills the drafter's
-//! context cache, is not measured) and takes one AR step to measure
-//! `t_ar`. While skipping it re-probes: after [`FIRST_PROBE`] AR steps in a
-//! row it drafts once more; each probe that still loses doubles the wait
-//! (up to [`MAX_PROBE`]), a winning one resets it.
+//! [`WARMUP_DRAFTS`] rounds and takes one AR step to measure `t_ar`. While
+//! skipping it re-probes: after [`FIRST_PROBE`] AR steps in a row it drafts
+//! once more; each probe that still loses doubles the wait (up to
+//! [`MAX_PROBE`]), a winning one resets it.
+//!
+//! A gate lives as long as its method's speculator (like BASTION's online
+//! calibration), so what one generation learnt carries over to the next
+//! ([`SkipGate::begin_generation`]). Round 0 of every generation drafts: it
+//! fills the drafter's context cache with the prompt, its time is left out
+//! of the decode time for every method, and the gate does not measure it.
 //!
 //! Lossless by construction: an AR step verifies the root alone and
 //! samples the target's posterior there, exactly as the `ar` method does,
@@ -31,7 +36,8 @@
 
 /// Weight of the newest round in the moving averages.
 pub const EMA_WEIGHT: f64 = 0.25;
-/// Drafted rounds before the gate may skip (the first is not measured).
+/// Drafted rounds before the gate may skip for the first time (round 0,
+/// not measured, included).
 pub const WARMUP_DRAFTS: usize = 3;
 /// AR steps in a row before the first re-probe.
 pub const FIRST_PROBE: usize = 4;
@@ -41,6 +47,8 @@ pub const MAX_PROBE: usize = 64;
 /// The per-generation state of the skip rule (module docs).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SkipGate {
+    /// The next drafted round is a generation's round 0 (not measured).
+    fresh: bool,
     drafted: usize,
     tokens: Option<f64>,
     seconds: Option<f64>,
@@ -57,9 +65,10 @@ impl Default for SkipGate {
 }
 
 impl SkipGate {
-    /// A gate for a new generation.
+    /// A gate that has measured nothing yet.
     pub fn new() -> Self {
         Self {
+            fresh: true,
             drafted: 0,
             tokens: None,
             seconds: None,
@@ -79,9 +88,15 @@ impl SkipGate {
         }
     }
 
+    /// A new generation starts: its round 0 drafts and is not measured;
+    /// the estimates and the probing state carry over.
+    pub fn begin_generation(&mut self) {
+        self.fresh = true;
+    }
+
     /// Whether the next round drafts.
     pub fn should_draft(&self) -> bool {
-        if self.drafted < WARMUP_DRAFTS {
+        if self.fresh || self.drafted < WARMUP_DRAFTS {
             return true;
         }
         match self.drafting_pays() {
@@ -97,8 +112,8 @@ impl SkipGate {
         let probing = self.skipped_in_row > 0;
         self.drafted += 1;
         self.skipped_in_row = 0;
-        if self.drafted == 1 {
-            return; // the first draft also fills the drafter's context cache
+        if std::mem::take(&mut self.fresh) {
+            return; // round 0 also fills the drafter's context cache
         }
         let ema = |old: Option<f64>, new: f64| Some(old.map_or(new, |o| o + EMA_WEIGHT * (new - o)));
         self.tokens = ema(self.tokens, committed as f64);
@@ -160,6 +175,39 @@ mod tests {
         let gaps: Vec<usize> = drafted.windows(2).skip(WARMUP_DRAFTS - 1).map(|w| w[1] - w[0] - 1).collect();
         assert_eq!(gaps, vec![4, 8, 16, 32, 64, 64], "{drafted:?}");
         assert_eq!(drafted.len(), 9);
+    }
+
+    /// What a generation learnt carries over: the next one drafts its round
+    /// 0, then keeps skipping with the backoff it had reached.
+    #[test]
+    fn the_gate_carries_over_to_the_next_generation() {
+        let mut g = SkipGate::new();
+        let mut drafted = 0;
+        for _ in 0..60 {
+            if g.should_draft() {
+                g.record_draft(1, 0.040);
+                drafted += 1;
+            } else {
+                g.record_ar(0.020);
+            }
+        }
+        assert_eq!(drafted, 6, "warm-up 3, probes after 4, 8, 16 AR steps");
+        g.begin_generation();
+        assert!(g.should_draft(), "round 0 drafts");
+        g.record_draft(1, 0.500); // the drafter's context prefill: not measured
+        let next: Vec<bool> = (0..20)
+            .map(|_| {
+                let d = g.should_draft();
+                if d {
+                    g.record_draft(1, 0.040)
+                } else {
+                    g.record_ar(0.020)
+                }
+                d
+            })
+            .collect();
+        assert!(next.iter().all(|&d| !d), "no new warm-up: {next:?}");
+        assert_eq!(g.drafting_pays(), Some(false));
     }
 
     #[test]

@@ -96,6 +96,35 @@ proptest! {
     }
 }
 
+/// A pruned draft vocabulary keeps greedy decoding equal to AR (the target
+/// still scores every token) and drafts only tokens of the subset.
+#[test]
+fn pruned_draft_vocabulary_is_lossless() {
+    let target = target();
+    let mut drafter = Drafter::load(fixture_dir("tiny-dflash"), &target).unwrap();
+    // Every other id, descending: draft column t is token 254 − 2t.
+    let subset: Vec<u32> = (0..255u32).rev().step_by(2).collect();
+    drafter.set_draft_vocab(&target, Some(subset.clone())).unwrap();
+    let trace = GenerateConfig { max_new_tokens: 40, stop_tokens: vec![0], trace: true, ..GenerateConfig::default() };
+    for prompt in [&PROMPT[..], &[30, 35, 40, 45, 50, 55][..], &[7, 7, 7, 7][..]] {
+        let ar = run(&target, &drafter, Method::Ar, prompt, &trace);
+        for m in [Method::DFlash, Method::DDTree { budget: 16 }, Method::CADDTREE, Method::Bastion { skip_draft: true }]
+        {
+            let mut p = policy(m);
+            let cfg = GenerateConfig { skip_draft: m.skips_draft(), ..trace.clone() };
+            let g = generate(&target, Some((&drafter, &mut *p)), prompt, &cfg).unwrap();
+            assert_eq!(g.tokens, ar, "{m}");
+            for round in &g.trace {
+                assert!(round.draft_logits.len().is_multiple_of(subset.len()), "{m}: logits over the subset");
+                assert!(
+                    round.tree.tokens()[1..].iter().all(|t| subset.contains(t)),
+                    "{m}: a drafted token outside the subset"
+                );
+            }
+        }
+    }
+}
+
 /// Fixture prompt 1 (an arithmetic sequence with one corrupted term): at
 /// T = 1.2 the target's greedy continuation has ~45 % of the mass and the
 /// rest spreads over hundreds of continuations.

@@ -12,16 +12,25 @@
 //! visible to it (all of them for one token, rows `≤ i` for a causal block,
 //! `i`'s ancestors and itself for a draft tree; docs/algorithms.md §3).
 //!
+//! Keys are stored in blocks of eight rows (`[head_dim, 8]` per block), so
+//! the scores of eight keys accumulate in one AVX2 register, eight blocks
+//! at a time; values stay row-major and the weighted sum keeps up to 64
+//! output elements in registers. On AVX2 + FMA both are fused multiply-add
+//! chains, as in the matmul kernel ([`crate::cpu_matmul`]).
+//!
 //! **Row invariance.** A query row's output is computed from its visible
-//! keys in position order with fixed arithmetic (8-lane dot products
-//! reduced in a fixed tree, max, `exp`, sums in order; multiplies and adds,
-//! never fused, so the AVX2 and the portable code give the same bits), and
-//! never from other rows. A tree node's visible keys are the prefix then its
-//! root path, exactly the keys the same token sees when it is decoded
-//! autoregressively, so its attention output is the same bits either way.
+//! keys in position order with fixed arithmetic (per key one multiply-add
+//! chain over the head dimension; max; a fixed `exp`; the weights summed in
+//! eight partial sums by their ordinal; per output element one chain over
+//! the visible keys in order), and never from other rows. A tree node's
+//! visible keys are the prefix then its root path, exactly the keys the
+//! same token sees when it is decoded autoregressively, so its attention
+//! output is the same bits either way.
 
-use bastion_tree::AncestorMask;
+use bastion_tree::{exp_nonpositive, AncestorMask};
 use rayon::prelude::*;
+
+use crate::cpu_matmul::Isa;
 
 /// Rows allocated on the first write (then doubled as needed).
 const MIN_CAPACITY: usize = 256;
@@ -48,7 +57,13 @@ impl Visible<'_> {
     }
 }
 
-/// Keys and values of every layer, `[kv_heads, capacity, head_dim]` each.
+/// Keys per block of the key layout (one AVX2 vector of scores).
+const KB: usize = 8;
+
+/// Keys and values of every layer. Values are `[kv_heads, capacity,
+/// head_dim]`; keys are in blocks of [`KB`] rows, `[kv_heads, capacity / KB,
+/// head_dim, KB]`, so that one vector holds one element of `KB` consecutive
+/// keys and the scores of `KB` keys accumulate in one register.
 pub(crate) struct HostKv {
     kv_heads: usize,
     head_dim: usize,
@@ -69,8 +84,28 @@ impl HostKv {
         self.capacity
     }
 
+    /// Where element `d` of key row `r` of KV head `g` sits in a layer's keys.
+    #[inline(always)]
+    fn key_at(&self, g: usize, r: usize, d: usize) -> usize {
+        g * self.capacity * self.head_dim + ((r / KB) * self.head_dim + d) * KB + r % KB
+    }
+
+    /// Key row `r` of KV head `g` in layer `layer` (`[head_dim]`).
+    #[cfg(test)]
+    pub(crate) fn key_row(&self, layer: usize, g: usize, r: usize) -> Vec<f32> {
+        (0..self.head_dim).map(|d| self.keys[layer][self.key_at(g, r, d)]).collect()
+    }
+
+    /// Value row `r` of KV head `g` in layer `layer` (`[head_dim]`).
+    #[cfg(test)]
+    pub(crate) fn value_row(&self, layer: usize, g: usize, r: usize) -> &[f32] {
+        let at = (g * self.capacity + r) * self.head_dim;
+        &self.values[layer][at..at + self.head_dim]
+    }
+
     /// Makes room for `rows` rows per head, doubling the capacity (at least
-    /// [`MIN_CAPACITY`]); the first `keep` rows are carried over.
+    /// [`MIN_CAPACITY`], a multiple of [`KB`]); the first `keep` rows are
+    /// carried over.
     pub(crate) fn reserve(&mut self, rows: usize, keep: usize) {
         if rows <= self.capacity {
             return;
@@ -79,10 +114,12 @@ impl HostKv {
         while cap < rows {
             cap *= 2;
         }
-        let (old, hd) = (self.capacity, self.head_dim);
+        // Whole key blocks (≤ the old capacity, a multiple of KB).
+        let (old, hd, keep) = (self.capacity, self.head_dim, keep.div_ceil(KB) * KB);
         for buf in self.keys.iter_mut().chain(self.values.iter_mut()) {
             let mut grown = vec![0.0f32; self.kv_heads * cap * hd];
             for g in 0..self.kv_heads {
+                // Both layouts keep a head's first `keep` rows in its first `keep · hd` floats.
                 grown[g * cap * hd..(g * cap + keep) * hd].copy_from_slice(&buf[g * old * hd..(g * old + keep) * hd]);
             }
             *buf = grown;
@@ -99,9 +136,14 @@ impl HostKv {
     pub(crate) fn write(&mut self, layer: usize, at: usize, k: &[f32], v: &[f32], t: usize) {
         let (hd, cap) = (self.head_dim, self.capacity);
         assert!(at + t <= cap && k.len() == self.kv_heads * t * hd && v.len() == k.len());
-        for (buf, src) in [(&mut self.keys[layer], k), (&mut self.values[layer], v)] {
-            for g in 0..self.kv_heads {
-                buf[(g * cap + at) * hd..(g * cap + at + t) * hd].copy_from_slice(&src[g * t * hd..(g + 1) * t * hd]);
+        for g in 0..self.kv_heads {
+            self.values[layer][(g * cap + at) * hd..(g * cap + at + t) * hd]
+                .copy_from_slice(&v[g * t * hd..(g + 1) * t * hd]);
+            for r in 0..t {
+                for d in 0..hd {
+                    let to = self.key_at(g, at + r, d);
+                    self.keys[layer][to] = k[(g * t + r) * hd + d];
+                }
             }
         }
     }
@@ -113,12 +155,17 @@ impl HostKv {
     pub(crate) fn commit_path(&mut self, at: usize, accepted: &[usize]) {
         let (hd, cap) = (self.head_dim, self.capacity);
         debug_assert!(accepted.windows(2).all(|w| w[0] < w[1]));
-        for buf in self.keys.iter_mut().chain(self.values.iter_mut()) {
+        for layer in 0..self.keys.len() {
             for (i, &a) in accepted.iter().enumerate() {
-                if a != i {
-                    for g in 0..self.kv_heads {
-                        let (from, to) = ((g * cap + at + a) * hd, (g * cap + at + i) * hd);
-                        buf.copy_within(from..from + hd, to);
+                if a == i {
+                    continue;
+                }
+                for g in 0..self.kv_heads {
+                    let (from, to) = ((g * cap + at + a) * hd, (g * cap + at + i) * hd);
+                    self.values[layer].copy_within(from..from + hd, to);
+                    for d in 0..hd {
+                        let (from, to) = (self.key_at(g, at + a, d), self.key_at(g, at + i, d));
+                        self.keys[layer][to] = self.keys[layer][from];
                     }
                 }
             }
@@ -142,15 +189,21 @@ impl HostKv {
         let (hd, nkv) = (self.head_dim, self.kv_heads);
         assert!(heads.is_multiple_of(nkv) && q.len() == heads * t * hd && past + t <= self.capacity);
         let group = heads / nkv;
+        let isa = Isa::get();
         let task = |(i, g): (usize, usize)| -> Vec<f32> {
             let rows: Vec<usize> = (0..past).chain((0..t).filter(|&r| vis.sees(i, r)).map(|r| past + r)).collect();
+            // Scores of every key up to the last visible one (the blocks hold
+            // whole groups of KB; keys not visible are computed and skipped).
+            let blocks = (rows.last().map_or(0, |&r| r + 1)).div_ceil(KB);
             let head = g * self.capacity * hd..(g + 1) * self.capacity * hd;
             let (keys, values) = (&self.keys[layer][head.clone()], &self.values[layer][head]);
             let mut out = vec![0.0f32; group * hd];
+            let mut scores = vec![0.0f32; blocks * KB];
+            let mut weights = vec![0.0f32; rows.len()];
             for (a, o) in out.chunks_exact_mut(hd).enumerate() {
                 let h = g * group + a;
                 let qrow = &q[(h * t + i) * hd..(h * t + i + 1) * hd];
-                attend_row(qrow, keys, values, hd, &rows, o);
+                attend_row(isa, qrow, &keys[..blocks * KB * hd], values, hd, &rows, &mut scores, &mut weights, o);
             }
             out
         };
@@ -170,76 +223,199 @@ impl HostKv {
 }
 
 /// One query row over the key / value rows `rows` (position order):
-/// `o = Σ_j softmax_j(q · k_j / √d) · v_j`.
-fn attend_row(q: &[f32], keys: &[f32], values: &[f32], hd: usize, rows: &[usize], o: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU supports AVX2 (checked just above).
-            unsafe { attend_row_avx2(q, keys, values, hd, rows, o) };
-            return;
+/// `o = Σ_j softmax_j(q · k_j / √d) · v_j`. `keys` holds the head's key
+/// blocks (at least up to the last of `rows`), `values` its rows;
+/// `scores` (`[blocks · KB]`) and `weights` (`[rows.len()]`) are scratch.
+///
+/// Fixed arithmetic per key and per output element, whatever else is in
+/// the call: `q · k_j` is one multiply-add chain over `d` in order (fused
+/// on AVX2 + FMA, as the matmul kernel's, [`Isa`]); softmax weights
+/// `exp(s − max)` ([`exp_nonpositive`]); their sum in 8 partial sums by the
+/// weight's ordinal among `rows`, reduced in a fixed tree; `o[d]` one
+/// multiply-add chain over `rows` in order, then times `1 / sum`.
+#[allow(clippy::too_many_arguments)]
+fn attend_row(
+    isa: Isa,
+    q: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    hd: usize,
+    rows: &[usize],
+    scores: &mut [f32],
+    weights: &mut [f32],
+    o: &mut [f32],
+) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Isa::Avx2Fma is only chosen when the CPU has AVX2 and FMA.
+        Isa::Avx2Fma => unsafe { attend_row_avx2(q, keys, values, hd, rows, scores, weights, o) },
+        Isa::Portable => {
+            scores_portable(q, keys, hd, scores);
+            softmax_weights(scores, hd, rows, weights);
+            weighted_sum_portable(weights, values, hd, rows, o);
         }
     }
-    attend_row_any(q, keys, values, hd, rows, o);
 }
 
-/// [`attend_row_any`] compiled for AVX2: wider vectors, the same operations
-/// in the same order (no FMA), hence the same bits.
+/// [`attend_row`] with AVX2 + FMA kernels.
 ///
 /// # Safety
-/// The CPU must support AVX2.
+/// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn attend_row_avx2(q: &[f32], keys: &[f32], values: &[f32], hd: usize, rows: &[usize], o: &mut [f32]) {
-    attend_row_any(q, keys, values, hd, rows, o);
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn attend_row_avx2(
+    q: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    hd: usize,
+    rows: &[usize],
+    scores: &mut [f32],
+    weights: &mut [f32],
+    o: &mut [f32],
+) {
+    // SAFETY: same CPU features as this function.
+    unsafe {
+        scores_avx2(q, keys, hd, scores);
+        softmax_weights(scores, hd, rows, weights);
+        weighted_sum_avx2(weights, values, hd, rows, o);
+    }
 }
 
-#[inline(always)]
-fn attend_row_any(q: &[f32], keys: &[f32], values: &[f32], hd: usize, rows: &[usize], o: &mut [f32]) {
-    let scale = 1.0 / (hd as f32).sqrt();
-    // Plain loops (no iterator adaptors taking closures): they inline into
-    // the AVX2 instantiation, where a non-inlined `map` body would not.
-    let mut scores = Vec::with_capacity(rows.len());
-    let mut max = f32::NEG_INFINITY;
-    for &j in rows {
-        let s = dot8(q, &keys[j * hd..(j + 1) * hd]) * scale;
-        max = max.max(s);
-        scores.push(s);
-    }
-    let mut sum = 0.0f32;
-    for s in &mut scores {
-        *s = (*s - max).exp();
-        sum += *s;
-    }
-    o.fill(0.0);
-    for (&j, &p) in rows.iter().zip(&scores) {
-        for (od, &vd) in o.iter_mut().zip(&values[j * hd..(j + 1) * hd]) {
-            *od += p * vd;
+/// `scores[b·KB + l] = q · key(b·KB + l)` for every block `b` of `keys`
+/// (`[blocks, hd, KB]`): an FMA chain over `d` per key, eight blocks at a
+/// time in independent registers.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn scores_avx2(q: &[f32], keys: &[f32], hd: usize, scores: &mut [f32]) {
+    use std::arch::x86_64::*;
+    const LANES: usize = 8;
+    let blocks = scores.len() / KB;
+    assert!(q.len() >= hd && keys.len() >= blocks * hd * KB);
+    let (pk, pq, ps) = (keys.as_ptr(), q.as_ptr(), scores.as_mut_ptr());
+    let mut b = 0;
+    // SAFETY (both loops): block b + l < blocks, so every load reads inside
+    // keys (asserted) and every store inside scores; d < hd ≤ q.len().
+    unsafe {
+        while b + LANES <= blocks {
+            let mut acc = [_mm256_setzero_ps(); LANES];
+            for d in 0..hd {
+                let x = _mm256_broadcast_ss(&*pq.add(d));
+                for (l, a) in acc.iter_mut().enumerate() {
+                    *a = _mm256_fmadd_ps(x, _mm256_loadu_ps(pk.add(((b + l) * hd + d) * KB)), *a);
+                }
+            }
+            for (l, a) in acc.iter().enumerate() {
+                _mm256_storeu_ps(ps.add((b + l) * KB), *a);
+            }
+            b += LANES;
+        }
+        while b < blocks {
+            let mut acc = _mm256_setzero_ps();
+            for d in 0..hd {
+                acc =
+                    _mm256_fmadd_ps(_mm256_broadcast_ss(&*pq.add(d)), _mm256_loadu_ps(pk.add((b * hd + d) * KB)), acc);
+            }
+            _mm256_storeu_ps(ps.add(b * KB), acc);
+            b += 1;
         }
     }
-    let inv = 1.0 / sum;
+}
+
+/// [`scores_avx2`] without fusing: a multiply, then an add, per step.
+fn scores_portable(q: &[f32], keys: &[f32], hd: usize, scores: &mut [f32]) {
+    for (b, s) in scores.chunks_exact_mut(KB).enumerate() {
+        let mut acc = [0.0f32; KB];
+        for d in 0..hd {
+            let k = &keys[(b * hd + d) * KB..(b * hd + d + 1) * KB];
+            for (a, &kv) in acc.iter_mut().zip(k) {
+                *a += q[d] * kv;
+            }
+        }
+        s.copy_from_slice(&acc);
+    }
+}
+
+/// Softmax weights of the visible keys `rows`, unnormalised:
+/// `weights[n] = exp(scores[rows[n]] / √hd − max)`.
+#[inline(always)]
+fn softmax_weights(scores: &[f32], hd: usize, rows: &[usize], weights: &mut [f32]) {
+    let scale = 1.0 / (hd as f32).sqrt();
+    let mut max = f32::NEG_INFINITY;
+    for (w, &j) in weights.iter_mut().zip(rows) {
+        *w = scores[j] * scale;
+        max = max.max(*w);
+    }
+    for w in weights.iter_mut() {
+        *w = exp_nonpositive(*w - max);
+    }
+}
+
+/// The sum of `weights` in 8 partial sums (weight `n` in lane `n mod 8`),
+/// reduced in a fixed tree.
+#[inline(always)]
+fn weight_sum(weights: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; 8];
+    for c in weights.chunks(8) {
+        for (l, &w) in lanes.iter_mut().zip(c) {
+            *l += w;
+        }
+    }
+    ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]))
+}
+
+/// `o[d] = (Σ_n weights[n] · values[rows[n], d]) / Σ weights`: an FMA chain
+/// over `n` per element, 64 elements (8 registers) at a time; a head size
+/// that is not a multiple of 8 takes [`weighted_sum_portable`].
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn weighted_sum_avx2(weights: &[f32], values: &[f32], hd: usize, rows: &[usize], o: &mut [f32]) {
+    use std::arch::x86_64::*;
+    if !hd.is_multiple_of(8) {
+        return weighted_sum_portable(weights, values, hd, rows, o);
+    }
+    assert!(o.len() == hd && rows.iter().all(|&j| (j + 1) * hd <= values.len()) && weights.len() == rows.len());
+    let pv = values.as_ptr();
+    let inv = _mm256_set1_ps(1.0 / weight_sum(weights));
+    let mut c = 0;
+    // SAFETY: every row read is inside values (asserted), c + 8·v ≤ hd = o.len().
+    unsafe {
+        while c < hd {
+            let vecs = ((hd - c) / 8).min(8);
+            let mut acc = [_mm256_setzero_ps(); 8];
+            for (&w, &j) in weights.iter().zip(rows) {
+                let p = _mm256_set1_ps(w);
+                let row = pv.add(j * hd + c);
+                for (v, a) in acc.iter_mut().enumerate().take(vecs) {
+                    *a = _mm256_fmadd_ps(p, _mm256_loadu_ps(row.add(8 * v)), *a);
+                }
+            }
+            for (v, a) in acc.iter().enumerate().take(vecs) {
+                _mm256_storeu_ps(o.as_mut_ptr().add(c + 8 * v), _mm256_mul_ps(*a, inv));
+            }
+            c += 8 * vecs;
+        }
+    }
+}
+
+/// [`weighted_sum_avx2`] without fusing.
+fn weighted_sum_portable(weights: &[f32], values: &[f32], hd: usize, rows: &[usize], o: &mut [f32]) {
+    o.fill(0.0);
+    for (&w, &j) in weights.iter().zip(rows) {
+        for (od, &vd) in o.iter_mut().zip(&values[j * hd..(j + 1) * hd]) {
+            *od += w * vd;
+        }
+    }
+    let inv = 1.0 / weight_sum(weights);
     for od in o.iter_mut() {
         *od *= inv;
     }
-}
-
-/// `a · b` with eight partial sums (lane `l` takes elements `≡ l mod 8`),
-/// reduced in a fixed tree, then the tail in order.
-#[inline(always)]
-fn dot8(a: &[f32], b: &[f32]) -> f32 {
-    let n = a.len().min(b.len());
-    let body = n / 8 * 8;
-    let mut acc = [0.0f32; 8];
-    for (ca, cb) in a[..body].chunks_exact(8).zip(b[..body].chunks_exact(8)) {
-        for ((s, &x), &y) in acc.iter_mut().zip(ca).zip(cb) {
-            *s += x * y;
-        }
-    }
-    let mut s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for (&x, &y) in a[body..n].iter().zip(&b[body..n]) {
-        s += x * y;
-    }
-    s
 }
 
 #[cfg(test)]
@@ -312,13 +488,15 @@ mod tests {
         assert_eq!(kv.capacity(), 4 * MIN_CAPACITY);
         kv.commit_path(4, &[0, 2, 4]);
         let cap = kv.capacity();
+        assert_eq!(cap, 4 * MIN_CAPACITY);
         for g in 0..nkv {
-            let row = |r: usize| &kv.keys[1][(g * cap + r) * hd..(g * cap + r + 1) * hd];
             for r in 0..4 {
-                assert_eq!(row(r), &k0[(g * 4 + r) * hd..(g * 4 + r + 1) * hd]);
+                assert_eq!(kv.key_row(1, g, r), &k0[(g * 4 + r) * hd..(g * 4 + r + 1) * hd]);
+                assert_eq!(kv.value_row(1, g, r), &v0[(g * 4 + r) * hd..(g * 4 + r + 1) * hd]);
             }
             for (i, a) in [0usize, 2, 4].into_iter().enumerate() {
-                assert_eq!(row(4 + i), &kt[(g * 5 + a) * hd..(g * 5 + a + 1) * hd]);
+                assert_eq!(kv.key_row(1, g, 4 + i), &kt[(g * 5 + a) * hd..(g * 5 + a + 1) * hd]);
+                assert_eq!(kv.value_row(1, g, 4 + i), &vt[(g * 5 + a) * hd..(g * 5 + a + 1) * hd]);
             }
         }
     }

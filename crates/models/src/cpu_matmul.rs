@@ -103,6 +103,16 @@ impl PackedMatrix {
         self.in_features
     }
 
+    /// Row `j` of the weight (`[in]`: output feature `j`'s weights).
+    ///
+    /// # Panics
+    /// When `j ≥ out`.
+    pub fn row(&self, j: usize) -> Vec<f32> {
+        assert!(j < self.out_features, "row {j} of a weight with {} rows", self.out_features);
+        let panel = &self.data[(j / NR) * NR * self.in_features..];
+        (0..self.in_features).map(|k| panel[k * NR + j % NR]).collect()
+    }
+
     /// The weight back in its `[out, in]` row-major layout.
     pub fn unpack(&self) -> Vec<f32> {
         let (out, inp) = (self.out_features, self.in_features);
@@ -176,14 +186,14 @@ unsafe impl Sync for OutPtr {}
 /// The instruction set the kernel runs with, fixed for the process so that
 /// every call rounds the same way.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Isa {
+pub(crate) enum Isa {
     #[cfg(target_arch = "x86_64")]
     Avx2Fma,
     Portable,
 }
 
 impl Isa {
-    fn get() -> Isa {
+    pub(crate) fn get() -> Isa {
         static ISA: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
         *ISA.get_or_init(|| {
             #[cfg(target_arch = "x86_64")]

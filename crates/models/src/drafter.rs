@@ -226,6 +226,16 @@ pub struct Drafter {
     norm_host: Vec<f32>,
     inv_freq: Vec<f32>,
     device: Device,
+    /// A pruned draft vocabulary, when set ([`crate::draft_vocab`]).
+    vocab: Option<DraftVocab>,
+}
+
+/// The draft LM head over a token subset.
+struct DraftVocab {
+    /// Target vocabulary ids; draft-logit column `i` is token `tokens[i]`.
+    tokens: Vec<u32>,
+    /// The target's LM-head rows of `tokens`: `[hidden] → [tokens.len()]`.
+    head: Linear,
 }
 
 impl Drafter {
@@ -275,12 +285,45 @@ impl Drafter {
             hidden_norm_host,
             norm_host,
             device,
+            vocab: None,
         })
     }
 
     /// The configuration.
     pub fn config(&self) -> &DrafterConfig {
         &self.cfg
+    }
+
+    /// Drafts over `tokens` only (a pruned draft vocabulary,
+    /// [`crate::draft_vocab`]): [`DraftSession::draft_rows`] then returns
+    /// logits `[rows, tokens.len()]` whose column `i` is token `tokens[i]`,
+    /// from the target's LM-head rows of those tokens. `None` drafts over
+    /// the whole vocabulary again. [`DraftSession::draft`] and
+    /// [`DraftSession::draft_with_hidden`] (training, tests) always use the
+    /// whole vocabulary.
+    ///
+    /// # Errors
+    /// [`ModelError::Usage`] for an empty subset, an id outside the target's
+    /// vocabulary or a repeated id.
+    pub fn set_draft_vocab(&mut self, target: &Model, tokens: Option<Vec<u32>>) -> Result<()> {
+        let Some(tokens) = tokens else {
+            self.vocab = None;
+            return Ok(());
+        };
+        let mut sorted = tokens.clone();
+        sorted.sort_unstable();
+        if sorted.is_empty() || sorted.windows(2).any(|w| w[0] == w[1]) {
+            return Err(ModelError::Usage("a draft vocabulary needs distinct token ids, at least one".into()));
+        }
+        let head = Linear::new(target.lm_head_rows(&tokens)?, &self.device);
+        self.vocab = Some(DraftVocab { tokens, head });
+        Ok(())
+    }
+
+    /// The pruned draft vocabulary, when one is set: draft-logit column `i`
+    /// of [`DraftSession::draft_rows`] is token `ids[i]`.
+    pub fn draft_vocab(&self) -> Option<&[u32]> {
+        self.vocab.as_ref().map(|v| v.tokens.as_slice())
     }
 
     /// Block size `B`.
@@ -388,7 +431,9 @@ impl DraftSession<'_> {
     }
 
     /// As [`DraftSession::draft`], with draft logits for the first `rows`
-    /// positions only (`[rows, vocab]`, `rows` clamped to `B − 1`): a tree
+    /// positions only (`[rows, vocab]`, `rows` clamped to `B − 1`; `vocab`
+    /// = the pruned draft vocabulary's size when one is set,
+    /// [`Drafter::set_draft_vocab`]): a tree
     /// of at most `n` drafted nodes is at most `n` deep, so the LM head, the
     /// drafter's largest cost, need not run over the deeper positions. The
     /// rows it returns equal the first rows of [`DraftSession::draft`].
@@ -398,12 +443,23 @@ impl DraftSession<'_> {
     pub fn draft_rows(&mut self, target: &Model, features: &[f32], root: u32, rows: usize) -> Result<Vec<f32>> {
         let b = self.drafter.cfg.block_size;
         let rows = rows.clamp(1, b - 1);
+        let pruned = self.drafter.vocab.as_ref().map(|v| &v.head);
         match self.run_block(target, features, root)? {
             BlockOut::Host(out) => {
                 let h = self.drafter.cfg.model.hidden_size;
-                Ok(target.lm_head_host(&out[h..(1 + rows) * h], rows))
+                let x = &out[h..(1 + rows) * h];
+                Ok(match pruned {
+                    Some(head) => head.forward_host(x, rows),
+                    None => target.lm_head_host(x, rows),
+                })
             }
-            BlockOut::Burn(out) => host(target.lm_head(out.narrow(0, 1, rows))),
+            BlockOut::Burn(out) => {
+                let x = out.narrow(0, 1, rows);
+                host(match pruned {
+                    Some(head) => head.forward(x),
+                    None => target.lm_head(x),
+                })
+            }
         }
     }
 

@@ -258,6 +258,32 @@ impl Linear {
         }
     }
 
+    /// The weights of output features `ids`, `[ids.len(), in]` row-major
+    /// (e.g. LM-head rows of a token subset).
+    ///
+    /// # Errors
+    /// [`crate::ModelError::ReadBack`] when a Burn weight cannot be read back.
+    ///
+    /// # Panics
+    /// When an id is ≥ `out` (callers check ids against the vocabulary).
+    pub(crate) fn rows(&self, ids: &[u32]) -> Result<HostTensor> {
+        let inp = self.in_features;
+        let data = match &self.w {
+            LinearWeight::Packed(w) => ids.iter().flat_map(|&j| w.row(j as usize)).collect(),
+            LinearWeight::Burn(t) => {
+                // `[in, out]`: gather the columns, then transpose on the host.
+                let all = crate::model::host((**t).clone())?;
+                let out = self.out_features;
+                let mut data = Vec::with_capacity(ids.len() * inp);
+                for &j in ids {
+                    data.extend((0..inp).map(|k| all[k * out + j as usize]));
+                }
+                data
+            }
+        };
+        Ok(HostTensor { data, shape: vec![ids.len(), inp] })
+    }
+
     /// The weight as a Burn tensor `[in, out]` on `device` (unpacked anew
     /// on `flex`, where only the packed copy is kept).
     pub(crate) fn weight_t(&self, device: &Device) -> Tensor<2> {

@@ -194,6 +194,18 @@ impl Model {
         self.lm_head.forward(x)
     }
 
+    /// The LM-head rows of tokens `ids`, `[ids.len(), hidden]`.
+    ///
+    /// # Errors
+    /// [`ModelError::Usage`] for an id ≥ vocab; [`ModelError::ReadBack`]
+    /// when a device weight cannot be read back.
+    pub fn lm_head_rows(&self, ids: &[u32]) -> Result<HostTensor> {
+        if let Some(bad) = ids.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {
+            return Err(ModelError::Usage(format!("token id {bad} ≥ vocabulary size {}", self.cfg.vocab_size)));
+        }
+        self.lm_head.rows(ids)
+    }
+
     /// The LM head on host memory (`flex`): `[rows, hidden]` final-normed
     /// states → logits `[rows, vocab]`.
     pub(crate) fn lm_head_host(&self, x: &[f32], rows: usize) -> Vec<f32> {

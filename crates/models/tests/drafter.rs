@@ -101,6 +101,38 @@ fn cached_context_equals_one_shot_context() {
     assert!(d < 1e-5, "two-step context differs by {d}");
 }
 
+/// A pruned draft vocabulary gives, column for column, the full draft
+/// logits of its tokens (the same kernel per output, bit for bit); bad
+/// subsets are refused; `None` restores the whole vocabulary.
+#[test]
+fn pruned_draft_vocabulary_selects_columns_of_the_full_logits() {
+    let fx = Fixture::load("tiny-dflash");
+    let target = target();
+    let mut drafter = Drafter::load(fixture_dir("tiny-dflash"), &target).unwrap();
+    let ctx = fx.ids("fwd_context_ids");
+    let out = target.session().prefill(&ctx, &drafter.hidden_indices()).unwrap();
+    let feats = context_features(&out, 64, None).unwrap();
+    let root = fx.ids("fwd_block_ids")[0];
+    let vocab = target.config().vocab_size;
+    let rows = 5;
+    let full = drafter.session().draft_rows(&target, &feats, root, rows).unwrap();
+    let subset: Vec<u32> = (0..vocab as u32).rev().step_by(3).collect();
+    drafter.set_draft_vocab(&target, Some(subset.clone())).unwrap();
+    assert_eq!(drafter.draft_vocab(), Some(subset.as_slice()));
+    let pruned = drafter.session().draft_rows(&target, &feats, root, rows).unwrap();
+    assert_eq!(pruned.len(), rows * subset.len());
+    for r in 0..rows {
+        for (c, &t) in subset.iter().enumerate() {
+            assert_eq!(pruned[r * subset.len() + c], full[r * vocab + t as usize], "row {r}, token {t}");
+        }
+    }
+    for bad in [vec![], vec![3, 3], vec![vocab as u32]] {
+        assert!(drafter.set_draft_vocab(&target, Some(bad.clone())).is_err(), "{bad:?}");
+    }
+    drafter.set_draft_vocab(&target, None).unwrap();
+    assert_eq!(drafter.session().draft_rows(&target, &feats, root, rows).unwrap(), full);
+}
+
 #[test]
 fn drafter_that_does_not_fit_is_rejected() {
     let target = target();

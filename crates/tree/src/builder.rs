@@ -38,15 +38,30 @@ pub fn build_tree<P: BudgetPolicy + ?Sized>(
     context_len: usize,
     policy: &mut P,
 ) -> DraftTree {
+    grow(topk, root_token, context_len, policy).0
+}
+
+/// [`build_tree`], also telling whether the tree reached the end of a
+/// candidate list shorter than the policy asks for (a node of rank
+/// `topk.k() − 1` was inserted while `topk.k() < policy.top_k()`): only then
+/// could a longer list have changed the tree.
+fn grow<P: BudgetPolicy + ?Sized>(
+    topk: &TopK,
+    root_token: u32,
+    context_len: usize,
+    policy: &mut P,
+) -> (DraftTree, bool) {
     policy.begin_round(context_len);
     let max_nodes = policy.max_nodes();
     let k = policy.top_k().min(topk.k());
+    let short = topk.k() < policy.top_k();
+    let mut reached_end = false;
     let depth_limit = topk.depth();
     let mut tree = DraftTree::with_capacity(root_token, max_nodes.min(depth_limit * k));
     if depth_limit == 0 || k == 0 || max_nodes == 0 {
         let keep = policy.finish(0);
         tree.truncate(keep);
-        return tree;
+        return (tree, false);
     }
     let mut heap = CandidateHeap { items: Vec::with_capacity(2 * max_nodes.min(4096) + 2), tie: policy.tie_break() };
     let mut seq = 1; // the root is candidate 0 in BASTION's numbering
@@ -67,6 +82,9 @@ pub fn build_tree<P: BudgetPolicy + ?Sized>(
             let log_w = c.log_w + f64::from(topk.log_prob(d + 1, 0));
             heap.push(Candidate { log_w, parent: idx as u32, depth: c.depth + 1, rank: 0, seq }, &tree);
         }
+        if r + 1 == k && short {
+            reached_end = true;
+        }
         if r + 1 < k {
             seq += 1;
             let log_w = c.log_w - f64::from(topk.log_prob(d, r)) + f64::from(topk.log_prob(d, r + 1));
@@ -75,12 +93,24 @@ pub fn build_tree<P: BudgetPolicy + ?Sized>(
     }
     let keep = policy.finish(nodes);
     tree.truncate(keep);
-    tree
+    (tree, reached_end)
 }
 
+/// Candidates per depth taken first by [`build_tree_from_logits`]; more
+/// only when a tree reaches the end of them.
+pub const FIRST_TOP_K: usize = 32;
+
 /// [`build_tree`] straight from a row-major `[depth, vocab]` draft-logit
-/// matrix: takes the top-`policy.top_k()` of every row first, so the
-/// candidate lists are never shorter than the policy assumes.
+/// matrix, with the top-`policy.top_k()` of every row as candidates.
+///
+/// The tree is the one the full candidate lists give, but the lists are
+/// taken lazily: first the top-[`FIRST_TOP_K`] of each row (a cost-aware
+/// policy asks for up to 1024, while its trees hold a handful of nodes per
+/// depth, and selecting 1024 of 49K logits per row cost milliseconds);
+/// only when the tree reaches the end of such a list is it grown again from
+/// the full lists. A policy starts each round afresh in
+/// [`BudgetPolicy::begin_round`], so the second growth is the same as if it
+/// were the only one.
 ///
 /// # Errors
 /// As [`TopK::from_logits`] (shape, non-finite logits).
@@ -92,8 +122,47 @@ pub fn build_tree_from_logits<P: BudgetPolicy + ?Sized>(
     context_len: usize,
     policy: &mut P,
 ) -> Result<DraftTree> {
-    let topk = TopK::from_logits(logits, depth, vocab, policy.top_k().max(1))?;
-    Ok(build_tree(&topk, root_token, context_len, policy))
+    build_tree_from_draft_logits(logits, depth, vocab, None, root_token, context_len, policy)
+}
+
+/// [`build_tree_from_logits`] for draft logits over a pruned draft
+/// vocabulary when `token_map` is given: column `t` of the `[depth, vocab]`
+/// logits is token `token_map[t]` (`vocab = token_map.len()`), and the
+/// tree holds those token ids.
+///
+/// # Errors
+/// As [`TopK::from_logits`]; [`crate::TreeError::Shape`] when `token_map`
+/// does not have `vocab` entries.
+pub fn build_tree_from_draft_logits<P: BudgetPolicy + ?Sized>(
+    logits: &[f32],
+    depth: usize,
+    vocab: usize,
+    token_map: Option<&[u32]>,
+    root_token: u32,
+    context_len: usize,
+    policy: &mut P,
+) -> Result<DraftTree> {
+    if let Some(map) = token_map.filter(|m| m.len() != vocab) {
+        return Err(crate::TreeError::Shape {
+            what: "draft vocabulary map",
+            expected: format!("{vocab} entries, one per draft-logit column"),
+            actual: format!("{} entries", map.len()),
+        });
+    }
+    let candidates = |k: usize| -> Result<TopK> {
+        let mut topk = TopK::from_logits(logits, depth, vocab, k)?;
+        if let Some(map) = token_map {
+            topk.map_tokens(map)?;
+        }
+        Ok(topk)
+    };
+    let want = policy.top_k().max(1);
+    let first = want.min(FIRST_TOP_K);
+    let (tree, reached_end) = grow(&candidates(first)?, root_token, context_len, policy);
+    if !reached_end || first >= vocab {
+        return Ok(tree);
+    }
+    Ok(build_tree(&candidates(want)?, root_token, context_len, policy))
 }
 
 /// Binary max-heap whose order on exact ties needs the tree (rank paths).

@@ -52,7 +52,7 @@ mod tree;
 mod walk;
 
 pub use bastion::{Bastion, BastionConfig, BucketMode};
-pub use builder::{build_tree, build_tree_from_logits};
+pub use builder::{build_tree, build_tree_from_draft_logits, build_tree_from_logits, FIRST_TOP_K};
 pub use caddtree::{CaddTree, ConvexCostModel, RoundCostModel, VerifyProfile};
 pub use convex::fit_convex_monotone;
 pub use error::{Result, TreeError};
@@ -62,6 +62,6 @@ pub use roofline::{
     fit_calibration, CalibrationFit, DevicePeak, ModelShape, RooflineCalibration, RooflineEstimator, RooflineModel,
     VerifySample,
 };
-pub use topk::TopK;
+pub use topk::{exp_nonpositive, TopK};
 pub use tree::{AncestorMask, DraftTree};
 pub use walk::{walk, Acceptance};

@@ -50,7 +50,8 @@ pub trait BudgetPolicy {
         TieBreak::RankPath
     }
     /// Starts a round whose root sits at `context_len` (committed tokens
-    /// before the root; the papers' ℓ / c).
+    /// before the root; the papers' ℓ / c). Resets every per-round state:
+    /// a round's tree may be grown twice ([`crate::build_tree_from_logits`]).
     fn begin_round(&mut self, context_len: usize);
     /// Whether to insert a candidate of path probability `path_prob` into a
     /// tree that holds `nodes` drafted nodes. Returning `true` commits the

@@ -89,6 +89,23 @@ impl TopK {
         Ok(Self { depth, k, log_probs, tokens })
     }
 
+    /// Replaces every token id `t` by `map[t]`: candidates computed over a
+    /// pruned draft vocabulary (column `t` = token `map[t]`) become target
+    /// vocabulary ids. Ties keep their order (the smaller column first).
+    ///
+    /// # Errors
+    /// [`TreeError::Shape`] when a token id is not an index into `map`.
+    pub fn map_tokens(&mut self, map: &[u32]) -> Result<()> {
+        for t in &mut self.tokens {
+            *t = *map.get(*t as usize).ok_or_else(|| TreeError::Shape {
+                what: "draft vocabulary map",
+                expected: format!("an entry for column {t}"),
+                actual: format!("{} entries", map.len()),
+            })?;
+        }
+        Ok(())
+    }
+
     /// Number of depths (block size − 1 for a DFlash block).
     pub fn depth(&self) -> usize {
         self.depth
@@ -162,12 +179,29 @@ fn top_k_into(xs: &[f32], k: usize, out: &mut Vec<(f32, u32)>) {
     if k > 0 {
         // Later tokens lose ties, so only a strictly larger value enters.
         let mut threshold = out[0].0;
-        for (t, &x) in xs.iter().enumerate().skip(k) {
-            if x > threshold {
+        let consider = |t: usize, x: f32, out: &mut Vec<(f32, u32)>, threshold: &mut f32| {
+            if x > *threshold {
                 out[0] = (x, t as u32);
                 sift_down(out);
-                threshold = out[0].0;
+                *threshold = out[0].0;
             }
+        };
+        // Eight at a time: a block whose largest value does not beat the
+        // threshold (nearly every block, once the heap holds large values)
+        // is skipped after one vectorisable max; the others are scanned in order.
+        let mut t = k;
+        while t + 8 <= xs.len() {
+            let block = &xs[t..t + 8];
+            let top = block.iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
+            if top > threshold {
+                for (j, &x) in block.iter().enumerate() {
+                    consider(t + j, x, out, &mut threshold);
+                }
+            }
+            t += 8;
+        }
+        for (j, &x) in xs[t..].iter().enumerate() {
+            consider(t + j, x, out, &mut threshold);
         }
     }
     out.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
@@ -221,8 +255,10 @@ fn log_sum_exp_portable(xs: &[f32]) -> Option<f32> {
 /// `exp(x)` for `x ≤ 0` (inputs below −87 are clamped, giving ≈ 1.6e-38): `2^n · 2^f` with
 /// `n = round(x·log₂e)`, `|f| ≤ ½`, and a degree-6 Taylor polynomial of
 /// `2^f = e^(f·ln 2)` (truncation error < 1.2e-7, rounding included < 5e-7 relative).
+/// Plain arithmetic, so loops over it vectorise (the softmax of the CPU
+/// attention uses it too); the result depends on `x` alone.
 #[inline(always)]
-fn exp_nonpositive(x: f32) -> f32 {
+pub fn exp_nonpositive(x: f32) -> f32 {
     // ln 2 split so that n·LN2_HI is exact for |n| < 2^10 (Cody–Waite).
     const LN2_HI: f32 = 0.693_145_75;
     const LN2_LO: f32 = 1.428_606_8e-6;

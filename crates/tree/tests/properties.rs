@@ -411,3 +411,27 @@ fn policies_work_through_trait_objects() {
     assert_eq!(direct, tree);
     assert!(build_tree_from_logits(&l, 4, 10, 0, 0, &mut boxed).is_err());
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// The lazy candidate lists of `build_tree_from_logits` (the top-32 first,
+    /// the full lists only when a tree reaches their end) give the tree the
+    /// full lists give, for trees that stay inside the first lists and trees
+    /// that reach past them. Peaked logits (a few large values per row) make
+    /// both kinds common.
+    #[test]
+    fn lazy_candidate_lists_give_the_full_tree(
+        (depth, vocab, base) in logits(4, 40..=120),
+        budget in 1usize..160,
+        peak in 0.0f32..12.0,
+    ) {
+        // Scale up the first three tokens of each row: small budgets then stay at low ranks.
+        let l: Vec<f32> = base.iter().enumerate().map(|(i, &x)| if i % vocab < 3 { x + peak } else { x }).collect();
+        let mut lazy_policy = FixedBudget::new(budget);
+        let lazy = build_tree_from_logits(&l, depth, vocab, 0, 0, &mut lazy_policy).unwrap();
+        let full = TopK::from_logits(&l, depth, vocab, budget).unwrap();
+        let want = build_tree(&full, 0, 0, &mut FixedBudget::new(budget));
+        prop_assert_eq!(lazy, want);
+    }
+}

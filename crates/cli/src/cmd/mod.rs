@@ -10,6 +10,7 @@ use bastion_tree::OnlineConfig;
 pub mod check;
 pub mod datasets;
 pub mod distill;
+pub mod draft_vocab;
 pub mod generate;
 pub mod profile;
 pub mod reproduce;
@@ -42,6 +43,10 @@ pub struct PairArgs {
     /// DFlash drafter folder (config.json + model.safetensors); needed by every method but ar.
     #[arg(long)]
     pub drafter: Option<PathBuf>,
+    /// Draft over the drafter's N most frequent tokens only (its draft_vocab.json, written by
+    /// `bastion draft-vocab`); verification still scores every token, so decoding stays lossless.
+    #[arg(long, value_name = "N")]
+    pub draft_vocab: Option<usize>,
 }
 
 impl PairArgs {
@@ -57,6 +62,7 @@ impl PairArgs {
         }
         let mut spec = PairSpec::new(&self.target.model, self.target.backend);
         spec.drafter = self.drafter.clone().filter(|_| method.needs_drafter());
+        spec.draft_vocab = self.draft_vocab.filter(|_| method.needs_drafter());
         if let Some(cost) = cost {
             if matches!(method, Method::Bastion { .. }) {
                 cost.online().validate().map_err(|e| format!("--online-forgetting: {e}"))?;

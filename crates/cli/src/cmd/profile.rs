@@ -172,7 +172,7 @@ pub struct BenchArgs {
     /// Tree sizes to time (tokens verified, root included).
     #[arg(long, value_delimiter = ',', default_values_t = vec![1, 2, 4, 8, 16, 32, 64])]
     nodes: Vec<usize>,
-    /// Timed repetitions per size (median reported), after one warm-up.
+    /// Timed repetitions per size (median reported), after three warm-ups.
     #[arg(long, default_value_t = 5)]
     reps: usize,
 }
@@ -185,8 +185,13 @@ pub fn bench_target(a: BenchArgs) -> Result {
     let reps = a.reps.max(1);
     println!("model {} | backend {backend} | context {} tokens | {reps} reps, median", model.display(), a.context);
     println!("{:>6} {:>12} {:>12} {:>20}", "N", "verify ms", "vs N=1", "ms per extra token");
-    let grid = VerifyGrid { contexts: &[a.context], tokens: &nodes, warmup: 1, repeats: reps, hidden: &[] };
+    // The roof of this machine, measured in this run, for the lines printed after the table.
+    let peak = bastion_models::measure_peak(pair.target().device(), &bastion_models::PeakOptions::default())?.peak();
+    // Three warm-ups per size: the first size timed right after the peak
+    // microbenchmark otherwise starts from cold caches.
+    let grid = VerifyGrid { contexts: &[a.context], tokens: &nodes, warmup: 3, repeats: reps, hidden: &[] };
     let mut first: Option<(usize, f64)> = None;
+    let mut measured: Vec<(usize, f64)> = Vec::new();
     grid.measure(pair.target(), &mut |p, _| {
         let (n0, t0) = *first.get_or_insert((p.tokens, p.seconds));
         // The marginal cost of a verified token: (verify(N) − verify(first N)) / extra tokens.
@@ -196,10 +201,50 @@ pub fn bench_target(a: BenchArgs) -> Result {
             "–".to_string()
         };
         println!("{:>6} {:>12.2} {:>12.2} {marginal:>20}", p.tokens, p.seconds * 1e3, p.seconds / t0);
+        measured.push((p.tokens, p.seconds));
         if p.tokens == 1 {
             // One token attending to the prefix: exactly a greedy decode step.
             println!("{:>6} = AR decode step: {:.1} tokens/s", "", 1.0 / p.seconds);
         }
     })?;
+    print_roof(&pair.target().roofline_shape(), &peak, a.context, &measured);
     Ok(())
+}
+
+/// The roof lines of `bastion bench-target`: what one step must read (every
+/// weight once, at f32) at the measured read bandwidth, and what one more
+/// verified token must compute at the measured matmul peak, against the
+/// measured `(tokens, seconds)` points.
+fn print_roof(
+    shape: &bastion_tree::ModelShape,
+    peak: &bastion_tree::DevicePeak,
+    context: usize,
+    measured: &[(usize, f64)],
+) {
+    let (h, f, v) = (shape.hidden as f64, shape.ffn as f64, shape.vocab as f64);
+    let (hq, hkv) = ((shape.q_heads * shape.head_dim) as f64, (shape.kv_heads * shape.head_dim) as f64);
+    // Embedding rows are gathered, not streamed: the LM head is the one vocabulary-sized read.
+    let weight_bytes = 4.0 * (shape.layers as f64 * (2.0 * h * hq + 2.0 * h * hkv + 3.0 * h * f) + v * h);
+    let c = context as f64;
+    let token_flops = shape.verify_flops(2.0, c) - shape.verify_flops(1.0, c);
+    let (read_s, token_s) = (weight_bytes / peak.bandwidth, token_flops / peak.peak_flops);
+    println!(
+        "roof, measured in this run: {:.1} GFLOP/s (Burn's f32 GEMM, 1024²; the small-row kernel may beat it), {:.1} GB/s (read)",
+        peak.peak_flops / 1e9,
+        peak.bandwidth / 1e9
+    );
+    println!(
+        "  a step reads {:.0} MB of weights: ≥ {:.2} ms; one more verified token computes {:.3} GFLOP: ≥ {:.3} ms",
+        weight_bytes / 1e6,
+        read_s * 1e3,
+        token_flops / 1e9,
+        token_s * 1e3
+    );
+    if let Some(&(_, t1)) = measured.iter().find(|(n, _)| *n == 1) {
+        println!("  verify(1) = {:.2} ms = {:.2}× its read roof", t1 * 1e3, t1 / read_s);
+        for &(n, t) in measured.iter().filter(|(n, _)| *n > 1) {
+            let per = (t - t1) / (n - 1) as f64;
+            println!("  N = {n:>3}: {:.3} ms per extra token = {:.2}× its compute roof", per * 1e3, per / token_s);
+        }
+    }
 }

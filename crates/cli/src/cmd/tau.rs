@@ -73,6 +73,7 @@ fn draft(a: &Args, drafter: &Path) -> ExperimentDraft {
             target: a.pair.target.model.clone(),
             drafter: drafter.to_path_buf(),
             calibration: a.cost.calibration.clone(),
+            draft_vocab: a.pair.draft_vocab,
         }],
         datasets: DraftDatasets {
             names: a.sets.clone(),
