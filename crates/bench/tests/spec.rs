@@ -203,6 +203,10 @@ fn shipped_experiments_validate() {
     assert!(default.methods.contains(&Method::Bastion { skip_draft: true }));
     assert_eq!(default.datasets.len(), 4);
     assert_eq!(default.temperatures, [0.0]);
+    // The pruned-vocabulary comparison: the same pair twice, the second over the drafter's
+    // draft_vocab.json (its file must hold the 1,024 tokens asked for).
+    let vocab = Experiment::load(&r.join("experiments/draft-vocab.toml"), &r).unwrap();
+    assert_eq!(vocab.models.iter().map(|m| m.draft_vocab).collect::<Vec<_>>(), [None, Some(1024)]);
     let check = Experiment::load(&r.join("experiments/check.toml"), &r).unwrap();
     assert!(!check.methods.contains(&Method::BASTION), "online bastion is not deterministic");
     assert!(check.models[0].calibration.is_some(), "the check pins its calibration");

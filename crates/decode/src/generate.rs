@@ -86,14 +86,21 @@ pub struct RoundRecord {
     /// Posterior sampling, the walk and KV-cache compaction (s).
     pub commit_s: f64,
     /// Whether the round drafted: `false` for the AR steps of `ar` and of
-    /// the `+skip` methods' skipped rounds, which τ leaves out.
-    #[serde(default = "drafted_by_default")]
+    /// the `+skip` methods' skipped rounds, which τ leaves out. Written only
+    /// when `false`: records written before it existed (every round of a
+    /// speculative method drafted) read and write back unchanged.
+    #[serde(default = "drafted_by_default", skip_serializing_if = "is_drafted")]
     pub drafted: bool,
 }
 
 /// Records written before `drafted` existed: every round of a speculative method drafted.
 fn drafted_by_default() -> bool {
     true
+}
+
+/// Whether a round drafted (serde's `skip_serializing_if`).
+fn is_drafted(drafted: &bool) -> bool {
+    *drafted
 }
 
 /// What one round saw, kept when [`GenerateConfig::trace`] is set.

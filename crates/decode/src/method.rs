@@ -190,7 +190,7 @@ mod tests {
             Method::BastionPaper { skip_draft: true },
         ] {
             assert_eq!(m.to_string().parse::<Method>().unwrap(), m);
-            assert_eq!(m.without_skip().skips_draft(), false);
+            assert!(!m.without_skip().skips_draft());
         }
         assert_eq!("Bastion+Skip".parse::<Method>().unwrap(), Method::Bastion { skip_draft: true });
         assert_eq!(Method::BastionPaper { skip_draft: true }.to_string(), "bastion-paper+skip");

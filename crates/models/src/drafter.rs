@@ -478,7 +478,7 @@ impl DraftSession<'_> {
             }
             BlockOut::Burn(out) => {
                 let logits = target.lm_head(out.clone().narrow(0, 1, b - 1));
-                Ok((host(out)?, host(logits)?))
+                Ok((host(*out)?, host(logits)?))
             }
         }
     }
@@ -545,7 +545,7 @@ impl DraftSession<'_> {
             .unwrap_or_else(|never| match never {});
         }
         self.len = start;
-        Ok(BlockOut::Burn(rms_norm(x, &d.norm, shape.eps)))
+        Ok(BlockOut::Burn(Box::new(rms_norm(x, &d.norm, shape.eps))))
     }
 }
 
@@ -554,7 +554,7 @@ enum BlockOut {
     /// In host memory (`flex`).
     Host(Vec<f32>),
     /// A Burn tensor (the other backends).
-    Burn(Tensor<2>),
+    Burn(Box<Tensor<2>>),
 }
 
 /// [`DraftSession::run_block`] on the `flex` CPU backend, all in host
