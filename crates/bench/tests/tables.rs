@@ -123,6 +123,7 @@ fn summary_agrees_with_the_records() {
     // Each row on a line of its own (a template line ending in a block tag loses its newline).
     assert!(md.lines().any(|l| l.starts_with("| bastion | 1.00 | 0.00 | 5.00 | 0.50 |")), "{md}");
     assert!(md.lines().all(|l| l.matches("| ar |").count() <= 1), "{md}");
+    assert!(!md.contains("||"), "two table lines joined: {md}");
     let tex = render(std::path::Path::new(&format!("{root}/results.tex.j2")), "unit_test", &t).unwrap();
     assert!(tex.contains("\\toprule") && tex.contains("\\bottomrule"), "{tex}");
     assert!(
