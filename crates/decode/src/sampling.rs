@@ -4,7 +4,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 /// Index of the largest logit; the first one on exact ties (as
-/// `torch.argmax`). `0` for an empty row.
+/// `torch.argmax` for finite logits; a NaN never wins here, where torch
+/// would pick it). `0` for an empty row or one without a number.
 pub fn argmax(row: &[f32]) -> u32 {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {

@@ -204,7 +204,10 @@ fn top_k_into(xs: &[f32], k: usize, out: &mut Vec<(f32, u32)>) {
             consider(t + j, x, out, &mut threshold);
         }
     }
-    out.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    // The same order as the heap's: −0.0 and +0.0 tie (total_cmp would split
+    // them), so a short list is always the start of a longer one (the rows
+    // are finite: `log_sum_exp` checked them).
+    out.sort_unstable_by(|a, b| b.0.partial_cmp(&a.0).unwrap_or(std::cmp::Ordering::Equal).then(a.1.cmp(&b.1)));
 }
 
 /// `log Σ exp(x)` of a row; `None` if any value is not finite.
