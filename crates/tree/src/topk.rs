@@ -319,6 +319,19 @@ mod tests {
         let got = log_sum_exp(&xs).unwrap() as f64;
         assert!((got - want).abs() < 2e-6, "{got} vs {want}");
         assert_eq!(log_sum_exp(&[0.0, f32::NAN]), None);
+        // A non-finite value anywhere, in the 8-wide body or the tail, is refused.
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            for at in [0, 3, 8, 15, 49_146] {
+                let mut row = xs[..49_147].to_vec();
+                row[at] = bad;
+                assert_eq!(log_sum_exp(&row), None, "{bad} at {at}");
+            }
+        }
+        // The max may sit in the tail (49,147 = 6,143 · 8 + 3).
+        let mut row = xs[..49_147].to_vec();
+        row[49_146] = 3.0;
+        let want = 3.0 + row.iter().map(|&x| (x as f64 - 3.0).exp()).sum::<f64>().ln();
+        assert!((log_sum_exp(&row).unwrap() as f64 - want).abs() < 2e-6);
     }
 
     #[test]
