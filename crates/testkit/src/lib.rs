@@ -126,12 +126,14 @@ impl bastion_tree::RoundCostModel for FixtureCaddCost {
 }
 
 /// A draft tree for property tests: root token `root`, then node `i + 1`
-/// under parent `nodes[i].0` (must be ≤ i) with token `nodes[i].1`, bumped
+/// under parent `nodes[i].0 mod (i + 1)` (any earlier node, so any `usize`
+/// a strategy draws gives a valid tree) with token `nodes[i].1`, bumped
 /// (within 1..=249) until no sibling carries it.
 pub fn tree_with_distinct_siblings(root: u32, nodes: &[(usize, u32)]) -> bastion_tree::DraftTree {
     let mut tokens = vec![root];
     let mut parents = vec![-1i64];
-    for &(parent, tok) in nodes {
+    for (i, &(choice, tok)) in nodes.iter().enumerate() {
+        let parent = choice % (i + 1);
         let mut t = tok;
         while tokens.iter().zip(&parents).any(|(&x, &q)| q == parent as i64 && x == t) {
             t = t % 249 + 1;
