@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use bastion_models::{context_features, Drafter, Model};
-use bastion_tree::{build_tree_from_draft_logits, walk, Acceptance, BudgetPolicy, DraftTree, RoundObservation};
+use bastion_tree::{walk, Acceptance, BudgetPolicy, DraftCandidates, DraftTree, RoundObservation};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{DecodeError, Result};
@@ -77,9 +77,11 @@ pub struct RoundRecord {
     pub tree_size: usize,
     /// Tokens committed: accepted drafted nodes + the bonus token (τ's term).
     pub accepted: usize,
-    /// Drafter forward (s); 0 for `ar`.
+    /// Drafting (s): the drafter forward, its LM head over the drafted rows
+    /// and their candidate lists (top-k, log-probabilities); 0 for `ar`.
     pub draft_s: f64,
-    /// Top-k and best-first tree construction with the budget policy (s).
+    /// Best-first tree construction with the budget policy (s), including
+    /// the rare regrowth from longer candidate lists.
     pub build_s: f64,
     /// Target verification of the tree (s).
     pub verify_s: f64,
@@ -267,23 +269,28 @@ pub fn generate_with_gate(
             (Some(_), Some(ds)) if drafts => ds.draft_rows(target, &std::mem::take(&mut features), root, depth)?,
             _ => Vec::new(),
         };
+        // The candidate lists (top-k and log-probabilities of every drafted
+        // row) are the drafter's output: drafting time, as the LM head is.
+        let candidates = match &draft {
+            Some((_, policy)) if drafts => Some(DraftCandidates::new(
+                &draft_logits,
+                depth,
+                draft_map.map_or(vocab, <[u32]>::len),
+                draft_map,
+                policy.top_k(),
+            )?),
+            _ => None,
+        };
         let draft_s = t.elapsed().as_secs_f64();
         if gen.rounds.is_empty() {
             gen.first_draft_s = draft_s;
         }
         let t = Instant::now();
-        let tree = match &mut draft {
-            Some((_, policy)) if drafts => build_tree_from_draft_logits(
-                &draft_logits,
-                depth,
-                draft_map.map_or(vocab, <[u32]>::len),
-                draft_map,
-                root,
-                context_len,
-                &mut **policy,
-            )?,
+        let tree = match (&mut draft, &candidates) {
+            (Some((_, policy)), Some(c)) => c.build_tree(root, context_len, &mut **policy)?,
             _ => DraftTree::root_only(root),
         };
+        drop(candidates);
         let build_s = t.elapsed().as_secs_f64();
         let t = Instant::now();
         let out = session.verify(&tree, &hidden_idx)?;

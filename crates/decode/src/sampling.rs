@@ -15,11 +15,46 @@ pub fn argmax(row: &[f32]) -> u32 {
     argmax_portable(row)
 }
 
-/// [`argmax_portable`] compiled for AVX2 (chosen at run time).
+/// [`argmax_portable`]'s answer with AVX2 intrinsics: the maximum in 8
+/// lanes (`v > m ? v : m`, so NaN never wins), then the first block of 8
+/// holding it, found by one compare per block.
+///
+/// # Safety
+/// The CPU must support AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn argmax_avx2(row: &[f32]) -> u32 {
-    argmax_portable(row)
+    use std::arch::x86_64::*;
+    let body = row.len() - row.len() % 8;
+    let p = row.as_ptr();
+    let mut m = _mm256_set1_ps(f32::NEG_INFINITY);
+    let mut i = 0;
+    while i < body {
+        // SAFETY: i + 8 ≤ body ≤ row.len().
+        // MAXPS returns its second operand when the first is not larger
+        // (NaN included): m keeps its value unless v > m.
+        m = _mm256_max_ps(unsafe { _mm256_loadu_ps(p.add(i)) }, m);
+        i += 8;
+    }
+    let mut lanes = [0.0f32; 8];
+    _mm256_storeu_ps(lanes.as_mut_ptr(), m);
+    let mut max = f32::NEG_INFINITY;
+    for &v in lanes.iter().chain(&row[body..]) {
+        if v > max {
+            max = v;
+        }
+    }
+    let target = _mm256_set1_ps(max);
+    let mut i = 0;
+    while i < body {
+        // SAFETY: as above.
+        let hits = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_EQ_OQ>(unsafe { _mm256_loadu_ps(p.add(i)) }, target));
+        if hits != 0 {
+            return (i + hits.trailing_zeros() as usize) as u32;
+        }
+        i += 8;
+    }
+    row[body..].iter().position(|&v| v == max).map_or(0, |j| (body + j) as u32)
 }
 
 /// The largest value in 8 lanes (comparisons only, so it vectorises; NaN
@@ -43,6 +78,11 @@ fn argmax_portable(row: &[f32]) -> u32 {
     }
     row.iter().position(|&v| v == max).unwrap_or(0) as u32
 }
+
+/// Greedy rows per call from which [`Sampler::sample_rows`] splits them
+/// over threads (an argmax over 49K logits takes a few microseconds, about
+/// what handing work to another thread costs).
+const PARALLEL_ROWS: usize = 8;
 
 /// Draws tokens from logit rows: argmax at temperature 0, otherwise a draw
 /// from `softmax(logits / T)` (computed in `f64`) with a seeded ChaCha8
@@ -86,9 +126,15 @@ impl Sampler {
         weights.iter().rposition(|&w| w > 0.0).unwrap_or(0) as u32
     }
 
-    /// One token per row of a row-major `[rows, vocab]` matrix.
+    /// One token per row of a row-major `[rows, vocab]` matrix. Greedy
+    /// rows are independent, so a tree's rows are split over rayon's threads
+    /// (the same tokens); draws stay in row order on one generator.
     pub fn sample_rows(&mut self, logits: &[f32], rows: usize) -> Vec<u32> {
         let vocab = logits.len() / rows.max(1);
+        if self.is_greedy() && rows >= PARALLEL_ROWS && vocab > 0 {
+            use rayon::prelude::*;
+            return logits[..rows * vocab].par_chunks_exact(vocab).map(argmax).collect();
+        }
         (0..rows).map(|r| self.sample(&logits[r * vocab..(r + 1) * vocab])).collect()
     }
 }
@@ -128,6 +174,33 @@ mod tests {
                 })
                 .collect();
             assert_eq!(argmax(&row), scan(&row), "length {len}");
+            assert_eq!(argmax_portable(&row), scan(&row), "portable, length {len}");
+        }
+        // NaN never wins, ±0 tie (the first wins), ±inf, the max in the tail.
+        let cases: [&[f32]; 5] = [
+            &[f32::NAN, 1.0, 2.0, f32::NAN, 2.0, 0.0, 0.0, 0.0, 0.0],
+            &[-0.0, 0.0, -0.0, -1.0, -2.0, -3.0, -4.0, -5.0, 0.0, -0.0],
+            &[f32::NEG_INFINITY; 11],
+            &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, f32::INFINITY, 9.0],
+            &[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.5],
+        ];
+        for row in cases {
+            assert_eq!(argmax(row), argmax_portable(row), "{row:?}");
+        }
+        assert_eq!(argmax(cases[0]), 2);
+        assert_eq!(argmax(cases[1]), 0);
+        assert_eq!(argmax(cases[3]), 8);
+        assert_eq!(argmax(cases[4]), 8);
+    }
+
+    #[test]
+    fn greedy_rows_split_over_threads_give_each_rows_argmax() {
+        let vocab = 1000;
+        let logits: Vec<f32> = (0..20 * vocab).map(|i| ((i * 7919) % 997) as f32).collect();
+        let want: Vec<u32> = logits.chunks_exact(vocab).map(argmax).collect();
+        for rows in [1, 7, 8, 20] {
+            let got = Sampler::new(0.0, 0).sample_rows(&logits[..rows * vocab], rows);
+            assert_eq!(got, want[..rows], "{rows} rows");
         }
     }
 

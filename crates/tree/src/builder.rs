@@ -128,11 +128,11 @@ pub fn build_tree_from_logits<P: BudgetPolicy + ?Sized>(
 /// [`build_tree_from_logits`] for draft logits over a pruned draft
 /// vocabulary when `token_map` is given: column `t` of the `[depth, vocab]`
 /// logits is token `token_map[t]` (`vocab = token_map.len()`), and the
-/// tree holds those token ids.
+/// tree holds those token ids. The same as [`DraftCandidates::new`] then
+/// [`DraftCandidates::build_tree`].
 ///
 /// # Errors
-/// As [`TopK::from_logits`]; [`crate::TreeError::Shape`] when `token_map`
-/// does not have `vocab` entries.
+/// As [`DraftCandidates::new`].
 pub fn build_tree_from_draft_logits<P: BudgetPolicy + ?Sized>(
     logits: &[f32],
     depth: usize,
@@ -142,27 +142,87 @@ pub fn build_tree_from_draft_logits<P: BudgetPolicy + ?Sized>(
     context_len: usize,
     policy: &mut P,
 ) -> Result<DraftTree> {
-    if let Some(map) = token_map.filter(|m| m.len() != vocab) {
-        return Err(crate::TreeError::Shape {
-            what: "draft vocabulary map",
-            expected: format!("{vocab} entries, one per draft-logit column"),
-            actual: format!("{} entries", map.len()),
-        });
+    DraftCandidates::new(logits, depth, vocab, token_map, policy.top_k())?.build_tree(root_token, context_len, policy)
+}
+
+/// One round's draft logits with the first candidate lists taken from them:
+/// the top-`min(top_k, FIRST_TOP_K)` of every row (log-probabilities over
+/// the whole row). Splitting this step from growing the tree lets the
+/// decoding loop count it as drafting (the drafter's output, as the draft
+/// LM head is) and the growth alone as tree building.
+#[derive(Debug)]
+pub struct DraftCandidates<'a> {
+    logits: &'a [f32],
+    depth: usize,
+    vocab: usize,
+    token_map: Option<&'a [u32]>,
+    top_k: usize,
+    first: TopK,
+}
+
+impl<'a> DraftCandidates<'a> {
+    /// Takes the first candidate lists of a row-major `[depth, vocab]`
+    /// draft-logit matrix for a policy that asks for `top_k` per depth
+    /// ([`BudgetPolicy::top_k`]; 0 counts as 1). `token_map` as in
+    /// [`build_tree_from_draft_logits`].
+    ///
+    /// # Errors
+    /// As [`TopK::from_logits`] (shape, non-finite logits);
+    /// [`crate::TreeError::Shape`] when `token_map` does not have `vocab`
+    /// entries.
+    pub fn new(
+        logits: &'a [f32],
+        depth: usize,
+        vocab: usize,
+        token_map: Option<&'a [u32]>,
+        top_k: usize,
+    ) -> Result<Self> {
+        if let Some(map) = token_map.filter(|m| m.len() != vocab) {
+            return Err(crate::TreeError::Shape {
+                what: "draft vocabulary map",
+                expected: format!("{vocab} entries, one per draft-logit column"),
+                actual: format!("{} entries", map.len()),
+            });
+        }
+        let top_k = top_k.max(1);
+        let first = Self::candidates(logits, depth, vocab, token_map, top_k.min(FIRST_TOP_K))?;
+        Ok(Self { logits, depth, vocab, token_map, top_k, first })
     }
-    let candidates = |k: usize| -> Result<TopK> {
+
+    fn candidates(logits: &[f32], depth: usize, vocab: usize, map: Option<&[u32]>, k: usize) -> Result<TopK> {
         let mut topk = TopK::from_logits(logits, depth, vocab, k)?;
-        if let Some(map) = token_map {
+        if let Some(map) = map {
             topk.map_tokens(map)?;
         }
         Ok(topk)
-    };
-    let want = policy.top_k().max(1);
-    let first = want.min(FIRST_TOP_K);
-    let (tree, reached_end) = grow(&candidates(first)?, root_token, context_len, policy);
-    if !reached_end || first >= vocab {
-        return Ok(tree);
     }
-    Ok(build_tree(&candidates(want)?, root_token, context_len, policy))
+
+    /// The first candidate lists (`[depth, min(top_k, FIRST_TOP_K)]`).
+    pub fn first(&self) -> &TopK {
+        &self.first
+    }
+
+    /// Grows the draft tree ([`build_tree`]) from the first lists; when the
+    /// tree reaches the end of one (and the policy asks for more), grows it
+    /// again from the full top-`top_k` lists, so the result is always the
+    /// tree the full lists give. `policy.top_k()` should be the `top_k`
+    /// these candidates were taken for.
+    ///
+    /// # Errors
+    /// As [`TopK::from_logits`], for the full lists.
+    pub fn build_tree<P: BudgetPolicy + ?Sized>(
+        &self,
+        root_token: u32,
+        context_len: usize,
+        policy: &mut P,
+    ) -> Result<DraftTree> {
+        let (tree, reached_end) = grow(&self.first, root_token, context_len, policy);
+        if !reached_end || self.first.k() >= self.vocab {
+            return Ok(tree);
+        }
+        let full = Self::candidates(self.logits, self.depth, self.vocab, self.token_map, self.top_k)?;
+        Ok(build_tree(&full, root_token, context_len, policy))
+    }
 }
 
 /// Binary max-heap whose order on exact ties needs the tree (rank paths).

@@ -1,6 +1,12 @@
 //! Per-depth top-k log-probabilities of the drafter's block marginals.
 
 use crate::error::{Result, TreeError};
+use rayon::prelude::*;
+
+/// Logit matrices at least this large (values) have their rows split over
+/// rayon's threads (a SmolLM2 draft block is 15 × 49,152); smaller ones
+/// cost less than handing them out.
+const PARALLEL_VALUES: usize = 1 << 16;
 
 /// Top-k tokens and their log-probabilities for every depth of a DFlash block.
 ///
@@ -42,13 +48,24 @@ impl TopK {
             return Err(TreeError::Config { field: "top_k", reason: "must be ≥ 1".into() });
         }
         let k = k.min(vocab);
+        // One row: its normaliser and its sorted top-k (rows are independent,
+        // so splitting them over threads changes no value).
+        let row = |xs: &[f32]| -> Option<(f32, Vec<(f32, u32)>)> {
+            let log_z = log_sum_exp(xs)?;
+            let mut top = Vec::with_capacity(k);
+            top_k_into(xs, k, &mut top);
+            Some((log_z, top))
+        };
+        let rows: Vec<_> = if depth > 1 && logits.len() >= PARALLEL_VALUES {
+            logits.par_chunks_exact(vocab).map(row).collect()
+        } else {
+            logits.chunks_exact(vocab).map(row).collect()
+        };
         let mut log_probs = Vec::with_capacity(depth * k);
         let mut tokens = Vec::with_capacity(depth * k);
-        let mut heap: Vec<(f32, u32)> = Vec::with_capacity(k);
-        for (row, xs) in logits.chunks_exact(vocab).enumerate() {
-            let log_z = log_sum_exp(xs).ok_or(TreeError::NonFinite { row })?;
-            top_k_into(xs, k, &mut heap);
-            for &(x, t) in &heap {
+        for (r, found) in rows.into_iter().enumerate() {
+            let (log_z, top) = found.ok_or(TreeError::NonFinite { row: r })?;
+            for (x, t) in top {
                 log_probs.push(x - log_z);
                 tokens.push(t);
             }
@@ -146,6 +163,37 @@ impl TopK {
 /// One pass with a size-`k` min-heap: after the first `k` values, most fail
 /// the comparison with the heap's minimum, so this is O(V) in practice.
 fn top_k_into(xs: &[f32], k: usize, out: &mut Vec<(f32, u32)>) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU reports AVX2 at run time.
+        return unsafe { top_k_into_avx2(xs, k, out) };
+    }
+    top_k_scan(xs, k, out, |block, threshold| block.iter().any(|&x| x > threshold));
+}
+
+/// [`top_k_into`] whose skip test compares 8 values with the threshold in
+/// one instruction.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn top_k_into_avx2(xs: &[f32], k: usize, out: &mut Vec<(f32, u32)>) {
+    use std::arch::x86_64::*;
+    top_k_scan(xs, k, out, |block, threshold| {
+        // SAFETY: `block` holds 8 values; AVX2 is enabled in this function.
+        unsafe {
+            let x = _mm256_loadu_ps(block.as_ptr());
+            _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_GT_OQ>(x, _mm256_set1_ps(threshold))) != 0
+        }
+    });
+}
+
+/// The heap scan of [`top_k_into`]; `beats(block, threshold)` tells whether
+/// any of 8 values is larger than `threshold` (most blocks are not, and are
+/// skipped after that one test).
+#[inline(always)]
+fn top_k_scan(xs: &[f32], k: usize, out: &mut Vec<(f32, u32)>, beats: impl Fn(&[f32], f32) -> bool) {
     // "a ranks below b": smaller value, or equal value and larger token id.
     let below = |a: &(f32, u32), b: &(f32, u32)| a.0 < b.0 || (a.0 == b.0 && a.1 > b.1);
     let sift_down = |out: &mut Vec<(f32, u32)>| {
@@ -186,14 +234,13 @@ fn top_k_into(xs: &[f32], k: usize, out: &mut Vec<(f32, u32)>) {
                 *threshold = out[0].0;
             }
         };
-        // Eight at a time: a block whose largest value does not beat the
-        // threshold (nearly every block, once the heap holds large values)
-        // is skipped after one vectorisable max; the others are scanned in order.
+        // Eight at a time: a block with no value above the threshold
+        // (nearly every block, once the heap holds large values) is skipped
+        // after one test; the others are scanned in order.
         let mut t = k;
         while t + 8 <= xs.len() {
             let block = &xs[t..t + 8];
-            let top = block.iter().fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
-            if top > threshold {
+            if beats(block, threshold) {
                 for (j, &x) in block.iter().enumerate() {
                     consider(t + j, x, out, &mut threshold);
                 }
@@ -212,23 +259,88 @@ fn top_k_into(xs: &[f32], k: usize, out: &mut Vec<(f32, u32)>) {
 
 /// `log Σ exp(x)` of a row; `None` if any value is not finite.
 ///
-/// `exp(x − max)` uses [`exp_nonpositive`] (relative error < 5e-7, written so
-/// the loop vectorises); partial sums in `f32`, the total in `f64`.
+/// `exp(x − max)` uses [`exp_nonpositive`] (relative error < 5e-7); partial
+/// sums in `f32` over blocks of 1024 values (value `i` of a block in lane
+/// `i mod 8`, each lane summed in order), the total in `f64`. The AVX2 path
+/// computes exactly this, 8 lanes per instruction, so both paths return the
+/// same bits.
 fn log_sum_exp(xs: &[f32]) -> Option<f32> {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        // SAFETY: the CPU reports AVX2 and FMA at run time.
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU reports AVX2 at run time.
         return unsafe { log_sum_exp_avx2(xs) };
     }
     log_sum_exp_portable(xs)
 }
 
-/// [`log_sum_exp_portable`] compiled for AVX2 + FMA (chosen at run time, so
-/// the binary still runs on baseline x86-64).
+/// [`log_sum_exp`] with AVX2 intrinsics: one pass for the maximum and the
+/// finiteness check, one for the exponentials. Multiplies and adds stay
+/// separate (no FMA), in [`exp_nonpositive`]'s order, so every lane computes
+/// the portable path's value.
+///
+/// # Safety
+/// The CPU must support AVX2.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2")]
 unsafe fn log_sum_exp_avx2(xs: &[f32]) -> Option<f32> {
-    log_sum_exp_portable(xs)
+    use std::arch::x86_64::*;
+    let n = xs.len();
+    let p = xs.as_ptr();
+    let body = n - n % 8;
+    // Pass 1: max, and x − x (NaN exactly when x is NaN or ±inf) OR-ed into `bad`.
+    let mut max = _mm256_set1_ps(f32::NEG_INFINITY);
+    let mut bad = _mm256_setzero_ps();
+    let mut i = 0;
+    while i < body {
+        let x = _mm256_loadu_ps(p.add(i));
+        max = _mm256_max_ps(max, x);
+        bad = _mm256_or_ps(bad, _mm256_cmp_ps::<_CMP_UNORD_Q>(_mm256_sub_ps(x, x), _mm256_setzero_ps()));
+        i += 8;
+    }
+    if _mm256_movemask_ps(bad) != 0 || !xs[body..].iter().all(|x| x.is_finite()) {
+        return None;
+    }
+    let mut lanes = [0.0f32; 8];
+    _mm256_storeu_ps(lanes.as_mut_ptr(), max);
+    let m = xs[body..].iter().copied().fold(lanes.iter().copied().fold(f32::NEG_INFINITY, f32::max), f32::max);
+    // Pass 2: blocks of 1024 (128 vectors), one f32 accumulator per lane.
+    let vm = _mm256_set1_ps(m);
+    let blocks = n / 1024;
+    let mut sum = 0.0f64;
+    for b in 0..blocks {
+        let mut acc = _mm256_setzero_ps();
+        for c in 0..128 {
+            let x = _mm256_loadu_ps(p.add(b * 1024 + c * 8));
+            acc = _mm256_add_ps(acc, exp8_nonpositive(_mm256_sub_ps(x, vm)));
+        }
+        _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
+        sum += lanes.iter().map(|&v| f64::from(v)).sum::<f64>();
+    }
+    sum += xs[blocks * 1024..].iter().map(|&x| f64::from(exp_nonpositive(x - m))).sum::<f64>();
+    Some((f64::from(m) + sum.ln()) as f32)
+}
+
+/// [`exp_nonpositive`] on 8 lanes, the same operations in the same order.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn exp8_nonpositive(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    let set = |v: f32| _mm256_set1_ps(v);
+    let x = _mm256_max_ps(x, set(-87.0));
+    let shifted = _mm256_add_ps(_mm256_mul_ps(x, set(std::f32::consts::LOG2_E)), set(EXP_SHIFT));
+    let n = _mm256_sub_ps(shifted, set(EXP_SHIFT));
+    let g = _mm256_sub_ps(_mm256_sub_ps(x, _mm256_mul_ps(n, set(LN2_HI))), _mm256_mul_ps(n, set(LN2_LO)));
+    let mut q = set(1.0 / 720.0);
+    for c in [1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
+        q = _mm256_add_ps(set(c), _mm256_mul_ps(g, q));
+    }
+    let n_bits = _mm256_sub_epi32(_mm256_castps_si256(shifted), _mm256_set1_epi32(EXP_SHIFT.to_bits() as i32));
+    let scale = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(n_bits, _mm256_set1_epi32(127))));
+    _mm256_mul_ps(q, scale)
 }
 
 #[inline(always)]
@@ -237,8 +349,6 @@ fn log_sum_exp_portable(xs: &[f32]) -> Option<f32> {
         return None;
     }
     let max = xs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    // f32 partial sums over blocks of 1024 (8 lanes × 128 terms, each ≤ 1),
-    // gathered in f64: vectorises, and the rounding stays ~1e-6 relative.
     let blocks = xs.chunks_exact(1024);
     let tail = blocks.remainder();
     let mut sum = 0.0f64;
@@ -255,6 +365,12 @@ fn log_sum_exp_portable(xs: &[f32]) -> Option<f32> {
     Some((f64::from(max) + sum.ln()) as f32)
 }
 
+/// ln 2 split so that `n · LN2_HI` is exact for |n| < 2^10 (Cody–Waite).
+const LN2_HI: f32 = 0.693_145_75;
+const LN2_LO: f32 = 1.428_606_8e-6;
+/// 1.5 · 2^23: adding and subtracting it rounds to the nearest integer.
+const EXP_SHIFT: f32 = 12_582_912.0;
+
 /// `exp(x)` for `x ≤ 0` (inputs below −87 are clamped, giving ≈ 1.6e-38): `2^n · 2^f` with
 /// `n = round(x·log₂e)`, `|f| ≤ ½`, and a degree-6 Taylor polynomial of
 /// `2^f = e^(f·ln 2)` (truncation error < 1.2e-7, rounding included < 5e-7 relative).
@@ -262,20 +378,16 @@ fn log_sum_exp_portable(xs: &[f32]) -> Option<f32> {
 /// attention uses it too); the result depends on `x` alone.
 #[inline(always)]
 pub fn exp_nonpositive(x: f32) -> f32 {
-    // ln 2 split so that n·LN2_HI is exact for |n| < 2^10 (Cody–Waite).
-    const LN2_HI: f32 = 0.693_145_75;
-    const LN2_LO: f32 = 1.428_606_8e-6;
     let x = x.max(-87.0);
     // Round to nearest with the 1.5·2^23 trick: `f32::round` is a libm call
     // on baseline x86-64 and would stop the loop from vectorising.
-    const SHIFT: f32 = 12_582_912.0;
-    let shifted = x * std::f32::consts::LOG2_E + SHIFT;
-    let n = shifted - SHIFT;
+    let shifted = x * std::f32::consts::LOG2_E + EXP_SHIFT;
+    let n = shifted - EXP_SHIFT;
     let g = (x - n * LN2_HI) - n * LN2_LO;
     let p = 1.0 + g * (1.0 + g * (0.5 + g * (1.0 / 6.0 + g * (1.0 / 24.0 + g * (1.0 / 120.0 + g * (1.0 / 720.0))))));
     // 2^n for n in [-126, 0] from the exponent bits; the low mantissa bits of
     // `shifted` hold n + 2^22 (integer arithmetic only, so it vectorises).
-    let n_bits = shifted.to_bits().wrapping_sub(SHIFT.to_bits());
+    let n_bits = shifted.to_bits().wrapping_sub(EXP_SHIFT.to_bits());
     let scale = f32::from_bits(n_bits.wrapping_add(127) << 23);
     p * scale
 }
@@ -332,6 +444,41 @@ mod tests {
         row[49_146] = 3.0;
         let want = 3.0 + row.iter().map(|&x| (x as f64 - 3.0).exp()).sum::<f64>().ln();
         assert!((log_sum_exp(&row).unwrap() as f64 - want).abs() < 2e-6);
+    }
+
+    /// The AVX2 log-sum-exp and top-k scan give the portable path's bits
+    /// (lengths around the 8-lane and 1024-value block edges, wide ranges
+    /// that hit exp's clamp, ±0 maxima, ties).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_paths_equal_the_portable_ones() {
+        if !std::arch::is_x86_feature_detected!("avx2") {
+            return;
+        }
+        let mut state = 7u64;
+        let mut next = move || {
+            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            (state >> 40) as f32 / (1u64 << 24) as f32
+        };
+        for (n, spread) in [(1, 1.0), (7, 3.0), (8, 0.0), (1023, 50.0), (1024, 200.0), (1031, 5.0), (49_152, 30.0)] {
+            let mut row: Vec<f32> = (0..n).map(|_| (next() - 0.5) * spread).collect();
+            if n > 9 {
+                row[n / 2] = 0.0;
+                row[n / 3] = -0.0;
+                row[n - 1] = row[1];
+            }
+            let portable = log_sum_exp_portable(&row).map(f32::to_bits);
+            // SAFETY: AVX2 checked above.
+            let avx2 = unsafe { log_sum_exp_avx2(&row) }.map(f32::to_bits);
+            assert_eq!(avx2, portable, "log-sum-exp, {n} values");
+            for k in [1, 5, 32, n] {
+                let (mut a, mut b) = (Vec::new(), Vec::new());
+                top_k_scan(&row, k, &mut a, |block, threshold| block.iter().any(|&x| x > threshold));
+                // SAFETY: AVX2 checked above.
+                unsafe { top_k_into_avx2(&row, k, &mut b) };
+                assert_eq!(a, b, "top-{k} of {n} values");
+            }
+        }
     }
 
     #[test]
