@@ -327,11 +327,16 @@ impl Datasets {
 /// (task ids outside 11–510, from `mbpp-sanitized-all.jsonl`, raw prompt).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TrainPrompt {
-    /// Stable id: `gsm8k-train:{line}` or `mbpp-train:{task_id}`.
+    /// Stable id: `gsm8k-train:{line}`, `mbpp-train:{task_id}` or
+    /// `chat-self:{n}`.
     pub id: String,
-    /// The user message, templated as the matching evaluation set is.
+    /// The user message, templated as the matching evaluation set is (chat
+    /// prompts as written).
     pub text: String,
 }
+
+/// The chat-style training prompts the target wrote (`bastion self-instruct`).
+pub const CHAT_TRAIN_FILE: &str = "train/chat-self-instruct.jsonl";
 
 /// Lower-cased text with runs of whitespace collapsed: the form in which
 /// training and evaluation prompts are compared.
@@ -343,10 +348,11 @@ pub fn normalize(text: &str) -> String {
 const MBPP_TEST_IDS: std::ops::RangeInclusive<u64> = 11..=510;
 
 impl Datasets {
-    /// The drafter-training prompts: MBPP non-test tasks interleaved with
-    /// GSM8K train problems (one MBPP task after every four GSM8K
-    /// problems while they last), so any prefix mixes math and code.
-    /// At most `max` prompts.
+    /// The drafter-training prompts: GSM8K train problems, MBPP non-test
+    /// tasks and the self-instruct chat prompts ([`CHAT_TRAIN_FILE`], when
+    /// the folder has it), interleaved (one MBPP task after every four GSM8K
+    /// problems and one chat prompt after every two, while they last), so
+    /// any prefix mixes math, code and chat. At most `max` prompts.
     ///
     /// # Errors
     /// As [`Datasets::load`]: checksum mismatch, malformed record.
@@ -406,17 +412,33 @@ impl Datasets {
                 eval.extend(p.turns.iter().map(|t| normalize(t)));
             }
         }
-        let mbpp: Vec<TrainPrompt> = mbpp.into_iter().filter(|p| !eval.contains(&normalize(&p.text))).collect();
-        let gsm: Vec<TrainPrompt> = gsm.into_iter().filter(|p| !eval.contains(&normalize(&p.text))).collect();
-        let mut out = Vec::with_capacity(gsm.len() + mbpp.len());
+        let mut chat_prompts = Vec::new();
+        if self.expected.contains_key(CHAT_TRAIN_FILE) {
+            for (i, v) in records(CHAT_TRAIN_FILE)? {
+                chat_prompts.push(TrainPrompt {
+                    id: field(CHAT_TRAIN_FILE, i, &v, "id")?,
+                    text: field(CHAT_TRAIN_FILE, i, &v, "text")?,
+                });
+            }
+        }
+        let fresh = |p: &TrainPrompt| !eval.contains(&normalize(&p.text));
+        let mbpp: Vec<TrainPrompt> = mbpp.into_iter().filter(fresh).collect();
+        let gsm: Vec<TrainPrompt> = gsm.into_iter().filter(fresh).collect();
+        let chat_prompts: Vec<TrainPrompt> = chat_prompts.into_iter().filter(fresh).collect();
+        let mut out = Vec::with_capacity(gsm.len() + mbpp.len() + chat_prompts.len());
         let mut code = mbpp.into_iter();
+        let mut chat = chat_prompts.into_iter();
         for (i, p) in gsm.into_iter().enumerate() {
             out.push(p);
             if i % 4 == 3 {
                 out.extend(code.next());
             }
+            if i % 2 == 1 {
+                out.extend(chat.next());
+            }
         }
         out.extend(code);
+        out.extend(chat);
         out.truncate(max.unwrap_or(usize::MAX));
         Ok(out)
     }

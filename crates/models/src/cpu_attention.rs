@@ -64,6 +64,7 @@ const KB: usize = 8;
 /// head_dim]`; keys are in blocks of [`KB`] rows, `[kv_heads, capacity / KB,
 /// head_dim, KB]`, so that one vector holds one element of `KB` consecutive
 /// keys and the scores of `KB` keys accumulate in one register.
+#[derive(Clone)]
 pub(crate) struct HostKv {
     kv_heads: usize,
     head_dim: usize,

@@ -219,8 +219,7 @@ impl Model {
     /// # Errors
     /// As [`Session::prefill`].
     pub fn greedy(&self, prompt: &[u32], max_new_tokens: usize, stop: &[u32]) -> Result<Vec<u32>> {
-        let argmax =
-            |row: &[f32]| row.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map_or(0, |(i, _)| i as u32);
+        let argmax = last_max;
         let mut session = self.session();
         let mut out = Vec::with_capacity(max_new_tokens);
         if max_new_tokens == 0 {
@@ -234,6 +233,127 @@ impl Model {
             }
             next = argmax(session.prefill(&[next], &[])?.row(0));
         }
+    }
+
+    /// [`Model::greedy`] for several prompts at once: each prompt is
+    /// prefilled on its own, then every unfinished sequence advances by one
+    /// token per [`Model::decode_batch`] call. Returns each prompt's new
+    /// tokens, equal to what [`Model::greedy`] returns for it (a row's
+    /// logits do not depend on the other rows of a batch).
+    ///
+    /// # Errors
+    /// As [`Session::prefill`].
+    pub fn greedy_batch(&self, prompts: &[&[u32]], max_new_tokens: usize, stop: &[u32]) -> Result<Vec<Vec<u32>>> {
+        let mut outs: Vec<Vec<u32>> = vec![Vec::new(); prompts.len()];
+        if max_new_tokens == 0 {
+            return Ok(outs);
+        }
+        let mut live: Vec<(usize, Session<'_>)> = Vec::new();
+        for (i, p) in prompts.iter().enumerate() {
+            let mut session = self.session();
+            outs[i].push(last_max(session.prefill(p, &[])?.row(0)));
+            live.push((i, session));
+        }
+        let done = |out: &[u32]| out.len() == max_new_tokens || out.last().is_some_and(|t| stop.contains(t));
+        live.retain(|(i, _)| !done(&outs[*i]));
+        while !live.is_empty() {
+            let tokens: Vec<u32> = live.iter().map(|(i, _)| *outs[*i].last().expect("one token")).collect();
+            let (ids, mut sessions): (Vec<usize>, Vec<Session<'_>>) = live.drain(..).unzip();
+            let logits = self.decode_batch(&mut sessions, &tokens)?;
+            let vocab = self.cfg.vocab_size;
+            for (b, (i, session)) in ids.into_iter().zip(sessions).enumerate() {
+                outs[i].push(last_max(&logits[b * vocab..(b + 1) * vocab]));
+                if !done(&outs[i]) {
+                    live.push((i, session));
+                }
+            }
+        }
+        Ok(outs)
+    }
+
+    /// One decoding step for a batch of independent sequences: sequence `b`
+    /// (`sessions[b]`, sessions of this model) takes `tokens[b]` at position
+    /// `sessions[b].len()` and commits it. Returns logits `[B, vocab]`,
+    /// row `b` for sequence `b`; each sequence attends to its own cache
+    /// only, whatever its length.
+    ///
+    /// On `flex` the batch is one forward: every projection and the LM head
+    /// read their weights once for all `B` rows (an AR step is bound by
+    /// reading the weights, so a batch costs little more than one
+    /// sequence), attention runs per sequence over its own cache. The
+    /// kernels' row invariance makes row `b` bit-identical to decoding
+    /// sequence `b` alone. Other backends step the sequences one by one.
+    ///
+    /// # Errors
+    /// [`ModelError::Usage`] when the lengths differ, a session belongs to
+    /// another model or holds an uncommitted tree, or a token is outside
+    /// the vocabulary.
+    pub fn decode_batch(&self, sessions: &mut [Session<'_>], tokens: &[u32]) -> Result<Vec<f32>> {
+        if sessions.len() != tokens.len() {
+            return Err(ModelError::Usage(format!(
+                "a batch of {} sessions with {} tokens: one token per session",
+                sessions.len(),
+                tokens.len()
+            )));
+        }
+        for s in sessions.iter() {
+            if !std::ptr::eq(s.model, self) {
+                return Err(ModelError::Usage("a session of another model in the batch".into()));
+            }
+            s.check_idle()?;
+        }
+        if sessions.is_empty() {
+            return Ok(Vec::new());
+        }
+        if !self.host_cache {
+            let mut logits = Vec::with_capacity(tokens.len() * self.cfg.vocab_size);
+            for (s, &t) in sessions.iter_mut().zip(tokens) {
+                logits.extend_from_slice(&s.prefill(&[t], &[])?.logits);
+            }
+            return Ok(logits);
+        }
+        let cfg = &self.cfg;
+        let (bsz, nh, nkv, hd) = (tokens.len(), cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
+        let pasts: Vec<usize> = sessions.iter().map(|s| s.len).collect();
+        let mut kvs: Vec<&mut HostKv> = sessions
+            .iter_mut()
+            .map(|s| match &mut s.cache {
+                Cache::Host(kv) => kv,
+                Cache::Burn { .. } => unreachable!("a host-cache model's sessions hold host caches"),
+            })
+            .collect();
+        for (kv, &past) in kvs.iter_mut().zip(&pasts) {
+            kv.reserve(past + 1, past);
+        }
+        let rope = HostRope::new(&self.inv_freq, &pasts);
+        let shape = LayerShape::of(cfg);
+        let mut x = host(self.embed(tokens)?)?;
+        // Row `b` of a `[heads, B, hd]` tensor: `[heads, 1, hd]`.
+        let row_of = |t: &[f32], heads: usize, b: usize| -> Vec<f32> {
+            (0..heads).flat_map(|g| t[(g * bsz + b) * hd..(g * bsz + b + 1) * hd].iter().copied()).collect()
+        };
+        for (l, layer) in self.layers.iter().enumerate() {
+            layer.forward_host(&mut x, shape, &rope, |q, k, v| {
+                for (b, kv) in kvs.iter_mut().enumerate() {
+                    kv.write(l, pasts[b], &row_of(&k, nkv, b), &row_of(&v, nkv, b), 1);
+                }
+                let rows: Vec<Vec<f32>> = {
+                    use rayon::prelude::*;
+                    let kvs: Vec<&HostKv> = kvs.iter().map(|kv| &**kv).collect();
+                    kvs.par_iter()
+                        .enumerate()
+                        .map(|(b, kv)| kv.attend(l, &row_of(&q, nh, b), nh, 1, pasts[b], &Visible::All))
+                        .collect()
+                };
+                Ok::<_, ModelError>(rows.concat())
+            })?;
+        }
+        let normed = rms_norm_rows(&x, &self.norm_host, cfg.rms_norm_eps);
+        let logits = self.lm_head.forward_host(&normed, bsz);
+        for s in sessions.iter_mut() {
+            s.len += 1;
+        }
+        Ok(logits)
     }
 
     /// Starts an empty session (KV cache) on this model.
@@ -456,6 +576,23 @@ impl<'m> Session<'m> {
         Ok(())
     }
 
+    /// An independent copy of this session's committed cache: prompts that
+    /// share a prefix (a chat template's system turn) prefill it once and
+    /// fork. Prefilling the rest in the fork gives the same bits as
+    /// prefilling the whole prompt in one call (every row's projections and
+    /// attention are computed the same way whatever else is in the call).
+    ///
+    /// # Errors
+    /// [`ModelError::Usage`] when a verified tree is pending.
+    pub fn fork(&self) -> Result<Session<'m>> {
+        self.check_idle()?;
+        let cache = match &self.cache {
+            Cache::Host(kv) => Cache::Host(kv.clone()),
+            Cache::Burn { keys, values } => Cache::Burn { keys: keys.clone(), values: values.clone() },
+        };
+        Ok(Session { model: self.model, cache, len: self.len, pending: None })
+    }
+
     /// Drops a pending tree without committing anything.
     pub fn discard(&mut self) {
         if self.pending.take().is_some() {
@@ -636,6 +773,12 @@ fn host_forward(
         .map(|want| taps.iter().find(|(i, _)| i == want).expect("every requested index was tapped").1.clone())
         .collect();
     Ok(ForwardOutput { logits, rows, hidden: hidden_out })
+}
+
+/// The index of the largest logit (the last one on ties, `total_cmp`
+/// order), as [`Model::greedy`] has always chosen.
+fn last_max(row: &[f32]) -> u32 {
+    row.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map_or(0, |(i, _)| i as u32)
 }
 
 /// A tensor's values in host memory, row-major.

@@ -55,3 +55,62 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+
+    /// A batch of independent sequences (different prompt lengths, so
+    /// different positions and caches) decodes each one bit-identically to
+    /// decoding it alone, and `greedy_batch` returns `greedy`'s tokens.
+    #[test]
+    fn a_batch_row_equals_its_sequence_decoded_alone(
+        which in 0usize..2,
+        prompts in prop::collection::vec(prop::collection::vec(1u32..250, 1..30), 1..6),
+        steps in prop::collection::vec(prop::collection::vec(1u32..250, 1..6), 3),
+    ) {
+        let model = &models()[which];
+        let vocab = model.config().vocab_size;
+        let mut batch: Vec<_> = prompts.iter().map(|p| {
+            let mut s = model.session();
+            s.prefill(p, &[]).unwrap();
+            s
+        }).collect();
+        let mut alone: Vec<_> = prompts.iter().map(|p| {
+            let mut s = model.session();
+            s.prefill(p, &[]).unwrap();
+            s
+        }).collect();
+        for step in &steps {
+            let tokens: Vec<u32> = (0..batch.len()).map(|b| step[b % step.len()]).collect();
+            let rows = model.decode_batch(&mut batch, &tokens).unwrap();
+            prop_assert_eq!(rows.len(), tokens.len() * vocab);
+            for (b, s) in alone.iter_mut().enumerate() {
+                let one = s.prefill(&[tokens[b]], &[]).unwrap();
+                prop_assert!(&rows[b * vocab..(b + 1) * vocab] == one.row(0), "sequence {}", b);
+                prop_assert_eq!(batch[b].len(), s.len());
+            }
+        }
+        let refs: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
+        let stop = [steps[0][0]];
+        let batched = model.greedy_batch(&refs, 12, &stop).unwrap();
+        for (p, got) in prompts.iter().zip(&batched) {
+            prop_assert_eq!(got, &model.greedy(p, 12, &stop).unwrap());
+        }
+    }
+}
+
+#[test]
+fn a_batch_rejects_mismatched_input() {
+    let model = &models()[0];
+    let mut sessions = vec![model.session(), model.session()];
+    sessions[0].prefill(&[1, 2], &[]).unwrap();
+    sessions[1].prefill(&[3], &[]).unwrap();
+    let err = model.decode_batch(&mut sessions, &[5]).unwrap_err().to_string();
+    assert!(err.contains("2 sessions with 1 tokens"), "{err}");
+    let other = &models()[1];
+    let mut mixed = vec![model.session(), other.session()];
+    mixed[0].prefill(&[1], &[]).unwrap();
+    mixed[1].prefill(&[1], &[]).unwrap();
+    assert!(model.decode_batch(&mut mixed, &[2, 3]).unwrap_err().to_string().contains("another model"));
+    assert!(model.decode_batch(&mut [], &[]).unwrap().is_empty());
+}

@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use bastion_data::TrainPrompt;
-use bastion_decode::{ChatEncoder, GenerateConfig, Generation, LoadedPair, Speculator};
+use bastion_decode::{argmax, ChatEncoder, GenerateConfig, Generation, LoadedPair, Speculator};
 use bastion_models::Message;
 use serde::{Deserialize, Serialize};
 
@@ -200,4 +200,119 @@ pub fn distill(
         written += 1;
     }
     Ok(written)
+}
+
+/// [`distill`] with many prompts in flight: up to `batch` sequences are
+/// decoded together, one token each per forward of the target
+/// ([`bastion_models::Model::decode_batch`]; on `flex` the weights are read
+/// once for the whole batch, which is what bounds an AR step on a CPU).
+/// A finished sequence's slot takes the next prompt (each prompt is
+/// prefilled on its own, after the prefix all pending prompts share, which
+/// is prefilled once and forked: [`bastion_models::Session::fork`]). Greedy AR with the target alone: every record
+/// equals what [`distill`] writes for its prompt (the kernels' rows do not
+/// depend on the batch), but records are appended in the order sequences
+/// finish. `on_record` sees each new record. Returns the number written.
+///
+/// # Errors
+/// [`TrainError::Usage`] for `batch == 0` or a prompt that does not fit the
+/// target's context (naming it); model and store errors.
+pub fn distill_batched(
+    pair: &LoadedPair,
+    jobs: &[DistillJob],
+    store: &mut DistillStore,
+    cfg: &GenerateConfig,
+    batch: usize,
+    mut on_record: impl FnMut(&DistillRecord),
+) -> Result<usize> {
+    if batch == 0 {
+        return Err(TrainError::Usage("--batch must be at least 1".into()));
+    }
+    let model = pair.target();
+    let (max_new, stop) = (cfg.max_new_tokens, &cfg.stop_tokens);
+    let context = model.config().max_position_embeddings;
+    let vocab = model.config().vocab_size;
+    let done = |out: &[u32]| out.len() >= max_new || out.last().is_some_and(|t| stop.contains(t));
+    let todo: Vec<&DistillJob> = jobs.iter().filter(|j| !store.done().contains(&j.id)).collect();
+    let todo_ids: Vec<&[u32]> = todo.iter().map(|j| j.prompt_ids.as_slice()).collect();
+    let mut pending = todo.into_iter();
+    // In flight: (job, response so far), with the sessions alongside.
+    let mut live: Vec<(&DistillJob, Vec<u32>)> = Vec::new();
+    let mut sessions = Vec::new();
+    let before = store.done().len();
+    // The prefix every pending prompt shares (the chat template's system
+    // turn), prefilled once; each prompt forks it and prefills the rest
+    // (the same bits as prefilling it whole). At least one token is left
+    // to each prompt: its last row gives the first response token.
+    let shared = match (todo_ids.first(), todo_ids.iter().map(|p| p.len()).min()) {
+        (Some(first), Some(shortest)) => {
+            let lcp = todo_ids.iter().map(|p| first.iter().zip(p.iter()).take_while(|(a, b)| a == b).count()).min();
+            lcp.unwrap_or(0).min(shortest.saturating_sub(1))
+        }
+        _ => 0,
+    };
+    let base = match shared {
+        0 => None,
+        n => {
+            let mut s = model.session();
+            s.prefill(&todo_ids[0][..n], &[])?;
+            Some(s)
+        }
+    };
+    let mut finish = |job: &DistillJob, mut out: Vec<u32>, store: &mut DistillStore| -> Result<()> {
+        out.truncate(max_new);
+        let stopped = out.last().is_some_and(|t| stop.contains(t));
+        let rec = DistillRecord { id: job.id.clone(), prompt_ids: job.prompt_ids.clone(), response_ids: out, stopped };
+        store.append(&rec)?;
+        on_record(&rec);
+        Ok(())
+    };
+    loop {
+        // Fill free slots with the next prompts.
+        while live.len() < batch {
+            let Some(job) = pending.next() else { break };
+            let err = |what: String| TrainError::Usage(format!("prompt `{}`: {what}", job.id));
+            if job.prompt_ids.is_empty() || job.prompt_ids.len() + max_new > context {
+                return Err(err(format!(
+                    "{} prompt tokens + max_new_tokens {max_new} must be between 1 and the target's context of \
+                     {context} tokens",
+                    job.prompt_ids.len()
+                )));
+            }
+            if max_new == 0 {
+                finish(job, Vec::new(), store)?;
+                continue;
+            }
+            let (mut session, rest) = match &base {
+                Some(b) => (b.fork()?, &job.prompt_ids[shared..]),
+                None => (model.session(), &job.prompt_ids[..]),
+            };
+            let first = argmax(session.prefill(rest, &[]).map_err(|e| err(e.to_string()))?.row(0));
+            if done(&[first]) {
+                finish(job, vec![first], store)?;
+            } else {
+                live.push((job, vec![first]));
+                sessions.push(session);
+            }
+        }
+        if live.is_empty() {
+            return Ok(store.done().len() - before);
+        }
+        let tokens: Vec<u32> = live.iter().map(|(_, out)| *out.last().expect("one token at least")).collect();
+        let logits = model.decode_batch(&mut sessions, &tokens)?;
+        for (b, (_, out)) in live.iter_mut().enumerate() {
+            out.push(argmax(&logits[b * vocab..(b + 1) * vocab]));
+        }
+        // Retire finished sequences, written in slot order (jobs that finish
+        // together keep the jobs' order).
+        let mut b = 0;
+        while b < live.len() {
+            if done(&live[b].1) {
+                let (job, out) = live.remove(b);
+                sessions.remove(b);
+                finish(job, out, store)?;
+            } else {
+                b += 1;
+            }
+        }
+    }
 }

@@ -7,7 +7,7 @@ use std::io::Write;
 use bastion_decode::{GenerateConfig, LoadedPair, Method, PairSpec};
 use bastion_models::BackendKind;
 use bastion_testkit::{fixture_dir, Fixture};
-use bastion_train::{distill, DistillJob, DistillStore};
+use bastion_train::{distill, distill_batched, DistillJob, DistillStore};
 
 fn jobs() -> Vec<DistillJob> {
     let fx = Fixture::load("tiny-dflash");
@@ -66,4 +66,51 @@ fn a_corrupt_record_names_file_and_line() {
     .unwrap();
     let e = DistillStore::open(&path).err().unwrap().to_string();
     assert!(e.contains("bad.jsonl") && e.contains("line 2"), "{e}");
+}
+
+/// Batched distillation writes, for every prompt, the record the unbatched
+/// run writes (the fixture's greedy output), at any batch size, resuming a
+/// partial file; records arrive in the order sequences finish.
+#[test]
+fn batched_records_equal_unbatched_ones() {
+    let pair = LoadedPair::open(PairSpec::new(fixture_dir("tiny-qwen3"), BackendKind::Flex)).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    // The fixture's prompts, and the same behind a shared 5-token prefix
+    // (prefilled once and forked).
+    let plain = jobs();
+    let prefixed: Vec<DistillJob> = plain
+        .iter()
+        .map(|j| DistillJob { id: j.id.clone(), prompt_ids: [&[7, 9, 11, 13, 17][..], &j.prompt_ids].concat() })
+        .collect();
+    for (all, max_new_tokens) in [(&plain, 1), (&plain, 2), (&plain, 64), (&prefixed, 2), (&prefixed, 64)] {
+        let tag = format!("{}-{max_new_tokens}", all[0].prompt_ids.len());
+        let cfg = GenerateConfig { max_new_tokens, stop_tokens: vec![0], ..GenerateConfig::default() };
+        let unbatched = tmp.path().join(format!("one-{tag}.jsonl"));
+        let mut ar = pair.speculator(Method::Ar).unwrap();
+        distill(&pair, &mut ar, all, &mut DistillStore::open(&unbatched).unwrap(), &cfg, |_, _| {}).unwrap();
+        let mut want = DistillStore::read_all(&unbatched).unwrap();
+        want.sort_by(|a, b| a.id.cmp(&b.id));
+        for batch in [1, 2, 3, 8] {
+            let path = tmp.path().join(format!("b{batch}-{tag}.jsonl"));
+            // Resume: the first prompt is already there.
+            let mut store = DistillStore::open(&path).unwrap();
+            store.append(&want[0]).unwrap();
+            let mut seen = Vec::new();
+            let n = distill_batched(&pair, all, &mut store, &cfg, batch, |r| seen.push(r.id.clone())).unwrap();
+            assert_eq!(n, 2, "batch {batch}");
+            assert!(!seen.contains(&"p0".to_string()));
+            let mut got = DistillStore::read_all(&path).unwrap();
+            got.sort_by(|a, b| a.id.cmp(&b.id));
+            assert_eq!(got, want, "batch {batch}, max_new_tokens {max_new_tokens}");
+            assert_eq!(distill_batched(&pair, all, &mut store, &cfg, batch, |_| {}).unwrap(), 0);
+        }
+    }
+    let all = &plain;
+    let cfg = GenerateConfig { max_new_tokens: 4, ..GenerateConfig::default() };
+    let mut store = DistillStore::open(tmp.path().join("zero.jsonl")).unwrap();
+    let e = distill_batched(&pair, all, &mut store, &cfg, 0, |_| {}).unwrap_err().to_string();
+    assert!(e.contains("--batch"), "{e}");
+    let huge = GenerateConfig { max_new_tokens: 1 << 20, ..GenerateConfig::default() };
+    let e = distill_batched(&pair, all, &mut store, &huge, 2, |_| {}).unwrap_err().to_string();
+    assert!(e.contains("prompt `p0`") && e.contains("context"), "{e}");
 }

@@ -15,6 +15,7 @@ pub mod generate;
 pub mod profile;
 pub mod reproduce;
 pub mod run;
+pub mod self_instruct;
 pub mod tables;
 pub mod tau;
 pub mod train;

@@ -1,0 +1,84 @@
+//! `bastion self-instruct`: chat-style training prompts written by the target.
+
+use std::path::PathBuf;
+
+use bastion_data::{DatasetName, Datasets, Selection};
+use bastion_decode::{LoadedPair, PairSpec};
+use bastion_train::{Novelty, SelfInstructConfig};
+use sha2::{Digest, Sha256};
+
+use super::{progress_bar, Result, TargetArgs};
+
+/// Chat-style training prompts for drafter distillation, written by the target itself
+/// (self-instruct): for each pair of a seed topic and a kind of request (lists in
+/// `crates/train/src/self_instruct.rs`), the target is asked to write one message a user might
+/// send to an assistant; samples are cleaned, near-duplicates dropped, and any prompt sharing a
+/// run of 8 words with an evaluation prompt is refused. Writes JSON lines (id, topic, kind,
+/// text) and prints the file's SHA256SUMS line. Deterministic for a model, seed and settings.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    target: TargetArgs,
+    /// Output file.
+    #[arg(long, default_value = "datasets/train/chat-self-instruct.jsonl")]
+    out: PathBuf,
+    /// Prompts to keep.
+    #[arg(long, default_value_t = 3000)]
+    count: usize,
+    /// Candidates to sample at most.
+    #[arg(long, default_value_t = 12_000)]
+    max_attempts: usize,
+    /// Sampling temperature.
+    #[arg(long, default_value_t = 0.7)]
+    temperature: f64,
+    /// Seed (candidate i uses seed + i).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Sequences sampled together.
+    #[arg(long, default_value_t = 32)]
+    batch: usize,
+    /// The dataset folder (its evaluation sets are what the prompts must not overlap).
+    #[arg(long, default_value = "datasets")]
+    datasets: PathBuf,
+}
+
+/// Runs `bastion self-instruct`.
+pub fn run(a: Args) -> Result {
+    let sets = Datasets::open(&a.datasets)?;
+    let mut eval = Vec::new();
+    for name in DatasetName::ALL {
+        for p in sets.load(name, &Selection::default())? {
+            eval.extend(p.turns);
+        }
+    }
+    let defaults = SelfInstructConfig::default();
+    let cfg = SelfInstructConfig {
+        count: a.count,
+        max_attempts: a.max_attempts,
+        temperature: a.temperature,
+        seed: a.seed,
+        batch: a.batch,
+        ..defaults
+    };
+    let mut novelty = Novelty::new(eval.iter().map(String::as_str), cfg.max_similarity);
+    let pair = LoadedPair::open(PairSpec::new(&a.target.model, a.target.backend))?;
+    let bar = progress_bar(cfg.count as u64, "{bar:30} {pos}/{len} prompts kept, {msg}, eta {eta}");
+    let prompts = bastion_train::self_instruct(&pair, &cfg, &mut novelty, |kept, tried| {
+        bar.set_position(kept as u64);
+        bar.set_message(format!("{tried} candidates"));
+        if bar.is_hidden() {
+            eprintln!("{kept} prompts kept of {tried} candidates");
+        }
+    })?;
+    bar.finish();
+    bastion_train::write_chat_prompts(&a.out, &prompts)?;
+    let bytes = std::fs::read(&a.out).map_err(|e| format!("{}: {e}", a.out.display()))?;
+    let digest: String = Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect();
+    eprintln!("wrote {} prompts to {}", prompts.len(), a.out.display());
+    if prompts.len() < cfg.count {
+        eprintln!("only {} of the {} asked for: raise --max-attempts", prompts.len(), cfg.count);
+    }
+    let rel = a.out.strip_prefix(&a.datasets).unwrap_or(&a.out);
+    println!("{digest}  {}", rel.display());
+    Ok(())
+}
