@@ -23,6 +23,7 @@ use rand_chacha::ChaCha8Rng;
 use crate::checkpoint::{load_checkpoint, save_checkpoint, settings_of, CheckpointState};
 use crate::distill::DistillRecord;
 use crate::error::{Result, TrainError};
+use crate::features::FeatureFile;
 use crate::params::DraftParams;
 
 /// Settings of a training run.
@@ -86,15 +87,13 @@ struct Sequence {
     features: Vec<f32>,
 }
 
-/// Runs the frozen target over each record (prompt + response) once and
-/// keeps the drafter's context features. Records whose response has fewer
-/// than two tokens (nothing to predict after the anchor) are skipped.
+/// Prompt + response of each record usable for training (a response of two
+/// tokens or more: something to predict after the anchor), checked.
 ///
 /// # Errors
-/// [`TrainError::Usage`] naming the record for an empty prompt, a token
-/// outside the target's vocabulary or a model error.
-fn prepare(target: &Model, cfg: &DrafterConfig, records: &[DistillRecord]) -> Result<Vec<Sequence>> {
-    let hidden = cfg.hidden_indices();
+/// [`TrainError::Usage`] naming the record for an empty prompt or a token
+/// outside the target's vocabulary.
+fn sequences(target: &Model, records: &[DistillRecord]) -> Result<Vec<(Vec<u32>, usize)>> {
     let vocab = target.config().vocab_size;
     records
         .iter()
@@ -108,11 +107,76 @@ fn prepare(target: &Model, cfg: &DrafterConfig, records: &[DistillRecord]) -> Re
             if let Some(t) = tokens.iter().find(|&&t| t as usize >= vocab) {
                 return Err(bad(format!("token id {t} ≥ the target's vocabulary size {vocab}")));
             }
-            let out = target.session().prefill(&tokens, &hidden).map_err(|e| bad(e.to_string()))?;
-            let features = context_features(&out, target.config().hidden_size, None).map_err(|e| bad(e.to_string()))?;
-            Ok(Sequence { tokens, prompt_len: r.prompt_ids.len(), features })
+            Ok((tokens, r.prompt_ids.len()))
         })
         .collect()
+}
+
+/// Runs the frozen target over each record (prompt + response) once and
+/// keeps the drafter's context features in memory (f32). Records whose
+/// response has fewer than two tokens are skipped.
+///
+/// # Errors
+/// As [`sequences`]; model errors naming the record.
+fn prepare(target: &Model, cfg: &DrafterConfig, records: &[DistillRecord]) -> Result<Vec<Sequence>> {
+    let hidden = cfg.hidden_indices();
+    let usable = records.iter().filter(|r| r.response_ids.len() >= 2);
+    sequences(target, records)?
+        .into_iter()
+        .zip(usable)
+        .map(|((tokens, prompt_len), r)| {
+            let bad = |what: String| TrainError::Usage(format!("distilled record {}: {what}", r.id));
+            let out = target.session().prefill(&tokens, &hidden).map_err(|e| bad(e.to_string()))?;
+            let features = context_features(&out, target.config().hidden_size, None).map_err(|e| bad(e.to_string()))?;
+            Ok(Sequence { tokens, prompt_len, features })
+        })
+        .collect()
+}
+
+/// The training sequences and where their features are.
+struct TrainingData {
+    /// Token ids and prompt length of each sequence.
+    seqs: Vec<(Vec<u32>, usize)>,
+    features: FeatureSource,
+}
+
+enum FeatureSource {
+    /// f32, one vector per sequence.
+    Memory(Vec<Vec<f32>>),
+    /// f16 on disk ([`TrainOptions::feature_dir`]).
+    Disk(FeatureFile),
+}
+
+impl TrainingData {
+    fn new(
+        target: &Model,
+        cfg: &DrafterConfig,
+        records: &[DistillRecord],
+        feature_dir: Option<&Path>,
+        on_progress: impl FnMut(usize, usize),
+    ) -> Result<Self> {
+        Ok(match feature_dir {
+            None => {
+                let (seqs, features) =
+                    prepare(target, cfg, records)?.into_iter().map(|s| ((s.tokens, s.prompt_len), s.features)).unzip();
+                Self { seqs, features: FeatureSource::Memory(features) }
+            }
+            Some(dir) => {
+                let seqs = sequences(target, records)?;
+                let tokens: Vec<Vec<u32>> = seqs.iter().map(|(t, _)| t.clone()).collect();
+                let file = FeatureFile::build(target, cfg, &tokens, dir, on_progress)?;
+                Self { seqs, features: FeatureSource::Disk(file) }
+            }
+        })
+    }
+
+    /// The first `rows` feature rows of sequence `i`.
+    fn features(&self, i: usize, rows: usize, width: usize) -> Result<std::borrow::Cow<'_, [f32]>> {
+        Ok(match &self.features {
+            FeatureSource::Memory(f) => std::borrow::Cow::Borrowed(&f[i][..rows * width]),
+            FeatureSource::Disk(file) => std::borrow::Cow::Owned(file.rows(i, rows)?),
+        })
+    }
 }
 
 /// FNV-1a hash of the records' ids and tokens: a checkpoint remembers the
@@ -173,6 +237,14 @@ pub enum TrainEvent<'a> {
         /// The checkpoint.
         dir: &'a Path,
     },
+    /// Context features of `done` of `total` training sequences computed
+    /// (with [`TrainOptions::feature_dir`]; the returned flow is ignored).
+    Features {
+        /// Sequences done.
+        done: usize,
+        /// Sequences in all.
+        total: usize,
+    },
     /// One optimiser step done.
     Step(StepReport),
     /// A held-out τ estimate (every `eval_every` steps and at the end).
@@ -205,6 +277,12 @@ pub struct TrainOptions {
     pub held_out: Vec<DistillRecord>,
     /// Steps between held-out estimates (0: only at the end).
     pub eval_every: usize,
+    /// Keep the training sequences' context features in an f16 file under
+    /// this folder ([`FeatureFile`]: built once, resumable, reused by later
+    /// runs on the same data and layers) instead of in memory as f32
+    /// (K·H · 4 bytes per token: 6.9 KB for SmolLM2). The held-out
+    /// sequences stay in memory, in f32.
+    pub feature_dir: Option<PathBuf>,
 }
 
 /// Mean acceptance of the greedy DFlash chain on known target outputs.
@@ -367,7 +445,10 @@ pub fn train(
         return Ok(params);
     }
     // The target's features, once (the expensive part of starting a run).
-    let seqs = prepare(target, &cfg.drafter, records)?;
+    let train_data = TrainingData::new(target, &cfg.drafter, records, opts.feature_dir.as_deref(), |done, total| {
+        // Progress only: the build is resumable, a stop is taken at the first step.
+        let _ = on_event(&TrainEvent::Features { done, total });
+    })?;
     let held_out = HeldOutSet::new(target, &cfg.drafter, &opts.held_out)?;
     let b = cfg.drafter.block_size;
     let width = cfg.drafter.target_layer_ids.len() * target.config().hidden_size;
@@ -377,8 +458,8 @@ pub fn train(
     let vocab = target.config().vocab_size;
     // Tokens of the training responses (the targets of every prediction).
     let mut observed = vec![false; vocab];
-    for s in &seqs {
-        for &t in &s.tokens[s.prompt_len..] {
+    for (tokens, prompt_len) in &train_data.seqs {
+        for &t in &tokens[*prompt_len..] {
             observed[t as usize] = true;
         }
     }
@@ -406,22 +487,24 @@ pub fn train(
         };
         let (mut losses, mut step_weight) = (Vec::new(), 0.0f32);
         for _ in 0..cfg.sequences_per_step {
-            let s = &seqs[rng.random_range(0..seqs.len())];
-            let n = s.tokens.len();
+            let i = rng.random_range(0..train_data.seqs.len());
+            let (ids, prompt_len) = &train_data.seqs[i];
+            let n = ids.len();
             // Anchors in the response, each with at least one target token.
             let anchors: Vec<usize> =
-                (0..cfg.anchors_per_sequence).map(|_| rng.random_range(s.prompt_len..n - 1)).collect();
+                (0..cfg.anchors_per_sequence).map(|_| rng.random_range(*prompt_len..n - 1)).collect();
             let t = *anchors.iter().max().expect("at least one anchor");
-            let feats = Tensor::<2>::from_data(TensorData::new(s.features[..t * width].to_vec(), [t, width]), &device);
+            let rows = train_data.features(i, t, width)?.into_owned();
+            let feats = Tensor::<2>::from_data(TensorData::new(rows, [t, width]), &device);
             let mut block_ids = Vec::with_capacity(anchors.len() * b);
             let mut targets = Vec::new();
             let mut weights = Vec::new();
             for &a in &anchors {
-                block_ids.push(s.tokens[a] as i64);
+                block_ids.push(ids[a] as i64);
                 block_ids.extend(std::iter::repeat_n(cfg.drafter.mask_token_id as i64, b - 1));
                 for j in 1..b {
                     let valid = a + j < n;
-                    targets.push(if valid { column[s.tokens[a + j] as usize] as i64 } else { 0 });
+                    targets.push(if valid { column[ids[a + j] as usize] as i64 } else { 0 });
                     weights.push(if valid { slot_weight[j - 1] } else { 0.0 });
                     tokens += u64::from(valid);
                 }

@@ -6,10 +6,12 @@
 use bastion_decode::{generate, GenerateConfig};
 use bastion_models::{Drafter, Model, ModelConfig, SafetensorsSource};
 use bastion_testkit::{fixture_dir, Fixture};
+use std::io::Write;
 use std::ops::ControlFlow;
 
 use bastion_train::{
-    chain_acceptance, default_drafter_config, train, DistillRecord, HeldOutSet, TrainConfig, TrainEvent, TrainOptions,
+    chain_acceptance, default_drafter_config, train, DistillRecord, FeatureFile, HeldOutSet, TrainConfig, TrainEvent,
+    TrainOptions,
 };
 use bastion_tree::FixedBudget;
 use burn::tensor::Device;
@@ -257,4 +259,86 @@ fn bad_settings_are_errors_and_rope_scaling_is_saved() {
     let back = bastion_models::DrafterConfig::from_json(dir.path().join("config.json")).unwrap();
     assert_eq!(back.model.rope_scaling, cfg.model.rope_scaling);
     assert_eq!(back.model.rope_inv_freq(), cfg.model.rope_inv_freq());
+}
+
+/// The on-disk feature file holds the target's context features rounded to
+/// f16, resumes a build cut short (dropping a torn tail), refuses an index
+/// written for other layers, and a run that reads it is reproducible.
+#[test]
+fn feature_file_stores_f16_features_and_resumes_its_build() {
+    let target = target();
+    let records = distilled(&target, 5, 11);
+    let cfg = small(&target, 4);
+    let seqs: Vec<Vec<u32>> = records.iter().map(|r| [r.prompt_ids.clone(), r.response_ids.clone()].concat()).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let mut built = Vec::new();
+    let file = FeatureFile::build(&target, &cfg.drafter, &seqs, dir.path(), |d, t| built.push((d, t))).unwrap();
+    assert_eq!(built, (1..=5).map(|d| (d, 5)).collect::<Vec<_>>());
+    assert_eq!(file.len(), 5);
+    let hidden = cfg.drafter.hidden_indices();
+    let h = target.config().hidden_size;
+    for (i, s) in seqs.iter().enumerate() {
+        let out = target.session().prefill(s, &hidden).unwrap();
+        let want: Vec<f32> = bastion_models::context_features(&out, h, None)
+            .unwrap()
+            .iter()
+            .map(|&v| half::f16::from_f32(v).to_f32())
+            .collect();
+        assert_eq!(file.rows(i, s.len()).unwrap(), want, "sequence {i}");
+        assert_eq!(file.rows(i, 2).unwrap(), want[..2 * file.width()]);
+    }
+    assert!(file.rows(5, 1).is_err() && file.rows(0, seqs[0].len() + 1).is_err());
+    let all: Vec<Vec<f32>> = (0..5).map(|i| file.rows(i, seqs[i].len()).unwrap()).collect();
+    drop(file);
+
+    // Cut the build short: the index claims two sequences, the file has a torn tail.
+    let index = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "json"))
+        .unwrap();
+    let mut idx: serde_json::Value = serde_json::from_slice(&std::fs::read(&index).unwrap()).unwrap();
+    idx["rows"] = serde_json::json!(idx["rows"].as_array().unwrap()[..2]);
+    std::fs::write(&index, idx.to_string()).unwrap();
+    let data = index.with_extension("f16");
+    std::fs::OpenOptions::new().append(true).open(&data).unwrap().write_all(&[7u8; 1001]).unwrap();
+    let mut rebuilt = Vec::new();
+    let file = FeatureFile::build(&target, &cfg.drafter, &seqs, dir.path(), |d, _| rebuilt.push(d)).unwrap();
+    assert_eq!(rebuilt, [3, 4, 5]);
+    for (i, want) in all.iter().enumerate() {
+        assert_eq!(&file.rows(i, seqs[i].len()).unwrap(), want, "sequence {i} after resuming");
+    }
+    drop(file);
+
+    // An index for other layers is refused, naming the file.
+    let mut other = cfg.drafter.clone();
+    other.target_layer_ids = vec![0, 1, 2];
+    let mut idx: serde_json::Value = serde_json::from_slice(&std::fs::read(&index).unwrap()).unwrap();
+    idx["layers"] = serde_json::json!([0, 1, 2]);
+    let stem = index.file_stem().unwrap().to_string_lossy().replace(
+        &format!("l{}", cfg.drafter.target_layer_ids.iter().map(usize::to_string).collect::<Vec<_>>().join("_")),
+        "l0_1_2",
+    );
+    let mut idx_other = idx.clone();
+    idx_other["width"] = serde_json::json!(1);
+    std::fs::write(dir.path().join(format!("{stem}.json")), idx_other.to_string()).unwrap();
+    let e = FeatureFile::build(&target, &other, &seqs, dir.path(), |_, _| {}).unwrap_err().to_string();
+    assert!(e.contains(&format!("{stem}.json")) && e.contains("remove the file"), "{e}");
+
+    // Training from the file: the same run twice gives the same weights (the
+    // second reuses the file), finite and different from the initialisation.
+    let opts = TrainOptions { feature_dir: Some(dir.path().to_path_buf()), ..TrainOptions::default() };
+    let mut events = 0;
+    let a = train(&target, &records, &cfg, &opts, |e| {
+        events += matches!(e, TrainEvent::Features { .. }) as usize;
+        ControlFlow::Continue(())
+    })
+    .unwrap();
+    assert_eq!(events, 0, "the file was complete");
+    let b = train(&target, &records, &cfg, &opts, |_| ControlFlow::Continue(())).unwrap();
+    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    a.save(&cfg.drafter, da.path()).unwrap();
+    b.save(&cfg.drafter, db.path()).unwrap();
+    let read = |d: &std::path::Path| std::fs::read(d.join("model.safetensors")).unwrap();
+    assert!(read(da.path()) == read(db.path()));
 }

@@ -33,7 +33,7 @@ pub struct Args {
     /// Sequences decoded together (AR, one forward per token for the whole batch: on a CPU a step
     /// is bound by reading the weights, so a batch costs little more than one sequence). The
     /// records are the same at any batch size; they are appended as sequences finish.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 32)]
     batch: usize,
 }
 

@@ -96,6 +96,11 @@ pub struct TrainSettings {
     /// past it: export that checkpoint as a drafter without training.
     #[arg(long)]
     stop_after: Option<usize>,
+    /// Keep the training sequences' target features in an f16 file under DIR (computed once,
+    /// resumable, reused by later runs on the same data and target layers) instead of in memory
+    /// as f32. Needed when the data is large: SmolLM2's features take 6.9 KB per token in f32.
+    #[arg(long, value_name = "DIR")]
+    feature_cache: Option<PathBuf>,
 }
 
 /// Trains a drafter; writes it to `out` with `training_log.jsonl` (one line
@@ -142,6 +147,7 @@ fn train_drafter(model: &Path, data: &Path, out: &Path, checkpoint_dir: &Path, s
         resume: s.resume,
         held_out: held,
         eval_every: s.eval_every,
+        feature_dir: s.feature_cache.clone(),
     };
     let usable = |r: &[bastion_train::DistillRecord]| r.iter().filter(|r| r.response_ids.len() >= 2).count();
     eprintln!(
@@ -221,6 +227,13 @@ fn train_drafter(model: &Path, data: &Path, out: &Path, checkpoint_dir: &Path, s
                     "held_out_rounds": h.tau.rounds, "loss_ema": avg, "seconds": started.elapsed().as_secs_f64()}))
             }
             TrainEvent::Checkpoint { .. } => None,
+            TrainEvent::Features { done, total } => {
+                bar.set_message(format!("target features {done}/{total} sequences"));
+                if bar.is_hidden() && (done % 500 == 0 || done == total) {
+                    eprintln!("target features: {done}/{total} sequences");
+                }
+                None
+            }
         };
         if let Some(line) = line {
             if let Err(e) = writeln!(log, "{line}") {
