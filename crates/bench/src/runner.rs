@@ -229,6 +229,7 @@ fn open_pair(exp: &Experiment, pair: &ModelPair, opts: &RunOptions) -> Result<Lo
         bastion_rule: exp.bastion_rule,
         online: exp.online,
         draft_vocab: pair.draft_vocab,
+        dtype: pair.dtype,
     })?)
 }
 

@@ -78,6 +78,9 @@ pub struct ModelPair {
     /// `draft_vocab = N`: draft over the drafter's N most frequent tokens
     /// (its `draft_vocab.json`); `None`: the whole vocabulary.
     pub draft_vocab: Option<usize>,
+    /// `dtype = "bf16"`: how the linear layers' weights are stored
+    /// (target and drafter; `f32` when omitted).
+    pub dtype: bastion_models::WeightDtype,
 }
 
 /// A validated experiment.
@@ -155,6 +158,8 @@ struct RawModel {
     calibration: Option<Spanned<String>>,
     #[serde(default)]
     draft_vocab: Option<Spanned<i64>>,
+    #[serde(default)]
+    dtype: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -460,7 +465,14 @@ impl Experiment {
                     Some(size)
                 }
             };
-            models.push(ModelPair { name: n, target, drafter, calibration, draft_vocab });
+            let dtype = match &m.dtype {
+                None => bastion_models::WeightDtype::F32,
+                Some(d) => d
+                    .get_ref()
+                    .parse::<bastion_models::WeightDtype>()
+                    .map_err(|why| loc.at(d.span(), format!("models[{i}].dtype"), why))?,
+            };
+            models.push(ModelPair { name: n, target, drafter, calibration, draft_vocab, dtype });
         }
 
         // Datasets.
@@ -619,6 +631,9 @@ pub struct DraftModel {
     /// `draft_vocab` (omitted: the whole vocabulary).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub draft_vocab: Option<usize>,
+    /// `dtype` (omitted: f32).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dtype: Option<String>,
 }
 
 /// The `[datasets]` table of an [`ExperimentDraft`].

@@ -92,6 +92,7 @@ fn a_drafted_experiment_round_trips() {
             drafter: "tests/fixtures/tiny-dflash".into(),
             calibration: None,
             draft_vocab: None,
+            dtype: None,
         }],
         datasets: DraftDatasets {
             names: vec![DatasetName::Gsm8k, DatasetName::MtBench],
@@ -145,6 +146,11 @@ fn mistakes_name_the_file_line_and_field() {
             with("tests/fixtures/tiny-dflash\"", "tests/fixtures/tiny-dflash\"\ndraft_vocab = 64"),
             "13:15: models[0].draft_vocab",
             "draft_vocab.json",
+        ),
+        (
+            with("tests/fixtures/tiny-dflash\"", "tests/fixtures/tiny-dflash\"\ndtype = \"int4\""),
+            "13:9: models[0].dtype",
+            "expected f32, bf16 or f16",
         ),
         (with("\"dflash\", \"ddtree\"", "\"dflash+skip\", \"ddtree\""), "6:12: methods[0]", "only the cost-aware"),
         (with("max_samples = 2", "max_samples = 2\nshuffle = true"), "17:1: datasets.shuffle", "unknown field"),
@@ -271,4 +277,11 @@ fn name_of_reads_only_the_name() {
     std::fs::write(&file, "name = \n").unwrap();
     let e = Experiment::name_of(&file).unwrap_err();
     assert!(e.to_string().starts_with(&format!("{}:1:", file.display())), "{e}");
+}
+
+#[test]
+fn a_models_dtype_is_read_and_defaults_to_f32() {
+    assert_eq!(parse(GOOD).unwrap().models[0].dtype, bastion_models::WeightDtype::F32);
+    let text = GOOD.replacen("tests/fixtures/tiny-dflash\"", "tests/fixtures/tiny-dflash\"\ndtype = \"bf16\"", 1);
+    assert_eq!(parse(&text).unwrap().models[0].dtype, bastion_models::WeightDtype::Bf16);
 }

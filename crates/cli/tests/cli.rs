@@ -24,7 +24,7 @@ fn bastion_in(dir: &std::path::Path, args: &[&str]) -> (bool, String, String) {
 fn datasets_verify_and_list() {
     let (ok, out, _) = bastion(&["datasets", "verify"]);
     assert!(ok);
-    assert_eq!(out.lines().filter(|l| l.starts_with("ok  ")).count(), 10);
+    assert_eq!(out.lines().filter(|l| l.starts_with("ok  ")).count(), 11);
     let (ok, out, _) = bastion(&["datasets", "list"]);
     assert!(ok);
     assert!(out.lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["gsm8k", "1319", "128"]), "{out}");

@@ -11,8 +11,8 @@
 use std::path::{Path, PathBuf};
 
 use bastion_models::{
-    load_model, load_tokenizer, BackendKind, ChatTemplate, DraftVocabFile, Drafter, Message, Model, Tokenizer,
-    DRAFT_VOCAB_FILE,
+    load_model_as, load_tokenizer, BackendKind, ChatTemplate, DraftVocabFile, Drafter, Message, Model, Tokenizer,
+    WeightDtype, DRAFT_VOCAB_FILE,
 };
 use bastion_tree::{BudgetPolicy, OnlineConfig};
 
@@ -72,6 +72,9 @@ pub struct PairSpec {
     /// `draft_vocab.json`, [`bastion_models::draft_vocab`]); `None`: the
     /// whole vocabulary.
     pub draft_vocab: Option<usize>,
+    /// How the target's (and the drafter's) linear-layer weights are
+    /// stored ([`Model::load_as`]).
+    pub dtype: WeightDtype,
 }
 
 impl PairSpec {
@@ -86,6 +89,7 @@ impl PairSpec {
             bastion_rule: BastionRule::default(),
             online: OnlineConfig::default(),
             draft_vocab: None,
+            dtype: WeightDtype::F32,
         }
     }
 }
@@ -188,7 +192,7 @@ impl LoadedPair {
     /// target, drafter or (unless pinned) device. A model without a
     /// tokenizer is not an error here: [`LoadedPair::tokenizer`] reports it.
     pub fn open(spec: PairSpec) -> Result<Self> {
-        let target = load_model(&spec.target, &spec.backend.device()?)?;
+        let target = load_model_as(&spec.target, &spec.backend.device()?, spec.dtype)?;
         let mut drafter = spec.drafter.as_deref().map(|d| Drafter::load(d, &target)).transpose()?;
         if let (Some(n), Some(d), Some(dir)) = (spec.draft_vocab, drafter.as_mut(), spec.drafter.as_deref()) {
             let path = dir.join(DRAFT_VOCAB_FILE);

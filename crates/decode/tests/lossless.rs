@@ -10,6 +10,7 @@ use bastion_decode::{generate, AcceptRule, GenerateConfig, Method};
 use bastion_models::{Drafter, Model, ModelConfig, SafetensorsSource};
 use bastion_testkit::{fixture_dir, FixtureCaddCost};
 
+use bastion_models::WeightDtype;
 use bastion_tree::{
     Bastion, BastionConfig, BudgetPolicy, CaddTree, DevicePeak, FixedBudget, ModelShape, OnlineConfig,
     RooflineCalibration, RooflineModel,
@@ -19,9 +20,13 @@ use proptest::prelude::*;
 use statrs::distribution::{ChiSquared, ContinuousCDF};
 
 fn target() -> Model {
+    target_as(WeightDtype::F32)
+}
+
+fn target_as(dtype: WeightDtype) -> Model {
     let dir = fixture_dir("tiny-qwen3");
     let cfg = ModelConfig::from_hf_json(dir.join("config.json")).unwrap();
-    Model::load(cfg, &SafetensorsSource::open(&dir).unwrap(), &Device::flex()).unwrap()
+    Model::load_as(cfg, &SafetensorsSource::open(&dir).unwrap(), &Device::flex(), dtype).unwrap()
 }
 
 fn policy(method: Method) -> Box<dyn BudgetPolicy> {
@@ -93,6 +98,42 @@ proptest! {
         // BASTION's release path choice is the same walk at T = 0.
         let biased = GenerateConfig { accept: AcceptRule::ArgmaxPath, ..cfg.clone() };
         prop_assert_eq!(&run(&target, &drafter, Method::DDTree { budget: 16 }, &prompt, &biased), &ar);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 4, ..ProptestConfig::default() })]
+
+    /// The same in bf16 and f16 weights: every method equals AR in the same
+    /// dtype (the kernels' rows do not depend on the batch of rows in any
+    /// dtype), and the drafter loads in the target's dtype.
+    #[test]
+    fn every_method_equals_greedy_ar_in_half_precision(
+        prompt in prop::collection::vec(1u32..255, 1..40), max_new in 1usize..48, f16 in any::<bool>(),
+    ) {
+        let dtype = if f16 { WeightDtype::F16 } else { WeightDtype::Bf16 };
+        let target = target_as(dtype);
+        prop_assert_eq!(target.weight_dtype(), dtype);
+        let drafter = Drafter::load(fixture_dir("tiny-dflash"), &target).unwrap();
+        let cfg = GenerateConfig { max_new_tokens: max_new, stop_tokens: vec![0], ..GenerateConfig::default() };
+        let ar = run(&target, &drafter, Method::Ar, &prompt, &cfg);
+        for m in TREE_METHODS {
+            prop_assert_eq!(&run(&target, &drafter, m, &prompt, &cfg), &ar, "{} in {}", m, dtype);
+        }
+    }
+}
+
+/// bf16 weights move the tiny target's logits by a bounded amount from
+/// f32 (the tolerance documented for the dtype) and still change them.
+#[test]
+fn half_precision_logits_stay_close_to_f32() {
+    let prompt: Vec<u32> = (1..30).collect();
+    let logits = |dtype| target_as(dtype).session().prefill(&prompt, &[]).unwrap().logits;
+    let f32_logits = logits(WeightDtype::F32);
+    for (dtype, tol) in [(WeightDtype::Bf16, 0.1), (WeightDtype::F16, 0.02)] {
+        let l = logits(dtype);
+        let diff = l.iter().zip(&f32_logits).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        assert!(diff > 0.0 && diff < tol, "{dtype}: max |Δ logit| {diff}");
     }
 }
 

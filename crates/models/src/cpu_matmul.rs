@@ -42,12 +42,141 @@ const MR: usize = 6;
 /// hand-off costs microseconds, more than such a product).
 const SERIAL_WORK: usize = 1 << 16;
 
+/// How a [`PackedMatrix`] stores its weights. The products are computed
+/// in f32 either way: a bf16 or f16 weight is widened to f32 exactly, in
+/// registers, as it is read, so halving the bytes read halves the time of
+/// a memory-bound product (a decode step) without changing how a row's
+/// result is accumulated (row invariance holds in every dtype).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum WeightDtype {
+    /// IEEE single precision, 4 bytes.
+    #[default]
+    F32,
+    /// bfloat16 (8 exponent bits, 7 mantissa bits), 2 bytes; rounded to
+    /// nearest even from f32.
+    Bf16,
+    /// IEEE half precision (5 exponent bits, 10 mantissa bits), 2 bytes;
+    /// rounded to nearest even from f32 (values beyond ±65504 become ±inf).
+    F16,
+}
+
+impl WeightDtype {
+    /// Bytes per stored value.
+    pub fn bytes(self) -> usize {
+        match self {
+            WeightDtype::F32 => 4,
+            WeightDtype::Bf16 | WeightDtype::F16 => 2,
+        }
+    }
+
+    /// The name used on the command line and in files: `f32`, `bf16`, `f16`.
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightDtype::F32 => "f32",
+            WeightDtype::Bf16 => "bf16",
+            WeightDtype::F16 => "f16",
+        }
+    }
+
+    /// `v` rounded to this dtype and widened back to f32.
+    pub fn round(self, v: f32) -> f32 {
+        match self {
+            WeightDtype::F32 => v,
+            WeightDtype::Bf16 => half::bf16::from_f32(v).to_f32(),
+            WeightDtype::F16 => half::f16::from_f32(v).to_f32(),
+        }
+    }
+}
+
+impl std::str::FromStr for WeightDtype {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "f32" | "float32" => Ok(WeightDtype::F32),
+            "bf16" | "bfloat16" => Ok(WeightDtype::Bf16),
+            "f16" | "float16" => Ok(WeightDtype::F16),
+            other => Err(format!("unknown weight dtype `{other}`: expected f32, bf16 or f16")),
+        }
+    }
+}
+
+impl std::fmt::Display for WeightDtype {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A stored weight value the kernel widens to f32.
+trait Element: Copy + Send + Sync + 'static {
+    fn widen(self) -> f32;
+    /// Eight consecutive values at `p`, widened.
+    ///
+    /// # Safety
+    /// `p` points to 8 readable values; the CPU supports AVX2 and F16C.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256;
+}
+
+impl Element for f32 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256 {
+        // SAFETY: the caller's contract.
+        unsafe { std::arch::x86_64::_mm256_loadu_ps(p) }
+    }
+}
+
+impl Element for half::bf16 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self.to_f32()
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::*;
+        // bf16 is the high half of an f32: zero-extend to 32 bits, shift up.
+        // SAFETY: the caller's contract (AVX2).
+        unsafe {
+            let h = _mm_loadu_si128(p.cast());
+            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
+        }
+    }
+}
+
+impl Element for half::f16 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self.to_f32()
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::*;
+        // SAFETY: the caller's contract (F16C).
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
+    }
+}
+
+/// The packed values in their stored type.
+#[derive(Clone)]
+enum Store {
+    F32(Vec<f32>),
+    Bf16(Vec<half::bf16>),
+    F16(Vec<half::f16>),
+}
+
 /// A weight matrix `[out, in]` packed for [`PackedMatrix::matmul`]: panels
 /// of [`NR`] output features, each `[in, NR]` row-major, the last one
-/// zero-padded. Holds `ceil(out / NR) · NR · in` floats (the weight once).
+/// zero-padded, stored as [`WeightDtype`]. Holds `ceil(out / NR) · NR · in`
+/// values (the weight once).
 #[derive(Clone)]
 pub struct PackedMatrix {
-    data: Vec<f32>,
+    data: Store,
     out_features: usize,
     in_features: usize,
 }
@@ -59,22 +188,38 @@ impl std::fmt::Debug for PackedMatrix {
 }
 
 impl PackedMatrix {
-    /// Packs `w` `[out, in]` (row-major).
+    /// Packs `w` `[out, in]` (row-major), kept in f32.
     ///
     /// # Panics
     /// When `w.len() != out · in`.
     pub fn pack(w: &[f32], out: usize, inp: usize) -> Self {
+        Self::pack_as(w, out, inp, WeightDtype::F32)
+    }
+
+    /// Packs `w` `[out, in]` (row-major), stored as `dtype` (rounded to
+    /// nearest even).
+    ///
+    /// # Panics
+    /// When `w.len() != out · in`.
+    pub fn pack_as(w: &[f32], out: usize, inp: usize, dtype: WeightDtype) -> Self {
         assert_eq!(w.len(), out * inp, "weight holds {} values, not {out} × {inp}", w.len());
-        let panels = out.div_ceil(NR);
-        let mut data = vec![0.0f32; panels * NR * inp];
-        data.par_chunks_mut(NR * inp).enumerate().for_each(|(p, panel)| {
-            for j in 0..NR.min(out - p * NR) {
-                let row = &w[(p * NR + j) * inp..(p * NR + j + 1) * inp];
-                for (k, &v) in row.iter().enumerate() {
-                    panel[k * NR + j] = v;
+        fn panels<E: Element + Default>(w: &[f32], out: usize, inp: usize, conv: impl Fn(f32) -> E + Sync) -> Vec<E> {
+            let mut data = vec![E::default(); out.div_ceil(NR) * NR * inp];
+            data.par_chunks_mut(NR * inp).enumerate().for_each(|(p, panel)| {
+                for j in 0..NR.min(out - p * NR) {
+                    let row = &w[(p * NR + j) * inp..(p * NR + j + 1) * inp];
+                    for (k, &v) in row.iter().enumerate() {
+                        panel[k * NR + j] = conv(v);
+                    }
                 }
-            }
-        });
+            });
+            data
+        }
+        let data = match dtype {
+            WeightDtype::F32 => Store::F32(panels(w, out, inp, |v| v)),
+            WeightDtype::Bf16 => Store::Bf16(panels(w, out, inp, half::bf16::from_f32)),
+            WeightDtype::F16 => Store::F16(panels(w, out, inp, half::f16::from_f32)),
+        };
         Self { data, out_features: out, in_features: inp }
     }
 
@@ -84,13 +229,44 @@ impl PackedMatrix {
     /// # Panics
     /// When a part's length is not a multiple of `inp`.
     pub fn pack_stacked(parts: &[&[f32]], inp: usize) -> Self {
+        Self::pack_stacked_as(parts, inp, WeightDtype::F32)
+    }
+
+    /// [`PackedMatrix::pack_stacked`], stored as `dtype`.
+    ///
+    /// # Panics
+    /// When a part's length is not a multiple of `inp`.
+    pub fn pack_stacked_as(parts: &[&[f32]], inp: usize, dtype: WeightDtype) -> Self {
         let mut all = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
         for p in parts {
             assert!(p.len().is_multiple_of(inp), "a stacked weight of {} values is not [_, {inp}]", p.len());
             all.extend_from_slice(p);
         }
         let out = all.len() / inp;
-        Self::pack(&all, out, inp)
+        Self::pack_as(&all, out, inp, dtype)
+    }
+
+    /// How the weights are stored.
+    pub fn dtype(&self) -> WeightDtype {
+        match self.data {
+            Store::F32(_) => WeightDtype::F32,
+            Store::Bf16(_) => WeightDtype::Bf16,
+            Store::F16(_) => WeightDtype::F16,
+        }
+    }
+
+    /// Bytes the packed weights take (padding included): what a product reads.
+    pub fn bytes(&self) -> usize {
+        self.out_features.div_ceil(NR) * NR * self.in_features * self.dtype().bytes()
+    }
+
+    /// Packed value `i`, widened.
+    fn at(&self, i: usize) -> f32 {
+        match &self.data {
+            Store::F32(d) => d[i],
+            Store::Bf16(d) => d[i].widen(),
+            Store::F16(d) => d[i].widen(),
+        }
     }
 
     /// Output features `out`.
@@ -109,18 +285,18 @@ impl PackedMatrix {
     /// When `j ≥ out`.
     pub fn row(&self, j: usize) -> Vec<f32> {
         assert!(j < self.out_features, "row {j} of a weight with {} rows", self.out_features);
-        let panel = &self.data[(j / NR) * NR * self.in_features..];
-        (0..self.in_features).map(|k| panel[k * NR + j % NR]).collect()
+        let panel = (j / NR) * NR * self.in_features;
+        (0..self.in_features).map(|k| self.at(panel + k * NR + j % NR)).collect()
     }
 
-    /// The weight back in its `[out, in]` row-major layout.
+    /// The weight back in its `[out, in]` row-major layout (widened to f32).
     pub fn unpack(&self) -> Vec<f32> {
         let (out, inp) = (self.out_features, self.in_features);
         let mut w = vec![0.0f32; out * inp];
         for (j, row) in w.chunks_exact_mut(inp).enumerate() {
-            let panel = &self.data[(j / NR) * NR * inp..];
+            let panel = (j / NR) * NR * inp;
             for (k, v) in row.iter_mut().enumerate() {
-                *v = panel[k * NR + j % NR];
+                *v = self.at(panel + k * NR + j % NR);
             }
         }
         w
@@ -151,27 +327,37 @@ impl PackedMatrix {
             y.fill(0.0);
             return;
         }
-        let panels = n.div_ceil(NR);
-        let isa = Isa::get();
-        let out = OutPtr(y.as_mut_ptr());
-        let run = |p: usize| {
-            let panel = &self.data[p * NR * k..(p + 1) * NR * k];
-            let next = self.data.get((p + 1) * NR * k..(p + 2) * NR * k);
-            let cols = NR.min(n - p * NR);
-            // SAFETY: panel `p` writes only columns p·NR .. p·NR + cols of
-            // each of the m rows of `y` (length m · n, checked above), and
-            // every panel index is visited by exactly one task.
-            unsafe { panel_product(isa, panel, next, x, m, k, out, n, p * NR, cols) };
-        };
-        if m * n * k <= SERIAL_WORK || rayon::current_num_threads() == 1 {
-            (0..panels).for_each(run);
-        } else {
-            // A few tasks per thread: even split, little scheduling.
-            let per_task = panels.div_ceil(rayon::current_num_threads() * 4).max(1);
-            (0..panels.div_ceil(per_task)).into_par_iter().for_each(|t| {
-                (t * per_task..((t + 1) * per_task).min(panels)).for_each(run);
-            });
+        match &self.data {
+            Store::F32(d) => product(d, x, m, n, k, y),
+            Store::Bf16(d) => product(d, x, m, n, k, y),
+            Store::F16(d) => product(d, x, m, n, k, y),
         }
+    }
+}
+
+/// `y = x · Wᵀ` over packed panels `data` of any stored type (see
+/// [`PackedMatrix::matmul_into`]; shapes checked there).
+fn product<E: Element>(data: &[E], x: &[f32], m: usize, n: usize, k: usize, y: &mut [f32]) {
+    let panels = n.div_ceil(NR);
+    let isa = Isa::get();
+    let out = OutPtr(y.as_mut_ptr());
+    let run = |p: usize| {
+        let panel = &data[p * NR * k..(p + 1) * NR * k];
+        let next = data.get((p + 1) * NR * k..(p + 2) * NR * k);
+        let cols = NR.min(n - p * NR);
+        // SAFETY: panel `p` writes only columns p·NR .. p·NR + cols of
+        // each of the m rows of `y` (length m · n, checked by the caller),
+        // and every panel index is visited by exactly one task.
+        unsafe { panel_product(isa, panel, next, x, m, k, out, n, p * NR, cols) };
+    };
+    if m * n * k <= SERIAL_WORK || rayon::current_num_threads() == 1 {
+        (0..panels).for_each(run);
+    } else {
+        // A few tasks per thread: even split, little scheduling.
+        let per_task = panels.div_ceil(rayon::current_num_threads() * 4).max(1);
+        (0..panels.div_ceil(per_task)).into_par_iter().for_each(|t| {
+            (t * per_task..((t + 1) * per_task).min(panels)).for_each(run);
+        });
     }
 }
 
@@ -198,7 +384,11 @@ impl Isa {
         *ISA.get_or_init(|| {
             #[cfg(target_arch = "x86_64")]
             {
-                if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+                // F16C widens f16 weights; every AVX2 + FMA CPU has it.
+                if std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+                    && std::arch::is_x86_feature_detected!("f16c")
+                {
                     return Isa::Avx2Fma;
                 }
             }
@@ -216,10 +406,10 @@ impl Isa {
 /// `y` points to `m · ldy` floats; columns `col0 .. col0 + cols` of them are
 /// written by this call only. `panel` is `[k, NR]`, `x` is `[m, k]`.
 #[allow(clippy::too_many_arguments)]
-unsafe fn panel_product(
+unsafe fn panel_product<E: Element>(
     isa: Isa,
-    panel: &[f32],
-    next: Option<&[f32]>,
+    panel: &[E],
+    next: Option<&[E]>,
     x: &[f32],
     m: usize,
     k: usize,
@@ -250,12 +440,12 @@ unsafe fn panel_product(
 }
 
 /// `acc[r][j] = Σ_k x[r, k] · panel[k, j]` for `r < rows`, portable.
-fn block_portable(panel: &[f32], x: &[f32], rows: usize, k: usize, acc: &mut [[f32; NR]; MR]) {
+fn block_portable<E: Element>(panel: &[E], x: &[f32], rows: usize, k: usize, acc: &mut [[f32; NR]; MR]) {
     for (r, a) in acc.iter_mut().enumerate().take(rows) {
         let xr = &x[r * k..(r + 1) * k];
         for (&xv, w) in xr.iter().zip(panel.chunks_exact(NR)) {
             for (aj, &wj) in a.iter_mut().zip(w) {
-                *aj += xv * wj;
+                *aj += xv * wj.widen();
             }
         }
     }
@@ -267,23 +457,30 @@ fn block_portable(panel: &[f32], x: &[f32], rows: usize, k: usize, acc: &mut [[f
 /// # Safety
 /// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn block_avx2(panel: &[f32], next: Option<&[f32]>, x: &[f32], rows: usize, k: usize, acc: &mut [[f32; NR]; MR]) {
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn block_avx2<E: Element>(
+    panel: &[E],
+    next: Option<&[E]>,
+    x: &[f32],
+    rows: usize,
+    k: usize,
+    acc: &mut [[f32; NR]; MR],
+) {
     // SAFETY (all arms): same CPU features as this function.
     unsafe {
         match (rows, next) {
-            (1, None) => block_avx2_n::<1, false>(panel, panel, x, k, acc),
-            (1, Some(n)) => block_avx2_n::<1, true>(panel, n, x, k, acc),
-            (2, None) => block_avx2_n::<2, false>(panel, panel, x, k, acc),
-            (2, Some(n)) => block_avx2_n::<2, true>(panel, n, x, k, acc),
-            (3, None) => block_avx2_n::<3, false>(panel, panel, x, k, acc),
-            (3, Some(n)) => block_avx2_n::<3, true>(panel, n, x, k, acc),
-            (4, None) => block_avx2_n::<4, false>(panel, panel, x, k, acc),
-            (4, Some(n)) => block_avx2_n::<4, true>(panel, n, x, k, acc),
-            (5, None) => block_avx2_n::<5, false>(panel, panel, x, k, acc),
-            (5, Some(n)) => block_avx2_n::<5, true>(panel, n, x, k, acc),
-            (_, None) => block_avx2_n::<MR, false>(panel, panel, x, k, acc),
-            (_, Some(n)) => block_avx2_n::<MR, true>(panel, n, x, k, acc),
+            (1, None) => block_avx2_n::<E, 1, false>(panel, panel, x, k, acc),
+            (1, Some(n)) => block_avx2_n::<E, 1, true>(panel, n, x, k, acc),
+            (2, None) => block_avx2_n::<E, 2, false>(panel, panel, x, k, acc),
+            (2, Some(n)) => block_avx2_n::<E, 2, true>(panel, n, x, k, acc),
+            (3, None) => block_avx2_n::<E, 3, false>(panel, panel, x, k, acc),
+            (3, Some(n)) => block_avx2_n::<E, 3, true>(panel, n, x, k, acc),
+            (4, None) => block_avx2_n::<E, 4, false>(panel, panel, x, k, acc),
+            (4, Some(n)) => block_avx2_n::<E, 4, true>(panel, n, x, k, acc),
+            (5, None) => block_avx2_n::<E, 5, false>(panel, panel, x, k, acc),
+            (5, Some(n)) => block_avx2_n::<E, 5, true>(panel, n, x, k, acc),
+            (_, None) => block_avx2_n::<E, MR, false>(panel, panel, x, k, acc),
+            (_, Some(n)) => block_avx2_n::<E, MR, true>(panel, n, x, k, acc),
         }
     }
 }
@@ -296,10 +493,10 @@ unsafe fn block_avx2(panel: &[f32], next: Option<&[f32]>, x: &[f32], rows: usize
 /// # Safety
 /// The CPU must support AVX2 and FMA; `panel` and `next` are `[k, NR]`, `x` `[R, k]`.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn block_avx2_n<const R: usize, const PREFETCH: bool>(
-    panel: &[f32],
-    next: &[f32],
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn block_avx2_n<E: Element, const R: usize, const PREFETCH: bool>(
+    panel: &[E],
+    next: &[E],
     x: &[f32],
     k: usize,
     acc: &mut [[f32; NR]; MR],
@@ -317,8 +514,8 @@ unsafe fn block_avx2_n<const R: usize, const PREFETCH: bool>(
             if PREFETCH {
                 _mm_prefetch::<_MM_HINT_T0>(pn.add(kk * NR).cast());
             }
-            let w0 = _mm256_loadu_ps(pw.add(kk * NR));
-            let w1 = _mm256_loadu_ps(pw.add(kk * NR + 8));
+            let w0 = E::load8(pw.add(kk * NR));
+            let w1 = E::load8(pw.add(kk * NR + 8));
             for (r, (lo, hi)) in lo.iter_mut().zip(hi.iter_mut()).enumerate() {
                 let xv = _mm256_broadcast_ss(&*px.add(r * k + kk));
                 *lo = _mm256_fmadd_ps(xv, w0, *lo);
@@ -393,6 +590,49 @@ pub(crate) mod tests {
         ) {
             let at = at % m;
             let w = PackedMatrix::pack(&values(n * k, seed), n, k);
+            let x = values(m * k, seed + 1);
+            let all = w.matmul(&x, m);
+            let alone = w.matmul(&x[at * k..(at + 1) * k], 1);
+            prop_assert_eq!(&all[at * n..(at + 1) * n], &alone[..]);
+        }
+    }
+
+    /// A bf16 or f16 weight gives exactly the f32 kernel's result on the
+    /// weight rounded to that dtype (the widening is exact), stores half the
+    /// bytes, and unpacks to the rounded values.
+    #[test]
+    fn half_precision_weights_equal_the_f32_product_of_the_rounded_weight() {
+        for dtype in [WeightDtype::Bf16, WeightDtype::F16] {
+            for (m, n, k) in [(1, 130, 576), (3, 67, 13), (16, 65, 100), (7, 1, 8), (64, 33, 17)] {
+                let w = values(n * k, 11);
+                let x = values(m * k, 12);
+                let rounded: Vec<f32> = w.iter().map(|&v| dtype.round(v)).collect();
+                let half = PackedMatrix::pack_as(&w, n, k, dtype);
+                assert_eq!(half.dtype(), dtype);
+                assert_eq!(half.bytes() * 2, PackedMatrix::pack(&w, n, k).bytes());
+                assert_eq!(half.unpack(), rounded);
+                assert_eq!(half.row(n - 1), rounded[(n - 1) * k..]);
+                assert_eq!(half.matmul(&x, m), PackedMatrix::pack(&rounded, n, k).matmul(&x, m), "{dtype} {m}x{n}x{k}");
+            }
+        }
+        // Rounding is to nearest even; f16 overflows to infinity.
+        assert_eq!(WeightDtype::Bf16.round(1.0 + 1.0 / 256.0), 1.0);
+        assert_eq!(WeightDtype::Bf16.round(1.0 + 3.0 / 256.0), 1.0 + 4.0 / 256.0);
+        assert_eq!(WeightDtype::F16.round(70_000.0), f32::INFINITY);
+        assert_eq!("bf16".parse::<WeightDtype>(), Ok(WeightDtype::Bf16));
+        assert!("int4".parse::<WeightDtype>().unwrap_err().contains("f32, bf16 or f16"));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        /// Row invariance holds for half-precision weights too.
+        #[test]
+        fn a_rows_result_does_not_depend_on_the_other_rows_in_half_precision(
+            n in 1usize..80, k in 1usize..200, m in 1usize..=64, at in 0usize..64, seed in 0u32..1000, f16 in any::<bool>(),
+        ) {
+            let at = at % m;
+            let dtype = if f16 { WeightDtype::F16 } else { WeightDtype::Bf16 };
+            let w = PackedMatrix::pack_as(&values(n * k, seed), n, k, dtype);
             let x = values(m * k, seed + 1);
             let all = w.matmul(&x, m);
             let alone = w.matmul(&x[at * k..(at + 1) * k], 1);

@@ -268,13 +268,15 @@ impl Drafter {
         let h = m.hidden_size;
         let k = cfg.target_layer_ids.len();
         let fc = src.require("fc.weight", &[h, k * h])?;
-        let fc = Linear::new(fc, &device);
+        let dtype = target.weight_dtype();
+        let fc = Linear::new(fc, &device, dtype);
         let hidden_norm_host = src.require("hidden_norm.weight", &[h])?.data;
         let norm_host = src.require("norm.weight", &[h])?.data;
         let t1 = |w: &Vec<f32>| Tensor::<1>::from_data(TensorData::new(w.clone(), [h]), &device);
         let (hidden_norm, norm) = (t1(&hidden_norm_host), t1(&norm_host));
-        let layers =
-            (0..m.num_layers).map(|l| Layer::load(&src, &format!("layers.{l}."), m, &device)).collect::<Result<_>>()?;
+        let layers = (0..m.num_layers)
+            .map(|l| Layer::load(&src, &format!("layers.{l}."), m, &device, dtype))
+            .collect::<Result<_>>()?;
         Ok(Self {
             inv_freq: m.rope_inv_freq(),
             cfg,
@@ -315,7 +317,8 @@ impl Drafter {
         if sorted.is_empty() || sorted.windows(2).any(|w| w[0] == w[1]) {
             return Err(ModelError::Usage("a draft vocabulary needs distinct token ids, at least one".into()));
         }
-        let head = Linear::new(target.lm_head_rows(&tokens)?, &self.device);
+        // The target's rows, already rounded to its dtype: repacking them is exact.
+        let head = Linear::new(target.lm_head_rows(&tokens)?, &self.device, target.weight_dtype());
         self.vocab = Some(DraftVocab { tokens, head });
         Ok(())
     }

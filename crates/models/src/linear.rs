@@ -6,6 +6,7 @@ use burn::tensor::{Device, Tensor, TensorData};
 
 use crate::config::{Arch, ModelConfig};
 use crate::cpu_layer::{add_into, rms_norm_rows, silu_mul, split_heads, HostRope};
+use crate::cpu_matmul::WeightDtype;
 use crate::error::Result;
 use crate::layer::{LayerShape, LayerWeights, Proj};
 use crate::weights::{HostTensor, WeightSource};
@@ -36,7 +37,13 @@ pub(crate) struct Layer {
 impl Layer {
     /// Loads `{prefix}input_layernorm.weight`, `{prefix}self_attn.*`,
     /// `{prefix}mlp.*`, …; `q_norm` / `k_norm` for Qwen3.
-    pub(crate) fn load(src: &dyn WeightSource, prefix: &str, cfg: &ModelConfig, device: &Device) -> Result<Self> {
+    pub(crate) fn load(
+        src: &dyn WeightSource,
+        prefix: &str,
+        cfg: &ModelConfig,
+        device: &Device,
+        dtype: WeightDtype,
+    ) -> Result<Self> {
         let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
         let (qd, kd) = (cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim);
         let p = |s: &str| format!("{prefix}{s}");
@@ -58,13 +65,13 @@ impl Layer {
         let gate_up = [w("mlp.gate_proj.weight", [i, h])?, w("mlp.up_proj.weight", [i, h])?];
         Ok(Layer {
             input_norm: t1(&host_norms.input),
-            qkv: Linear::stacked(&qkv, device),
-            o: Linear::new(w("self_attn.o_proj.weight", [h, qd])?, device),
+            qkv: Linear::stacked(&qkv, device, dtype),
+            o: Linear::new(w("self_attn.o_proj.weight", [h, qd])?, device, dtype),
             q_norm: host_norms.q.as_ref().map(t1),
             k_norm: host_norms.k.as_ref().map(t1),
             post_norm: t1(&host_norms.post),
-            gate_up: Linear::stacked(&gate_up, device),
-            down: Linear::new(w("mlp.down_proj.weight", [h, i])?, device),
+            gate_up: Linear::stacked(&gate_up, device, dtype),
+            down: Linear::new(w("mlp.down_proj.weight", [h, i])?, device, dtype),
             host_norms,
             q_dim: qd,
             kv_dim: kd,
@@ -206,25 +213,29 @@ enum LinearWeight {
 }
 
 impl Linear {
-    /// From a Hugging Face weight `[out, in]`, on `device`.
-    pub(crate) fn new(w: HostTensor, device: &Device) -> Self {
-        Self::stacked(std::slice::from_ref(&w), device)
+    /// From a Hugging Face weight `[out, in]`, on `device`, its values
+    /// rounded to `dtype` ([`Linear::stacked`]).
+    pub(crate) fn new(w: HostTensor, device: &Device, dtype: WeightDtype) -> Self {
+        Self::stacked(std::slice::from_ref(&w), device, dtype)
     }
 
     /// Several Hugging Face weights `[out_i, in]` as one linear layer whose
-    /// outputs are theirs, stacked in order (fused projections).
+    /// outputs are theirs, stacked in order (fused projections). On `flex`
+    /// the packed weight is stored as `dtype` (half the bytes for bf16 /
+    /// f16); on the other backends the values are rounded to `dtype` and
+    /// kept as an f32 tensor (the same weights, no memory saved yet).
     ///
     /// # Panics
     /// When the inputs differ in width (callers load them with checked shapes).
-    pub(crate) fn stacked(ws: &[HostTensor], device: &Device) -> Self {
+    pub(crate) fn stacked(ws: &[HostTensor], device: &Device, dtype: WeightDtype) -> Self {
         let in_features = ws[0].shape[1];
         assert!(ws.iter().all(|w| w.shape.len() == 2 && w.shape[1] == in_features), "stacked weights share `in`");
         let out_features = ws.iter().map(|w| w.shape[0]).sum();
         let w = if *device == Device::flex() && !device.is_autodiff() {
             let parts: Vec<&[f32]> = ws.iter().map(|w| w.data.as_slice()).collect();
-            LinearWeight::Packed(crate::cpu_matmul::PackedMatrix::pack_stacked(&parts, in_features))
+            LinearWeight::Packed(crate::cpu_matmul::PackedMatrix::pack_stacked_as(&parts, in_features, dtype))
         } else {
-            let data = ws.iter().flat_map(|w| w.data.iter().copied()).collect();
+            let data = ws.iter().flat_map(|w| w.data.iter().map(|&v| dtype.round(v))).collect();
             LinearWeight::Burn(Box::new(to_tensor2_transposed(
                 HostTensor { data, shape: vec![out_features, in_features] },
                 device,

@@ -5,6 +5,7 @@ use std::path::Path;
 use burn::tensor::Device;
 
 use crate::config::ModelConfig;
+use crate::cpu_matmul::WeightDtype;
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
 use crate::model::Model;
@@ -19,15 +20,23 @@ use crate::weights::{GgufSource, SafetensorsSource, WeightSource};
 /// [`ModelError::Io`] when the path does not exist; otherwise the errors of
 /// the format readers and of [`Model::load`], each naming the file involved.
 pub fn load_model(path: impl AsRef<Path>, device: &Device) -> Result<Model> {
+    load_model_as(path, device, WeightDtype::F32)
+}
+
+/// [`load_model`] with the linear layers' weights in `dtype` ([`Model::load_as`]).
+///
+/// # Errors
+/// As [`load_model`].
+pub fn load_model_as(path: impl AsRef<Path>, device: &Device, dtype: WeightDtype) -> Result<Model> {
     let path = path.as_ref();
     if path.is_file() && path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
         let file = GgufFile::open(path)?;
-        return load_gguf(&file, device);
+        return load_gguf_as(&file, device, dtype);
     }
     if path.is_dir() {
         let cfg = ModelConfig::from_hf_json(path.join("config.json"))?;
         let src = SafetensorsSource::open(path)?;
-        return Model::load(cfg, &src, device);
+        return Model::load_as(cfg, &src, device, dtype);
     }
     Err(ModelError::Io {
         path: path.to_path_buf(),
@@ -68,9 +77,17 @@ pub fn load_config(path: impl AsRef<Path>) -> Result<ModelConfig> {
 /// # Errors
 /// As [`Model::load`]; [`ModelError::Tensor`] for a `rope_freqs` of the wrong length.
 pub fn load_gguf(file: &GgufFile, device: &Device) -> Result<Model> {
+    load_gguf_as(file, device, WeightDtype::F32)
+}
+
+/// [`load_gguf`] with the linear layers' weights in `dtype` ([`Model::load_as`]).
+///
+/// # Errors
+/// As [`load_gguf`].
+pub fn load_gguf_as(file: &GgufFile, device: &Device, dtype: WeightDtype) -> Result<Model> {
     let cfg = ModelConfig::from_gguf(file)?;
     let src = GgufSource::new(file, &cfg);
-    let mut model = Model::load(cfg.clone(), &src, device)?;
+    let mut model = Model::load_as(cfg.clone(), &src, device, dtype)?;
     if file.tensors().contains_key("rope_freqs.weight") {
         let (_, factors) = file.tensor_f32("rope_freqs.weight")?;
         if factors.len() != cfg.head_dim / 2 {

@@ -9,6 +9,7 @@ use bastion_tree::DraftTree;
 use crate::config::ModelConfig;
 use crate::cpu_attention::{HostKv, Visible};
 use crate::cpu_layer::{rms_norm_rows, HostRope};
+use crate::cpu_matmul::WeightDtype;
 use crate::error::{ModelError, Result};
 use crate::layer::{decoder_layer, LayerShape};
 use crate::linear::to_tensor1;
@@ -27,6 +28,8 @@ pub struct Model {
     /// The final norm's weight in host memory (the host forward on `flex`).
     norm_host: Vec<f32>,
     lm_head: Linear,
+    /// How the linear layers' weights are stored.
+    weight_dtype: WeightDtype,
     inv_freq: Vec<f32>,
     /// Verification through the CubeCL tree-attention kernel (else the dense mask).
     tree_kernel: bool,
@@ -61,12 +64,25 @@ impl ForwardOutput {
 }
 
 impl Model {
-    /// Loads the weights of a model with configuration `cfg` from `src` onto `device`.
+    /// Loads the weights of a model with configuration `cfg` from `src` onto
+    /// `device`, in f32.
     ///
     /// # Errors
     /// [`ModelError::Tensor`] naming the file and tensor for a missing tensor
     /// or a shape mismatch; [`ModelError::Config`] for an invalid config.
     pub fn load(cfg: ModelConfig, src: &dyn WeightSource, device: &Device) -> Result<Self> {
+        Self::load_as(cfg, src, device, WeightDtype::F32)
+    }
+
+    /// [`Model::load`] with the linear layers' weights (projections, LM
+    /// head) in `dtype`: on `flex` stored as `dtype` and widened in
+    /// registers (a bf16 model reads half the bytes per step); embeddings,
+    /// norms, activations, the KV cache and every sum stay f32. The same
+    /// `dtype` goes to a drafter loaded for this target.
+    ///
+    /// # Errors
+    /// As [`Model::load`].
+    pub fn load_as(cfg: ModelConfig, src: &dyn WeightSource, device: &Device, dtype: WeightDtype) -> Result<Self> {
         let (h, v) = (cfg.hidden_size, cfg.vocab_size);
         let embed_host = src.require("model.embed_tokens.weight", &[v, h])?;
         // Tied checkpoints usually omit `lm_head.weight`; use it when present.
@@ -77,7 +93,7 @@ impl Model {
         };
         let mut layers = Vec::with_capacity(cfg.num_layers);
         for l in 0..cfg.num_layers {
-            layers.push(Layer::load(src, &format!("model.layers.{l}."), &cfg, device)?);
+            layers.push(Layer::load(src, &format!("model.layers.{l}."), &cfg, device, dtype)?);
         }
         let norm_host = src.require("model.norm.weight", &[h])?.data;
         let norm = to_tensor1(HostTensor { data: norm_host.clone(), shape: vec![h] }, device);
@@ -93,7 +109,8 @@ impl Model {
             .uses_kernel(device, cfg.head_dim)
             .map_err(|source| ModelError::Env { var: format!("{TREE_ATTENTION_ENV}={mode}"), source })?;
         Ok(Self {
-            lm_head: Linear::new(lm_head, device),
+            lm_head: Linear::new(lm_head, device, dtype),
+            weight_dtype: dtype,
             embed,
             layers,
             norm,
@@ -374,6 +391,11 @@ impl Model {
     /// `(cos, sin)` `[tokens, head_dim]` for absolute positions.
     fn rope_tables(&self, positions: &[usize]) -> (Tensor<2>, Tensor<2>) {
         rope_tables(&self.inv_freq, positions, &self.device)
+    }
+
+    /// How the linear layers' weights are stored ([`Model::load_as`]).
+    pub fn weight_dtype(&self) -> WeightDtype {
+        self.weight_dtype
     }
 
     /// The hidden size `H`.

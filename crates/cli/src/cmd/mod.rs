@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use bastion_decode::{BastionRule, CalibrationSource, Method, PairSpec, DEFAULT_CALIBRATION_DIR};
-use bastion_models::BackendKind;
+use bastion_models::{BackendKind, WeightDtype};
 use bastion_tree::OnlineConfig;
 
 pub mod check;
@@ -34,6 +34,11 @@ pub struct TargetArgs {
     /// Cargo feature).
     #[arg(long, default_value = "flex")]
     pub backend: BackendKind,
+    /// How the linear layers' weights are stored: f32, bf16 or f16 (on flex read at half the
+    /// bytes and widened in registers; activations, KV cache and sums stay f32). The drafter
+    /// follows the target.
+    #[arg(long, default_value = "f32")]
+    pub dtype: WeightDtype,
 }
 
 /// A target, its backend and a DFlash drafter.
@@ -62,6 +67,7 @@ impl PairArgs {
             return Err(format!("method {method} needs --drafter DIR").into());
         }
         let mut spec = PairSpec::new(&self.target.model, self.target.backend);
+        spec.dtype = self.target.dtype;
         spec.drafter = self.drafter.clone().filter(|_| method.needs_drafter());
         spec.draft_vocab = self.draft_vocab.filter(|_| method.needs_drafter());
         if let Some(cost) = cost {

@@ -43,7 +43,8 @@ pub struct Args {
     #[arg(long)]
     out: Option<PathBuf>,
     /// The experiment's name, [a-z0-9_-]+ [default: tau-<model>-<method>, e.g.
-    /// tau-smollm2-135m-instruct-q4_1-ddtree-8].
+    /// tau-smollm2-135m-instruct-q4_1-ddtree-8; the model with a -bf16 / -f16 suffix in those
+    /// dtypes].
     #[arg(long)]
     name: Option<String>,
     /// The results root (the run writes to RESULTS/<name>/).
@@ -56,7 +57,11 @@ pub struct Args {
 
 /// The experiment `tau` runs.
 fn draft(a: &Args, drafter: &Path) -> ExperimentDraft {
-    let model_name = slug(&a.pair.target.model.file_name().map_or("model".into(), |s| s.to_string_lossy()));
+    let mut model_name = slug(&a.pair.target.model.file_name().map_or("model".into(), |s| s.to_string_lossy()));
+    // Another dtype is another model: its results never mix with f32's.
+    if a.pair.target.dtype != bastion_models::WeightDtype::F32 {
+        model_name = format!("{model_name}-{}", a.pair.target.dtype);
+    }
     let name = a.name.clone().unwrap_or_else(|| format!("tau-{model_name}-{}", slug(&a.method.to_string())));
     ExperimentDraft {
         name,
@@ -74,6 +79,7 @@ fn draft(a: &Args, drafter: &Path) -> ExperimentDraft {
             drafter: drafter.to_path_buf(),
             calibration: a.cost.calibration.clone(),
             draft_vocab: a.pair.draft_vocab,
+            dtype: (a.pair.target.dtype != bastion_models::WeightDtype::F32).then(|| a.pair.target.dtype.to_string()),
         }],
         datasets: DraftDatasets {
             names: a.sets.clone(),
