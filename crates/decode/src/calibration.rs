@@ -34,7 +34,7 @@
 
 use std::path::{Path, PathBuf};
 
-use bastion_models::{BackendKind, Drafter, Model, PeakMeasurement, PeakOptions};
+use bastion_models::{BackendKind, Drafter, Model, PeakMeasurement, PeakOptions, WeightDtype};
 use bastion_tree::{ConvexCostModel, DevicePeak, ModelShape, OnlineConfig, RooflineCalibration, RooflineModel};
 use serde::{Deserialize, Serialize};
 
@@ -297,12 +297,23 @@ fn slug(s: &str) -> String {
 
 impl Calibration {
     /// Where the calibration of (`device_name`, target at `model_path`,
-    /// `backend`) lives under `dir` (normally `results/calibration`):
-    /// `<device>__<model file or folder name>__<backend>.json`.
-    pub fn default_path(dir: &Path, device_name: &str, model_path: &Path, backend: BackendKind) -> PathBuf {
+    /// `backend`, weights in `dtype`) lives under `dir` (normally
+    /// `results/calibration`): `<device>__<model file or folder
+    /// name>__<backend>.json`, with `__<dtype>` before `.json` for bf16 / f16
+    /// weights (their verification costs differ; the target shape recorded
+    /// in the file holds the bytes per weight, so a file of another dtype is
+    /// refused).
+    pub fn default_path(
+        dir: &Path,
+        device_name: &str,
+        model_path: &Path,
+        backend: BackendKind,
+        dtype: WeightDtype,
+    ) -> PathBuf {
         let model = model_path.file_name().map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned());
         let model = model.strip_suffix(".gguf").unwrap_or(&model);
-        dir.join(format!("{}__{}__{}.json", slug(device_name), slug(model), backend.as_str()))
+        let suffix = if dtype == WeightDtype::F32 { String::new() } else { format!("__{dtype}") };
+        dir.join(format!("{}__{}__{}{suffix}.json", slug(device_name), slug(model), backend.as_str()))
     }
 
     /// Reads and checks a calibration file.
@@ -547,8 +558,12 @@ mod tests {
             "NVIDIA H200",
             Path::new("models/SmolLM2-135M-Instruct.Q4_1.gguf"),
             BackendKind::Flex,
+            WeightDtype::F32,
         );
         assert_eq!(p, Path::new("results/calibration/nvidia-h200__smollm2-135m-instruct.q4-1__flex.json"));
+        let p =
+            Calibration::default_path(Path::new("c"), "x", Path::new("m.gguf"), BackendKind::Flex, WeightDtype::Bf16);
+        assert_eq!(p, Path::new("c/x__m__flex__bf16.json"));
     }
 
     #[test]

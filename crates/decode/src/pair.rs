@@ -43,10 +43,12 @@ pub enum CalibrationSource {
 
 impl CalibrationSource {
     /// The file this source names for the target at `target` on `backend`
-    /// (this device's name decides the default file).
-    pub fn path(&self, target: &Path, backend: BackendKind) -> PathBuf {
+    /// with weights in `dtype` (this device's name decides the default file).
+    pub fn path(&self, target: &Path, backend: BackendKind, dtype: WeightDtype) -> PathBuf {
         match self {
-            CalibrationSource::Default(dir) => Calibration::default_path(dir, &backend.device_name(), target, backend),
+            CalibrationSource::Default(dir) => {
+                Calibration::default_path(dir, &backend.device_name(), target, backend, dtype)
+            }
             CalibrationSource::File(path) | CalibrationSource::Pinned(path) => path.clone(),
         }
     }
@@ -204,7 +206,7 @@ impl LoadedPair {
             None => PolicyInputs::default(),
             Some(source) => {
                 let (b, d) = (spec.backend, drafter.as_ref());
-                let path = source.path(&spec.target, b);
+                let path = source.path(&spec.target, b, spec.dtype);
                 let cal = match source {
                     CalibrationSource::Pinned(_) => Calibration::load_pinned(&path, &target, b, d)?,
                     _ => Calibration::load_for(&path, &target, b, d)?,

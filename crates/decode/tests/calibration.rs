@@ -116,6 +116,7 @@ fn calibration_file_round_trips_and_drives_lossless_policies() {
         &cal.device.name,
         &fixture_dir("tiny-qwen3"),
         BackendKind::Flex,
+        bastion_models::WeightDtype::F32,
     );
     cal.save(&path).unwrap();
     assert!(path.file_name().unwrap().to_string_lossy().ends_with("__tiny-qwen3__flex.json"));
@@ -123,6 +124,15 @@ fn calibration_file_round_trips_and_drives_lossless_policies() {
     assert_eq!(back, cal);
     let e = Calibration::load_for(&path, &target, BackendKind::Wgpu, None).unwrap_err().to_string();
     assert!(e.contains("field device.backend"), "{e}");
+    // The same target in bf16 weights reads half the bytes per step: an f32
+    // calibration is refused for it (the shape records bytes per weight).
+    let dir16 = fixture_dir("tiny-qwen3");
+    let cfg16 = bastion_models::ModelConfig::from_hf_json(dir16.join("config.json")).unwrap();
+    let src = bastion_models::SafetensorsSource::open(&dir16).unwrap();
+    let bf16 = Model::load_as(cfg16, &src, &burn::tensor::Device::flex(), bastion_models::WeightDtype::Bf16).unwrap();
+    assert_eq!(bf16.roofline_shape().weight_bytes, 2.0);
+    let e = Calibration::load_for(&path, &bf16, BackendKind::Flex, None).unwrap_err().to_string();
+    assert!(e.contains("field target.shape") && e.contains("weight_bytes: 4.0"), "{e}");
 
     let online = OnlineConfig { forgetting: 0.8 };
     let inputs = back.policy_inputs(BastionRule::Raw, online).unwrap();

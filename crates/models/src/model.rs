@@ -322,6 +322,12 @@ impl Model {
         if sessions.is_empty() {
             return Ok(Vec::new());
         }
+        if let Some(bad) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {
+            return Err(ModelError::Usage(format!(
+                "token id {bad} ≥ the vocabulary size {} (no session was advanced)",
+                self.cfg.vocab_size
+            )));
+        }
         if !self.host_cache {
             let mut logits = Vec::with_capacity(tokens.len() * self.cfg.vocab_size);
             for (s, &t) in sessions.iter_mut().zip(tokens) {
@@ -418,7 +424,7 @@ impl Model {
             head_dim: c.head_dim,
             ffn: c.intermediate_size,
             vocab: c.vocab_size,
-            weight_bytes: 4.0,
+            weight_bytes: self.weight_dtype.bytes() as f64,
             activation_bytes: 4.0,
         }
     }

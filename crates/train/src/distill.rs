@@ -271,9 +271,11 @@ pub fn distill_batched(
         while live.len() < batch {
             let Some(job) = pending.next() else { break };
             let err = |what: String| TrainError::Usage(format!("prompt `{}`: {what}", job.id));
-            if job.prompt_ids.is_empty() || job.prompt_ids.len() + max_new > context {
+            // The bound `bastion_decode::generate` applies to AR (block 1), so
+            // that every batch size accepts the same prompts.
+            if job.prompt_ids.is_empty() || job.prompt_ids.len() + max_new + 1 > context {
                 return Err(err(format!(
-                    "{} prompt tokens + max_new_tokens {max_new} must be between 1 and the target's context of \
+                    "{} prompt tokens + max_new_tokens {max_new} + 1 must be between 2 and the target's context of \
                      {context} tokens",
                     job.prompt_ids.len()
                 )));

@@ -5,7 +5,8 @@
 //! hundred thousand tokens they fit in memory; at millions they do not
 //! (2.3 M tokens: 16 GB). A [`FeatureFile`] computes them once, stores them
 //! as IEEE half precision (f16, 3.5 KB per token; the features are RMS-scale
-//! activations, well inside f16's range) and reads one sequence's rows back
+//! hidden states; a value beyond f16's range, ±65504, is refused rather than
+//! stored as infinity) and reads one sequence's rows back
 //! per training example. The build appends one sequence at a time and
 //! records its progress in an index, so an interrupted build resumes.
 
@@ -52,8 +53,11 @@ impl FeatureFile {
     /// prompt + response) under `dir`, computing whatever is missing with
     /// `target`: the rows of sequence `i` are the target's context features
     /// for `cfg`'s layers at every position of `sequences[i]`. The file is
-    /// named after the layers and a fingerprint of the tokens, so other
-    /// data or layers get another file. `on_progress(done, total)` is
+    /// named after the layers, a fingerprint of the target (configuration,
+    /// weight dtype and a sample of its LM-head weights) and a fingerprint
+    /// of the tokens, so another target, data or layers get another file.
+    /// A data file shorter than its index claims (lost or replaced) is
+    /// rebuilt from the start. `on_progress(done, total)` is
     /// called after each sequence built.
     ///
     /// # Errors
@@ -67,12 +71,14 @@ impl FeatureFile {
         mut on_progress: impl FnMut(usize, usize),
     ) -> Result<Self> {
         let width = cfg.target_layer_ids.len() * target.config().hidden_size;
-        let data = fingerprint(sequences);
+        let model = target_fingerprint(target)?;
+        let tokens = fingerprint(sequences);
+        let data = format!("{tokens}; target {model}");
         let layers = cfg.target_layer_ids.clone();
         let stem = format!(
-            "features-l{}-{}",
+            "features-l{}-{model}-{}",
             layers.iter().map(usize::to_string).collect::<Vec<_>>().join("_"),
-            data.rsplit(' ').next().unwrap_or("x")
+            tokens.rsplit(' ').next().unwrap_or("x")
         );
         std::fs::create_dir_all(dir).map_err(io_err(dir))?;
         let path = dir.join(format!("{stem}.f16"));
@@ -104,8 +110,6 @@ impl FeatureFile {
             }
             Err(e) => return Err(io_err(&index_path)(e)),
         };
-        // Drop whatever a crash wrote past the last indexed sequence.
-        let done_values: u64 = index.rows.iter().map(|&r| (r * width) as u64).sum();
         let file = OpenOptions::new()
             .create(true)
             .read(true)
@@ -113,6 +117,13 @@ impl FeatureFile {
             .truncate(false)
             .open(&path)
             .map_err(io_err(&path))?;
+        let mut done_values: u64 = index.rows.iter().map(|&r| (r * width) as u64).sum();
+        if file.metadata().map_err(io_err(&path))?.len() < done_values * 2 {
+            // The data the index describes is not all there: start over.
+            index.rows.clear();
+            done_values = 0;
+        }
+        // Drop whatever a crash wrote past the last indexed sequence.
         file.set_len(done_values * 2).map_err(io_err(&path))?;
         let hidden = cfg.hidden_indices();
         let total = sequences.len();
@@ -124,7 +135,17 @@ impl FeatureFile {
                 let fwd = target.session().prefill(tokens, &hidden).map_err(|e| bad(e.to_string()))?;
                 let feats =
                     context_features(&fwd, target.config().hidden_size, None).map_err(|e| bad(e.to_string()))?;
-                let bytes: Vec<u8> = feats.iter().flat_map(|&v| f16::from_f32(v).to_le_bytes()).collect();
+                let halves: Vec<f16> = feats.iter().map(|&v| f16::from_f32(v)).collect();
+                if let Some(j) = halves.iter().position(|h| !h.is_finite()) {
+                    return Err(bad(format!(
+                        "feature {} of position {} is {}, outside f16's range: keep the features in memory (no \
+                         feature cache)",
+                        j % width,
+                        j / width,
+                        feats[j]
+                    )));
+                }
+                let bytes: Vec<u8> = halves.iter().flat_map(|h| h.to_le_bytes()).collect();
                 out.write_all(&bytes).map_err(io_err(&path))?;
                 index.rows.push(tokens.len());
                 since_sync += tokens.len();
@@ -205,6 +226,23 @@ fn write_index(path: &Path, index: &Index) -> Result<()> {
     let tmp = path.with_extension("json.partial");
     std::fs::write(&tmp, serde_json::to_vec_pretty(index).expect("an index serializes")).map_err(io_err(&tmp))?;
     std::fs::rename(&tmp, path).map_err(io_err(path))
+}
+
+/// FNV-1a (hex) over the target's configuration, weight dtype and its
+/// first LM-head rows: tells apart targets whose features differ.
+fn target_fingerprint(target: &Model) -> Result<String> {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for &b in bytes {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    eat(format!("{:?} {}", target.config(), target.weight_dtype()).as_bytes());
+    let rows: Vec<u32> = (0..target.config().vocab_size.min(3) as u32).collect();
+    for v in &target.lm_head_rows(&rows)?.data {
+        eat(&v.to_le_bytes());
+    }
+    Ok(format!("{h:016x}"))
 }
 
 /// FNV-1a over the sequences' tokens (lengths included).

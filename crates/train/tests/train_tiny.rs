@@ -310,6 +310,14 @@ fn feature_file_stores_f16_features_and_resumes_its_build() {
     }
     drop(file);
 
+    // The data file lost, its index kept: rebuilt from the start, not read as zeros.
+    std::fs::remove_file(&data).unwrap();
+    let mut again = Vec::new();
+    let file = FeatureFile::build(&target, &cfg.drafter, &seqs, dir.path(), |d, _| again.push(d)).unwrap();
+    assert_eq!(again, [1, 2, 3, 4, 5]);
+    assert_eq!(file.rows(4, seqs[4].len()).unwrap(), all[4]);
+    drop(file);
+
     // An index for other layers is refused, naming the file.
     let mut other = cfg.drafter.clone();
     other.target_layer_ids = vec![0, 1, 2];

@@ -77,18 +77,13 @@ pub fn calibrate(pair: &PairArgs, out: Option<PathBuf>, figure: Option<PathBuf>,
             .into());
     }
     let TargetArgs { model, backend, dtype } = &pair.target;
-    if *dtype != bastion_models::WeightDtype::F32 {
-        return Err(format!(
-            "--dtype {dtype}: calibrations are measured with f32 weights for now (a calibration file does not \
-             record the dtype yet); `bastion bench-target --dtype {dtype}` times verification in {dtype}"
-        )
-        .into());
-    }
     let device = backend.device_name();
-    let out = out.unwrap_or_else(|| CalibrationSource::Default(DEFAULT_CALIBRATION_DIR.into()).path(model, *backend));
+    let out =
+        out.unwrap_or_else(|| CalibrationSource::Default(DEFAULT_CALIBRATION_DIR.into()).path(model, *backend, *dtype));
     let figure = figure.unwrap_or_else(|| out.with_extension("svg"));
     let mut spec = bastion_decode::PairSpec::new(model, *backend);
     spec.drafter = pair.drafter.clone();
+    spec.dtype = *dtype;
     let pair = LoadedPair::open(spec)?;
     options.validate(pair.target().config().max_position_embeddings, pair.block_size())?;
     eprintln!("profiling {} on {device} ({backend}) -> {}", model.display(), out.display());
@@ -220,17 +215,16 @@ pub fn bench_target(a: BenchArgs) -> Result {
             println!("{:>6} = AR decode step: {:.1} tokens/s", "", 1.0 / p.seconds);
         }
     })?;
-    print_roof(&pair.target().roofline_shape(), dtype.bytes() as f64, &peak, a.context, &measured);
+    print_roof(&pair.target().roofline_shape(), &peak, a.context, &measured);
     Ok(())
 }
 
 /// The roof lines of `bastion bench-target`: what one step must read (every
-/// weight once, `weight_bytes` bytes each) at the measured read bandwidth, and what one more
+/// weight once, `shape.weight_bytes` bytes each) at the measured read bandwidth, and what one more
 /// verified token must compute at the measured matmul peak, against the
 /// measured `(tokens, seconds)` points.
 fn print_roof(
     shape: &bastion_tree::ModelShape,
-    bytes_per_weight: f64,
     peak: &bastion_tree::DevicePeak,
     context: usize,
     measured: &[(usize, f64)],
@@ -238,7 +232,8 @@ fn print_roof(
     let (h, f, v) = (shape.hidden as f64, shape.ffn as f64, shape.vocab as f64);
     let (hq, hkv) = ((shape.q_heads * shape.head_dim) as f64, (shape.kv_heads * shape.head_dim) as f64);
     // Embedding rows are gathered, not streamed: the LM head is the one vocabulary-sized read.
-    let weight_bytes = bytes_per_weight * (shape.layers as f64 * (2.0 * h * hq + 2.0 * h * hkv + 3.0 * h * f) + v * h);
+    let weight_bytes =
+        shape.weight_bytes * (shape.layers as f64 * (2.0 * h * hq + 2.0 * h * hkv + 3.0 * h * f) + v * h);
     let c = context as f64;
     let token_flops = shape.verify_flops(2.0, c) - shape.verify_flops(1.0, c);
     let (read_s, token_s) = (weight_bytes / peak.bandwidth, token_flops / peak.peak_flops);

@@ -35,10 +35,10 @@ pub fn run(a: Args) -> Result {
     let cost_aware = exp.methods.iter().any(|m| m.needs_calibration());
     for pair in exp.models.iter().filter(|_| cost_aware) {
         let source = pair.calibration_source(false, Path::new(DEFAULT_CALIBRATION_DIR));
-        let path = source.path(&pair.target, exp.backend);
+        let path = source.path(&pair.target, exp.backend, pair.dtype);
         if !path.is_file() {
             eprintln!("no calibration of this machine for {}: running `bastion profile` first", pair.name);
-            let target = TargetArgs { model: pair.target.clone(), backend: exp.backend, dtype: Default::default() };
+            let target = TargetArgs { model: pair.target.clone(), backend: exp.backend, dtype: pair.dtype };
             let pair_args = PairArgs { target, drafter: Some(pair.drafter.clone()), draft_vocab: pair.draft_vocab };
             profile::calibrate(&pair_args, Some(path.clone()), None, &ProfileOptions::for_backend(exp.backend))?;
         }
