@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Drafter recipe comparison on a fixed budget (issue #18, item 3): the same
+# distilled sequences, the same steps and seed for every variant; one
+# `bastion train-drafter` run per variant, its held-out τ every EVAL steps
+# (DFlash chain, T = 0, block 16, on the first HELD_OUT sequences, never
+# trained on). Prints a Markdown table; with OUT=FILE also writes it.
+#
+#   scripts/drafter-recipes.sh                      # 2000 sequences, 600 steps, all variants
+#   SEQS=40 STEPS=4 EVAL=2 VARIANTS="base layers2" scripts/drafter-recipes.sh   # smoke run
+#
+# Needs a release build, the default model and distilled data
+# (`bastion distill`). Target features are computed once per set of target
+# layers into FEATURES (f16, reused across variants and reruns).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BASTION:-target/release/bastion}
+MODEL=${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
+DATA=${DATA:-results/distill/smollm2-135m.jsonl}
+SEQS=${SEQS:-2000}
+STEPS=${STEPS:-600}
+EVAL=${EVAL:-200}
+HELD_OUT=${HELD_OUT:-16}
+RUNS=${RUNS:-results/drafter-recipes}
+FEATURES=${FEATURES:-results/features}
+
+# name | arguments that differ from the base recipe (the shipped drafter's)
+declare -A RECIPE=(
+  [base]="--layers 1 --target-layers 2,15,27 --loss-decay 7 --learning-rate 2e-3 --warmup-steps 50"
+  [layers2]="--layers 2 --target-layers 2,15,27 --loss-decay 7 --learning-rate 2e-3 --warmup-steps 50"
+  [layers3]="--layers 3 --target-layers 2,15,27 --loss-decay 7 --learning-rate 2e-3 --warmup-steps 50"
+  [targets5]="--layers 1 --target-layers 1,8,15,22,28 --loss-decay 7 --learning-rate 2e-3 --warmup-steps 50"
+  [targets-late]="--layers 1 --target-layers 20,25,29 --loss-decay 7 --learning-rate 2e-3 --warmup-steps 50"
+  [decay4]="--layers 1 --target-layers 2,15,27 --loss-decay 4 --learning-rate 2e-3 --warmup-steps 50"
+  [uniform]="--layers 1 --target-layers 2,15,27 --loss-decay 0 --learning-rate 2e-3 --warmup-steps 50"
+  [lr1e-3]="--layers 1 --target-layers 2,15,27 --loss-decay 7 --learning-rate 1e-3 --warmup-steps 50"
+  [lr4e-3]="--layers 1 --target-layers 2,15,27 --loss-decay 7 --learning-rate 4e-3 --warmup-steps 100"
+)
+VARIANTS=${VARIANTS:-"base layers2 layers3 targets5 targets-late decay4 uniform lr1e-3 lr4e-3"}
+
+rows=()
+for name in $VARIANTS; do
+  args=${RECIPE[$name]:?unknown variant $name}
+  out="$RUNS/$name"
+  mkdir -p "$RUNS"
+  start=$(date +%s)
+  # shellcheck disable=SC2086 # the recipe is a list of arguments
+  "$BIN" train-drafter --model "$MODEL" --data "$DATA" --max-sequences "$SEQS" --out "$out" \
+    --mask-token 5 --block-size 16 --steps "$STEPS" --sequences-per-step 16 --anchors 4 \
+    --sampled-vocab 2048 --held-out "$HELD_OUT" --eval-every "$EVAL" --checkpoint-every "$STEPS" \
+    --seed 0 --feature-cache "$FEATURES" $args 2>"$out.log" || { echo "variant $name failed: $out.log" >&2; exit 1; }
+  secs=$(( $(date +%s) - start ))
+  taus=$(grep -o '"held_out_tau":[0-9.]*' "$out/training_log.jsonl" | cut -d: -f2 | awk '{ printf "%s%.3f", (NR > 1 ? " / " : ""), $1 }')
+  rows+=("| $name | \`$args\` | $taus | $secs |")
+  echo "$name: held-out τ $taus (${secs} s)" >&2
+done
+
+table=$(
+  echo "# Drafter recipes on a fixed budget"
+  echo
+  echo "\`SEQS=$SEQS STEPS=$STEPS EVAL=$EVAL HELD_OUT=$HELD_OUT scripts/drafter-recipes.sh\`, $(date -u +%Y-%m-%d), $(nproc) threads,"
+  echo "release build. Every variant: the first $SEQS distilled sequences of \`$DATA\` (the first $HELD_OUT held out),"
+  echo "$STEPS steps of 16 sequences × 4 anchors, block 16, sampled softmax (+2048), seed 0."
+  echo "Held-out τ (DFlash chain, T = 0) every $EVAL steps; seconds include computing features on first use."
+  echo
+  echo "| variant | differs in | held-out τ at $EVAL, $((2 * EVAL)), … steps | seconds |"
+  echo "|---|---|---|---:|"
+  printf '%s\n' "${rows[@]}"
+)
+echo "$table"
+if [ -n "${OUT:-}" ]; then
+  mkdir -p "$(dirname "$OUT")"
+  echo "$table" >"$OUT"
+fi
