@@ -5,6 +5,9 @@
 use std::path::PathBuf;
 
 use safetensors::{Dtype, SafeTensors};
+
+mod random_checkpoint;
+pub use random_checkpoint::{write_random_checkpoint, write_random_drafter, RandomDtype};
 pub use serde_json::Value;
 
 /// The repository root.
