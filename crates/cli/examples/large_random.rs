@@ -49,7 +49,10 @@ fn config(name: &str) -> serde_json::Value {
 /// Peak resident memory of this process so far (GiB), from /proc.
 fn peak_gib() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let kb = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok());
+    let kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok());
     kb.unwrap_or(f64::NAN) / (1024.0 * 1024.0)
 }
 
@@ -70,7 +73,8 @@ fn main() {
         let ids = bastion_models::build_target_layer_ids(layers, 1);
         write_random_drafter(&drafter_dir, &cfg, 1, 16, &ids, 5, 2).expect("write the drafter");
     }
-    let bytes: u64 = std::fs::read_dir(&target_dir).unwrap().flatten().filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum();
+    let bytes: u64 =
+        std::fs::read_dir(&target_dir).unwrap().flatten().filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum();
     let t = Instant::now();
     let target = load_model_as(&target_dir, &Device::flex(), WeightDtype::Bf16).expect("load the target");
     let drafter = Drafter::load(&drafter_dir, &target).expect("load the drafter");
