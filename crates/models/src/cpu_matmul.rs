@@ -203,24 +203,7 @@ impl PackedMatrix {
     /// When `w.len() != out · in`.
     pub fn pack_as(w: &[f32], out: usize, inp: usize, dtype: WeightDtype) -> Self {
         assert_eq!(w.len(), out * inp, "weight holds {} values, not {out} × {inp}", w.len());
-        fn panels<E: Element + Default>(w: &[f32], out: usize, inp: usize, conv: impl Fn(f32) -> E + Sync) -> Vec<E> {
-            let mut data = vec![E::default(); out.div_ceil(NR) * NR * inp];
-            data.par_chunks_mut(NR * inp).enumerate().for_each(|(p, panel)| {
-                for j in 0..NR.min(out - p * NR) {
-                    let row = &w[(p * NR + j) * inp..(p * NR + j + 1) * inp];
-                    for (k, &v) in row.iter().enumerate() {
-                        panel[k * NR + j] = conv(v);
-                    }
-                }
-            });
-            data
-        }
-        let data = match dtype {
-            WeightDtype::F32 => Store::F32(panels(w, out, inp, |v| v)),
-            WeightDtype::Bf16 => Store::Bf16(panels(w, out, inp, half::bf16::from_f32)),
-            WeightDtype::F16 => Store::F16(panels(w, out, inp, half::f16::from_f32)),
-        };
-        Self { data, out_features: out, in_features: inp }
+        Self::pack_rows(out, inp, dtype, |r| &w[r * inp..(r + 1) * inp])
     }
 
     /// Packs several weights with the same input width as one, their output
@@ -232,18 +215,57 @@ impl PackedMatrix {
         Self::pack_stacked_as(parts, inp, WeightDtype::F32)
     }
 
-    /// [`PackedMatrix::pack_stacked`], stored as `dtype`.
+    /// [`PackedMatrix::pack_stacked`], stored as `dtype`. The parts are
+    /// read in place (no concatenated copy), so packing needs only the
+    /// packed matrix besides its inputs.
     ///
     /// # Panics
-    /// When a part's length is not a multiple of `inp`.
+    /// When `inp` is 0 or a part's length is not a multiple of `inp`.
     pub fn pack_stacked_as(parts: &[&[f32]], inp: usize, dtype: WeightDtype) -> Self {
-        let mut all = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
+        assert!(inp > 0, "stacked weights need at least one input feature");
+        let mut starts = Vec::with_capacity(parts.len());
+        let mut out = 0;
         for p in parts {
             assert!(p.len().is_multiple_of(inp), "a stacked weight of {} values is not [_, {inp}]", p.len());
-            all.extend_from_slice(p);
+            starts.push(out);
+            out += p.len() / inp;
         }
-        let out = all.len() / inp;
-        Self::pack_as(&all, out, inp, dtype)
+        // Row `r` of the stacked weight: row `r − start` of its part (the
+        // last part starting at or before `r`; empty parts are skipped).
+        Self::pack_rows(out, inp, dtype, |r| {
+            let k = starts.partition_point(|&s| s <= r) - 1;
+            let i = r - starts[k];
+            &parts[k][i * inp..(i + 1) * inp]
+        })
+    }
+
+    /// Packs the `out` rows `row(0..out)` (each `[inp]`) as `dtype`.
+    fn pack_rows<'a>(out: usize, inp: usize, dtype: WeightDtype, row: impl Fn(usize) -> &'a [f32] + Sync) -> Self {
+        fn panels<'a, E: Element + Default>(
+            out: usize,
+            inp: usize,
+            row: &(impl Fn(usize) -> &'a [f32] + Sync),
+            conv: impl Fn(f32) -> E + Sync,
+        ) -> Vec<E> {
+            let mut data = vec![E::default(); out.div_ceil(NR) * NR * inp];
+            if inp == 0 {
+                return data;
+            }
+            data.par_chunks_mut(NR * inp).enumerate().for_each(|(p, panel)| {
+                for j in 0..NR.min(out - p * NR) {
+                    for (k, &v) in row(p * NR + j).iter().enumerate() {
+                        panel[k * NR + j] = conv(v);
+                    }
+                }
+            });
+            data
+        }
+        let data = match dtype {
+            WeightDtype::F32 => Store::F32(panels(out, inp, &row, |v| v)),
+            WeightDtype::Bf16 => Store::Bf16(panels(out, inp, &row, half::bf16::from_f32)),
+            WeightDtype::F16 => Store::F16(panels(out, inp, &row, half::f16::from_f32)),
+        };
+        Self { data, out_features: out, in_features: inp }
     }
 
     /// How the weights are stored.
@@ -571,6 +593,12 @@ pub(crate) mod tests {
         let stacked = PackedMatrix::pack_stacked(&[&a, &b], 7);
         assert_eq!(stacked.out_features(), 25);
         assert_eq!(stacked.unpack(), [a.clone(), b.clone()].concat());
+        // An empty part in the middle is skipped; parts are read in place.
+        let with_empty = PackedMatrix::pack_stacked_as(&[&a, &[], &b], 7, WeightDtype::Bf16);
+        assert_eq!(
+            with_empty.unpack(),
+            PackedMatrix::pack_as(&[a.clone(), b.clone()].concat(), 25, 7, WeightDtype::Bf16).unpack()
+        );
         let x = values(3 * 7, 5);
         let y = stacked.matmul(&x, 3);
         let (ya, yb) = (PackedMatrix::pack(&a, 5, 7).matmul(&x, 3), PackedMatrix::pack(&b, 20, 7).matmul(&x, 3));

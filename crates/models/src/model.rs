@@ -84,20 +84,24 @@ impl Model {
     /// As [`Model::load`].
     pub fn load_as(cfg: ModelConfig, src: &dyn WeightSource, device: &Device, dtype: WeightDtype) -> Result<Self> {
         let (h, v) = (cfg.hidden_size, cfg.vocab_size);
+        // The vocabulary-sized tensors first, each packed or moved as soon as
+        // it is read, so that no f32 copy of them is alive while the layers
+        // load (peak memory: the packed weights, the embedding table, one
+        // layer's tensors in f32).
         let embed_host = src.require("model.embed_tokens.weight", &[v, h])?;
         // Tied checkpoints usually omit `lm_head.weight`; use it when present.
         let lm_head = if cfg.tie_embeddings && !src.contains("lm_head.weight") {
-            embed_host.clone()
+            Linear::stacked(std::slice::from_ref(&embed_host), device, dtype)
         } else {
-            src.require("lm_head.weight", &[v, h])?
+            Linear::new(src.require("lm_head.weight", &[v, h])?, device, dtype)
         };
+        let embed = Tensor::from_data(TensorData::new(embed_host.data, [v, h]), device);
         let mut layers = Vec::with_capacity(cfg.num_layers);
         for l in 0..cfg.num_layers {
             layers.push(Layer::load(src, &format!("model.layers.{l}."), &cfg, device, dtype)?);
         }
         let norm_host = src.require("model.norm.weight", &[h])?.data;
         let norm = to_tensor1(HostTensor { data: norm_host.clone(), shape: vec![h] }, device);
-        let embed = Tensor::from_data(TensorData::new(embed_host.data, [v, h]), device);
         let inv_freq = cfg.rope_inv_freq();
         let mode = match std::env::var(TREE_ATTENTION_ENV) {
             Ok(v) if !v.is_empty() => v
@@ -109,7 +113,7 @@ impl Model {
             .uses_kernel(device, cfg.head_dim)
             .map_err(|source| ModelError::Env { var: format!("{TREE_ATTENTION_ENV}={mode}"), source })?;
         Ok(Self {
-            lm_head: Linear::new(lm_head, device, dtype),
+            lm_head,
             weight_dtype: dtype,
             embed,
             layers,

@@ -85,7 +85,10 @@ impl WeightSource for MemorySource {
 
 /// Safetensors weights: one file, or shards listed by `model.safetensors.index.json`.
 pub struct SafetensorsSource {
-    files: Vec<(PathBuf, Mmap)>,
+    /// Each shard: its path, a map used for the header only, and the file
+    /// the tensors are read from (positioned reads, so loading does not
+    /// leave the whole checkpoint mapped into the process's resident memory).
+    files: Vec<(PathBuf, Mmap, std::fs::File)>,
     /// tensor name → index into `files`
     index: BTreeMap<String, usize>,
 }
@@ -131,7 +134,7 @@ impl SafetensorsSource {
             for name in st.names() {
                 index.insert(name.to_string(), files.len());
             }
-            files.push((p, map));
+            files.push((p, map, file));
         }
         Ok(Self { files, index })
     }
@@ -145,7 +148,7 @@ impl SafetensorsSource {
 impl WeightSource for SafetensorsSource {
     fn get(&self, name: &str) -> Result<Option<HostTensor>> {
         let Some(&i) = self.index.get(name) else { return Ok(None) };
-        let (path, map) = &self.files[i];
+        let (path, map, file) = &self.files[i];
         let st = SafeTensors::deserialize(map).map_err(|e| ModelError::Format {
             path: path.clone(),
             what: format!("not a valid safetensors file: {e}"),
@@ -155,7 +158,13 @@ impl WeightSource for SafetensorsSource {
             tensor: name.to_string(),
             what: e.to_string(),
         })?;
-        let b = view.data();
+        // The tensor's bytes are read from the file, not through the map:
+        // only the header's pages are ever touched in the map.
+        let offset = view.data().as_ptr() as usize - map.as_ptr() as usize;
+        let mut bytes = vec![0u8; view.data().len()];
+        read_exact_at(file, &mut bytes, offset as u64)
+            .map_err(|source| ModelError::Io { path: path.clone(), source })?;
+        let b = bytes.as_slice();
         let data: Vec<f32> = match view.dtype() {
             Dtype::F32 => b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
             Dtype::BF16 => b.chunks_exact(2).map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
@@ -180,6 +189,24 @@ impl WeightSource for SafetensorsSource {
             .get(name)
             .map_or_else(|| self.files.first().map(|f| f.0.clone()).unwrap_or_default(), |&i| self.files[i].0.clone())
     }
+}
+
+#[cfg(unix)]
+fn read_exact_at(file: &std::fs::File, buf: &mut [u8], at: u64) -> std::io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(file, buf, at)
+}
+
+#[cfg(windows)]
+fn read_exact_at(file: &std::fs::File, mut buf: &mut [u8], mut at: u64) -> std::io::Result<()> {
+    while !buf.is_empty() {
+        let n = std::os::windows::fs::FileExt::seek_read(file, buf, at)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buf = &mut buf[n..];
+        at += n as u64;
+    }
+    Ok(())
 }
 
 /// GGUF weights under Hugging Face names; Llama q/k rows are un-permuted
