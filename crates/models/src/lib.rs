@@ -25,6 +25,7 @@ mod linear;
 pub mod loader;
 pub mod model;
 pub mod peak;
+mod session;
 
 /// Tensor building blocks shared by the target, the drafter and drafter
 /// training (all Burn ops, so they differentiate on an autodiff device).

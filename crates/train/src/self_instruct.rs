@@ -306,11 +306,8 @@ pub fn self_instruct(
         let finished = |out: &[u32]| {
             out.len() >= cfg.max_new_tokens || out.last().is_some_and(|t| stop.contains(t) || newline.contains(t))
         };
-        let mut live: Vec<usize> = (0..ids.len()).filter(|&b| !finished(&outs[b])).collect();
-        let mut live_sessions: Vec<_> = {
-            let mut all: Vec<Option<_>> = sessions.into_iter().map(Some).collect();
-            live.iter().map(|&b| all[b].take().expect("each session once")).collect()
-        };
+        let (mut live, mut live_sessions): (Vec<usize>, Vec<_>) =
+            sessions.into_iter().enumerate().filter(|(b, _)| !finished(&outs[*b])).unzip();
         while !live.is_empty() {
             let tokens: Vec<u32> = live.iter().map(|&b| *outs[b].last().expect("one token")).collect();
             let logits = model.decode_batch(&mut live_sessions, &tokens)?;
