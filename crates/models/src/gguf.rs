@@ -1,6 +1,7 @@
 //! A reader for GGUF files (llama.cpp's model format, version 2 and 3):
-//! metadata, tensor directory, and de-quantisation of F32, F16, BF16, Q8_0,
-//! Q4_0 and Q4_1 tensors to `f32`.
+//! metadata, tensor directory, and de-quantisation to `f32` of F32, F16,
+//! BF16, the legacy block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) and the
+//! K-quants (Q2_K … Q6_K) that published mixes such as Q4_K_M are made of.
 //!
 //! Layout facts (ggml `gguf.c`, `ggml-quants.c`): little-endian; header
 //! `"GGUF"`, version `u32`, tensor count `u64`, metadata count `u64`; strings
@@ -12,9 +13,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use half::{bf16, f16};
-
 use crate::error::{ModelError, Result};
+use crate::gguf_quants::{block_layout, dequantize, SUPPORTED};
 
 /// A metadata value.
 #[derive(Debug, Clone, PartialEq)]
@@ -74,27 +74,24 @@ pub fn ggml_type_name(t: u32) -> String {
         13 => "Q5_K",
         14 => "Q6_K",
         15 => "Q8_K",
+        16 => "IQ2_XXS",
+        17 => "IQ2_XS",
+        18 => "IQ3_XXS",
+        19 => "IQ1_S",
+        20 => "IQ4_NL",
+        21 => "IQ3_S",
+        22 => "IQ2_S",
+        23 => "IQ4_XS",
         24 => "I8",
         25 => "I16",
         26 => "I32",
         27 => "I64",
         28 => "F64",
+        29 => "IQ1_M",
         30 => "BF16",
         _ => return format!("ggml type {t}"),
     };
     name.to_string()
-}
-
-/// (elements per block, bytes per block) of the supported types.
-fn block_layout(t: u32) -> Option<(usize, usize)> {
-    match t {
-        0 => Some((1, 4)),
-        1 | 30 => Some((1, 2)),
-        2 => Some((32, 18)),
-        3 => Some((32, 20)),
-        8 => Some((32, 34)),
-        _ => None,
-    }
 }
 
 /// Cursor over the header bytes with truncation checks.
@@ -363,52 +360,27 @@ impl GgufFile {
     ///
     /// # Errors
     /// [`ModelError::Tensor`] naming the tensor when it is missing, its type is
-    /// not F32, F16, BF16, Q8_0, Q4_0 or Q4_1, or its size is not a whole number of blocks.
+    /// not one of F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K … Q6_K
+    /// (de-quantised by `gguf_quants`), or its rows are not a whole number of blocks.
     pub fn tensor_f32(&self, name: &str) -> Result<(Vec<usize>, Vec<f32>)> {
         let err = |what: String| ModelError::Tensor { path: self.path.clone(), tensor: name.to_string(), what };
         let t = self.tensors.get(name).ok_or_else(|| err("not in the file".into()))?;
         let n: usize = t.shape.iter().product();
         let (per_block, block_bytes) = block_layout(t.ggml_type).ok_or_else(|| {
-            err(format!(
-                "type {} is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1)",
-                ggml_type_name(t.ggml_type)
-            ))
+            err(format!("type {} is not supported (supported: {SUPPORTED})", ggml_type_name(t.ggml_type)))
         })?;
-        if !n.is_multiple_of(per_block) {
-            return Err(err(format!("{n} elements is not a multiple of the {per_block}-element block")));
+        // ggml blocks never straddle rows: the row length (fastest axis) is a whole number of blocks.
+        let row = t.shape.last().copied().unwrap_or(1);
+        if !row.is_multiple_of(per_block) {
+            return Err(err(format!(
+                "rows of {row} elements are not a multiple of the {per_block}-element {} block",
+                ggml_type_name(t.ggml_type)
+            )));
         }
         let start = self.data_start + t.offset as usize;
         let raw = &self.bytes[start..start + n / per_block * block_bytes];
-        let half = |b: &[u8]| f16::from_le_bytes([b[0], b[1]]).to_f32();
         let mut out = Vec::with_capacity(n);
-        match t.ggml_type {
-            0 => out.extend(raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))),
-            1 => out.extend(raw.chunks_exact(2).map(half)),
-            30 => out.extend(raw.chunks_exact(2).map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())),
-            2 => {
-                for blk in raw.chunks_exact(18) {
-                    let d = half(&blk[..2]);
-                    let qs = &blk[2..];
-                    out.extend(qs.iter().map(|q| (f32::from(q & 0x0F) - 8.0) * d));
-                    out.extend(qs.iter().map(|q| (f32::from(q >> 4) - 8.0) * d));
-                }
-            }
-            3 => {
-                for blk in raw.chunks_exact(20) {
-                    let (d, m) = (half(&blk[..2]), half(&blk[2..4]));
-                    let qs = &blk[4..];
-                    out.extend(qs.iter().map(|q| f32::from(q & 0x0F) * d + m));
-                    out.extend(qs.iter().map(|q| f32::from(q >> 4) * d + m));
-                }
-            }
-            8 => {
-                for blk in raw.chunks_exact(34) {
-                    let d = half(&blk[..2]);
-                    out.extend(blk[2..].iter().map(|&q| f32::from(q as i8) * d));
-                }
-            }
-            _ => unreachable!("block_layout accepted the type"),
-        }
+        dequantize(t.ggml_type, raw, &mut out);
         Ok((t.shape.clone(), out))
     }
 }

@@ -20,6 +20,7 @@ pub mod draft_vocab;
 pub mod drafter;
 pub mod error;
 pub mod gguf;
+mod gguf_quants;
 pub mod layer;
 mod linear;
 pub mod loader;

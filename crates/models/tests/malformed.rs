@@ -134,12 +134,20 @@ fn gguf_with_truncated_tensor_data() {
 fn gguf_unsupported_quant_type_is_named() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("m.gguf");
-    // Q4_K (ggml type 12): 256-element super-blocks of 144 bytes.
-    let file = write_gguf(&llama_meta(), &[("token_embd.weight", vec![8, 32], 12, vec![0u8; 144])]);
+    // IQ4_XS (ggml type 23) is not read; Q4_K (12) is, but its 256-element
+    // super-blocks cannot straddle rows of 32.
+    let file = write_gguf(
+        &llama_meta(),
+        &[("token_embd.weight", vec![8, 32], 23, vec![0u8; 136]), ("output.weight", vec![8, 32], 12, vec![0u8; 144])],
+    );
     std::fs::write(&path, file).unwrap();
     let g = GgufFile::open(&path).unwrap();
-    assert_has(&err_of(g.tensor_f32("token_embd.weight")), &["m.gguf", "token_embd.weight", "Q4_K is not supported"]);
-    assert_has(&err_of(g.tensor_f32("output.weight")), &["output.weight", "not in the file"]);
+    assert_has(&err_of(g.tensor_f32("token_embd.weight")), &["m.gguf", "token_embd.weight", "IQ4_XS is not supported"]);
+    assert_has(
+        &err_of(g.tensor_f32("output.weight")),
+        &["m.gguf", "output.weight", "rows of 32 elements are not a multiple of the 256-element Q4_K block"],
+    );
+    assert_has(&err_of(g.tensor_f32("lm_head")), &["lm_head", "not in the file"]);
 }
 
 #[test]
