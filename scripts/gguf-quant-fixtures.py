@@ -11,7 +11,9 @@ is legal, so random bytes exercise every code path.
   /tmp/gguf-venv/bin/python scripts/gguf-quant-fixtures.py
 
 Writes
-- quants.gguf + quants.json: one [2, 512] tensor per type and its golden values;
+- quants.gguf + quants.json: one [2, 512] tensor per type and its golden
+  values, and a [4, 256] Q8_0 tensor quantised by the package from seeded
+  normal weights (real Q8_0 blocks: largest |q| per block 127);
 - mix.gguf + mix.json: a tiny Llama in the SmolLM2 layout (hidden 256, one
   layer) whose matrices each use a different type, as published K-quant mixes
   do, and per tensor the golden sum and sum of squares (float64).
@@ -23,7 +25,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as T
 from gguf import GGUFWriter
 from gguf.constants import GGML_QUANT_SIZES
-from gguf.quants import dequantize
+from gguf.quants import dequantize, quantize
 
 OUT = pathlib.Path(__file__).resolve().parent.parent / "tests/fixtures/gguf-quants"
 
@@ -68,6 +70,16 @@ def quants(rng):
             "shape": [2, 512],
             "values": [float(v) for v in golden(raw, qtype, 2, 512).ravel()],
         }
+    # Q8_0 as a quantiser writes it (largest |q| per block is 127), from
+    # seeded normal weights: Bastion's q8_0 weights must keep these blocks.
+    w = np.random.default_rng(8).standard_normal((4, 256)).astype(np.float32) * 0.05
+    raw = quantize(w, T.Q8_0)
+    writer.add_tensor("Q8_0_quantised", raw, raw_shape=raw.shape, raw_dtype=T.Q8_0)
+    values["Q8_0_quantised"] = {
+        "ggml_type": int(T.Q8_0),
+        "shape": [4, 256],
+        "values": [float(v) for v in golden(raw, T.Q8_0, 4, 256).ravel()],
+    }
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -150,7 +150,7 @@ fn mistakes_name_the_file_line_and_field() {
         (
             with("tests/fixtures/tiny-dflash\"", "tests/fixtures/tiny-dflash\"\ndtype = \"int4\""),
             "13:9: models[0].dtype",
-            "expected f32, bf16 or f16",
+            "expected f32, bf16, f16 or q8_0",
         ),
         (with("\"dflash\", \"ddtree\"", "\"dflash+skip\", \"ddtree\""), "6:12: methods[0]", "only the cost-aware"),
         (with("max_samples = 2", "max_samples = 2\nshuffle = true"), "17:1: datasets.shuffle", "unknown field"),

@@ -104,33 +104,35 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 4, ..ProptestConfig::default() })]
 
-    /// The same in bf16 and f16 weights: every method equals AR in the same
-    /// dtype (the kernels' rows do not depend on the batch of rows in any
-    /// dtype), and the drafter loads in the target's dtype.
+    /// The same in bf16, f16 and q8_0 weights: every method equals AR in
+    /// the same dtype (the kernels' rows do not depend on the batch of rows
+    /// in any dtype), and the drafter loads in the target's dtype.
     #[test]
-    fn every_method_equals_greedy_ar_in_half_precision(
-        prompt in prop::collection::vec(1u32..255, 1..40), max_new in 1usize..48, f16 in any::<bool>(),
+    fn every_method_equals_greedy_ar_in_each_weight_dtype(
+        prompt in prop::collection::vec(1u32..255, 1..40), max_new in 1usize..48,
     ) {
-        let dtype = if f16 { WeightDtype::F16 } else { WeightDtype::Bf16 };
-        let target = target_as(dtype);
-        prop_assert_eq!(target.weight_dtype(), dtype);
-        let drafter = Drafter::load(fixture_dir("tiny-dflash"), &target).unwrap();
-        let cfg = GenerateConfig { max_new_tokens: max_new, stop_tokens: vec![0], ..GenerateConfig::default() };
-        let ar = run(&target, &drafter, Method::Ar, &prompt, &cfg);
-        for m in TREE_METHODS {
-            prop_assert_eq!(&run(&target, &drafter, m, &prompt, &cfg), &ar, "{} in {}", m, dtype);
+        for dtype in [WeightDtype::F16, WeightDtype::Bf16, WeightDtype::Q8_0] {
+            let target = target_as(dtype);
+            prop_assert_eq!(target.weight_dtype(), dtype);
+            let drafter = Drafter::load(fixture_dir("tiny-dflash"), &target).unwrap();
+            let cfg = GenerateConfig { max_new_tokens: max_new, stop_tokens: vec![0], ..GenerateConfig::default() };
+            let ar = run(&target, &drafter, Method::Ar, &prompt, &cfg);
+            for m in TREE_METHODS {
+                prop_assert_eq!(&run(&target, &drafter, m, &prompt, &cfg), &ar, "{} in {}", m, dtype);
+            }
         }
     }
 }
 
-/// bf16 weights move the tiny target's logits by a bounded amount from
-/// f32 (the tolerance documented for the dtype) and still change them.
+/// bf16, f16 and q8_0 weights move the tiny target's logits by a bounded
+/// amount from f32 (the tolerance documented for the dtype) and still
+/// change them.
 #[test]
-fn half_precision_logits_stay_close_to_f32() {
+fn reduced_precision_logits_stay_close_to_f32() {
     let prompt: Vec<u32> = (1..30).collect();
     let logits = |dtype| target_as(dtype).session().prefill(&prompt, &[]).unwrap().logits;
     let f32_logits = logits(WeightDtype::F32);
-    for (dtype, tol) in [(WeightDtype::Bf16, 0.1), (WeightDtype::F16, 0.02)] {
+    for (dtype, tol) in [(WeightDtype::Bf16, 0.1), (WeightDtype::F16, 0.02), (WeightDtype::Q8_0, 0.1)] {
         let l = logits(dtype);
         let diff = l.iter().zip(&f32_logits).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
         assert!(diff > 0.0 && diff < tol, "{dtype}: max |Δ logit| {diff}");

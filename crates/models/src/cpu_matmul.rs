@@ -58,34 +58,73 @@ pub enum WeightDtype {
     /// IEEE half precision (5 exponent bits, 10 mantissa bits), 2 bytes;
     /// rounded to nearest even from f32 (values beyond ±65504 become ±inf).
     F16,
+    /// ggml's Q8_0: each run of 32 weights along a row (the input axis)
+    /// shares one f16 scale `d = max |w| / 127`, each weight is the int8
+    /// `round(w / d)`; 34 bytes per 32 weights. The kernel widens `q · d`
+    /// to f32 in registers, so the product is the f32 product of the
+    /// de-quantised weight. A GGUF Q8_0 tensor survives the round trip
+    /// through f32 exactly (its largest value per block is `±127 · d`).
+    Q8_0,
 }
 
 impl WeightDtype {
-    /// Bytes per stored value.
-    pub fn bytes(self) -> usize {
+    /// Bytes per stored weight (Q8_0: 34 bytes per block of 32).
+    pub fn bytes_per_weight(self) -> f64 {
         match self {
-            WeightDtype::F32 => 4,
-            WeightDtype::Bf16 | WeightDtype::F16 => 2,
+            WeightDtype::F32 => 4.0,
+            WeightDtype::Bf16 | WeightDtype::F16 => 2.0,
+            WeightDtype::Q8_0 => (Q8_BLOCK + 2) as f64 / Q8_BLOCK as f64,
         }
     }
 
-    /// The name used on the command line and in files: `f32`, `bf16`, `f16`.
+    /// The name used on the command line and in files: `f32`, `bf16`, `f16`, `q8_0`.
     pub fn name(self) -> &'static str {
         match self {
             WeightDtype::F32 => "f32",
             WeightDtype::Bf16 => "bf16",
             WeightDtype::F16 => "f16",
+            WeightDtype::Q8_0 => "q8_0",
         }
     }
 
-    /// `v` rounded to this dtype and widened back to f32.
-    pub fn round(self, v: f32) -> f32 {
+    /// A weight row `[in]` rounded to this dtype and widened back to f32:
+    /// what the kernel multiplies by (Q8_0 quantises blocks of 32 along
+    /// the row, as [`PackedMatrix::pack_as`] does).
+    pub fn round_row(self, row: &[f32]) -> Vec<f32> {
         match self {
-            WeightDtype::F32 => v,
-            WeightDtype::Bf16 => half::bf16::from_f32(v).to_f32(),
-            WeightDtype::F16 => half::f16::from_f32(v).to_f32(),
+            WeightDtype::F32 => row.to_vec(),
+            WeightDtype::Bf16 => row.iter().map(|&v| half::bf16::from_f32(v).to_f32()).collect(),
+            WeightDtype::F16 => row.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect(),
+            WeightDtype::Q8_0 => row
+                .chunks(Q8_BLOCK)
+                .flat_map(|b| {
+                    let (d, q) = q8_block(b);
+                    let d = d.to_f32();
+                    q.into_iter().take(b.len()).map(move |q| f32::from(q) * d)
+                })
+                .collect(),
         }
     }
+}
+
+/// Weights per Q8_0 block (along the input axis).
+pub const Q8_BLOCK: usize = 32;
+
+/// One Q8_0 block of up to 32 weights: `d = f16(max |w| / 127)`,
+/// `q = round(w / d)` (0 when `d` is 0), as ggml's `quantize_row_q8_0`
+/// (llama.cpp `ggml-quants.c`) except that the division uses the stored
+/// (f16) scale, which makes de-quantised Q8_0 values re-quantise exactly.
+fn q8_block(w: &[f32]) -> (half::f16, [i8; Q8_BLOCK]) {
+    let amax = w.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+    let d = half::f16::from_f32(amax / 127.0);
+    let df = d.to_f32();
+    let mut q = [0i8; Q8_BLOCK];
+    if df > 0.0 && df.is_finite() {
+        for (q, &v) in q.iter_mut().zip(w) {
+            *q = (v / df).round().clamp(-127.0, 127.0) as i8;
+        }
+    }
+    (d, q)
 }
 
 impl std::str::FromStr for WeightDtype {
@@ -95,7 +134,8 @@ impl std::str::FromStr for WeightDtype {
             "f32" | "float32" => Ok(WeightDtype::F32),
             "bf16" | "bfloat16" => Ok(WeightDtype::Bf16),
             "f16" | "float16" => Ok(WeightDtype::F16),
-            other => Err(format!("unknown weight dtype `{other}`: expected f32, bf16 or f16")),
+            "q8_0" | "Q8_0" => Ok(WeightDtype::Q8_0),
+            other => Err(format!("unknown weight dtype `{other}`: expected f32, bf16, f16 or q8_0")),
         }
     }
 }
@@ -168,12 +208,19 @@ enum Store {
     F32(Vec<f32>),
     Bf16(Vec<half::bf16>),
     F16(Vec<half::f16>),
+    /// Int8 weights in the panel layout, and per panel, per block of
+    /// [`Q8_BLOCK`] steps along `k`, the [`NR`] features' f16 scales
+    /// (`[panels, ceil(k / 32), NR]`).
+    Q8 {
+        q: Vec<i8>,
+        d: Vec<half::f16>,
+    },
 }
 
 /// A weight matrix `[out, in]` packed for [`PackedMatrix::matmul`]: panels
 /// of [`NR`] output features, each `[in, NR]` row-major, the last one
 /// zero-padded, stored as [`WeightDtype`]. Holds `ceil(out / NR) · NR · in`
-/// values (the weight once).
+/// values (the weight once; Q8_0 adds one f16 scale per 32 of them).
 #[derive(Clone)]
 pub struct PackedMatrix {
     data: Store,
@@ -183,7 +230,7 @@ pub struct PackedMatrix {
 
 impl std::fmt::Debug for PackedMatrix {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "PackedMatrix[out {}, in {}]", self.out_features, self.in_features)
+        write!(f, "PackedMatrix[out {}, in {}, {}]", self.out_features, self.in_features, self.dtype())
     }
 }
 
@@ -197,7 +244,7 @@ impl PackedMatrix {
     }
 
     /// Packs `w` `[out, in]` (row-major), stored as `dtype` (rounded to
-    /// nearest even).
+    /// nearest even; Q8_0 quantised per block of 32 along each row).
     ///
     /// # Panics
     /// When `w.len() != out · in`.
@@ -241,7 +288,7 @@ impl PackedMatrix {
 
     /// Packs the `out` rows `row(0..out)` (each `[inp]`) as `dtype`.
     fn pack_rows<'a>(out: usize, inp: usize, dtype: WeightDtype, row: impl Fn(usize) -> &'a [f32] + Sync) -> Self {
-        fn panels<'a, E: Element + Default>(
+        fn panels<'a, E: Copy + Default + Send + Sync>(
             out: usize,
             inp: usize,
             row: &(impl Fn(usize) -> &'a [f32] + Sync),
@@ -264,6 +311,27 @@ impl PackedMatrix {
             WeightDtype::F32 => Store::F32(panels(out, inp, &row, |v| v)),
             WeightDtype::Bf16 => Store::Bf16(panels(out, inp, &row, half::bf16::from_f32)),
             WeightDtype::F16 => Store::F16(panels(out, inp, &row, half::f16::from_f32)),
+            WeightDtype::Q8_0 => {
+                let (panels, blocks) = (out.div_ceil(NR), inp.div_ceil(Q8_BLOCK));
+                let mut q = vec![0i8; panels * NR * inp];
+                let mut d = vec![half::f16::ZERO; panels * blocks * NR];
+                if inp > 0 {
+                    q.par_chunks_mut(NR * inp).zip(d.par_chunks_mut(blocks * NR)).enumerate().for_each(
+                        |(p, (qp, dp))| {
+                            for j in 0..NR.min(out - p * NR) {
+                                for (b, w) in row(p * NR + j).chunks(Q8_BLOCK).enumerate() {
+                                    let (scale, qs) = q8_block(w);
+                                    dp[b * NR + j] = scale;
+                                    for (t, &v) in qs.iter().take(w.len()).enumerate() {
+                                        qp[(b * Q8_BLOCK + t) * NR + j] = v;
+                                    }
+                                }
+                            }
+                        },
+                    );
+                }
+                Store::Q8 { q, d }
+            }
         };
         Self { data, out_features: out, in_features: inp }
     }
@@ -274,20 +342,32 @@ impl PackedMatrix {
             Store::F32(_) => WeightDtype::F32,
             Store::Bf16(_) => WeightDtype::Bf16,
             Store::F16(_) => WeightDtype::F16,
+            Store::Q8 { .. } => WeightDtype::Q8_0,
         }
     }
 
-    /// Bytes the packed weights take (padding included): what a product reads.
+    /// Bytes the packed weights take (padding and Q8_0 scales included):
+    /// what a product reads.
     pub fn bytes(&self) -> usize {
-        self.out_features.div_ceil(NR) * NR * self.in_features * self.dtype().bytes()
+        match &self.data {
+            Store::F32(v) => v.len() * 4,
+            Store::Bf16(v) => v.len() * 2,
+            Store::F16(v) => v.len() * 2,
+            Store::Q8 { q, d } => q.len() + d.len() * 2,
+        }
     }
 
-    /// Packed value `i`, widened.
-    fn at(&self, i: usize) -> f32 {
+    /// Packed value (`k`, feature `j` of panel `p`), widened.
+    fn at(&self, p: usize, k: usize, j: usize) -> f32 {
+        let i = p * NR * self.in_features + k * NR + j;
         match &self.data {
             Store::F32(d) => d[i],
-            Store::Bf16(d) => d[i].widen(),
-            Store::F16(d) => d[i].widen(),
+            Store::Bf16(d) => d[i].to_f32(),
+            Store::F16(d) => d[i].to_f32(),
+            Store::Q8 { q, d } => {
+                let blocks = self.in_features.div_ceil(Q8_BLOCK);
+                f32::from(q[i]) * d[(p * blocks + k / Q8_BLOCK) * NR + j].to_f32()
+            }
         }
     }
 
@@ -307,21 +387,12 @@ impl PackedMatrix {
     /// When `j ≥ out`.
     pub fn row(&self, j: usize) -> Vec<f32> {
         assert!(j < self.out_features, "row {j} of a weight with {} rows", self.out_features);
-        let panel = (j / NR) * NR * self.in_features;
-        (0..self.in_features).map(|k| self.at(panel + k * NR + j % NR)).collect()
+        (0..self.in_features).map(|k| self.at(j / NR, k, j % NR)).collect()
     }
 
     /// The weight back in its `[out, in]` row-major layout (widened to f32).
     pub fn unpack(&self) -> Vec<f32> {
-        let (out, inp) = (self.out_features, self.in_features);
-        let mut w = vec![0.0f32; out * inp];
-        for (j, row) in w.chunks_exact_mut(inp).enumerate() {
-            let panel = (j / NR) * NR * inp;
-            for (k, v) in row.iter_mut().enumerate() {
-                *v = self.at(panel + k * NR + j % NR);
-            }
-        }
-        w
+        (0..self.out_features).flat_map(|j| self.row(j)).collect()
     }
 
     /// `y = x · Wᵀ`: `x` `[m, in]` row-major → `[m, out]` row-major.
@@ -349,28 +420,129 @@ impl PackedMatrix {
             y.fill(0.0);
             return;
         }
+        let blocks = k.div_ceil(Q8_BLOCK);
         match &self.data {
-            Store::F32(d) => product(d, x, m, n, k, y),
-            Store::Bf16(d) => product(d, x, m, n, k, y),
-            Store::F16(d) => product(d, x, m, n, k, y),
+            Store::F32(d) => product(|p| Plain(&d[p * NR * k..(p + 1) * NR * k]), x, m, n, k, y),
+            Store::Bf16(d) => product(|p| Plain(&d[p * NR * k..(p + 1) * NR * k]), x, m, n, k, y),
+            Store::F16(d) => product(|p| Plain(&d[p * NR * k..(p + 1) * NR * k]), x, m, n, k, y),
+            Store::Q8 { q, d } => product(
+                |p| Q8Panel { q: &q[p * NR * k..(p + 1) * NR * k], d: &d[p * blocks * NR..(p + 1) * blocks * NR] },
+                x,
+                m,
+                n,
+                k,
+                y,
+            ),
         }
     }
 }
 
-/// `y = x · Wᵀ` over packed panels `data` of any stored type (see
-/// [`PackedMatrix::matmul_into`]; shapes checked there).
-fn product<E: Element>(data: &[E], x: &[f32], m: usize, n: usize, k: usize, y: &mut [f32]) {
+/// One panel `[k, NR]` of stored weights, as the micro-kernels read it:
+/// step `kk` gives the [`NR`] weights of input feature `kk`, widened to f32
+/// exactly as [`PackedMatrix::unpack`] widens them.
+trait PanelRead: Copy + Send + Sync {
+    /// Steps along `k`.
+    fn steps(&self) -> usize;
+    /// Weight `(kk, j)`, widened.
+    fn get(&self, kk: usize, j: usize) -> f32;
+    /// The panel's bytes at step `kk` (a prefetch address).
+    fn addr(&self, kk: usize) -> *const i8;
+    /// The 16 weights of step `kk`, widened, as two 8-wide vectors.
+    ///
+    /// # Safety
+    /// `kk < steps()`; the CPU supports AVX2, FMA and F16C.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load16(&self, kk: usize) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m256);
+}
+
+/// A panel of f32, bf16 or f16 values.
+#[derive(Clone, Copy)]
+struct Plain<'a, E>(&'a [E]);
+
+impl<E: Element> PanelRead for Plain<'_, E> {
+    #[inline(always)]
+    fn steps(&self) -> usize {
+        self.0.len() / NR
+    }
+    #[inline(always)]
+    fn get(&self, kk: usize, j: usize) -> f32 {
+        self.0[kk * NR + j].widen()
+    }
+    #[inline(always)]
+    fn addr(&self, kk: usize) -> *const i8 {
+        self.0.as_ptr().wrapping_add(kk * NR).cast()
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load16(&self, kk: usize) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m256) {
+        debug_assert!(kk < self.steps());
+        // SAFETY: kk < steps, so the 16 values at kk·NR lie in the panel (caller).
+        unsafe {
+            let p = self.0.as_ptr().add(kk * NR);
+            (E::load8(p), E::load8(p.add(8)))
+        }
+    }
+}
+
+/// A Q8_0 panel: int8 weights `[k, NR]` and f16 scales `[ceil(k / 32), NR]`.
+#[derive(Clone, Copy)]
+struct Q8Panel<'a> {
+    q: &'a [i8],
+    d: &'a [half::f16],
+}
+
+impl PanelRead for Q8Panel<'_> {
+    #[inline(always)]
+    fn steps(&self) -> usize {
+        self.q.len() / NR
+    }
+    #[inline(always)]
+    fn get(&self, kk: usize, j: usize) -> f32 {
+        f32::from(self.q[kk * NR + j]) * self.d[kk / Q8_BLOCK * NR + j].to_f32()
+    }
+    #[inline(always)]
+    fn addr(&self, kk: usize) -> *const i8 {
+        self.q.as_ptr().wrapping_add(kk * NR)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load16(&self, kk: usize) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m256) {
+        use std::arch::x86_64::*;
+        debug_assert!(kk < self.steps());
+        // SAFETY: kk < steps: 16 int8 at kk·NR and 16 scales at
+        // (kk / 32)·NR lie in the panel (caller); AVX2 + F16C (caller).
+        unsafe {
+            let q = _mm_loadu_si128(self.q.as_ptr().add(kk * NR).cast());
+            let d = self.d.as_ptr().add(kk / Q8_BLOCK * NR);
+            let (d0, d1) =
+                (_mm256_cvtph_ps(_mm_loadu_si128(d.cast())), _mm256_cvtph_ps(_mm_loadu_si128(d.add(8).cast())));
+            let q0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+            let q1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(q)));
+            (_mm256_mul_ps(q0, d0), _mm256_mul_ps(q1, d1))
+        }
+    }
+}
+
+/// `y = x · Wᵀ` over the panels `panel(0..ceil(n / NR))` of any stored
+/// type (see [`PackedMatrix::matmul_into`]; shapes checked there).
+fn product<'a, P: PanelRead + 'a>(
+    panel: impl Fn(usize) -> P + Sync,
+    x: &[f32],
+    m: usize,
+    n: usize,
+    k: usize,
+    y: &mut [f32],
+) {
     let panels = n.div_ceil(NR);
     let isa = Isa::get();
     let out = OutPtr(y.as_mut_ptr());
     let run = |p: usize| {
-        let panel = &data[p * NR * k..(p + 1) * NR * k];
-        let next = data.get((p + 1) * NR * k..(p + 2) * NR * k);
+        let next = (p + 1 < panels).then(|| panel(p + 1));
         let cols = NR.min(n - p * NR);
         // SAFETY: panel `p` writes only columns p·NR .. p·NR + cols of
         // each of the m rows of `y` (length m · n, checked by the caller),
         // and every panel index is visited by exactly one task.
-        unsafe { panel_product(isa, panel, next, x, m, k, out, n, p * NR, cols) };
+        unsafe { panel_product(isa, panel(p), next, x, m, k, out, n, p * NR, cols) };
     };
     if m * n * k <= SERIAL_WORK || rayon::current_num_threads() == 1 {
         (0..panels).for_each(run);
@@ -428,10 +600,10 @@ impl Isa {
 /// `y` points to `m · ldy` floats; columns `col0 .. col0 + cols` of them are
 /// written by this call only. `panel` is `[k, NR]`, `x` is `[m, k]`.
 #[allow(clippy::too_many_arguments)]
-unsafe fn panel_product<E: Element>(
+unsafe fn panel_product<P: PanelRead>(
     isa: Isa,
-    panel: &[E],
-    next: Option<&[E]>,
+    panel: P,
+    next: Option<P>,
     x: &[f32],
     m: usize,
     k: usize,
@@ -440,7 +612,7 @@ unsafe fn panel_product<E: Element>(
     col0: usize,
     cols: usize,
 ) {
-    debug_assert!(panel.len() == k * NR && x.len() == m * k && cols <= NR);
+    debug_assert!(panel.steps() == k && x.len() == m * k && cols <= NR);
     let mut i = 0;
     while i < m {
         let rows = MR.min(m - i);
@@ -462,12 +634,12 @@ unsafe fn panel_product<E: Element>(
 }
 
 /// `acc[r][j] = Σ_k x[r, k] · panel[k, j]` for `r < rows`, portable.
-fn block_portable<E: Element>(panel: &[E], x: &[f32], rows: usize, k: usize, acc: &mut [[f32; NR]; MR]) {
+fn block_portable<P: PanelRead>(panel: P, x: &[f32], rows: usize, k: usize, acc: &mut [[f32; NR]; MR]) {
     for (r, a) in acc.iter_mut().enumerate().take(rows) {
         let xr = &x[r * k..(r + 1) * k];
-        for (&xv, w) in xr.iter().zip(panel.chunks_exact(NR)) {
-            for (aj, &wj) in a.iter_mut().zip(w) {
-                *aj += xv * wj.widen();
+        for (kk, &xv) in xr.iter().enumerate() {
+            for (j, aj) in a.iter_mut().enumerate() {
+                *aj += xv * panel.get(kk, j);
             }
         }
     }
@@ -480,9 +652,9 @@ fn block_portable<E: Element>(panel: &[E], x: &[f32], rows: usize, k: usize, acc
 /// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn block_avx2<E: Element>(
-    panel: &[E],
-    next: Option<&[E]>,
+unsafe fn block_avx2<P: PanelRead>(
+    panel: P,
+    next: Option<P>,
     x: &[f32],
     rows: usize,
     k: usize,
@@ -491,53 +663,51 @@ unsafe fn block_avx2<E: Element>(
     // SAFETY (all arms): same CPU features as this function.
     unsafe {
         match (rows, next) {
-            (1, None) => block_avx2_n::<E, 1, false>(panel, panel, x, k, acc),
-            (1, Some(n)) => block_avx2_n::<E, 1, true>(panel, n, x, k, acc),
-            (2, None) => block_avx2_n::<E, 2, false>(panel, panel, x, k, acc),
-            (2, Some(n)) => block_avx2_n::<E, 2, true>(panel, n, x, k, acc),
-            (3, None) => block_avx2_n::<E, 3, false>(panel, panel, x, k, acc),
-            (3, Some(n)) => block_avx2_n::<E, 3, true>(panel, n, x, k, acc),
-            (4, None) => block_avx2_n::<E, 4, false>(panel, panel, x, k, acc),
-            (4, Some(n)) => block_avx2_n::<E, 4, true>(panel, n, x, k, acc),
-            (5, None) => block_avx2_n::<E, 5, false>(panel, panel, x, k, acc),
-            (5, Some(n)) => block_avx2_n::<E, 5, true>(panel, n, x, k, acc),
-            (_, None) => block_avx2_n::<E, MR, false>(panel, panel, x, k, acc),
-            (_, Some(n)) => block_avx2_n::<E, MR, true>(panel, n, x, k, acc),
+            (1, None) => block_avx2_n::<P, 1, false>(panel, panel, x, k, acc),
+            (1, Some(n)) => block_avx2_n::<P, 1, true>(panel, n, x, k, acc),
+            (2, None) => block_avx2_n::<P, 2, false>(panel, panel, x, k, acc),
+            (2, Some(n)) => block_avx2_n::<P, 2, true>(panel, n, x, k, acc),
+            (3, None) => block_avx2_n::<P, 3, false>(panel, panel, x, k, acc),
+            (3, Some(n)) => block_avx2_n::<P, 3, true>(panel, n, x, k, acc),
+            (4, None) => block_avx2_n::<P, 4, false>(panel, panel, x, k, acc),
+            (4, Some(n)) => block_avx2_n::<P, 4, true>(panel, n, x, k, acc),
+            (5, None) => block_avx2_n::<P, 5, false>(panel, panel, x, k, acc),
+            (5, Some(n)) => block_avx2_n::<P, 5, true>(panel, n, x, k, acc),
+            (_, None) => block_avx2_n::<P, MR, false>(panel, panel, x, k, acc),
+            (_, Some(n)) => block_avx2_n::<P, MR, true>(panel, n, x, k, acc),
         }
     }
 }
 
-/// `R` rows × [`NR`] columns: `2R` accumulators, two weight loads and `R`
-/// broadcasts per step along `k`, then one store per accumulator. With
-/// `PREFETCH`, one cache line of `next` (the next panel, `[k, NR]`) is
-/// prefetched per step (a hint only: the arithmetic is the same).
+/// `R` rows × [`NR`] columns: `2R` accumulators, one widened step of 16
+/// weights and `R` broadcasts per step along `k`, then one store per
+/// accumulator. With `PREFETCH`, the bytes of `next` (the next panel) at
+/// the same step are prefetched (a hint only: the arithmetic is the same).
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA; `panel` and `next` are `[k, NR]`, `x` `[R, k]`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn block_avx2_n<E: Element, const R: usize, const PREFETCH: bool>(
-    panel: &[E],
-    next: &[E],
+unsafe fn block_avx2_n<P: PanelRead, const R: usize, const PREFETCH: bool>(
+    panel: P,
+    next: P,
     x: &[f32],
     k: usize,
     acc: &mut [[f32; NR]; MR],
 ) {
     use std::arch::x86_64::*;
-    assert!(panel.len() >= k * NR && next.len() >= k * NR && x.len() >= R * k && R <= MR);
-    let pn = next.as_ptr();
+    assert!(panel.steps() >= k && next.steps() >= k && x.len() >= R * k && R <= MR);
     let mut lo = [_mm256_setzero_ps(); R];
     let mut hi = [_mm256_setzero_ps(); R];
-    let (pw, px) = (panel.as_ptr(), x.as_ptr());
+    let px = x.as_ptr();
     for kk in 0..k {
-        // SAFETY: kk < k, so kk·NR + 16 ≤ k·NR ≤ panel.len() and
-        // r·k + kk < R·k ≤ x.len() (asserted above).
+        // SAFETY: kk < k ≤ steps of both panels, and r·k + kk < R·k ≤
+        // x.len() (asserted above).
         unsafe {
             if PREFETCH {
-                _mm_prefetch::<_MM_HINT_T0>(pn.add(kk * NR).cast());
+                _mm_prefetch::<_MM_HINT_T0>(next.addr(kk));
             }
-            let w0 = E::load8(pw.add(kk * NR));
-            let w1 = E::load8(pw.add(kk * NR + 8));
+            let (w0, w1) = panel.load16(kk);
             for (r, (lo, hi)) in lo.iter_mut().zip(hi.iter_mut()).enumerate() {
                 let xv = _mm256_broadcast_ss(&*px.add(r * k + kk));
                 *lo = _mm256_fmadd_ps(xv, w0, *lo);
@@ -634,7 +804,7 @@ pub(crate) mod tests {
             for (m, n, k) in [(1, 130, 576), (3, 67, 13), (16, 65, 100), (7, 1, 8), (64, 33, 17)] {
                 let w = values(n * k, 11);
                 let x = values(m * k, 12);
-                let rounded: Vec<f32> = w.iter().map(|&v| dtype.round(v)).collect();
+                let rounded: Vec<f32> = w.chunks(k).flat_map(|r| dtype.round_row(r)).collect();
                 let half = PackedMatrix::pack_as(&w, n, k, dtype);
                 assert_eq!(half.dtype(), dtype);
                 assert_eq!(half.bytes() * 2, PackedMatrix::pack(&w, n, k).bytes());
@@ -644,28 +814,82 @@ pub(crate) mod tests {
             }
         }
         // Rounding is to nearest even; f16 overflows to infinity.
-        assert_eq!(WeightDtype::Bf16.round(1.0 + 1.0 / 256.0), 1.0);
-        assert_eq!(WeightDtype::Bf16.round(1.0 + 3.0 / 256.0), 1.0 + 4.0 / 256.0);
-        assert_eq!(WeightDtype::F16.round(70_000.0), f32::INFINITY);
+        let round = |dtype: WeightDtype, v: f32| dtype.round_row(&[v])[0];
+        assert_eq!(round(WeightDtype::Bf16, 1.0 + 1.0 / 256.0), 1.0);
+        assert_eq!(round(WeightDtype::Bf16, 1.0 + 3.0 / 256.0), 1.0 + 4.0 / 256.0);
+        assert_eq!(round(WeightDtype::F16, 70_000.0), f32::INFINITY);
         assert_eq!("bf16".parse::<WeightDtype>(), Ok(WeightDtype::Bf16));
-        assert!("int4".parse::<WeightDtype>().unwrap_err().contains("f32, bf16 or f16"));
+        assert!("int4".parse::<WeightDtype>().unwrap_err().contains("f32, bf16, f16 or q8_0"));
     }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(24))]
-        /// Row invariance holds for half-precision weights too.
+        /// Row invariance holds for half-precision and Q8_0 weights too.
         #[test]
         fn a_rows_result_does_not_depend_on_the_other_rows_in_half_precision(
-            n in 1usize..80, k in 1usize..200, m in 1usize..=64, at in 0usize..64, seed in 0u32..1000, f16 in any::<bool>(),
+            n in 1usize..80, k in 1usize..200, m in 1usize..=64, at in 0usize..64, seed in 0u32..1000, which in 0usize..3,
         ) {
             let at = at % m;
-            let dtype = if f16 { WeightDtype::F16 } else { WeightDtype::Bf16 };
+            let dtype = [WeightDtype::F16, WeightDtype::Bf16, WeightDtype::Q8_0][which];
             let w = PackedMatrix::pack_as(&values(n * k, seed), n, k, dtype);
             let x = values(m * k, seed + 1);
             let all = w.matmul(&x, m);
             let alone = w.matmul(&x[at * k..(at + 1) * k], 1);
             prop_assert_eq!(&all[at * n..(at + 1) * n], &alone[..]);
         }
+    }
+
+    /// Q8_0: the product is the f32 kernel's on the de-quantised weight
+    /// (what `unpack` and `round_row` give), on odd shapes with partial
+    /// blocks and panels, at 34 bytes per 32 weights plus padding; the
+    /// quantisation error is at most half a step (`d / 2`) per weight.
+    #[test]
+    fn q8_0_weights_equal_the_f32_product_of_the_dequantised_weight() {
+        for (m, n, k) in [(1, 130, 576), (3, 67, 13), (16, 65, 100), (7, 1, 8), (64, 33, 17), (2, 16, 64)] {
+            let w = values(n * k, 21);
+            let x = values(m * k, 22);
+            let q = PackedMatrix::pack_as(&w, n, k, WeightDtype::Q8_0);
+            let deq: Vec<f32> = w.chunks(k).flat_map(|r| WeightDtype::Q8_0.round_row(r)).collect();
+            assert_eq!(q.dtype(), WeightDtype::Q8_0);
+            assert_eq!(q.unpack(), deq, "{n}x{k}");
+            assert_eq!(q.row(n - 1), deq[(n - 1) * k..]);
+            assert_eq!(q.bytes(), n.div_ceil(NR) * NR * (k + 2 * k.div_ceil(Q8_BLOCK)));
+            assert_eq!(q.matmul(&x, m), PackedMatrix::pack(&deq, n, k).matmul(&x, m), "{m}x{n}x{k}");
+            for (row, drow) in w.chunks(k).zip(deq.chunks(k)) {
+                for (b, db) in row.chunks(Q8_BLOCK).zip(drow.chunks(Q8_BLOCK)) {
+                    let d = b.iter().fold(0.0f32, |a, v| a.max(v.abs())) / 127.0;
+                    for (v, dv) in b.iter().zip(db) {
+                        assert!((v - dv).abs() <= 0.5 * d * 1.002 + 1e-7, "{v} → {dv} (step {d})");
+                    }
+                }
+            }
+        }
+        // A block of zeros has scale 0 and stays zero; the largest weight maps to ±127 steps.
+        assert_eq!(WeightDtype::Q8_0.round_row(&[0.0; 40]), vec![0.0; 40]);
+        let (d, q) = q8_block(&[0.5, -1.27, 0.01]);
+        assert_eq!((d.to_f32(), q[1]), (half::f16::from_f32(0.01).to_f32(), -127));
+        assert_eq!("q8_0".parse::<WeightDtype>(), Ok(WeightDtype::Q8_0));
+    }
+
+    /// Values that came from Q8_0 blocks (`q · d`, d an f16, max |q| = 127)
+    /// re-quantise to the same blocks: a Q8_0 GGUF loaded as q8_0 keeps
+    /// its weights bit for bit.
+    #[test]
+    fn dequantised_q8_0_blocks_round_trip_exactly() {
+        let mut s = 7u32;
+        let mut next = || {
+            s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            s >> 8
+        };
+        let mut w = Vec::new();
+        for _ in 0..64 {
+            let d = half::f16::from_f32(1e-4 + (next() % 1000) as f32 * 1e-5).to_f32();
+            let mut q: Vec<i32> = (0..32).map(|_| (next() % 255) as i32 - 127).collect();
+            q[(next() % 32) as usize] = if next() % 2 == 0 { 127 } else { -127 };
+            w.extend(q.iter().map(|&q| q as f32 * d));
+        }
+        let packed = PackedMatrix::pack_as(&w, 8, 256, WeightDtype::Q8_0);
+        assert_eq!(packed.unpack(), w);
     }
 
     #[test]

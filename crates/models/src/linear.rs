@@ -235,7 +235,7 @@ impl Linear {
             let parts: Vec<&[f32]> = ws.iter().map(|w| w.data.as_slice()).collect();
             LinearWeight::Packed(crate::cpu_matmul::PackedMatrix::pack_stacked_as(&parts, in_features, dtype))
         } else {
-            let data = ws.iter().flat_map(|w| w.data.iter().map(|&v| dtype.round(v))).collect();
+            let data = ws.iter().flat_map(|w| w.data.chunks(in_features).flat_map(|r| dtype.round_row(r))).collect();
             LinearWeight::Burn(Box::new(to_tensor2_transposed(
                 HostTensor { data, shape: vec![out_features, in_features] },
                 device,

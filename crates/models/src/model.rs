@@ -289,7 +289,7 @@ impl Model {
             head_dim: c.head_dim,
             ffn: c.intermediate_size,
             vocab: c.vocab_size,
-            weight_bytes: self.weight_dtype.bytes() as f64,
+            weight_bytes: self.weight_dtype.bytes_per_weight(),
             activation_bytes: 4.0,
         }
     }

@@ -4,6 +4,7 @@
 //! K-quant and legacy types (as published Q4_K_M-style files do) loads and
 //! computes exactly what its de-quantised f32 twin computes.
 
+use bastion_models::cpu_matmul::{PackedMatrix, WeightDtype};
 use bastion_models::gguf::write_gguf;
 use bastion_models::{load_gguf, GgufFile, GgufValue};
 use bastion_testkit::{f64s, fixture_dir};
@@ -84,4 +85,17 @@ fn a_k_quant_mix_loads_and_equals_its_f32_twin() {
         assert!(a.row(p).iter().all(|v| v.is_finite()), "position {p}: finite logits");
         assert_eq!(a.row(p), b.row(p), "position {p}");
     }
+}
+
+/// A Q8_0 tensor as a quantiser writes it (the `gguf` package's), packed
+/// as q8_0 weights, keeps its values bit for bit: the blocks re-quantise to
+/// themselves. (Random bytes are not such blocks: their largest |q| need
+/// not be 127.)
+#[test]
+fn q8_0_tensors_keep_their_blocks_as_q8_0_weights() {
+    let g = GgufFile::open(fixture_dir("gguf-quants").join("quants.gguf")).unwrap();
+    let (shape, values) = g.tensor_f32("Q8_0_quantised").unwrap();
+    assert_eq!(shape, vec![4, 256]);
+    let packed = PackedMatrix::pack_as(&values, shape[0], shape[1], WeightDtype::Q8_0);
+    assert_eq!(packed.unpack(), values);
 }

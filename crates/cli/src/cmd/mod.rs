@@ -34,9 +34,10 @@ pub struct TargetArgs {
     /// Cargo feature).
     #[arg(long, default_value = "flex")]
     pub backend: BackendKind,
-    /// How the linear layers' weights are stored: f32, bf16 or f16 (on flex read at half the
-    /// bytes and widened in registers; activations, KV cache and sums stay f32). The drafter
-    /// follows the target.
+    /// How the linear layers' weights are stored: f32, bf16, f16 or q8_0 (ggml's 8-bit blocks of
+    /// 32 with an f16 scale, exact for a Q8_0 GGUF). On flex they are read at half (bf16, f16) or
+    /// about a quarter (q8_0) of the f32 bytes and widened in registers; activations, KV cache
+    /// and sums stay f32. The drafter follows the target.
     #[arg(long, default_value = "f32")]
     pub dtype: WeightDtype,
 }
