@@ -42,13 +42,22 @@ for name in $VARIANTS; do
   args=${RECIPE[$name]:?unknown variant $name}
   out="$RUNS/$name"
   mkdir -p "$RUNS"
-  start=$(date +%s)
-  # shellcheck disable=SC2086 # the recipe is a list of arguments
-  "$BIN" train-drafter --model "$MODEL" --data "$DATA" --max-sequences "$SEQS" --out "$out" \
-    --mask-token 5 --block-size 16 --steps "$STEPS" --sequences-per-step 16 --anchors 4 \
-    --sampled-vocab 2048 --held-out "$HELD_OUT" --eval-every "$EVAL" --checkpoint-every "$STEPS" \
-    --seed 0 --feature-cache "$FEATURES" $args 2>"$out.log" || { echo "variant $name failed: $out.log" >&2; exit 1; }
-  secs=$(( $(date +%s) - start ))
+  # A variant finished with these settings by an earlier (interrupted) run is
+  # reused: the script resumes across sessions.
+  stamp="SEQS=$SEQS STEPS=$STEPS EVAL=$EVAL HELD_OUT=$HELD_OUT DATA=$DATA $args"
+  if [ -f "$out/model.safetensors" ] && [ -f "$out.done" ] && [ "$(head -1 "$out.done")" = "$stamp" ]; then
+    secs=$(sed -n 2p "$out.done")
+    echo "$name: reusing the finished run in $out" >&2
+  else
+    start=$(date +%s)
+    # shellcheck disable=SC2086 # the recipe is a list of arguments
+    "$BIN" train-drafter --model "$MODEL" --data "$DATA" --max-sequences "$SEQS" --out "$out" \
+      --mask-token 5 --block-size 16 --steps "$STEPS" --sequences-per-step 16 --anchors 4 \
+      --sampled-vocab 2048 --held-out "$HELD_OUT" --eval-every "$EVAL" --checkpoint-every "$STEPS" \
+      --seed 0 --feature-cache "$FEATURES" $args 2>"$out.log" || { echo "variant $name failed: $out.log" >&2; exit 1; }
+    secs=$(( $(date +%s) - start ))
+    printf '%s\n%s\n' "$stamp" "$secs" >"$out.done"
+  fi
   taus=$(grep -o '"held_out_tau":[0-9.]*' "$out/training_log.jsonl" | cut -d: -f2 | awk '{ printf "%s%.3f", (NR > 1 ? " / " : ""), $1 }')
   rows+=("| $name | \`$args\` | $taus | $secs |")
   echo "$name: held-out τ $taus (${secs} s)" >&2

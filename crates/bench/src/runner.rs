@@ -230,6 +230,7 @@ fn open_pair(exp: &Experiment, pair: &ModelPair, opts: &RunOptions) -> Result<Lo
         online: exp.online,
         draft_vocab: pair.draft_vocab,
         dtype: pair.dtype,
+        random_weights: None,
     })?)
 }
 

@@ -506,3 +506,38 @@ max_samples = 2
     let (ok, _, err) = run(args(&[]));
     assert!(!ok && err.contains("tiny-check.toml: methods: online `bastion`"), "{err}");
 }
+
+#[test]
+fn bench_target_times_a_random_model_of_a_config_and_other_commands_refuse_it() {
+    let config = format!("{ROOT}/tests/fixtures/tiny-qwen3/config.json");
+    let (ok, out, err) = bastion(&[
+        "bench-target",
+        "--model",
+        &config,
+        "--random-weights",
+        "1",
+        "--context",
+        "8,16",
+        "--nodes",
+        "1,2,4",
+        "--reps",
+        "1",
+        "--warmup",
+        "1",
+        "--peak-stream",
+        "65536",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.lines().next().unwrap().contains("weights f32, random (seed 1)"), "{out}");
+    for want in ["attention auto (dense) | context 8 tokens", "attention auto (dense) | context 16 tokens"] {
+        assert!(out.contains(want), "{out}");
+    }
+    assert_eq!(out.lines().filter(|l| l.trim_start().starts_with("4 ")).count(), 2, "{out}");
+    let (ok, _, err) =
+        bastion(&["distill", "--model", &config, "--random-weights", "1", "--out", "/nonexistent/x.jsonl"]);
+    assert!(!ok);
+    assert!(
+        err.contains("--random-weights") && err.contains("`bastion distill` needs the model's real weights"),
+        "{err}"
+    );
+}

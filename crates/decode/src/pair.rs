@@ -11,8 +11,8 @@
 use std::path::{Path, PathBuf};
 
 use bastion_models::{
-    load_model_as, load_tokenizer, BackendKind, ChatTemplate, DraftVocabFile, Drafter, Message, Model, Tokenizer,
-    WeightDtype, DRAFT_VOCAB_FILE,
+    load_model_as, load_random_model_as, load_tokenizer, BackendKind, ChatTemplate, DraftVocabFile, Drafter, Message,
+    Model, Tokenizer, WeightDtype, DRAFT_VOCAB_FILE,
 };
 use bastion_tree::{BudgetPolicy, OnlineConfig};
 
@@ -77,6 +77,11 @@ pub struct PairSpec {
     /// How the target's (and the drafter's) linear-layer weights are
     /// stored ([`Model::load_as`]).
     pub dtype: WeightDtype,
+    /// `Some(seed)`: `target` is a Hugging Face `config.json` (or a folder
+    /// with one) and the weights are drawn in memory with this seed
+    /// ([`bastion_models::load_random_model_as`]), for cost profiles of
+    /// models one does not have.
+    pub random_weights: Option<u64>,
 }
 
 impl PairSpec {
@@ -92,6 +97,7 @@ impl PairSpec {
             online: OnlineConfig::default(),
             draft_vocab: None,
             dtype: WeightDtype::F32,
+            random_weights: None,
         }
     }
 }
@@ -194,7 +200,11 @@ impl LoadedPair {
     /// target, drafter or (unless pinned) device. A model without a
     /// tokenizer is not an error here: [`LoadedPair::tokenizer`] reports it.
     pub fn open(spec: PairSpec) -> Result<Self> {
-        let target = load_model_as(&spec.target, &spec.backend.device()?, spec.dtype)?;
+        let device = spec.backend.device()?;
+        let target = match spec.random_weights {
+            Some(seed) => load_random_model_as(&spec.target, &device, spec.dtype, seed)?,
+            None => load_model_as(&spec.target, &device, spec.dtype)?,
+        };
         let mut drafter = spec.drafter.as_deref().map(|d| Drafter::load(d, &target)).transpose()?;
         if let (Some(n), Some(d), Some(dir)) = (spec.draft_vocab, drafter.as_mut(), spec.drafter.as_deref()) {
             let path = dir.join(DRAFT_VOCAB_FILE);
@@ -234,6 +244,11 @@ impl LoadedPair {
     /// The target.
     pub fn target(&self) -> &Model {
         &self.target
+    }
+
+    /// The target, to change how it runs (e.g. [`Model::set_tree_attention`]).
+    pub fn target_mut(&mut self) -> &mut Model {
+        &mut self.target
     }
 
     /// The drafter, when one was opened.

@@ -46,8 +46,10 @@ pub use drafter::{build_target_layer_ids, context_features, DraftSession, Drafte
 pub use error::{ModelError, Result};
 pub use gguf::{GgufFile, GgufValue};
 pub use layer::{decoder_layer, key_values, LayerShape, LayerWeights, Proj};
-pub use loader::{load_config, load_gguf, load_gguf_as, load_model, load_model_as, load_tokenizer};
+pub use loader::{
+    load_config, load_gguf, load_gguf_as, load_model, load_model_as, load_random_model_as, load_tokenizer,
+};
 pub use model::{ForwardOutput, Model, Session, TREE_ATTENTION_ENV};
 pub use peak::{measure_peak, PeakMeasurement, PeakOptions};
 pub use tokenizer::Tokenizer;
-pub use weights::{GgufSource, HostTensor, MemorySource, SafetensorsSource, WeightSource};
+pub use weights::{GgufSource, HostTensor, MemorySource, RandomSource, SafetensorsSource, WeightSource};

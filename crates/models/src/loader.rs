@@ -10,7 +10,7 @@ use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
 use crate::model::Model;
 use crate::tokenizer::Tokenizer;
-use crate::weights::{GgufSource, SafetensorsSource, WeightSource};
+use crate::weights::{GgufSource, RandomSource, SafetensorsSource, WeightSource};
 
 /// Loads a target from `path`: a `.gguf` file, or a Hugging Face folder
 /// holding `config.json` and `model.safetensors` (or shards with
@@ -45,6 +45,21 @@ pub fn load_model_as(path: impl AsRef<Path>, device: &Device, dtype: WeightDtype
             "expected a .gguf file or a folder with config.json and model.safetensors",
         ),
     })
+}
+
+/// A model of the Hugging Face configuration at `config` (a `config.json`
+/// file, or a folder holding one) whose weights are drawn in memory,
+/// seeded ([`RandomSource`]): the loading, memory and cost paths of a model
+/// one does not have, with nothing read but the configuration and nothing
+/// written. Its outputs are meaningless.
+///
+/// # Errors
+/// As [`ModelConfig::from_hf_json`]; [`Model::load_as`] errors.
+pub fn load_random_model_as(config: impl AsRef<Path>, device: &Device, dtype: WeightDtype, seed: u64) -> Result<Model> {
+    let config = config.as_ref();
+    let file = if config.is_dir() { config.join("config.json") } else { config.to_path_buf() };
+    let cfg = ModelConfig::from_hf_json(&file)?;
+    Model::load_as(cfg, &RandomSource::new(seed, &file), device, dtype)
 }
 
 /// The configuration of the model at `path` (a `.gguf` file or a Hugging

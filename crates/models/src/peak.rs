@@ -69,10 +69,10 @@ pub fn measure_peak(device: &Device, options: &PeakOptions) -> Result<PeakMeasur
         )));
     }
     let sync = || device.sync().map_err(|e| ModelError::Device(format!("execution failed: {e:?}")));
-    let time = |f: &dyn Fn() -> f32| -> Result<f64> {
+    let time = |f: &dyn Fn() -> Result<f32>| -> Result<f64> {
         sync()?;
         let t = Instant::now();
-        let v = f();
+        let v = f()?;
         sync()?;
         let dt = t.elapsed().as_secs_f64();
         // Reading a value back both synchronises and keeps the work alive.
@@ -81,16 +81,25 @@ pub fn measure_peak(device: &Device, options: &PeakOptions) -> Result<PeakMeasur
         }
         Ok(dt)
     };
+    // A device that cannot hold or run a buffer (lavapipe caps buffers below
+    // 256 MB) fails here with an error naming the option to lower.
+    let read_back = |t: Tensor<1>, what: &str, size: usize| {
+        t.try_into_scalar::<f32>().map_err(|e| {
+            ModelError::Device(format!(
+                "peak microbenchmark ({what} = {size}) failed on the device: {e:?}; lower {what}"
+            ))
+        })
+    };
     let a = Tensor::<2>::random([n, n], Distribution::Uniform(-1.0, 1.0), device);
     let b = Tensor::<2>::random([n, n], Distribution::Uniform(-1.0, 1.0), device);
     let x = Tensor::<1>::random([m], Distribution::Uniform(0.0, 1.0), device);
-    let matmul = || a.clone().matmul(b.clone()).slice([0..1, 0..1]).into_scalar::<f32>();
-    let read = || x.clone().sum().into_scalar::<f32>();
+    let matmul = || read_back(a.clone().matmul(b.clone()).slice([0..1, 0..1]).reshape([1]), "matmul_size", n);
+    let read = || read_back(x.clone().sum(), "stream_elements", m);
     let flops = 2.0 * (n as f64).powi(3);
     let bytes = 4.0 * m as f64;
     let mut out = PeakMeasurement { options: *options, matmul_flops: Vec::new(), read_bandwidth: Vec::new() };
     for (f, work, into, what) in [
-        (&matmul as &dyn Fn() -> f32, flops, &mut out.matmul_flops, "matmul_size"),
+        (&matmul as &dyn Fn() -> Result<f32>, flops, &mut out.matmul_flops, "matmul_size"),
         (&read, bytes, &mut out.read_bandwidth, "stream_elements"),
     ] {
         time(f)?;

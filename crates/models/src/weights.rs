@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use half::{bf16, f16};
 use memmap2::Mmap;
+use rayon::prelude::*;
 use safetensors::{Dtype, SafeTensors};
 use serde_json::Value;
 
@@ -309,5 +310,81 @@ impl WeightSource for GgufSource<'_> {
 
     fn path_for(&self, _name: &str) -> PathBuf {
         self.file.path().to_path_buf()
+    }
+}
+
+/// Weights drawn in memory instead of read from a file, for cost and memory
+/// measurements of models one does not have (`bastion profile` /
+/// `bench-target --random-weights`): it holds exactly the tensors the
+/// architecture requires, each drawn when it is loaded, of the shape the
+/// loader asks for. Values are uniform in ±1/√in for a linear weight `[out,
+/// in]` (activations keep their size through the layers), ±0.05 for the
+/// embedding, and exactly 1 for a norm weight; each tensor's stream is
+/// seeded by `seed` and its name, so the same seed gives the same bits in
+/// any load order. Nothing is written to disk. Outputs of such a model are
+/// meaningless; its costs are those of the real model of that shape.
+#[derive(Debug, Clone)]
+pub struct RandomSource {
+    seed: u64,
+    label: PathBuf,
+}
+
+impl RandomSource {
+    /// Draws with `seed`; `label` (the config file) stands in for a file in messages.
+    pub fn new(seed: u64, label: impl Into<PathBuf>) -> Self {
+        Self { seed, label: label.into() }
+    }
+
+    /// `shape` values for `name`, drawn from the tensor's own stream.
+    pub fn draw(&self, name: &str, shape: &[usize]) -> HostTensor {
+        let count: usize = shape.iter().product();
+        let data = if name.ends_with("norm.weight") {
+            vec![1.0; count]
+        } else {
+            let scale = if name.contains("embed_tokens") {
+                0.05
+            } else {
+                1.0 / (shape.last().copied().unwrap_or(1).max(1) as f32).sqrt()
+            };
+            // FNV-1a of the name, mixed with the seed and the chunk index: one
+            // xorshift64 stream per chunk of 64 Ki values, drawn in parallel
+            // (an 8B-parameter model is drawn in seconds), the same bits for any
+            // thread count.
+            let h =
+                name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+            let base = h ^ self.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            let mut data = vec![0.0f32; count];
+            data.par_chunks_mut(1 << 16).enumerate().for_each(|(c, chunk)| {
+                let mut s = (base ^ (c as u64 + 1).wrapping_mul(0xD6E8_FEB8_6659_FD93)) | 1;
+                for v in chunk {
+                    s ^= s << 13;
+                    s ^= s >> 7;
+                    s ^= s << 17;
+                    *v = ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale;
+                }
+            });
+            data
+        };
+        HostTensor { shape: shape.to_vec(), data }
+    }
+}
+
+impl WeightSource for RandomSource {
+    /// Nothing optional is held: a tensor the loader merely probes for is absent.
+    fn get(&self, _name: &str) -> Result<Option<HostTensor>> {
+        Ok(None)
+    }
+
+    fn path_for(&self, _name: &str) -> PathBuf {
+        self.label.clone()
+    }
+
+    fn contains(&self, _name: &str) -> bool {
+        false
+    }
+
+    /// Every required tensor exists, drawn at the requested shape.
+    fn require(&self, name: &str, shape: &[usize]) -> Result<HostTensor> {
+        Ok(self.draw(name, shape))
     }
 }

@@ -39,6 +39,7 @@ pub struct Args {
 
 /// Runs `bastion distill`.
 pub fn run(a: Args) -> Result {
+    a.pair.target.require_real_weights("distill")?;
     if a.batch > 1 && a.method != Method::Ar {
         return Err(format!("--method {} needs --batch 1: a batch decodes AR", a.method).into());
     }

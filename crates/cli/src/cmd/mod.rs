@@ -40,6 +40,30 @@ pub struct TargetArgs {
     /// and sums stay f32. The drafter follows the target.
     #[arg(long, default_value = "f32")]
     pub dtype: WeightDtype,
+    /// Draw the target's weights in memory, seeded, instead of reading them: --model then names
+    /// a Hugging Face config.json (or a folder with one), and nothing else is read or written.
+    /// For the costs and memory of a model of that shape (`profile`, `bench-target`); its
+    /// outputs are meaningless.
+    #[arg(long, value_name = "SEED")]
+    pub random_weights: Option<u64>,
+}
+
+impl TargetArgs {
+    /// Refuses `--random-weights` for `command`, whose results would be
+    /// meaningless without the real weights.
+    ///
+    /// # Errors
+    /// When `--random-weights` was given.
+    pub fn require_real_weights(&self, command: &str) -> Result {
+        match self.random_weights {
+            Some(_) => Err(format!(
+                "--random-weights is for cost and memory measurements (profile, bench-target, generate); \
+                 `bastion {command}` needs the model's real weights"
+            )
+            .into()),
+            None => Ok(()),
+        }
+    }
 }
 
 /// A target, its backend and a DFlash drafter.
@@ -69,6 +93,7 @@ impl PairArgs {
         }
         let mut spec = PairSpec::new(&self.target.model, self.target.backend);
         spec.dtype = self.target.dtype;
+        spec.random_weights = self.target.random_weights;
         spec.drafter = self.drafter.clone().filter(|_| method.needs_drafter());
         spec.draft_vocab = self.draft_vocab.filter(|_| method.needs_drafter());
         if let Some(cost) = cost {

@@ -8,6 +8,8 @@ use bastion_decode::{
     CalibrationSource, LoadedPair, ProfileEvent, ProfileOptions, VerifyGrid, DEFAULT_CALIBRATION_DIR,
 };
 
+use bastion_models::TreeAttentionMode;
+
 use super::{create_dir, progress_bar, say, PairArgs, Result, TargetArgs};
 
 /// Calibrate the cost-aware methods on this machine (CaDDTree, BASTION):
@@ -76,7 +78,7 @@ pub fn calibrate(pair: &PairArgs, out: Option<PathBuf>, figure: Option<PathBuf>,
                     use it: pass --drafter DIR, or --out FILE to keep a verify-only profile apart"
             .into());
     }
-    let TargetArgs { model, backend, dtype } = &pair.target;
+    let TargetArgs { model, backend, dtype, random_weights } = &pair.target;
     let device = backend.device_name();
     let out =
         out.unwrap_or_else(|| CalibrationSource::Default(DEFAULT_CALIBRATION_DIR.into()).path(model, *backend, *dtype));
@@ -84,6 +86,7 @@ pub fn calibrate(pair: &PairArgs, out: Option<PathBuf>, figure: Option<PathBuf>,
     let mut spec = bastion_decode::PairSpec::new(model, *backend);
     spec.drafter = pair.drafter.clone();
     spec.dtype = *dtype;
+    spec.random_weights = *random_weights;
     let pair = LoadedPair::open(spec)?;
     options.validate(pair.target().config().max_position_embeddings, pair.block_size())?;
     eprintln!("profiling {} on {device} ({backend}) -> {}", model.display(), out.display());
@@ -162,60 +165,94 @@ pub fn calibrate(pair: &PairArgs, out: Option<PathBuf>, figure: Option<PathBuf>,
 }
 
 /// Benchmark a target on this machine: the latency of verifying trees of
-/// N nodes at a given context length (N = 1 is a greedy decode step), its
-/// ratio to the first size and the cost of each extra verified token.
+/// N nodes at given context lengths (N = 1 is a greedy decode step), its
+/// ratio to the first size and the cost of each extra verified token, for
+/// each tree-attention mode asked for.
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
     #[command(flatten)]
     target: TargetArgs,
-    /// Committed context before each verification (tokens).
-    #[arg(long, default_value_t = 256)]
-    context: usize,
+    /// Committed context before each verification (tokens); several give one table each.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![256])]
+    context: Vec<usize>,
     /// Tree sizes to time (tokens verified, root included).
     #[arg(long, value_delimiter = ',', default_values_t = vec![1, 2, 4, 8, 16, 32, 64])]
     nodes: Vec<usize>,
-    /// Timed repetitions per size (median reported), after three warm-ups.
+    /// Timed repetitions per size (median reported).
     #[arg(long, default_value_t = 5)]
     reps: usize,
+    /// Untimed verifications per size before the timed ones.
+    #[arg(long, default_value_t = 3)]
+    warmup: usize,
+    /// Tree attention: auto (the CubeCL kernel where it runs, else the dense mask), kernel or
+    /// dense; several (`kernel,dense`) time each on the same loaded model.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![TreeAttentionMode::Auto])]
+    attention: Vec<TreeAttentionMode>,
+    /// Elements (f32) streamed by the bandwidth microbenchmark behind the roof lines (lower it
+    /// on devices with small buffers: lavapipe allocates at most 128 MiB).
+    #[arg(long, default_value_t = bastion_models::PeakOptions::default().stream_elements)]
+    peak_stream: usize,
 }
 
-/// Runs `bastion bench-target`: `profile`'s verification grid at one context length.
+/// Runs `bastion bench-target`: `profile`'s verification grid, one table
+/// per (attention mode, context length).
 pub fn bench_target(a: BenchArgs) -> Result {
-    let TargetArgs { model, backend, dtype } = &a.target;
+    let TargetArgs { model, backend, dtype, random_weights } = &a.target;
     let mut spec = bastion_decode::PairSpec::new(model, *backend);
     spec.dtype = *dtype;
-    let pair = LoadedPair::open(spec)?;
+    spec.random_weights = *random_weights;
+    let loading = std::time::Instant::now();
+    let mut pair = LoadedPair::open(spec)?;
     let nodes: Vec<usize> = a.nodes.iter().copied().filter(|&n| n > 0).collect();
+    let mut contexts = a.context.clone();
+    contexts.sort_unstable();
+    contexts.dedup();
     let reps = a.reps.max(1);
+    let weights = match random_weights {
+        Some(seed) => format!("{dtype}, random (seed {seed})"),
+        None => dtype.to_string(),
+    };
     println!(
-        "model {} | backend {backend} | weights {dtype} | context {} tokens | {reps} reps, median",
+        "model {} | device {} | backend {backend} | weights {weights} | loaded in {:.1} s | {} warm-ups, {reps} reps, median",
         model.display(),
-        a.context
+        backend.device_name(),
+        loading.elapsed().as_secs_f64(),
+        a.warmup
     );
-    println!("{:>6} {:>12} {:>12} {:>20}", "N", "verify ms", "vs N=1", "ms per extra token");
-    // The roof of this machine, measured in this run, for the lines printed after the table.
-    let peak = bastion_models::measure_peak(pair.target().device(), &bastion_models::PeakOptions::default())?.peak();
-    // Three warm-ups per size: the first size timed right after the peak
-    // microbenchmark otherwise starts from cold caches.
-    let grid = VerifyGrid { contexts: &[a.context], tokens: &nodes, warmup: 3, repeats: reps, hidden: &[] };
-    let mut first: Option<(usize, f64)> = None;
-    let mut measured: Vec<(usize, f64)> = Vec::new();
-    grid.measure(pair.target(), &mut |p, _| {
-        let (n0, t0) = *first.get_or_insert((p.tokens, p.seconds));
-        // The marginal cost of a verified token: (verify(N) − verify(first N)) / extra tokens.
-        let marginal = if p.tokens > n0 {
-            format!("{:.3}", (p.seconds - t0) / (p.tokens - n0) as f64 * 1e3)
-        } else {
-            "–".to_string()
-        };
-        println!("{:>6} {:>12.2} {:>12.2} {marginal:>20}", p.tokens, p.seconds * 1e3, p.seconds / t0);
-        measured.push((p.tokens, p.seconds));
-        if p.tokens == 1 {
-            // One token attending to the prefix: exactly a greedy decode step.
-            println!("{:>6} = AR decode step: {:.1} tokens/s", "", 1.0 / p.seconds);
+    // The roof of this machine, measured in this run, for the lines printed after each table.
+    let peak_options = bastion_models::PeakOptions { stream_elements: a.peak_stream, ..Default::default() };
+    let peak = bastion_models::measure_peak(pair.target().device(), &peak_options)?.peak();
+    for mode in &a.attention {
+        pair.target_mut().set_tree_attention(*mode)?;
+        let attention = if pair.target().uses_tree_kernel() { "kernel" } else { "dense" };
+        for &context in &contexts {
+            println!();
+            println!("attention {mode} ({attention}) | context {context} tokens");
+            println!("{:>6} {:>12} {:>12} {:>20}", "N", "verify ms", "vs N=1", "ms per extra token");
+            // Warm-ups per size: the first size timed right after the peak
+            // microbenchmark otherwise starts from cold caches.
+            let grid =
+                VerifyGrid { contexts: &[context], tokens: &nodes, warmup: a.warmup, repeats: reps, hidden: &[] };
+            let mut first: Option<(usize, f64)> = None;
+            let mut measured: Vec<(usize, f64)> = Vec::new();
+            grid.measure(pair.target(), &mut |p, _| {
+                let (n0, t0) = *first.get_or_insert((p.tokens, p.seconds));
+                // The marginal cost of a verified token: (verify(N) − verify(first N)) / extra tokens.
+                let marginal = if p.tokens > n0 {
+                    format!("{:.3}", (p.seconds - t0) / (p.tokens - n0) as f64 * 1e3)
+                } else {
+                    "–".to_string()
+                };
+                println!("{:>6} {:>12.2} {:>12.2} {marginal:>20}", p.tokens, p.seconds * 1e3, p.seconds / t0);
+                measured.push((p.tokens, p.seconds));
+                if p.tokens == 1 {
+                    // One token attending to the prefix: exactly a greedy decode step.
+                    println!("{:>6} = AR decode step: {:.1} tokens/s", "", 1.0 / p.seconds);
+                }
+            })?;
+            print_roof(&pair.target().roofline_shape(), &peak, context, &measured);
         }
-    })?;
-    print_roof(&pair.target().roofline_shape(), &peak, a.context, &measured);
+    }
     Ok(())
 }
 

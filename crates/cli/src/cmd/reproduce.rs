@@ -38,7 +38,12 @@ pub fn run(a: Args) -> Result {
         let path = source.path(&pair.target, exp.backend, pair.dtype);
         if !path.is_file() {
             eprintln!("no calibration of this machine for {}: running `bastion profile` first", pair.name);
-            let target = TargetArgs { model: pair.target.clone(), backend: exp.backend, dtype: pair.dtype };
+            let target = TargetArgs {
+                model: pair.target.clone(),
+                backend: exp.backend,
+                dtype: pair.dtype,
+                random_weights: None,
+            };
             let pair_args = PairArgs { target, drafter: Some(pair.drafter.clone()), draft_vocab: pair.draft_vocab };
             profile::calibrate(&pair_args, Some(path.clone()), None, &ProfileOptions::for_backend(exp.backend))?;
         }

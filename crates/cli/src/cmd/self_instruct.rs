@@ -44,6 +44,7 @@ pub struct Args {
 
 /// Runs `bastion self-instruct`.
 pub fn run(a: Args) -> Result {
+    a.target.require_real_weights("self-instruct")?;
     let sets = Datasets::open(&a.datasets)?;
     let mut eval = Vec::new();
     for name in DatasetName::ALL {

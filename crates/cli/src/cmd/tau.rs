@@ -107,6 +107,7 @@ fn slug(s: &str) -> String {
 
 /// Runs `bastion tau`.
 pub fn run(a: Args) -> Result {
+    a.pair.target.require_real_weights("tau")?;
     if !a.method.needs_drafter() {
         return Err(format!("--method {}: τ needs a speculative method (anything but ar)", a.method).into());
     }

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The GPU check (issue #19 item 5): what Bastion's verification costs on this
+# machine's GPU, for models of SmolLM2-135M's and Qwen3-8B's shape with weights
+# drawn in memory (seeded; no model download, nothing written but results).
+#
+#   scripts/gpu-check.sh            # full: SmolLM2 + Qwen3-8B shapes, N = 1 … 1024 (≤ 5 min on an H100)
+#   scripts/gpu-check.sh --small    # SmolLM2 shape only, N ≤ 64, context 512, one timed run (lavapipe)
+#
+# Made for a GPU machine without Rust or network: it runs a prebuilt release
+# binary (BASTION=path, default target/release/bastion, built with
+# `cargo build --release -p bastion-cli --features wgpu` on another machine)
+# on the wgpu backend (Vulkan: the NVIDIA driver's ICD, or Mesa's lavapipe).
+# For each shape it times verification of N = 1 … 1024 tokens at contexts 512
+# and 2048 with the tree-attention kernel and with the dense mask, f16 weights
+# (`bastion bench-target`). When models/ holds the SmolLM2 GGUF and drafters/
+# its drafter, it also calibrates the pair on this GPU and runs the GSM8K slice
+# of the default sweep (experiments/gpu-check.toml). Everything goes under
+# OUT/<device>/ (default results/gpu/), with a summary.md and the log.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BASTION:-target/release/bastion}
+BACKEND=${BACKEND:-wgpu}
+OUT=${OUT:-results/gpu}
+DTYPE=${DTYPE:-f16}
+SMALL=0
+[ "${1:-}" = "--small" ] && SMALL=1
+[ -x "$BIN" ] || { echo "$BIN missing: build it with cargo build --release -p bastion-cli --features wgpu" >&2; exit 1; }
+
+if [ "$SMALL" = 1 ]; then
+  # lavapipe runs a SmolLM2-sized verification in seconds: few points, one timed run each.
+  SHAPES=(smollm2-135m)
+  NODES=1,8,64
+  CONTEXTS=512
+  WARMUP=1
+  REPS=1
+  # lavapipe allocates buffers of at most 128 MiB.
+  PEAK=(--peak-stream 16777216)
+else
+  SHAPES=(smollm2-135m qwen3-8b)
+  NODES=1,2,4,8,16,32,64,128,256,512,1024
+  CONTEXTS=512,2048
+  WARMUP=3
+  REPS=5
+  PEAK=()
+fi
+
+start=$(date +%s)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# The device's name comes from the first benchmark's header line.
+for shape in "${SHAPES[@]}"; do
+  echo "== $shape: verify latency, $DTYPE, contexts $CONTEXTS, N = $NODES, kernel and dense" >&2
+  "$BIN" bench-target --model "experiments/shapes/$shape.json" --random-weights 0 --backend "$BACKEND" \
+    --dtype "$DTYPE" --context "$CONTEXTS" --nodes "$NODES" --warmup "$WARMUP" --reps "$REPS" --attention kernel,dense "${PEAK[@]}" \
+    >"$tmp/bench-$shape.txt"
+  cat "$tmp/bench-$shape.txt" >&2
+done
+device=$(sed -n '1s/.*| device \([^|]*\) |.*/\1/p' "$tmp/bench-${SHAPES[0]}.txt" | tr 'A-Z' 'a-z' | tr -cs 'a-z0-9' '-' | sed 's/^-//; s/-$//')
+dir="$OUT/${device:-unknown-device}"
+mkdir -p "$dir"
+cp "$tmp"/bench-*.txt "$dir/"
+
+sweep="skipped: models/SmolLM2-135M-Instruct.Q4_1.gguf or its drafter is missing"
+GGUF=models/SmolLM2-135M-Instruct.Q4_1.gguf
+DRAFTER=drafters/smollm2-135m-instruct-dflash
+if [ "$SMALL" = 0 ] && [ -f "$GGUF" ] && [ -d "$DRAFTER" ]; then
+  echo "== SmolLM2 + drafter: calibration and the GSM8K slice of the default sweep" >&2
+  "$BIN" profile --model "$GGUF" --drafter "$DRAFTER" --backend "$BACKEND" --dtype "$DTYPE" \
+    --contexts 256,1024 --tokens 1,2,4,8,16,32,64,128 --repeats 3 >"$dir/profile.txt"
+  cp results/calibration/*__"$BACKEND"__"$DTYPE".json "$dir/" 2>/dev/null || true
+  "$BIN" run experiments/gpu-check.toml --results "$dir/runs" --tables "$dir/tables" >"$dir/sweep.txt" 2>&1
+  sweep="\`experiments/gpu-check.toml\`: tables in \`tables/\`, records in \`runs/\`"
+fi
+secs=$(( $(date +%s) - start ))
+
+{
+  echo "# GPU check: $device"
+  echo
+  echo "\`scripts/gpu-check.sh$([ "$SMALL" = 1 ] && echo ' --small')\`, $(date -u +%Y-%m-%d), backend $BACKEND, weights $DTYPE, $secs s in all."
+  echo "Random-weight models of the shapes in \`experiments/shapes/\` (seed 0); verification latency per tree size N"
+  echo "(median of $REPS after $WARMUP warm-ups) at contexts $CONTEXTS, with the tree-attention kernel and with the dense mask."
+  echo
+  for shape in "${SHAPES[@]}"; do
+    echo "## $shape"
+    echo
+    echo '```'
+    cat "$dir/bench-$shape.txt"
+    echo '```'
+    echo
+  done
+  echo "## Default sweep, GSM8K slice"
+  echo
+  echo "$sweep"
+} >"$dir/summary.md"
+echo "wrote $dir/summary.md ($secs s)" >&2
