@@ -213,6 +213,20 @@ fn shipped_experiments_validate() {
     // draft_vocab.json (its file must hold the 1,024 tokens asked for).
     let vocab = Experiment::load(&r.join("experiments/draft-vocab.toml"), &r).unwrap();
     assert_eq!(vocab.models.iter().map(|m| m.draft_vocab).collect::<Vec<_>>(), [None, Some(1024)]);
+    // The default sweep in q8_0, and the GPU check's slice (wgpu, f16).
+    let q8 = Experiment::load(&r.join("experiments/default-q8_0.toml"), &r).unwrap();
+    assert_eq!((q8.methods.len(), q8.models[0].dtype), (11, bastion_models::WeightDtype::Q8_0));
+    let gpu = Experiment::load(&r.join("experiments/gpu-check.toml"), &r).unwrap();
+    assert_eq!(
+        (gpu.backend, gpu.models[0].dtype),
+        (bastion_models::BackendKind::Wgpu, bastion_models::WeightDtype::F16)
+    );
+    // The model shapes of scripts/gpu-check.sh are configs the loader reads.
+    for (shape, layers, hidden) in [("smollm2-135m", 30, 576), ("qwen3-8b", 36, 4096), ("qwen3-8b-2-layers", 2, 4096)] {
+        let cfg =
+            bastion_models::ModelConfig::from_hf_json(r.join(format!("experiments/shapes/{shape}.json"))).unwrap();
+        assert_eq!((cfg.num_layers, cfg.hidden_size), (layers, hidden), "{shape}");
+    }
     let check = Experiment::load(&r.join("experiments/check.toml"), &r).unwrap();
     assert!(!check.methods.contains(&Method::BASTION), "online bastion is not deterministic");
     assert!(check.models[0].calibration.is_some(), "the check pins its calibration");
