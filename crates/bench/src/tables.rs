@@ -206,6 +206,9 @@ pub struct Row {
 pub struct Table {
     /// Model pair name.
     pub model: String,
+    /// How the pair ran, from the experiment file (backend, weight dtype,
+    /// draft vocabulary), e.g. `flex, q8_0 weights`; empty when unknown.
+    pub settings: String,
     /// Temperature.
     pub temperature: f64,
     /// Column headers.
@@ -240,6 +243,7 @@ pub fn tables(summary: &DataFrame) -> PolarsResult<Vec<Table>> {
         if !out.iter().any(|t| t.model == model[i] && t.temperature == temperature[i]) {
             out.push(Table {
                 model: model[i].clone(),
+                settings: String::new(),
                 temperature: temperature[i],
                 datasets: Vec::new(),
                 rows: Vec::new(),

@@ -100,6 +100,7 @@ fn rows_come_from_tables_without_the_oracle() {
     };
     let t = Table {
         model: "m".into(),
+        settings: String::new(),
         temperature: 0.0,
         datasets: vec!["gsm8k".into(), "math500".into()],
         rows: vec![

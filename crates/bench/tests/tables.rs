@@ -104,8 +104,9 @@ fn summary_agrees_with_the_records() {
     close(get(&s, "gsm8k", ORACLE, "speedup"), 2.5);
     close(get(&s, "math500", ORACLE, "ddtree_budget"), 8.0);
 
-    let t = tables(&s).unwrap();
+    let mut t = tables(&s).unwrap();
     assert_eq!(t.len(), 1);
+    assert_eq!(t[0].settings, "", "settings come from the experiment, not the records");
     assert_eq!(t[0].datasets, ["gsm8k", "math500"]);
     let labels: Vec<&str> = t[0].rows.iter().map(|r| r.method.as_str()).collect();
     assert_eq!(labels, ["ar", "ddtree:4", "ddtree:8", "ddtree-oracle (4/8)", "bastion", "dflash"]);
@@ -131,6 +132,13 @@ fn summary_agrees_with_the_records() {
         "{tex}"
     );
     assert!(tex.contains("unit\\_test"), "{tex}");
+    // The pair's settings (from the experiment file) go into headings and captions.
+    assert!(md.contains("### unit: m, T = 0"), "{md}");
+    t[0].settings = "flex, q8_0 weights".into();
+    let md = render(std::path::Path::new(&format!("{root}/results.md.j2")), "unit", &t).unwrap();
+    assert!(md.contains("### unit: m (flex, q8_0 weights), T = 0"), "{md}");
+    let tex = render(std::path::Path::new(&format!("{root}/results.tex.j2")), "unit", &t).unwrap();
+    assert!(tex.contains("m (flex, q8\\_0 weights), $T = 0"), "{tex}");
 
     let dir = tempfile::tempdir().unwrap();
     write_parquet(&recs, dir.path()).unwrap();

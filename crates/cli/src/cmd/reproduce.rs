@@ -51,5 +51,11 @@ pub fn run(a: Args) -> Result {
     let results = Path::new("results");
     let opts = run::options(&exp, results, Path::new("datasets"), Shard::default());
     run::sweep(&exp, &opts)?;
-    tables::write_tables(&exp.name, &opts.results_dir, Path::new("paper_tables"), Path::new(tables::DEFAULT_TEMPLATES))
+    tables::write_tables(
+        &exp.name,
+        &opts.results_dir,
+        Path::new("paper_tables"),
+        Path::new(tables::DEFAULT_TEMPLATES),
+        &tables::settings_of(&exp),
+    )
 }

@@ -41,7 +41,7 @@ pub fn run(a: Args) -> Result {
     let opts = options(&exp, &a.results, &a.datasets, a.shard);
     sweep(&exp, &opts)?;
     if a.shard.count == 1 {
-        tables::write_tables(&exp.name, &opts.results_dir, &a.tables, &a.templates)?;
+        tables::write_tables(&exp.name, &opts.results_dir, &a.tables, &a.templates, &tables::settings_of(&exp))?;
     }
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! `bastion tables` and `bastion merge`: tables, figures and frames of an
 //! experiment's records, and the join of its shards.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use bastion_bench::{figures, merge_shards, tables, Experiment, SampleRecord, SampleStore};
@@ -33,7 +34,15 @@ pub struct Args {
 /// Runs `bastion tables`.
 pub fn run(a: Args) -> Result {
     let name = Experiment::name_of(&a.experiment)?;
-    write_tables(&name, &a.results.join(&name), &a.out, &a.templates)
+    // The headings' settings need the whole file to validate (its models
+    // present); tables of results copied from elsewhere go without them.
+    let settings = Experiment::load(&a.experiment, Path::new(".")).map(|e| settings_of(&e)).unwrap_or_default();
+    write_tables(&name, &a.results.join(&name), &a.out, &a.templates, &settings)
+}
+
+/// Each model pair's settings in `exp` ([`bastion_bench::spec::ModelPair::settings`]), by pair name.
+pub fn settings_of(exp: &Experiment) -> BTreeMap<String, String> {
+    exp.models.iter().map(|m| (m.name.clone(), m.settings(exp))).collect()
 }
 
 /// Join the shard records of an experiment (`RESULTS/<name>/shard-*-of-N/`)
@@ -59,7 +68,13 @@ pub fn merge(a: MergeArgs) -> Result {
 /// written to `out/<name>.md` and `out/<name>.tex` (templates
 /// `results.{md,tex}.j2` in `templates`), figures to `out/figures/`, frames
 /// to `dir/{samples,rounds}.parquet`.
-pub fn write_tables(name: &str, dir: &Path, out: &Path, templates: &Path) -> Result {
+pub fn write_tables(
+    name: &str,
+    dir: &Path,
+    out: &Path,
+    templates: &Path,
+    settings: &BTreeMap<String, String>,
+) -> Result {
     let path = dir.join("samples.jsonl");
     if !path.is_file() {
         return Err(
@@ -67,13 +82,25 @@ pub fn write_tables(name: &str, dir: &Path, out: &Path, templates: &Path) -> Res
         );
     }
     // Read-only: tables of a sweep still running show what it has so far.
-    write_tables_of(name, &SampleStore::read(&path)?, dir, out, templates)
+    write_tables_of(name, &SampleStore::read(&path)?, dir, out, templates, settings)
 }
 
 /// [`write_tables`] of the given records (the frames still go to `dir`).
-pub fn write_tables_of(name: &str, records: &[SampleRecord], dir: &Path, out: &Path, templates: &Path) -> Result {
+///
+/// `settings` (pair name → backend, dtype, …) goes into each table's heading.
+pub fn write_tables_of(
+    name: &str,
+    records: &[SampleRecord],
+    dir: &Path,
+    out: &Path,
+    templates: &Path,
+    settings: &BTreeMap<String, String>,
+) -> Result {
     let summary = tables::summary_frame(records)?;
-    let t = tables::tables(&summary)?;
+    let mut t = tables::tables(&summary)?;
+    for table in &mut t {
+        table.settings = settings.get(&table.model).cloned().unwrap_or_default();
+    }
     create_dir(out)?;
     let md = tables::render(&templates.join("results.md.j2"), name, &t)?;
     let tex = tables::render(&templates.join("results.tex.j2"), name, &t)?;

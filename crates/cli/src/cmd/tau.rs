@@ -135,7 +135,7 @@ pub fn run(a: Args) -> Result {
             records.iter().map(|r| serde_json::to_string(r).map(|l| l + "\n")).collect::<serde_json::Result<_>>()?;
         std::fs::write(out, lines).map_err(|e| format!("{}: {e}", out.display()))?;
     }
-    tables::write_tables_of(&exp.name, &records, &dir, &dir, &a.templates)?;
+    tables::write_tables_of(&exp.name, &records, &dir, &dir, &a.templates, &tables::settings_of(&exp))?;
     if exp.first_turn_only && exp.datasets.contains(&DatasetName::MtBench) {
         println!("mt-bench: first turn only (the papers' MT-Bench rows run both turns)");
     }
