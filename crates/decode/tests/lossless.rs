@@ -256,3 +256,30 @@ fn tree_methods_preserve_the_sampling_distribution() {
     eprintln!("argmax path: χ² = {stat:.1}, dof {dof}, p = {p:.3e}");
     assert!(p < ALPHA, "the biased walk passed: χ² = {stat:.1} on {dof} dof, p = {p:.2e}");
 }
+
+/// On wgpu (Mesa's lavapipe in CI) with f16 weights: every method equals
+/// AR in the same dtype, the tree-attention kernel verifying.
+/// `BASTION_REQUIRE_WGPU=1` turns a missing adapter into a failure.
+#[cfg(feature = "wgpu")]
+#[test]
+fn every_method_equals_greedy_ar_in_f16_on_wgpu() {
+    let Some(device) = Device::enumerate(burn::tensor::DeviceType::Wgpu).into_iter().next() else {
+        assert!(std::env::var("BASTION_REQUIRE_WGPU").as_deref() != Ok("1"), "BASTION_REQUIRE_WGPU=1: no wgpu adapter");
+        eprintln!("no wgpu adapter: skipped");
+        return;
+    };
+    let dir = fixture_dir("tiny-qwen3");
+    let cfg = ModelConfig::from_hf_json(dir.join("config.json")).unwrap();
+    let target = Model::load_as(cfg, &SafetensorsSource::open(&dir).unwrap(), &device, WeightDtype::F16).unwrap();
+    assert!(target.uses_tree_kernel(), "auto mode takes the kernel on wgpu");
+    assert_eq!(target.weight_dtype(), WeightDtype::F16);
+    let drafter = Drafter::load(fixture_dir("tiny-dflash"), &target).unwrap();
+    for prompt in [&[5u32, 17, 99, 3, 250, 42][..], &[30, 35, 40, 45, 50, 55, 60, 65, 70, 75, 80, 85][..]] {
+        let cfg = GenerateConfig { max_new_tokens: 24, stop_tokens: vec![0], ..GenerateConfig::default() };
+        let ar = run(&target, &drafter, Method::Ar, prompt, &cfg);
+        assert!(!ar.is_empty());
+        for m in TREE_METHODS {
+            assert_eq!(run(&target, &drafter, m, prompt, &cfg), ar, "{m} in f16 on wgpu");
+        }
+    }
+}

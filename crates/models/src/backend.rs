@@ -67,7 +67,7 @@ impl BackendKind {
     /// hardware threads for the CPU backends; for the GPU backends the
     /// NVIDIA GPU the driver lists (`/proc/driver/nvidia/gpus`, in PCI bus
     /// order) at the first index of `CUDA_VISIBLE_DEVICES` (default 0),
-    /// else the backend's default adapter.
+    /// else the name of the adapter the backend opens (Mesa: `llvmpipe …`).
     pub fn device_name(self) -> String {
         let cpu = || {
             let model = std::fs::read_to_string("/proc/cpuinfo")
@@ -94,9 +94,10 @@ impl BackendKind {
         };
         match self {
             BackendKind::Flex | BackendKind::NdArray => cpu(),
-            BackendKind::Wgpu | BackendKind::Cuda => {
-                nvidia().unwrap_or_else(|| format!("{} default adapter", self.as_str()))
-            }
+            BackendKind::Wgpu | BackendKind::Cuda => nvidia()
+                // Else the adapter's own name (e.g. Mesa's `llvmpipe (LLVM 15.0.6, 256 bits)`).
+                .or_else(|| self.device().ok().and_then(|d| d.identity()).map(|id| id.name))
+                .unwrap_or_else(|| format!("{} default adapter", self.as_str())),
         }
     }
 
