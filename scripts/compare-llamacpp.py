@@ -8,9 +8,11 @@ decoding; each stops at its end-of-sequence token or after --new-tokens.
 Per prompt the engines alternate (llama.cpp, then Bastion in each dtype), so a
 drift of the machine's speed hits all of them alike.
 
-Decode rate = generated tokens / decoding seconds, prefill excluded, for both:
-Bastion's from its own `generate` summary (TPOT), llama.cpp's timed here around
-one `eval` per token (logits of the last position only) and the host argmax.
+Decode rate = forward passes / decoding seconds, prefill excluded, for both
+(one forward per token after the first, which the prefill yields): Bastion's
+from its own `generate` summary (rounds, decode seconds), llama.cpp's timed
+here around one `eval` per token (logits of the last position only) and the
+host argmax.
 """
 import argparse
 import json
@@ -58,7 +60,7 @@ def llama_decode(llm, prompt, new_tokens):
     return out, secs, max(len(out) - 1, 1)
 
 
-SUMMARY = re.compile(r"(\d+) tokens in (\d+) rounds.*TPOT ([0-9.]+) ms")
+SUMMARY = re.compile(r"(\d+) tokens in (\d+) rounds.*decode ([0-9.]+) s")
 
 
 def bastion_decode(args, dtype, prompt):
@@ -74,8 +76,10 @@ def bastion_decode(args, dtype, prompt):
     if not m:
         sys.exit(f"no summary line in bastion's stderr:\n{run.stderr}")
     tokens = [int(t) for t in run.stdout.split()]
-    tpot = float(m.group(3)) / 1e3
-    return tokens, tpot
+    # Forward passes per decoding second, as for llama.cpp: at AR one round
+    # is one forward pass (the first token comes from the prefill).
+    rounds, decode_s = int(m.group(2)), float(m.group(3))
+    return tokens, rounds / decode_s
 
 
 def agree(a, b):
@@ -124,8 +128,8 @@ def main():
         llama_rate.append(steps / secs)
         llama_tokens.append(out)
         for d in dtypes:
-            out, tpot = bastion_decode(args, d, prompt)
-            rates[d].append(1.0 / tpot)
+            out, rate = bastion_decode(args, d, prompt)
+            rates[d].append(rate)
             tokens[d].append(out)
         print(f"prompt {len(llama_rate)}: {len(prompt)} tokens; llama.cpp {llama_rate[-1]:.1f} tok/s; "
               + "; ".join(f"bastion {d} {rates[d][-1]:.1f} tok/s" for d in dtypes), file=sys.stderr)
@@ -139,7 +143,7 @@ def main():
         f"{time.strftime('%Y-%m-%d', time.gmtime())}, {platform.processor() or platform.machine()}, "
         f"llama-cpp-python {llama_cpp_version} (GGML_NATIVE=OFF, AVX2/FMA/F16C), model `{args.model}`.",
         f"The first {args.prompts} GSM8K questions in SmolLM2's chat format, greedy, ≤ {args.new_tokens} new tokens; "
-        "decode rate = tokens / decoding seconds (prefill excluded), mean over prompts; the engines alternate per prompt.",
+        "decode rate = forward passes (one per token after the first) / decoding seconds, prefill excluded, the same count for both engines; mean over prompts; the engines alternate per prompt.",
         "",
         "| engine | weights | decode tok/s (per prompt) | mean | vs llama.cpp | greedy tokens equal to Bastion f32 (common prefix / length) |",
         "|---|---|---|---:|---:|---|",

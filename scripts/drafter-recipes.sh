@@ -44,11 +44,12 @@ for name in $VARIANTS; do
   mkdir -p "$RUNS"
   # A variant finished with these settings by an earlier (interrupted) run is
   # reused: the script resumes across sessions.
-  stamp="SEQS=$SEQS STEPS=$STEPS EVAL=$EVAL HELD_OUT=$HELD_OUT DATA=$DATA $args"
+  stamp="MODEL=$MODEL SEQS=$SEQS STEPS=$STEPS EVAL=$EVAL HELD_OUT=$HELD_OUT DATA=$DATA $args"
   if [ -f "$out/model.safetensors" ] && [ -f "$out.done" ] && [ "$(head -1 "$out.done")" = "$stamp" ]; then
     secs=$(sed -n 2p "$out.done")
     echo "$name: reusing the finished run in $out" >&2
   else
+    rm -f "$out.done"
     start=$(date +%s)
     # shellcheck disable=SC2086 # the recipe is a list of arguments
     "$BIN" train-drafter --model "$MODEL" --data "$DATA" --max-sequences "$SEQS" --out "$out" \

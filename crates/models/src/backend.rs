@@ -96,8 +96,20 @@ impl BackendKind {
             BackendKind::Flex | BackendKind::NdArray => cpu(),
             BackendKind::Wgpu | BackendKind::Cuda => nvidia()
                 // Else the adapter's own name (e.g. Mesa's `llvmpipe (LLVM 15.0.6, 256 bits)`).
-                .or_else(|| self.device().ok().and_then(|d| d.identity()).map(|id| id.name))
+                .or_else(|| self.adapter_name())
                 .unwrap_or_else(|| format!("{} default adapter", self.as_str())),
+        }
+    }
+
+    /// The name of the adapter a GPU backend opens (builds with `wgpu` or `cuda`).
+    fn adapter_name(self) -> Option<String> {
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        {
+            self.device().ok().and_then(|d| d.identity()).map(|id| id.name)
+        }
+        #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+        {
+            None
         }
     }
 

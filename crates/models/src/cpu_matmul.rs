@@ -119,7 +119,12 @@ fn q8_block(w: &[f32]) -> (half::f16, [i8; Q8_BLOCK]) {
     let d = half::f16::from_f32(amax / 127.0);
     let df = d.to_f32();
     let mut q = [0i8; Q8_BLOCK];
-    if df > 0.0 && df.is_finite() {
+    // A block whose scale overflows f16 (|w| above ~8.3e6, or ±inf) has no
+    // Q8_0 form: it becomes zeros with scale 0 rather than 0 · inf = NaN.
+    if !df.is_finite() {
+        return (half::f16::ZERO, q);
+    }
+    if df > 0.0 {
         for (q, &v) in q.iter_mut().zip(w) {
             *q = (v / df).round().clamp(-127.0, 127.0) as i8;
         }
@@ -866,6 +871,8 @@ pub(crate) mod tests {
         }
         // A block of zeros has scale 0 and stays zero; the largest weight maps to ±127 steps.
         assert_eq!(WeightDtype::Q8_0.round_row(&[0.0; 40]), vec![0.0; 40]);
+        // A scale beyond f16 has no Q8_0 form: zeros, not NaN.
+        assert_eq!(WeightDtype::Q8_0.round_row(&[1e9, 1.0, f32::INFINITY]), vec![0.0; 3]);
         let (d, q) = q8_block(&[0.5, -1.27, 0.01]);
         assert_eq!((d.to_f32(), q[1]), (half::f16::from_f32(0.01).to_f32(), -127));
         assert_eq!("q8_0".parse::<WeightDtype>(), Ok(WeightDtype::Q8_0));

@@ -269,16 +269,28 @@ impl Model {
         self.weight_dtype
     }
 
+    /// Bytes a forward reads per linear-layer weight: the dtype's on `flex`
+    /// (the packed kernels read the stored dtype), 4 on the other backends,
+    /// whose f32 tensors hold the values rounded to the dtype (no memory or
+    /// bandwidth saved there yet).
+    pub fn stored_bytes_per_weight(&self) -> f64 {
+        if self.host_cache {
+            self.weight_dtype.bytes_per_weight()
+        } else {
+            4.0
+        }
+    }
+
     /// The hidden size `H`.
     pub fn hidden_size(&self) -> usize {
         self.cfg.hidden_size
     }
 
     /// The target as BASTION's roofline sees it: layers, heads, head
-    /// dimension, MLP width and vocabulary from the config; 4 bytes per
-    /// weight and per activation / KV element, since every backend holds
-    /// the loaded weights in f32 (GGUF quantised ones are dequantised at
-    /// load). Feeds `ModelShape::verify_flops` / `verify_bytes`.
+    /// dimension, MLP width and vocabulary from the config; the bytes a
+    /// forward reads per weight ([`Model::stored_bytes_per_weight`]) and 4
+    /// per activation / KV element (both stay f32). Feeds
+    /// `ModelShape::verify_flops` / `verify_bytes`.
     pub fn roofline_shape(&self) -> bastion_tree::ModelShape {
         let c = &self.cfg;
         bastion_tree::ModelShape {
@@ -289,7 +301,7 @@ impl Model {
             head_dim: c.head_dim,
             ffn: c.intermediate_size,
             vocab: c.vocab_size,
-            weight_bytes: self.weight_dtype.bytes_per_weight(),
+            weight_bytes: self.stored_bytes_per_weight(),
             activation_bytes: 4.0,
         }
     }

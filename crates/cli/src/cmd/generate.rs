@@ -64,7 +64,7 @@ pub fn run(a: Args) -> Result {
     std::io::stdout().flush()?;
     let tpot = gen.tpot();
     eprintln!(
-        "{} | prompt {} tokens, prefill {:.3} s | {} tokens in {} rounds, τ {:.2}, TPOT {:.1} ms, {:.1} tokens/s",
+        "{} | prompt {} tokens, prefill {:.3} s | {} tokens in {} rounds, τ {:.2}, TPOT {:.1} ms, {:.1} tokens/s, decode {:.4} s",
         a.method,
         ids.len(),
         gen.prefill_s,
@@ -72,7 +72,8 @@ pub fn run(a: Args) -> Result {
         gen.rounds.len(),
         gen.tau(),
         tpot * 1e3,
-        if tpot > 0.0 { 1.0 / tpot } else { 0.0 }
+        if tpot > 0.0 { 1.0 / tpot } else { 0.0 },
+        gen.decode_s
     );
     Ok(())
 }

@@ -208,10 +208,13 @@ pub fn bench_target(a: BenchArgs) -> Result {
     contexts.sort_unstable();
     contexts.dedup();
     let reps = a.reps.max(1);
-    let weights = match random_weights {
+    let mut weights = match random_weights {
         Some(seed) => format!("{dtype}, random (seed {seed})"),
         None => dtype.to_string(),
     };
+    if pair.target().stored_bytes_per_weight() != dtype.bytes_per_weight() {
+        weights.push_str(", stored as f32 tensors on this backend");
+    }
     println!(
         "model {} | device {} | backend {backend} | weights {weights} | loaded in {:.1} s | {} warm-ups, {reps} reps, median",
         model.display(),
