@@ -533,6 +533,22 @@ fn bench_target_times_a_random_model_of_a_config_and_other_commands_refuse_it() 
         assert!(out.contains(want), "{out}");
     }
     assert_eq!(out.lines().filter(|l| l.trim_start().starts_with("4 ")).count(), 2, "{out}");
+    // generate runs it from token ids; text needs a tokenizer it does not have.
+    let (ok, out, err) = bastion(&[
+        "generate",
+        "--model",
+        &config,
+        "--random-weights",
+        "1",
+        "--prompt-ids",
+        "3,1,4",
+        "--max-new-tokens",
+        "4",
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(out.split_whitespace().count(), 4, "{out}");
+    let (ok, _, err) = bastion(&["generate", "--model", &config, "--random-weights", "1", "--prompt", "hi"]);
+    assert!(!ok && err.contains("has no tokenizer: pass token ids (--prompt-ids)"), "{err}");
     let (ok, _, err) =
         bastion(&["distill", "--model", &config, "--random-weights", "1", "--out", "/nonexistent/x.jsonl"]);
     assert!(!ok);

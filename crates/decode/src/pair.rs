@@ -211,7 +211,13 @@ impl LoadedPair {
             let tokens = DraftVocabFile::read(&path)?.top(n, &path)?;
             d.set_draft_vocab(&target, Some(tokens))?;
         }
-        let tokenizer = load_tokenizer(&spec.target).map_err(|e| e.to_string());
+        let tokenizer = match spec.random_weights {
+            Some(_) => Err(format!(
+                "{}: a model drawn from a config (--random-weights) has no tokenizer: pass token ids (--prompt-ids)",
+                spec.target.display()
+            )),
+            None => load_tokenizer(&spec.target).map_err(|e| e.to_string()),
+        };
         let inputs = match &spec.calibration {
             None => PolicyInputs::default(),
             Some(source) => {
