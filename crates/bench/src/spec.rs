@@ -676,17 +676,6 @@ impl ExperimentDraft {
 }
 
 impl ModelPair {
-    /// How this pair runs in `exp`, for table headings: the backend, the
-    /// weight dtype and, when pruned, the draft vocabulary (`flex, q8_0
-    /// weights, draft vocabulary 1024`).
-    pub fn settings(&self, exp: &Experiment) -> String {
-        let mut s = format!("{}, {} weights", exp.backend, self.dtype);
-        if let Some(n) = self.draft_vocab {
-            s.push_str(&format!(", draft vocabulary {n}"));
-        }
-        s
-    }
-
     /// Where this pair's cost models come from: its `calibration` file (used
     /// as is when `pinned`, else checked against this device), or this
     /// machine's file under `default_dir`.

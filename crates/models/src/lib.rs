@@ -27,6 +27,7 @@ pub mod loader;
 pub mod model;
 pub mod peak;
 mod session;
+mod weight_dtype;
 
 /// Tensor building blocks shared by the target, the drafter and drafter
 /// training (all Burn ops, so they differentiate on an autodiff device).

@@ -40,9 +40,15 @@ pub fn run(a: Args) -> Result {
     write_tables(&name, &a.results.join(&name), &a.out, &a.templates, &settings)
 }
 
-/// Each model pair's settings in `exp` ([`bastion_bench::spec::ModelPair::settings`]), by pair name.
+/// How each model pair of `exp` runs, by pair name, for table headings:
+/// the backend, the weight dtype and, when pruned, the draft vocabulary
+/// (`flex, q8_0 weights, draft vocabulary 1024`).
 pub fn settings_of(exp: &Experiment) -> BTreeMap<String, String> {
-    exp.models.iter().map(|m| (m.name.clone(), m.settings(exp))).collect()
+    let settings = |m: &bastion_bench::ModelPair| {
+        let vocab = m.draft_vocab.map(|n| format!(", draft vocabulary {n}")).unwrap_or_default();
+        format!("{}, {} weights{vocab}", exp.backend, m.dtype)
+    };
+    exp.models.iter().map(|m| (m.name.clone(), settings(m))).collect()
 }
 
 /// Join the shard records of an experiment (`RESULTS/<name>/shard-*-of-N/`)

@@ -1,0 +1,181 @@
+//! Tests of the packed CPU kernels (`cpu_matmul`) in every weight dtype.
+
+use super::*;
+use proptest::prelude::*;
+
+/// `n` pseudo-random values in [−0.5, 0.5) from `seed` (shared by the CPU kernels' tests).
+pub(crate) fn values(n: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+        })
+        .collect()
+}
+
+#[test]
+fn equals_the_naive_product_on_odd_shapes() {
+    for (m, n, k) in [(1, 1, 1), (1, 130, 576), (3, 67, 13), (5, 200, 64), (16, 65, 100), (7, 1, 8), (64, 33, 17)] {
+        let x = values(m * k, 1);
+        let w = values(n * k, 2);
+        let got = PackedMatrix::pack(&w, n, k).matmul(&x, m);
+        for i in 0..m {
+            for j in 0..n {
+                let want: f64 = (0..k).map(|t| f64::from(x[i * k + t]) * f64::from(w[j * k + t])).sum();
+                let g = f64::from(got[i * n + j]);
+                assert!((g - want).abs() < 1e-4 * (1.0 + want.abs()), "{m}x{n}x{k} [{i},{j}]: {g} vs {want}");
+            }
+        }
+    }
+}
+
+#[test]
+fn pack_unpack_round_trips_and_stacking_concatenates_outputs() {
+    let (a, b) = (values(5 * 7, 3), values(20 * 7, 4));
+    assert_eq!(PackedMatrix::pack(&b, 20, 7).unpack(), b);
+    let stacked = PackedMatrix::pack_stacked(&[&a, &b], 7);
+    assert_eq!(stacked.out_features(), 25);
+    assert_eq!(stacked.unpack(), [a.clone(), b.clone()].concat());
+    // An empty part in the middle is skipped; parts are read in place.
+    let with_empty = PackedMatrix::pack_stacked_as(&[&a, &[], &b], 7, WeightDtype::Bf16);
+    assert_eq!(
+        with_empty.unpack(),
+        PackedMatrix::pack_as(&[a.clone(), b.clone()].concat(), 25, 7, WeightDtype::Bf16).unpack()
+    );
+    let x = values(3 * 7, 5);
+    let y = stacked.matmul(&x, 3);
+    let (ya, yb) = (PackedMatrix::pack(&a, 5, 7).matmul(&x, 3), PackedMatrix::pack(&b, 20, 7).matmul(&x, 3));
+    for i in 0..3 {
+        assert_eq!(&y[i * 25..i * 25 + 5], &ya[i * 5..(i + 1) * 5]);
+        assert_eq!(&y[i * 25 + 5..(i + 1) * 25], &yb[i * 20..(i + 1) * 20]);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    /// A row's result is bit-identical whatever else is in the call:
+    /// alone, or at any position among up to 64 rows.
+    #[test]
+    fn a_rows_result_does_not_depend_on_the_other_rows(
+        n in 1usize..80, k in 1usize..200, m in 1usize..=64, at in 0usize..64, seed in 0u32..1000,
+    ) {
+        let at = at % m;
+        let w = PackedMatrix::pack(&values(n * k, seed), n, k);
+        let x = values(m * k, seed + 1);
+        let all = w.matmul(&x, m);
+        let alone = w.matmul(&x[at * k..(at + 1) * k], 1);
+        prop_assert_eq!(&all[at * n..(at + 1) * n], &alone[..]);
+    }
+}
+
+/// A bf16 or f16 weight gives exactly the f32 kernel's result on the
+/// weight rounded to that dtype (the widening is exact), stores half the
+/// bytes, and unpacks to the rounded values.
+#[test]
+fn half_precision_weights_equal_the_f32_product_of_the_rounded_weight() {
+    for dtype in [WeightDtype::Bf16, WeightDtype::F16] {
+        for (m, n, k) in [(1, 130, 576), (3, 67, 13), (16, 65, 100), (7, 1, 8), (64, 33, 17)] {
+            let w = values(n * k, 11);
+            let x = values(m * k, 12);
+            let rounded: Vec<f32> = w.chunks(k).flat_map(|r| dtype.round_row(r)).collect();
+            let half = PackedMatrix::pack_as(&w, n, k, dtype);
+            assert_eq!(half.dtype(), dtype);
+            assert_eq!(half.bytes() * 2, PackedMatrix::pack(&w, n, k).bytes());
+            assert_eq!(half.unpack(), rounded);
+            assert_eq!(half.row(n - 1), rounded[(n - 1) * k..]);
+            assert_eq!(half.matmul(&x, m), PackedMatrix::pack(&rounded, n, k).matmul(&x, m), "{dtype} {m}x{n}x{k}");
+        }
+    }
+    // Rounding is to nearest even; f16 overflows to infinity.
+    let round = |dtype: WeightDtype, v: f32| dtype.round_row(&[v])[0];
+    assert_eq!(round(WeightDtype::Bf16, 1.0 + 1.0 / 256.0), 1.0);
+    assert_eq!(round(WeightDtype::Bf16, 1.0 + 3.0 / 256.0), 1.0 + 4.0 / 256.0);
+    assert_eq!(round(WeightDtype::F16, 70_000.0), f32::INFINITY);
+    assert_eq!("bf16".parse::<WeightDtype>(), Ok(WeightDtype::Bf16));
+    assert!("int4".parse::<WeightDtype>().unwrap_err().contains("f32, bf16, f16 or q8_0"));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+    /// Row invariance holds for half-precision and Q8_0 weights too.
+    #[test]
+    fn a_rows_result_does_not_depend_on_the_other_rows_in_half_precision(
+        n in 1usize..80, k in 1usize..200, m in 1usize..=64, at in 0usize..64, seed in 0u32..1000, which in 0usize..3,
+    ) {
+        let at = at % m;
+        let dtype = [WeightDtype::F16, WeightDtype::Bf16, WeightDtype::Q8_0][which];
+        let w = PackedMatrix::pack_as(&values(n * k, seed), n, k, dtype);
+        let x = values(m * k, seed + 1);
+        let all = w.matmul(&x, m);
+        let alone = w.matmul(&x[at * k..(at + 1) * k], 1);
+        prop_assert_eq!(&all[at * n..(at + 1) * n], &alone[..]);
+    }
+}
+
+/// Q8_0: the product is the f32 kernel's on the de-quantised weight
+/// (what `unpack` and `round_row` give), on odd shapes with partial
+/// blocks and panels, at 34 bytes per 32 weights plus padding; the
+/// quantisation error is at most half a step (`d / 2`) per weight.
+#[test]
+fn q8_0_weights_equal_the_f32_product_of_the_dequantised_weight() {
+    for (m, n, k) in [(1, 130, 576), (3, 67, 13), (16, 65, 100), (7, 1, 8), (64, 33, 17), (2, 16, 64)] {
+        let w = values(n * k, 21);
+        let x = values(m * k, 22);
+        let q = PackedMatrix::pack_as(&w, n, k, WeightDtype::Q8_0);
+        let deq: Vec<f32> = w.chunks(k).flat_map(|r| WeightDtype::Q8_0.round_row(r)).collect();
+        assert_eq!(q.dtype(), WeightDtype::Q8_0);
+        assert_eq!(q.unpack(), deq, "{n}x{k}");
+        assert_eq!(q.row(n - 1), deq[(n - 1) * k..]);
+        assert_eq!(q.bytes(), n.div_ceil(NR) * NR * (k + 2 * k.div_ceil(Q8_BLOCK)));
+        assert_eq!(q.matmul(&x, m), PackedMatrix::pack(&deq, n, k).matmul(&x, m), "{m}x{n}x{k}");
+        for (row, drow) in w.chunks(k).zip(deq.chunks(k)) {
+            for (b, db) in row.chunks(Q8_BLOCK).zip(drow.chunks(Q8_BLOCK)) {
+                let d = b.iter().fold(0.0f32, |a, v| a.max(v.abs())) / 127.0;
+                for (v, dv) in b.iter().zip(db) {
+                    assert!((v - dv).abs() <= 0.5 * d * 1.002 + 1e-7, "{v} → {dv} (step {d})");
+                }
+            }
+        }
+    }
+    // A block of zeros has scale 0 and stays zero; the largest weight maps to ±127 steps.
+    assert_eq!(WeightDtype::Q8_0.round_row(&[0.0; 40]), vec![0.0; 40]);
+    // A scale beyond f16 has no Q8_0 form: zeros, not NaN.
+    assert_eq!(WeightDtype::Q8_0.round_row(&[1e9, 1.0, f32::INFINITY]), vec![0.0; 3]);
+    let (d, q) = q8_block(&[0.5, -1.27, 0.01]);
+    assert_eq!((d.to_f32(), q[1]), (half::f16::from_f32(0.01).to_f32(), -127));
+    assert_eq!("q8_0".parse::<WeightDtype>(), Ok(WeightDtype::Q8_0));
+}
+
+/// Values that came from Q8_0 blocks (`q · d`, d an f16, max |q| = 127)
+/// re-quantise to the same blocks: a Q8_0 GGUF loaded as q8_0 keeps
+/// its weights bit for bit.
+#[test]
+fn dequantised_q8_0_blocks_round_trip_exactly() {
+    let mut s = 7u32;
+    let mut next = || {
+        s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+        s >> 8
+    };
+    let mut w = Vec::new();
+    for _ in 0..64 {
+        let d = half::f16::from_f32(1e-4 + (next() % 1000) as f32 * 1e-5).to_f32();
+        let mut q: Vec<i32> = (0..32).map(|_| (next() % 255) as i32 - 127).collect();
+        q[(next() % 32) as usize] = if next() % 2 == 0 { 127 } else { -127 };
+        w.extend(q.iter().map(|&q| q as f32 * d));
+    }
+    let packed = PackedMatrix::pack_as(&w, 8, 256, WeightDtype::Q8_0);
+    assert_eq!(packed.unpack(), w);
+}
+
+#[test]
+fn threads_do_not_change_the_bits() {
+    let (m, n, k) = (9, 700, 300);
+    assert!(m * n * k > SERIAL_WORK, "large enough for the parallel path");
+    let w = PackedMatrix::pack(&values(n * k, 7), n, k);
+    let x = values(m * k, 8);
+    let pool = |t| rayon::ThreadPoolBuilder::new().num_threads(t).build().unwrap();
+    let serial = pool(1).install(|| w.matmul(&x, m));
+    let parallel = pool(3).install(|| w.matmul(&x, m));
+    assert_eq!(serial, parallel);
+}
