@@ -19,6 +19,7 @@ fn record(dataset: &str, prompt: &str, method: &str, rounds: &[(usize, usize)], 
             build_s: 0.0,
             verify_s: 0.001 * tree_size as f64,
             commit_s: 0.0005,
+            read_back_bytes: 0,
             drafted: method != "ar",
         })
         .collect();

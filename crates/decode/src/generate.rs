@@ -2,12 +2,13 @@
 
 use std::time::Instant;
 
-use bastion_models::{context_features, Drafter, Model};
-use bastion_tree::{walk, Acceptance, BudgetPolicy, DraftCandidates, DraftTree, RoundObservation};
+use bastion_models::{ContextFeatures, DeviceRows, DraftLogits, Drafter, Model};
+use bastion_tree::RoundObservation;
+use bastion_tree::{walk, Acceptance, BudgetPolicy, CandidateList, DraftCandidates, DraftRows, DraftTree, HostRows};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{DecodeError, Result};
-use crate::sampling::{argmax, Sampler};
+use crate::sampling::{argmax_resident, Sampler};
 use crate::skip::SkipGate;
 
 /// How the verified tree's accepted path is chosen.
@@ -67,8 +68,9 @@ impl Default for GenerateConfig {
 }
 
 /// Measurements of one round (docs/algorithms.md §7). Times are wall-clock seconds,
-/// taken after the device finished: drafting and verification read their
-/// results back, the commit stage synchronises the device.
+/// taken after the device finished: drafting reads its candidate lists back,
+/// verification waits for the device, the commit stage reads one token id
+/// per node back and synchronises the device.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RoundRecord {
     /// Committed tokens before the round's root (the papers' ℓ / c).
@@ -87,6 +89,12 @@ pub struct RoundRecord {
     pub verify_s: f64,
     /// Posterior sampling, the walk and KV-cache compaction (s).
     pub commit_s: f64,
+    /// Bytes copied from the device to the host in the round (draft
+    /// candidate lists, one token id per verified node): 0 on `flex`,
+    /// where everything is computed in host memory. Written only when
+    /// non-zero, so records of CPU runs read and write back unchanged.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub read_back_bytes: u64,
     /// Whether the round drafted: `false` for the AR steps of `ar` and of
     /// the `+skip` methods' skipped rounds, which τ leaves out. Written only
     /// when `false`: records written before it existed (every round of a
@@ -98,6 +106,11 @@ pub struct RoundRecord {
 /// Records written before `drafted` existed: every round of a speculative method drafted.
 fn drafted_by_default() -> bool {
     true
+}
+
+/// Whether a count is zero (serde's `skip_serializing_if`).
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Whether a round drafted (serde's `skip_serializing_if`).
@@ -229,17 +242,19 @@ pub fn generate_with_gate(
             tcfg.max_position_embeddings
         )));
     }
-    let (vocab, hidden) = (tcfg.vocab_size, tcfg.hidden_size);
+    let hidden = tcfg.hidden_size;
     let hidden_idx = draft.as_ref().map(|(d, _)| d.hidden_indices()).unwrap_or_default();
     let mut sampler = Sampler::new(cfg.temperature, cfg.seed);
     let mut session = target.session();
     let mut dsession = draft.as_ref().map(|(d, _)| d.session());
 
     let t0 = Instant::now();
-    let out = session.prefill(prompt, &hidden_idx)?;
-    let mut root = sampler.sample(out.row(0));
+    // Logits and hidden states stay where they were computed (on a GPU
+    // backend, the device): only token ids and candidate lists come back.
+    let out = session.prefill_resident(prompt, &hidden_idx)?;
+    let mut root = sampler.sample_resident_row(&out, 0, &mut 0)?;
     let prefill_s = t0.elapsed().as_secs_f64();
-    let mut features = if draft.is_some() { context_features(&out, hidden, None)? } else { Vec::new() };
+    let mut features = if draft.is_some() { out.features(hidden, None)? } else { ContextFeatures::default() };
     drop(out);
 
     let mut gen = Generation {
@@ -262,23 +277,34 @@ pub fn generate_with_gate(
     while session.len() - prompt.len() < cfg.max_new_tokens && !stopped(&gen.tokens) {
         let context_len = session.len();
         let drafts = draft.is_some() && gate.as_ref().is_none_or(|g| g.should_draft());
+        let mut read_back = 0u64;
         let t = Instant::now();
         // Draft logits only as deep as the policy's largest tree can reach.
         let depth = draft.as_ref().map_or(0, |(_, policy)| (block - 1).min(policy.max_nodes().max(1)));
-        let draft_logits = match (&draft, &mut dsession) {
-            (Some(_), Some(ds)) if drafts => ds.draft_rows(target, &std::mem::take(&mut features), root, depth)?,
-            _ => Vec::new(),
+        let mut draft_logits = match (&draft, &mut dsession) {
+            (Some(_), Some(ds)) if drafts => {
+                Some(ds.draft_rows_resident(target, &std::mem::take(&mut features), root, depth)?)
+            }
+            _ => None,
         };
+        // A trace keeps the draft logits in host memory.
+        if cfg.trace {
+            if let Some(DraftLogits::Device(t)) = &draft_logits {
+                draft_logits = Some(DraftLogits::Host(DraftLogits::Device(t.clone()).into_host(&mut read_back)?));
+            }
+        }
         // The candidate lists (top-k and log-probabilities of every drafted
         // row) are the drafter's output: drafting time, as the LM head is.
-        let candidates = match &draft {
-            Some((_, policy)) if drafts => Some(DraftCandidates::new(
-                &draft_logits,
-                depth,
-                draft_map.map_or(vocab, <[u32]>::len),
-                draft_map,
-                policy.top_k(),
-            )?),
+        let mut candidates = match (&draft, &draft_logits) {
+            (Some((_, policy)), Some(logits)) => {
+                let rows = match logits {
+                    DraftLogits::Host(l) => {
+                        RoundRows::Host(HostRows::new(l, depth, draft_map.map_or(tcfg.vocab_size, <[u32]>::len))?)
+                    }
+                    DraftLogits::Device(t) => RoundRows::Device(Box::new(DeviceRows::new((**t).clone()))),
+                };
+                Some(DraftCandidates::from_rows(rows, draft_map, policy.top_k())?)
+            }
             _ => None,
         };
         let draft_s = t.elapsed().as_secs_f64();
@@ -286,29 +312,39 @@ pub fn generate_with_gate(
             gen.first_draft_s = draft_s;
         }
         let t = Instant::now();
-        let tree = match (&mut draft, &candidates) {
+        let tree = match (&mut draft, &mut candidates) {
             (Some((_, policy)), Some(c)) => c.build_tree(root, context_len, &mut **policy)?,
             _ => DraftTree::root_only(root),
         };
+        if let Some(RoundRows::Device(rows)) = candidates.as_ref().map(DraftCandidates::source) {
+            read_back += rows.read_back();
+        }
         drop(candidates);
         let build_s = t.elapsed().as_secs_f64();
         let t = Instant::now();
-        let out = session.verify(&tree, &hidden_idx)?;
+        let out = session.verify_resident(&tree, &hidden_idx)?;
+        // The outputs stay on the device: wait for it before stopping the clock.
+        target.sync()?;
         let verify_s = t.elapsed().as_secs_f64();
         let t = Instant::now();
         let acc = match cfg.accept {
-            AcceptRule::Walk => walk(&tree, &sampler.sample_rows(&out.logits, out.rows))?,
+            AcceptRule::Walk => walk(&tree, &sampler.sample_resident(&out, &mut read_back)?)?,
             AcceptRule::ArgmaxPath => {
-                let greedy: Vec<u32> = (0..out.rows).map(|i| argmax(out.row(i))).collect();
+                let greedy = argmax_resident(&out, &mut read_back)?;
                 let accepted = walk(&tree, &greedy)?.accepted;
                 let last = *accepted.last().expect("the walk always accepts the root");
-                Acceptance { bonus: sampler.sample(out.row(last)), accepted }
+                let bonus = if sampler.is_greedy() {
+                    greedy[last]
+                } else {
+                    sampler.sample_resident_row(&out, last, &mut read_back)?
+                };
+                Acceptance { bonus, accepted }
             }
         };
         session.commit(&acc.accepted)?;
         if draft.is_some() {
             // Appended: after skipped rounds the drafter reads every committed token's features.
-            features.extend(context_features(&out, hidden, Some(&acc.accepted))?);
+            features.append(out.features(hidden, Some(&acc.accepted))?);
         }
         gen.tokens.extend(acc.committed_tokens(&tree));
         root = acc.bonus;
@@ -340,9 +376,14 @@ pub fn generate_with_gate(
             build_s,
             verify_s,
             commit_s,
+            read_back_bytes: read_back,
             drafted: drafts,
         });
         if cfg.trace {
+            let draft_logits = match draft_logits {
+                Some(DraftLogits::Host(l)) => l,
+                _ => Vec::new(),
+            };
             gen.trace.push(RoundTrace { draft_logits, tree, accepted: acc.accepted });
         }
     }
@@ -352,4 +393,34 @@ pub fn generate_with_gate(
         gen.tokens.truncate(stop + 1);
     }
     Ok(gen)
+}
+
+/// A round's draft logits for the candidate lists: in host memory, or on
+/// the device where the top-k runs ([`DeviceRows`]).
+enum RoundRows<'a> {
+    Host(HostRows<'a>),
+    Device(Box<DeviceRows>),
+}
+
+impl DraftRows for RoundRows<'_> {
+    fn depth(&self) -> usize {
+        match self {
+            RoundRows::Host(r) => r.depth(),
+            RoundRows::Device(r) => r.depth(),
+        }
+    }
+
+    fn vocab(&self) -> usize {
+        match self {
+            RoundRows::Host(r) => r.vocab(),
+            RoundRows::Device(r) => r.vocab(),
+        }
+    }
+
+    fn top_k(&self, depths: &[usize], k: usize) -> bastion_tree::Result<Vec<CandidateList>> {
+        match self {
+            RoundRows::Host(r) => r.top_k(depths, k),
+            RoundRows::Device(r) => r.top_k(depths, k),
+        }
+    }
 }

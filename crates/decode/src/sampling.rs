@@ -1,7 +1,10 @@
 //! Sampling the target's posterior at each verified node (docs/algorithms.md §3).
 
+use bastion_models::Resident;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+
+use crate::error::Result;
 
 /// Index of the largest logit; the first one on exact ties (as
 /// `torch.argmax` for finite logits; a NaN never wins here, where torch
@@ -137,6 +140,53 @@ impl Sampler {
         }
         (0..rows).map(|r| self.sample(&logits[r * vocab..(r + 1) * vocab])).collect()
     }
+
+    /// One token per row of a forward pass's logits wherever they are
+    /// ([`Resident`]). On a device the argmax, or the draw, runs there and
+    /// one id per row comes back (bytes added to `read_back`): a draw uses
+    /// one uniform per row from this sampler's generator, in row order, as
+    /// [`Sampler::sample_rows`] does, and the same inverse-transform rule
+    /// ([`bastion_models::DeviceOutput::sample`]), so it draws from the same
+    /// distribution.
+    ///
+    /// # Errors
+    /// A device read-back failure.
+    pub fn sample_resident(&mut self, out: &Resident, read_back: &mut u64) -> Result<Vec<u32>> {
+        Ok(match out {
+            Resident::Host(o) => self.sample_rows(&o.logits, o.rows),
+            Resident::Device(o) if self.is_greedy() => o.argmax(read_back)?,
+            Resident::Device(o) => {
+                let u: Vec<f64> = (0..o.rows).map(|_| self.rng.random::<f64>()).collect();
+                o.sample(self.temperature, &u, read_back)?
+            }
+        })
+    }
+
+    /// [`Sampler::sample_resident`] for row `i` alone.
+    ///
+    /// # Errors
+    /// A row out of range; a device read-back failure.
+    pub fn sample_resident_row(&mut self, out: &Resident, i: usize, read_back: &mut u64) -> Result<u32> {
+        Ok(match out {
+            Resident::Host(o) => self.sample(o.row(i)),
+            Resident::Device(o) if self.is_greedy() => o.argmax(read_back)?[i],
+            Resident::Device(o) => {
+                let u = self.rng.random::<f64>();
+                o.sample_row(i, self.temperature, u, read_back)?
+            }
+        })
+    }
+}
+
+/// The argmax of every row of a forward pass's logits, computed where they are.
+///
+/// # Errors
+/// A device read-back failure.
+pub fn argmax_resident(out: &Resident, read_back: &mut u64) -> Result<Vec<u32>> {
+    Ok(match out {
+        Resident::Host(o) => (0..o.rows).map(|i| argmax(o.row(i))).collect(),
+        Resident::Device(o) => o.argmax(read_back)?,
+    })
 }
 
 #[cfg(test)]

@@ -69,8 +69,18 @@ const TREE_METHODS: [Method; 10] = [
 ];
 
 fn run(target: &Model, drafter: &Drafter, method: Method, prompt: &[u32], cfg: &GenerateConfig) -> Vec<u32> {
+    run_generation(target, drafter, method, prompt, cfg).tokens
+}
+
+fn run_generation(
+    target: &Model,
+    drafter: &Drafter,
+    method: Method,
+    prompt: &[u32],
+    cfg: &GenerateConfig,
+) -> bastion_decode::Generation {
     if method == Method::Ar {
-        return generate(target, None, prompt, cfg).unwrap().tokens;
+        return generate(target, None, prompt, cfg).unwrap();
     }
     let mut p = policy(method);
     let cfg = GenerateConfig { skip_draft: method.skips_draft(), ..cfg.clone() };
@@ -78,7 +88,7 @@ fn run(target: &Model, drafter: &Drafter, method: Method, prompt: &[u32], cfg: &
     if method.skips_draft() && g.rounds.len() > bastion_decode::skip::WARMUP_DRAFTS {
         assert!(!g.rounds[bastion_decode::skip::WARMUP_DRAFTS].drafted, "the AR step that measures t_ar");
     }
-    g.tokens
+    g
 }
 
 proptest! {
@@ -278,8 +288,16 @@ fn every_method_equals_greedy_ar_in_f16_on_wgpu() {
         let cfg = GenerateConfig { max_new_tokens: 24, stop_tokens: vec![0], ..GenerateConfig::default() };
         let ar = run(&target, &drafter, Method::Ar, prompt, &cfg);
         assert!(!ar.is_empty());
+        let vocab = target.config().vocab_size as u64;
         for m in TREE_METHODS {
-            assert_eq!(run(&target, &drafter, m, prompt, &cfg), ar, "{m} in f16 on wgpu");
+            let g = run_generation(&target, &drafter, m, prompt, &cfg);
+            assert_eq!(g.tokens, ar, "{m} in f16 on wgpu");
+            // Device-resident rounds: token ids and candidate lists come
+            // back, never the verified tree's logits.
+            for r in &g.rounds {
+                assert!(r.read_back_bytes > 0, "{m}: a wgpu round reads its token ids back");
+                assert!(r.read_back_bytes < r.tree_size as u64 * vocab * 4, "{m}: {r:?} read its logits back");
+            }
         }
     }
 }

@@ -13,6 +13,7 @@ use crate::cpu_layer::{rms_norm_rows, HostRope};
 use crate::error::{ModelError, Result};
 use crate::layer::{decoder_layer, key_values, LayerShape};
 use crate::model::{attention, host, rms_norm, rope_tables, ForwardOutput, Layer, Linear, Model};
+use crate::resident::{ContextFeatures, DraftLogits};
 use crate::weights::{HostTensor, SafetensorsSource, WeightSource};
 
 /// A DFlash drafter's configuration (`config.json` of a z-lab checkpoint).
@@ -444,6 +445,36 @@ impl DraftSession<'_> {
     /// # Errors
     /// As [`DraftSession::draft`].
     pub fn draft_rows(&mut self, target: &Model, features: &[f32], root: u32, rows: usize) -> Result<Vec<f32>> {
+        match self.draft_rows_in(target, Feats::Host(features), root, rows)? {
+            DraftLogits::Host(v) => Ok(v),
+            DraftLogits::Device(t) => host(*t),
+        }
+    }
+
+    /// As [`DraftSession::draft_rows`], with the context features where the
+    /// target left them ([`crate::Resident::features`]) and the draft
+    /// logits `[rows, vocab]` left where they were computed: on a GPU
+    /// backend neither crosses to the host (the candidate lists are taken
+    /// on the device, `bastion-decode`).
+    ///
+    /// # Errors
+    /// As [`DraftSession::draft`].
+    pub fn draft_rows_resident(
+        &mut self,
+        target: &Model,
+        features: &ContextFeatures,
+        root: u32,
+        rows: usize,
+    ) -> Result<DraftLogits> {
+        let feats = match features {
+            ContextFeatures::Host(v) => Feats::Host(v),
+            ContextFeatures::Device(Some(t)) => Feats::Device(t),
+            ContextFeatures::Device(None) => Feats::Host(&[]),
+        };
+        self.draft_rows_in(target, feats, root, rows)
+    }
+
+    fn draft_rows_in(&mut self, target: &Model, features: Feats<'_>, root: u32, rows: usize) -> Result<DraftLogits> {
         let b = self.drafter.cfg.block_size;
         let rows = rows.clamp(1, b - 1);
         let pruned = self.drafter.vocab.as_ref().map(|v| &v.head);
@@ -451,17 +482,17 @@ impl DraftSession<'_> {
             BlockOut::Host(out) => {
                 let h = self.drafter.cfg.model.hidden_size;
                 let x = &out[h..(1 + rows) * h];
-                Ok(match pruned {
+                Ok(DraftLogits::Host(match pruned {
                     Some(head) => head.forward_host(x, rows),
                     None => target.lm_head_host(x, rows),
-                })
+                }))
             }
             BlockOut::Burn(out) => {
                 let x = out.narrow(0, 1, rows);
-                host(match pruned {
+                Ok(DraftLogits::Device(Box::new(match pruned {
                     Some(head) => head.forward(x),
                     None => target.lm_head(x),
-                })
+                })))
             }
         }
     }
@@ -473,7 +504,7 @@ impl DraftSession<'_> {
     /// As [`DraftSession::draft`].
     pub fn draft_with_hidden(&mut self, target: &Model, features: &[f32], root: u32) -> Result<(Vec<f32>, Vec<f32>)> {
         let b = self.drafter.cfg.block_size;
-        match self.run_block(target, features, root)? {
+        match self.run_block(target, Feats::Host(features), root)? {
             BlockOut::Host(out) => {
                 let h = self.drafter.cfg.model.hidden_size;
                 let logits = target.lm_head_host(&out[h..], b - 1);
@@ -486,17 +517,23 @@ impl DraftSession<'_> {
         }
     }
 
-    fn run_block(&mut self, target: &Model, features: &[f32], root: u32) -> Result<BlockOut> {
+    fn run_block(&mut self, target: &Model, features: Feats<'_>, root: u32) -> Result<BlockOut> {
         let d = self.drafter;
         let m = &d.cfg.model;
         let width = d.cfg.target_layer_ids.len() * m.hidden_size;
-        if !features.len().is_multiple_of(width) {
-            return Err(ModelError::Shape(format!(
-                "context features hold {} values, not a multiple of K·H = {width}",
-                features.len()
-            )));
-        }
-        let n = features.len() / width;
+        let n = match features {
+            Feats::Host(f) if f.len().is_multiple_of(width) => f.len() / width,
+            Feats::Host(f) => {
+                return Err(ModelError::Shape(format!(
+                    "context features hold {} values, not a multiple of K·H = {width}",
+                    f.len()
+                )))
+            }
+            Feats::Device(t) if t.dims()[1] == width => t.dims()[0],
+            Feats::Device(t) => {
+                return Err(ModelError::Shape(format!("context features are {:?}, not [n, K·H = {width}]", t.dims())))
+            }
+        };
         let b = d.cfg.block_size;
         let start = self.len + n;
         let mut block = vec![d.cfg.mask_token_id; b];
@@ -506,6 +543,14 @@ impl DraftSession<'_> {
         let shape = LayerShape::of(m);
         let (keys, values) = match &mut self.cache {
             DraftCache::Host(kv) => {
+                let read;
+                let features = match features {
+                    Feats::Host(f) => f,
+                    Feats::Device(t) => {
+                        read = host(t.clone())?;
+                        &read
+                    }
+                };
                 let out = host_block(d, kv, host(x)?, features, self.len, n, &blk_pos, shape)?;
                 self.len = start;
                 return Ok(BlockOut::Host(out));
@@ -516,7 +561,10 @@ impl DraftSession<'_> {
         let (cos_b, sin_b) = rope_tables(&d.inv_freq, &blk_pos, &d.device);
         let ctx = if n > 0 {
             let ctx_pos: Vec<usize> = (self.len..start).collect();
-            let f = Tensor::<2>::from_data(TensorData::new(features.to_vec(), [n, width]), &d.device);
+            let f = match features {
+                Feats::Host(f) => Tensor::<2>::from_data(TensorData::new(f.to_vec(), [n, width]), &d.device),
+                Feats::Device(t) => t.clone(),
+            };
             Some((rms_norm(d.fc.forward(f), &d.hidden_norm, shape.eps), rope_tables(&d.inv_freq, &ctx_pos, &d.device)))
         } else {
             None
@@ -550,6 +598,15 @@ impl DraftSession<'_> {
         self.len = start;
         Ok(BlockOut::Burn(Box::new(rms_norm(x, &d.norm, shape.eps))))
     }
+}
+
+/// Context features as [`DraftSession::run_block`] reads them.
+#[derive(Clone, Copy)]
+enum Feats<'a> {
+    /// `[n, K·H]` row-major in host memory.
+    Host(&'a [f32]),
+    /// `[n, K·H]` on the drafter's device.
+    Device(&'a Tensor<2>),
 }
 
 /// A drafted block's output states `[B, hidden]` (after the final norm).

@@ -26,6 +26,7 @@ mod linear;
 pub mod loader;
 pub mod model;
 pub mod peak;
+pub mod resident;
 mod session;
 mod weight_dtype;
 
@@ -52,5 +53,6 @@ pub use loader::{
 };
 pub use model::{ForwardOutput, Model, Session, TREE_ATTENTION_ENV};
 pub use peak::{measure_peak, PeakMeasurement, PeakOptions};
+pub use resident::{ContextFeatures, DeviceOutput, DeviceRows, DraftLogits, Resident};
 pub use tokenizer::Tokenizer;
 pub use weights::{GgufSource, HostTensor, MemorySource, RandomSource, SafetensorsSource, WeightSource};

@@ -12,6 +12,7 @@ use crate::cpu_layer::{rms_norm_rows, HostRope};
 use crate::error::{ModelError, Result};
 use crate::layer::{decoder_layer, LayerShape};
 use crate::model::{attention, host, last_max, ForwardOutput, Model};
+use crate::resident::{DeviceOutput, Resident};
 
 impl Model {
     /// [`Model::greedy`] for several prompts at once: each prompt is
@@ -222,6 +223,15 @@ impl<'m> Session<'m> {
     /// [`ModelError::Usage`] for an empty prompt, an uncommitted tree or an id
     /// out of the vocabulary; [`ModelError::Shape`] for a hidden index > `num_layers`.
     pub fn prefill(&mut self, tokens: &[u32], hidden: &[usize]) -> Result<ForwardOutput> {
+        self.prefill_with(tokens, hidden, false)?.into_host(&mut 0)
+    }
+
+    /// As [`Session::prefill`], leaving the logits and hidden states where
+    /// they were computed ([`Resident`]: device tensors on the Burn backends).
+    ///
+    /// # Errors
+    /// As [`Session::prefill`].
+    pub fn prefill_resident(&mut self, tokens: &[u32], hidden: &[usize]) -> Result<Resident> {
         self.prefill_with(tokens, hidden, false)
     }
 
@@ -230,10 +240,10 @@ impl<'m> Session<'m> {
     /// # Errors
     /// As [`Session::prefill`].
     pub fn prefill_all_logits(&mut self, tokens: &[u32], hidden: &[usize]) -> Result<ForwardOutput> {
-        self.prefill_with(tokens, hidden, true)
+        self.prefill_with(tokens, hidden, true)?.into_host(&mut 0)
     }
 
-    fn prefill_with(&mut self, tokens: &[u32], hidden: &[usize], all_logits: bool) -> Result<ForwardOutput> {
+    fn prefill_with(&mut self, tokens: &[u32], hidden: &[usize], all_logits: bool) -> Result<Resident> {
         if tokens.is_empty() {
             return Err(ModelError::Usage("prefill needs at least one token".into()));
         }
@@ -254,6 +264,16 @@ impl<'m> Session<'m> {
     /// # Errors
     /// [`ModelError::Usage`] as for [`Session::prefill`].
     pub fn verify(&mut self, tree: &DraftTree, hidden: &[usize]) -> Result<ForwardOutput> {
+        self.verify_resident(tree, hidden)?.into_host(&mut 0)
+    }
+
+    /// As [`Session::verify`], leaving the logits `[1 + n, vocab]` and the
+    /// hidden states where they were computed ([`Resident`]): a round on a
+    /// GPU reads back only what its walk needs.
+    ///
+    /// # Errors
+    /// As [`Session::verify`].
+    pub fn verify_resident(&mut self, tree: &DraftTree, hidden: &[usize]) -> Result<Resident> {
         self.check_idle()?;
         let positions = tree.positions(self.len);
         let out = self.forward(tree.tokens(), &positions, Visibility::Tree(tree), hidden, true)?;
@@ -339,7 +359,7 @@ impl<'m> Session<'m> {
         vis: Visibility<'_>,
         hidden: &[usize],
         all_logits: bool,
-    ) -> Result<ForwardOutput> {
+    ) -> Result<Resident> {
         let m = self.model;
         let cfg = &m.cfg;
         if let Some(bad) = hidden.iter().find(|&&h| h > cfg.num_layers) {
@@ -352,7 +372,9 @@ impl<'m> Session<'m> {
         let total = past + t;
         let shape = LayerShape::of(cfg);
         let (keys, values) = match &mut self.cache {
-            Cache::Host(kv) => return host_forward(m, kv, tokens, positions, past, vis, hidden, all_logits),
+            Cache::Host(kv) => {
+                return host_forward(m, kv, tokens, positions, past, vis, hidden, all_logits).map(Resident::Host)
+            }
             Cache::Burn { keys, values } => (keys, values),
         };
         let (cos, sin) = m.rope_tables(positions);
@@ -426,13 +448,11 @@ impl<'m> Session<'m> {
         let rows = if all_logits { t } else { 1 };
         let last = if all_logits { normed } else { normed.narrow(0, t - 1, 1) };
         let logits = m.lm_head(last);
-        let to_vec = host;
-        let mut hidden_out = Vec::with_capacity(hidden.len());
-        for want in hidden {
-            let (_, x) = taps.iter().find(|(i, _)| i == want).expect("every requested index was tapped");
-            hidden_out.push(to_vec(x.clone())?);
-        }
-        Ok(ForwardOutput { logits: to_vec(logits)?, rows, hidden: hidden_out })
+        let hidden = hidden
+            .iter()
+            .map(|want| taps.iter().find(|(i, _)| i == want).expect("every requested index was tapped").1.clone())
+            .collect();
+        Ok(Resident::Device(Box::new(DeviceOutput { logits, rows, hidden })))
     }
 }
 

@@ -1,5 +1,6 @@
 //! Best-first draft-tree construction (DDTree `build_ddtree_tree`).
 
+use crate::candidates::{CandidateLists, DraftCandidates};
 use crate::error::Result;
 use crate::policy::{BudgetPolicy, TieBreak};
 use crate::topk::TopK;
@@ -41,31 +42,35 @@ pub fn build_tree<P: BudgetPolicy + ?Sized>(
     grow(topk, root_token, context_len, policy).0
 }
 
-/// [`build_tree`], also telling whether the tree reached the end of a
-/// candidate list shorter than the policy asks for (a node of rank
-/// `topk.k() − 1` was inserted while `topk.k() < policy.top_k()`): only then
-/// could a longer list have changed the tree.
-fn grow<P: BudgetPolicy + ?Sized>(
-    topk: &TopK,
+/// [`build_tree`] over candidate lists of any per-depth length, also
+/// telling which depths' lists the tree reached the end of while they are
+/// shorter than the policy asks for and not already the longest the
+/// source has ([`CandidateLists::complete`]): only a longer list at such a
+/// depth could have changed the tree. `reached_end[d − 1]` is depth `d`'s.
+pub(crate) fn grow<L: CandidateLists + ?Sized, P: BudgetPolicy + ?Sized>(
+    lists: &L,
     root_token: u32,
     context_len: usize,
     policy: &mut P,
-) -> (DraftTree, bool) {
+) -> (DraftTree, Vec<bool>) {
     policy.begin_round(context_len);
     let max_nodes = policy.max_nodes();
-    let k = policy.top_k().min(topk.k());
-    let short = topk.k() < policy.top_k();
-    let mut reached_end = false;
-    let depth_limit = topk.depth();
-    let mut tree = DraftTree::with_capacity(root_token, max_nodes.min(depth_limit * k));
-    if depth_limit == 0 || k == 0 || max_nodes == 0 {
+    let depth_limit = lists.depth();
+    let want = policy.top_k();
+    // Candidates at depth d: k[d − 1]; short: a longer list could exist.
+    let k: Vec<usize> = (1..=depth_limit).map(|d| want.min(lists.len(d))).collect();
+    let short: Vec<bool> = (1..=depth_limit).map(|d| lists.len(d) < want && !lists.complete(d)).collect();
+    let mut reached_end = vec![false; depth_limit];
+    let widest = k.iter().copied().max().unwrap_or(0);
+    let mut tree = DraftTree::with_capacity(root_token, max_nodes.min(depth_limit * widest));
+    if depth_limit == 0 || k[0] == 0 || max_nodes == 0 {
         let keep = policy.finish(0);
         tree.truncate(keep);
-        return (tree, false);
+        return (tree, reached_end);
     }
     let mut heap = CandidateHeap { items: Vec::with_capacity(2 * max_nodes.min(4096) + 2), tie: policy.tie_break() };
     let mut seq = 1; // the root is candidate 0 in BASTION's numbering
-    heap.push(Candidate { log_w: f64::from(topk.log_prob(1, 0)), parent: 0, depth: 1, rank: 0, seq }, &tree);
+    heap.push(Candidate { log_w: f64::from(lists.log_prob(1, 0)), parent: 0, depth: 1, rank: 0, seq }, &tree);
     let mut nodes = 0;
     while nodes < max_nodes {
         let Some(c) = heap.pop(&tree) else { break };
@@ -73,21 +78,21 @@ fn grow<P: BudgetPolicy + ?Sized>(
             break;
         }
         let (d, r) = (c.depth as usize, c.rank as usize);
-        let idx = tree.push(topk.token(d, r), c.parent as usize, c.rank, c.log_w);
+        let idx = tree.push(lists.token(d, r), c.parent as usize, c.rank, c.log_w);
         nodes += 1;
         // BASTION creates the child before the sibling; the creation ids
         // (`seq`) only matter under `TieBreak::CreationOrder`.
-        if d < depth_limit {
+        if d < depth_limit && k[d] > 0 {
             seq += 1;
-            let log_w = c.log_w + f64::from(topk.log_prob(d + 1, 0));
+            let log_w = c.log_w + f64::from(lists.log_prob(d + 1, 0));
             heap.push(Candidate { log_w, parent: idx as u32, depth: c.depth + 1, rank: 0, seq }, &tree);
         }
-        if r + 1 == k && short {
-            reached_end = true;
+        if r + 1 == k[d - 1] && short[d - 1] {
+            reached_end[d - 1] = true;
         }
-        if r + 1 < k {
+        if r + 1 < k[d - 1] {
             seq += 1;
-            let log_w = c.log_w - f64::from(topk.log_prob(d, r)) + f64::from(topk.log_prob(d, r + 1));
+            let log_w = c.log_w - f64::from(lists.log_prob(d, r)) + f64::from(lists.log_prob(d, r + 1));
             heap.push(Candidate { log_w, parent: c.parent, depth: c.depth, rank: c.rank + 1, seq }, &tree);
         }
     }
@@ -107,10 +112,10 @@ pub const FIRST_TOP_K: usize = 32;
 /// taken lazily: first the top-[`FIRST_TOP_K`] of each row (a cost-aware
 /// policy asks for up to 1024, while its trees hold a handful of nodes per
 /// depth, and selecting 1024 of 49K logits per row cost milliseconds);
-/// only when the tree reaches the end of such a list is it grown again from
-/// the full lists. A policy starts each round afresh in
-/// [`BudgetPolicy::begin_round`], so the second growth is the same as if it
-/// were the only one.
+/// only when the tree reaches the end of such a list is that depth's list
+/// taken in full and the tree grown again ([`DraftCandidates`]). A policy
+/// starts each round afresh in [`BudgetPolicy::begin_round`], so the last
+/// growth is the same as if it were the only one.
 ///
 /// # Errors
 /// As [`TopK::from_logits`] (shape, non-finite logits).
@@ -143,86 +148,6 @@ pub fn build_tree_from_draft_logits<P: BudgetPolicy + ?Sized>(
     policy: &mut P,
 ) -> Result<DraftTree> {
     DraftCandidates::new(logits, depth, vocab, token_map, policy.top_k())?.build_tree(root_token, context_len, policy)
-}
-
-/// One round's draft logits with the first candidate lists taken from them:
-/// the top-`min(top_k, FIRST_TOP_K)` of every row (log-probabilities over
-/// the whole row). Splitting this step from growing the tree lets the
-/// decoding loop count it as drafting (the drafter's output, as the draft
-/// LM head is) and the growth alone as tree building.
-#[derive(Debug)]
-pub struct DraftCandidates<'a> {
-    logits: &'a [f32],
-    depth: usize,
-    vocab: usize,
-    token_map: Option<&'a [u32]>,
-    top_k: usize,
-    first: TopK,
-}
-
-impl<'a> DraftCandidates<'a> {
-    /// Takes the first candidate lists of a row-major `[depth, vocab]`
-    /// draft-logit matrix for a policy that asks for `top_k` per depth
-    /// ([`BudgetPolicy::top_k`]; 0 counts as 1). `token_map` as in
-    /// [`build_tree_from_draft_logits`].
-    ///
-    /// # Errors
-    /// As [`TopK::from_logits`] (shape, non-finite logits);
-    /// [`crate::TreeError::Shape`] when `token_map` does not have `vocab`
-    /// entries.
-    pub fn new(
-        logits: &'a [f32],
-        depth: usize,
-        vocab: usize,
-        token_map: Option<&'a [u32]>,
-        top_k: usize,
-    ) -> Result<Self> {
-        if let Some(map) = token_map.filter(|m| m.len() != vocab) {
-            return Err(crate::TreeError::Shape {
-                what: "draft vocabulary map",
-                expected: format!("{vocab} entries, one per draft-logit column"),
-                actual: format!("{} entries", map.len()),
-            });
-        }
-        let top_k = top_k.max(1);
-        let first = Self::candidates(logits, depth, vocab, token_map, top_k.min(FIRST_TOP_K))?;
-        Ok(Self { logits, depth, vocab, token_map, top_k, first })
-    }
-
-    fn candidates(logits: &[f32], depth: usize, vocab: usize, map: Option<&[u32]>, k: usize) -> Result<TopK> {
-        let mut topk = TopK::from_logits(logits, depth, vocab, k)?;
-        if let Some(map) = map {
-            topk.map_tokens(map)?;
-        }
-        Ok(topk)
-    }
-
-    /// The first candidate lists (`[depth, min(top_k, FIRST_TOP_K)]`).
-    pub fn first(&self) -> &TopK {
-        &self.first
-    }
-
-    /// Grows the draft tree ([`build_tree`]) from the first lists; when the
-    /// tree reaches the end of one (and the policy asks for more), grows it
-    /// again from the full top-`top_k` lists, so the result is always the
-    /// tree the full lists give. `policy.top_k()` should be the `top_k`
-    /// these candidates were taken for.
-    ///
-    /// # Errors
-    /// As [`TopK::from_logits`], for the full lists.
-    pub fn build_tree<P: BudgetPolicy + ?Sized>(
-        &self,
-        root_token: u32,
-        context_len: usize,
-        policy: &mut P,
-    ) -> Result<DraftTree> {
-        let (tree, reached_end) = grow(&self.first, root_token, context_len, policy);
-        if !reached_end || self.first.k() >= self.vocab {
-            return Ok(tree);
-        }
-        let full = Self::candidates(self.logits, self.depth, self.vocab, self.token_map, self.top_k)?;
-        Ok(build_tree(&full, root_token, context_len, policy))
-    }
 }
 
 /// Binary max-heap whose order on exact ties needs the tree (rank paths).

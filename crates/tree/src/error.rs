@@ -31,6 +31,9 @@ pub enum TreeError {
     /// A cost-model fit could not be computed from the given samples.
     #[error("cost-model fit failed: {0}")]
     Fit(String),
+    /// A [`crate::DraftRows`] source failed (e.g. reading a device's top-k back).
+    #[error("draft candidates: {0}")]
+    Source(String),
 }
 
 /// Shorthand for `Result<T, TreeError>`.

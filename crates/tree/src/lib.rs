@@ -42,6 +42,7 @@
 mod bastion;
 mod builder;
 mod caddtree;
+mod candidates;
 mod convex;
 mod error;
 mod online;
@@ -52,8 +53,9 @@ mod tree;
 mod walk;
 
 pub use bastion::{Bastion, BastionConfig, BucketMode};
-pub use builder::{build_tree, build_tree_from_draft_logits, build_tree_from_logits, DraftCandidates, FIRST_TOP_K};
+pub use builder::{build_tree, build_tree_from_draft_logits, build_tree_from_logits, FIRST_TOP_K};
 pub use caddtree::{CaddTree, ConvexCostModel, RoundCostModel, VerifyProfile};
+pub use candidates::{CandidateList, DraftCandidates, DraftRows, HostRows};
 pub use convex::fit_convex_monotone;
 pub use error::{Result, TreeError};
 pub use online::{OnlineConfig, OnlineRoofline};
