@@ -4,14 +4,17 @@
 #![warn(missing_docs)]
 
 pub mod check;
+mod draft;
 mod error;
 pub mod figures;
 pub mod runner;
 pub mod spec;
+pub mod stats;
 pub mod store;
 pub mod tables;
 
+pub use draft::{DraftBastion, DraftDatasets, DraftModel, ExperimentDraft};
 pub use error::{FieldError, OutputError};
 pub use runner::{check_lossless, plan, run, RunError, RunEvent, RunOptions, Sample, Shard};
-pub use spec::{DraftBastion, DraftDatasets, DraftModel, Experiment, ExperimentDraft, ModelPair, SpecError};
+pub use spec::{Experiment, ModelPair, SpecError};
 pub use store::{merge_shards, SampleRecord, SampleStore, StoreError};

@@ -80,7 +80,9 @@ pub fn round_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
 }
 
 /// Per (model, dataset, method, temperature): `samples, tau, tau_std,
-/// tpot_s, ar_tpot_s, speedup, budget_mean, budget_std, draft_ms,
+/// tpot_s, ar_tpot_s, speedup`, the intervals of [`interval_frame`]
+/// (`prompts, tau_lo, tau_hi, speedup_lo, speedup_hi, tau_seed_std,
+/// speedup_seed_std`), `budget_mean, budget_std, draft_ms,
 /// build_ms, verify_ms, commit_ms, identical, ddtree_budget`, plus the
 /// `ddtree-oracle` rows; in record order. The `*_ms` columns are the mean
 /// time per round of each phase (drafting incl. the draft LM head and
@@ -130,6 +132,7 @@ pub fn summary_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
     ]);
     let table = per
         .join(budgets, keys(), keys(), left())
+        .join(interval_frame(records)?.lazy(), keys(), keys(), left())
         .with_columns([(col("ar_tpot_s") / col("paired_tpot_s")).alias("speedup")])
         .sort(["order"], SortMultipleOptions::default())
         .select([
@@ -143,6 +146,13 @@ pub fn summary_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
             col("tpot_s"),
             col("ar_tpot_s"),
             col("speedup"),
+            col("prompts"),
+            col("tau_lo"),
+            col("tau_hi"),
+            col("speedup_lo"),
+            col("speedup_hi"),
+            col("tau_seed_std"),
+            col("speedup_seed_std"),
             col("budget_mean"),
             col("budget_std"),
             col("draft_ms"),
@@ -165,6 +175,112 @@ pub fn summary_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
     concat([table, oracle], UnionArgs::default())?.collect()
 }
 
+/// Per (model, dataset, method, temperature): `prompts` (distinct prompts),
+/// the 95 % bootstrap intervals of τ (`tau_lo`, `tau_hi`, the prompt's
+/// mean over seeds resampled) and of the paired speedup (`speedup_lo`,
+/// `speedup_hi`: each prompt's AR and method TPOT, means over the seeds
+/// both ran, resampled together; see [`crate::stats`]), and with several
+/// seeds the standard deviation over seeds of the per-seed τ and speedup
+/// (`tau_seed_std`, `speedup_seed_std`; null with one seed). Intervals are
+/// null where there is nothing to resample (no AR pairs for a speedup).
+///
+/// # Errors
+/// Polars errors (none expected).
+pub fn interval_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
+    use std::collections::BTreeMap;
+    /// τ of a group's samples and their (AR TPOT, method TPOT) pairs.
+    type TausAndPairs = (Vec<f64>, Vec<(f64, f64)>);
+    type Key = (String, &'static str, String, u64);
+    let key = |r: &SampleRecord| (r.model.clone(), r.dataset.as_str(), r.method.to_string(), r.temperature.to_bits());
+    // AR TPOT per (model, dataset, prompt, T, seed).
+    let ar: BTreeMap<(String, &str, &str, u64, u64), f64> = records
+        .iter()
+        .filter(|r| r.method == Method::Ar)
+        .map(|r| {
+            ((r.model.clone(), r.dataset.as_str(), r.prompt_id.as_str(), r.temperature.to_bits(), r.seed), r.tpot_s)
+        })
+        .collect();
+    let mut groups: Vec<(Key, Vec<&SampleRecord>)> = Vec::new();
+    for r in records {
+        match groups.iter_mut().find(|(k, _)| *k == key(r)) {
+            Some((_, g)) => g.push(r),
+            None => groups.push((key(r), vec![r])),
+        }
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let std = |v: &[f64]| {
+        (v.len() > 1).then(|| {
+            let m = mean(v);
+            (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64).sqrt()
+        })
+    };
+    let mut cols: [Vec<Option<f64>>; 6] = Default::default();
+    let (mut model, mut dataset, mut method, mut temperature, mut prompts) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for ((m, d, meth, t), g) in &groups {
+        // Per prompt: τ over seeds, and (AR, method) TPOT over the seeds both ran.
+        let mut by_prompt: BTreeMap<&str, TausAndPairs> = BTreeMap::new();
+        let mut by_seed: BTreeMap<u64, TausAndPairs> = BTreeMap::new();
+        for r in g {
+            let pair = ar.get(&(m.clone(), *d, r.prompt_id.as_str(), *t, r.seed)).map(|&a| (a, r.tpot_s));
+            for (taus, pairs) in
+                [by_prompt.entry(r.prompt_id.as_str()).or_default(), by_seed.entry(r.seed).or_default()]
+            {
+                taus.push(r.tau);
+                pairs.extend(pair);
+            }
+        }
+        let prompt_tau: Vec<f64> = by_prompt.values().map(|(taus, _)| mean(taus)).collect();
+        let prompt_pairs: Vec<(f64, f64)> = by_prompt
+            .values()
+            .filter(|(_, pairs)| !pairs.is_empty())
+            .map(|(_, pairs)| {
+                (
+                    mean(&pairs.iter().map(|p| p.0).collect::<Vec<_>>()),
+                    mean(&pairs.iter().map(|p| p.1).collect::<Vec<_>>()),
+                )
+            })
+            .collect();
+        let tau_ci = crate::stats::mean_interval(&prompt_tau);
+        let speedup_ci = crate::stats::speedup_interval(&prompt_pairs);
+        let seed_tau: Vec<f64> = by_seed.values().map(|(taus, _)| mean(taus)).collect();
+        let seed_speedup: Vec<f64> = by_seed
+            .values()
+            .filter(|(_, p)| !p.is_empty())
+            .map(|(_, p)| p.iter().map(|x| x.0).sum::<f64>() / p.iter().map(|x| x.1).sum::<f64>())
+            .collect();
+        for (c, v) in cols.iter_mut().zip([
+            tau_ci.map(|i| i.lo),
+            tau_ci.map(|i| i.hi),
+            speedup_ci.map(|i| i.lo),
+            speedup_ci.map(|i| i.hi),
+            std(&seed_tau),
+            std(&seed_speedup),
+        ]) {
+            c.push(v);
+        }
+        model.push(m.clone());
+        dataset.push(*d);
+        method.push(meth.clone());
+        temperature.push(f64::from_bits(*t));
+        prompts.push(by_prompt.len() as u64);
+    }
+    let [tau_lo, tau_hi, speedup_lo, speedup_hi, tau_seed_std, speedup_seed_std] = cols;
+    df!(
+        "model" => model,
+        "dataset" => dataset,
+        "method" => method,
+        "temperature" => temperature,
+        "prompts" => prompts,
+        "tau_lo" => tau_lo,
+        "tau_hi" => tau_hi,
+        "speedup_lo" => speedup_lo,
+        "speedup_hi" => speedup_hi,
+        "tau_seed_std" => tau_seed_std,
+        "speedup_seed_std" => speedup_seed_std,
+    )
+}
+
 /// One cell of a results table.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Cell {
@@ -172,6 +288,12 @@ pub struct Cell {
     pub tau: f64,
     /// Speedup vs AR.
     pub speedup: f64,
+    /// Half the 95 % bootstrap interval of τ over prompts (NaN when undefined).
+    pub tau_pm: f64,
+    /// Half the 95 % bootstrap interval of the paired speedup (NaN when undefined).
+    pub speedup_pm: f64,
+    /// Distinct prompts behind the cell.
+    pub prompts: u64,
     /// Mean budget (drafted nodes per round).
     pub budget: f64,
     /// Budget standard deviation over rounds.
@@ -235,6 +357,10 @@ pub fn tables(summary: &DataFrame) -> PolarsResult<Vec<Table>> {
     let (temperature, tau, speedup) = (num("temperature")?, num("tau")?, num("speedup")?);
     let (budget, budget_std, tpot) = (num("budget_mean")?, num("budget_std")?, num("tpot_s")?);
     let phases = [num("draft_ms")?, num("build_ms")?, num("verify_ms")?, num("commit_ms")?];
+    let (tau_lo, tau_hi) = (num("tau_lo")?, num("tau_hi")?);
+    let (speedup_lo, speedup_hi) = (num("speedup_lo")?, num("speedup_hi")?);
+    let prompts = summary.column("prompts")?.u64()?;
+    let prompts: Vec<u64> = (0..prompts.len()).map(|i| prompts.get(i).unwrap_or(0)).collect();
     let grid = summary.column("ddtree_budget")?.u32()?;
     let grid_budget: Vec<Option<u32>> = (0..grid.len()).map(|i| grid.get(i)).collect();
     let mut out: Vec<Table> = Vec::new();
@@ -280,6 +406,9 @@ pub fn tables(summary: &DataFrame) -> PolarsResult<Vec<Table>> {
                     idx.iter().find(|&&i| method[i] == m && &dataset[i] == d).map(|&i| Cell {
                         tau: tau[i],
                         speedup: speedup[i],
+                        tau_pm: (tau_hi[i] - tau_lo[i]) / 2.0,
+                        speedup_pm: (speedup_hi[i] - speedup_lo[i]) / 2.0,
+                        prompts: prompts[i],
                         budget: budget[i],
                         budget_std: budget_std[i],
                         tpot_ms: tpot[i] * 1e3,
@@ -345,6 +474,12 @@ pub fn render(template: &Path, experiment: &str, tables: &[Table]) -> Result<Str
         (true, _) => format!("{v:.2}×"),
         (false, "tex") => "--".to_string(),
         (false, _) => "–".to_string(),
+    });
+    // `± x` after a value (md: ` ± 0.05`; tex: `{\scriptstyle\pm 0.05}`), nothing when undefined.
+    env.add_filter("pm", |v: f64, digits: usize, kind: String| match (v.is_finite(), kind.as_str()) {
+        (true, "tex") => format!("{{\\scriptstyle\\pm {v:.digits$}}}"),
+        (true, _) => format!(" ± {v:.digits$}"),
+        (false, _) => String::new(),
     });
     // LaTeX specials in names.
     env.add_filter("tex", |v: String| {

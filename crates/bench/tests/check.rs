@@ -89,6 +89,9 @@ fn rows_come_from_tables_without_the_oracle() {
         Some(Cell {
             tau,
             speedup,
+            tau_pm: 0.1,
+            speedup_pm: 0.05,
+            prompts: 4,
             budget: 4.0,
             budget_std: 0.0,
             tpot_ms: 10.0,

@@ -118,9 +118,14 @@ fn summary_agrees_with_the_records() {
 
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../paper_tables/templates");
     let md = render(std::path::Path::new(&format!("{root}/results.md.j2")), "unit", &t).unwrap();
-    assert!(md.contains("| ddtree-oracle (4/8) | 2.50 | 2.50× | 4.0 | 4.0 ± 0.0 |"), "{md}");
-    assert!(md.contains("| bastion | 3.00 | 2.00× | 5.0 | 4.0 ± 2.0 |"), "{md}");
-    assert!(md.contains("| dflash | 3.00 | 1.67× | 6.0 | 7.0 ± 0.0 | – | – | – | – | – | – |"), "{md}");
+    // Both prompts of a cell agree, so every interval is ± 0.00; n = 2 prompts (AR: 3).
+    assert!(md.contains("| ddtree-oracle (4/8) | 2.50 ± 0.00 | 2.50× ± 0.00 | 4.0 | 4.0 ± 0.0 | 2 |"), "{md}");
+    assert!(md.contains("| bastion | 3.00 ± 0.00 | 2.00× ± 0.00 | 5.0 | 4.0 ± 2.0 | 2 |"), "{md}");
+    assert!(
+        md.contains("| dflash | 3.00 ± 0.00 | 1.67× ± 0.00 | 6.0 | 7.0 ± 0.0 | 2 | – | – | – | – | – | – | – |"),
+        "{md}"
+    );
+    assert!(md.contains("| ar | 1.00 ± 0.00 | 1.00× ± 0.00 | 173.3 | 0.0 ± 0.0 | 3 |"), "{md}");
     // The phase table: bastion on gsm8k verifies trees of 3 and 7 tokens at 1 ms each.
     // Each row on a line of its own (a template line ending in a block tag loses its newline).
     assert!(md.lines().any(|l| l.starts_with("| bastion | 1.00 | 0.00 | 5.00 | 0.50 |")), "{md}");
@@ -129,7 +134,10 @@ fn summary_agrees_with_the_records() {
     let tex = render(std::path::Path::new(&format!("{root}/results.tex.j2")), "unit_test", &t).unwrap();
     assert!(tex.contains("\\toprule") && tex.contains("\\bottomrule"), "{tex}");
     assert!(
-        tex.contains("ddtree-oracle (4/8) & 2.50 & 2.50$\\times$ & 3.50 & 1.25$\\times$ & 3.00 & 1.88$\\times$"),
+        tex.contains(
+            "ddtree-oracle (4/8) & 2.50{\\scriptstyle\\pm 0.00} & 2.50$\\times${\\scriptstyle\\pm 0.00} & \
+             3.50{\\scriptstyle\\pm 0.00} & 1.25$\\times${\\scriptstyle\\pm 0.00} & 3.00 & 1.88$\\times$"
+        ),
         "{tex}"
     );
     assert!(tex.contains("unit\\_test"), "{tex}");
@@ -224,4 +232,49 @@ fn a_figure_without_a_grid_has_no_ddtree_legend() {
     assert!(svg.contains("caddtree (at its mean budget)") && svg.contains("bastion-paper (at its mean budget)"));
     let height: u32 = svg.split("height=\"").nth(1).unwrap().split('"').next().unwrap().parse().unwrap();
     assert!(height > 300 + 40 + 16 + 22, "{height}");
+}
+
+/// The intervals in the summary, against hand-computed values: two prompts
+/// whose τ are 2.5 and 3.5 resample to means 2.5 (¼), 3 (½), 3.5 (¼), so
+/// the 95 % interval is [2.5, 3.5]; a method exactly 2× faster than AR on
+/// every prompt has the speedup interval [2, 2]; with two seeds at T = 1
+/// the per-seed τ means 2 and 4 give a standard deviation of √2.
+#[test]
+fn intervals_agree_with_hand_computed_cases() {
+    let mut v = Vec::new();
+    for (p, rounds) in [("a", &[(5, 2), (5, 3)][..]), ("b", &[(5, 3), (5, 4)][..])] {
+        v.push(record("gsm8k", p, "ar", &[(1, 1), (1, 1)], 0.010));
+        v.push(record("gsm8k", p, "ddtree:4", rounds, 0.005));
+    }
+    let df = summary_frame(&v).unwrap();
+    assert_eq!((get(&df, "gsm8k", "ddtree:4", "tau_lo"), get(&df, "gsm8k", "ddtree:4", "tau_hi")), (2.5, 3.5));
+    let (lo, hi) = (get(&df, "gsm8k", "ddtree:4", "speedup_lo"), get(&df, "gsm8k", "ddtree:4", "speedup_hi"));
+    assert!((lo - 2.0).abs() < 1e-12 && (hi - 2.0).abs() < 1e-12, "[{lo}, {hi}]");
+    assert_eq!(get(&df, "gsm8k", "ddtree:4", "prompts"), 2.0);
+    let ms = df.column("method").unwrap().str().unwrap();
+    let row = (0..df.height()).find(|&i| ms.get(i) == Some("ddtree:4")).unwrap();
+    assert_eq!(df.column("tau_seed_std").unwrap().f64().unwrap().get(row), None, "one seed: no spread over seeds");
+    // Two seeds at T = 1 on one prompt: τ 2 (seed 0) and 4 (seed 1).
+    let at = |seed: u64, rounds: &[(usize, usize)]| {
+        let mut r = record("gsm8k", "a", "ddtree:4", rounds, 0.005);
+        (r.temperature, r.seed) = (1.0, seed);
+        r
+    };
+    let sampled = summary_frame(&[at(0, &[(5, 2)]), at(1, &[(5, 4)])]).unwrap();
+    let std = sampled.column("tau_seed_std").unwrap().f64().unwrap().get(0).unwrap();
+    assert!((std - 2f64.sqrt()).abs() < 1e-12, "{std}");
+    assert_eq!(sampled.column("prompts").unwrap().u64().unwrap().get(0), Some(1));
+    // No AR on that prompt: no speedup interval.
+    assert_eq!(sampled.column("speedup_lo").unwrap().f64().unwrap().get(0), None);
+    // The tables print ± half the interval: τ 3.00 ± 0.50; none for an undefined one.
+    let t = tables(&df).unwrap();
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../paper_tables/templates");
+    let md = render(std::path::Path::new(&format!("{root}/results.md.j2")), "unit", &t).unwrap();
+    assert!(md.contains("| ddtree:4 | 3.00 ± 0.50 | 2.00× ± 0.00 |"), "{md}");
+    let tex = render(std::path::Path::new(&format!("{root}/results.tex.j2")), "unit", &t).unwrap();
+    assert!(tex.contains("ddtree:4 & 3.00{\\scriptstyle\\pm 0.50} & 2.00$\\times${\\scriptstyle\\pm 0.00}"), "{tex}");
+    let t = tables(&sampled).unwrap();
+    let md = render(std::path::Path::new(&format!("{root}/results.md.j2")), "unit", &t).unwrap();
+    // One prompt: the prompt is the resampling unit, so its interval is a point (the seeds' spread is `tau_seed_std`).
+    assert!(md.contains("| ddtree:4 | 3.00 ± 0.00 | – |"), "{md}");
 }

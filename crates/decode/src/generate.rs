@@ -48,6 +48,10 @@ pub struct GenerateConfig {
     /// AR step instead ([`crate::skip`]; the `+skip` methods set it).
     #[serde(default)]
     pub skip_draft: bool,
+    /// Draft only the first `b` positions of a block (trees at most `b`
+    /// deep); `None`: the whole block (an ablation knob, issue #20).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft_depth: Option<usize>,
     /// Keep every round's draft logits, tree and accepted indices in
     /// [`Generation::trace`] (for tests and debugging; costs memory).
     pub trace: bool,
@@ -62,6 +66,7 @@ impl Default for GenerateConfig {
             seed: 0,
             accept: AcceptRule::Walk,
             skip_draft: false,
+            draft_depth: None,
             trace: false,
         }
     }
@@ -280,7 +285,9 @@ pub fn generate_with_gate(
         let mut read_back = 0u64;
         let t = Instant::now();
         // Draft logits only as deep as the policy's largest tree can reach.
-        let depth = draft.as_ref().map_or(0, |(_, policy)| (block - 1).min(policy.max_nodes().max(1)));
+        let depth = draft.as_ref().map_or(0, |(_, policy)| {
+            (block - 1).min(policy.max_nodes().max(1)).min(cfg.draft_depth.unwrap_or(usize::MAX).max(1))
+        });
         let mut draft_logits = match (&draft, &mut dsession) {
             (Some(_), Some(ds)) if drafts => {
                 Some(ds.draft_rows_resident(target, &std::mem::take(&mut features), root, depth)?)

@@ -21,6 +21,7 @@ mod policy;
 mod profile;
 mod sampling;
 pub mod skip;
+mod variant;
 
 pub use calibration::{
     Calibration, ConvexCurves, DeviceRecord, DrafterRecord, FitRecord, ProfileEvent, ProfileOptions, TargetRecord,
@@ -36,3 +37,4 @@ pub use policy::{policy_for, BastionRule, BastionSetup, PolicyInputs, CADDTREE_M
 pub use profile::{profile, VerifyGrid};
 pub use sampling::{argmax, Sampler};
 pub use skip::SkipGate;
+pub use variant::{policy_for_params, CostSource, MethodParams};

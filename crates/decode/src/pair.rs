@@ -22,6 +22,7 @@ use crate::generate::{generate_with_gate, GenerateConfig, Generation};
 use crate::method::Method;
 use crate::policy::{policy_for, BastionRule, PolicyInputs};
 use crate::skip::SkipGate;
+use crate::variant::{policy_for_params, MethodParams};
 
 /// Where `bastion profile` writes calibrations and the cost-aware methods
 /// look for this machine's, relative to the working directory.
@@ -106,6 +107,8 @@ impl PairSpec {
 /// budget policy (which may learn across generations: `bastion`).
 pub struct Speculator {
     method: Method,
+    /// The variant's knobs (default: none set).
+    params: MethodParams,
     policy: Option<Box<dyn BudgetPolicy>>,
     /// The skip gate of a `+skip` method, kept across generations.
     gate: Option<SkipGate>,
@@ -115,6 +118,11 @@ impl Speculator {
     /// The method.
     pub fn method(&self) -> Method {
         self.method
+    }
+
+    /// The variant's knobs.
+    pub fn params(&self) -> &MethodParams {
+        &self.params
     }
 
     /// The budget policy (`None` for `ar`).
@@ -323,7 +331,27 @@ impl LoadedPair {
             return Err(DecodeError::NoDrafter { method });
         }
         let policy = policy_for(method, self.block_size(), &self.inputs)?;
-        Ok(Speculator { method, policy, gate: method.skips_draft().then(SkipGate::new) })
+        Ok(Speculator {
+            method,
+            params: MethodParams::default(),
+            policy,
+            gate: method.skips_draft().then(SkipGate::new),
+        })
+    }
+
+    /// A fresh speculator for a variant of `method` with the knobs of
+    /// `params` set ([`policy_for_params`]); its generations also take the
+    /// variant's accept rule and draft depth.
+    ///
+    /// # Errors
+    /// As [`LoadedPair::speculator`]; [`DecodeError::Usage`] for a knob the
+    /// method does not read or out of range.
+    pub fn speculator_with(&self, method: Method, params: &MethodParams) -> Result<Speculator> {
+        if method.needs_drafter() && self.drafter.is_none() {
+            return Err(DecodeError::NoDrafter { method });
+        }
+        let policy = policy_for_params(method, params, self.block_size(), &self.inputs, self.spec.bastion_rule)?;
+        Ok(Speculator { method, params: params.clone(), policy, gate: method.skips_draft().then(SkipGate::new) })
     }
 
     /// One generation from `prompt` with `speculator`'s method (its policy
@@ -337,6 +365,17 @@ impl LoadedPair {
             (Some(d), Some(p)) => Some((d, p.as_mut())),
             (None, Some(_)) => return Err(DecodeError::NoDrafter { method: speculator.method }),
             (_, None) => None,
+        };
+        let with_knobs;
+        let cfg = if speculator.params.accept.is_some() || speculator.params.draft_depth.is_some() {
+            with_knobs = GenerateConfig {
+                accept: speculator.params.accept.unwrap_or(cfg.accept),
+                draft_depth: speculator.params.draft_depth.or(cfg.draft_depth),
+                ..cfg.clone()
+            };
+            &with_knobs
+        } else {
+            cfg
         };
         let mut fresh = SkipGate::new();
         let gate = match (&mut speculator.gate, cfg.skip_draft) {

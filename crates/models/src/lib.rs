@@ -48,6 +48,7 @@ pub use drafter::{build_target_layer_ids, context_features, DraftSession, Drafte
 pub use error::{ModelError, Result};
 pub use gguf::{GgufFile, GgufValue};
 pub use layer::{decoder_layer, key_values, LayerShape, LayerWeights, Proj};
+pub use linear::{MAX_BUFFER_BYTES, MAX_BUFFER_ENV};
 pub use loader::{
     load_config, load_gguf, load_gguf_as, load_model, load_model_as, load_random_model_as, load_tokenizer,
 };

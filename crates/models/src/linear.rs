@@ -209,7 +209,40 @@ pub(crate) struct Linear {
 
 enum LinearWeight {
     Packed(crate::cpu_matmul::PackedMatrix),
-    Burn(Box<Tensor<2>>),
+    /// `[in, out_i]` tensors, the output features split into parts of at
+    /// most the bound of [`rows_per_part`] (one part unless the layer is that large).
+    Burn(Vec<Tensor<2>>),
+}
+
+/// The largest tensor (bytes) a model places in one device buffer by
+/// default: weights and verification logits above it are split into parts.
+/// 128 MiB is WebGPU's default storage-binding limit and what Mesa's
+/// lavapipe allows (measured: a 256 MiB buffer fails there); Qwen3-8B's
+/// vocabulary-sized matrices are 2.49 GB in f32, its fused MLP weights
+/// 805 MB, its logits at N = 1024 623 MB. [`MAX_BUFFER_ENV`] sets another
+/// bound (a GPU that binds 4 GB needs no split).
+pub const MAX_BUFFER_BYTES: usize = 128 << 20;
+
+/// Environment variable overriding [`MAX_BUFFER_BYTES`] (bytes, ≥ 4), read
+/// once per process at the first model load.
+pub const MAX_BUFFER_ENV: &str = "BASTION_MAX_BUFFER_BYTES";
+
+/// The bound in force: [`MAX_BUFFER_ENV`] when set to a number ≥ 4, else
+/// [`MAX_BUFFER_BYTES`].
+fn max_buffer_bytes() -> usize {
+    static BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *BYTES.get_or_init(|| {
+        std::env::var(MAX_BUFFER_ENV)
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .filter(|&b| b >= 4)
+            .unwrap_or(MAX_BUFFER_BYTES)
+    })
+}
+
+/// Rows of `width` f32 values per part of a split matrix (≥ 1).
+pub(crate) fn rows_per_part(width: usize) -> usize {
+    (max_buffer_bytes() / (4 * width.max(1))).max(1)
 }
 
 impl Linear {
@@ -235,11 +268,17 @@ impl Linear {
             let parts: Vec<&[f32]> = ws.iter().map(|w| w.data.as_slice()).collect();
             LinearWeight::Packed(crate::cpu_matmul::PackedMatrix::pack_stacked_as(&parts, in_features, dtype))
         } else {
-            let data = ws.iter().flat_map(|w| w.data.chunks(in_features).flat_map(|r| dtype.round_row(r))).collect();
-            LinearWeight::Burn(Box::new(to_tensor2_transposed(
-                HostTensor { data, shape: vec![out_features, in_features] },
-                device,
-            )))
+            let data: Vec<f32> =
+                ws.iter().flat_map(|w| w.data.chunks(in_features).flat_map(|r| dtype.round_row(r))).collect();
+            let part = rows_per_part(in_features) * in_features;
+            LinearWeight::Burn(
+                data.chunks(part)
+                    .map(|rows| {
+                        let shape = vec![rows.len() / in_features, in_features];
+                        to_tensor2_transposed(HostTensor { data: rows.to_vec(), shape }, device)
+                    })
+                    .collect(),
+            )
         };
         Self { w, in_features, out_features }
     }
@@ -253,7 +292,8 @@ impl Linear {
                 let xs = x.into_data().try_into_vec::<f32>().expect("activations are f32 tensors");
                 Tensor::from_data(TensorData::new(w.matmul(&xs, m), [m, self.out_features]), &device)
             }
-            LinearWeight::Burn(t) => x.matmul((**t).clone()),
+            LinearWeight::Burn(parts) if parts.len() == 1 => x.matmul(parts[0].clone()),
+            LinearWeight::Burn(parts) => Tensor::cat(parts.iter().map(|w| x.clone().matmul(w.clone())).collect(), 1),
         }
     }
 
@@ -281,13 +321,18 @@ impl Linear {
         let inp = self.in_features;
         let data = match &self.w {
             LinearWeight::Packed(w) => ids.iter().flat_map(|&j| w.row(j as usize)).collect(),
-            LinearWeight::Burn(t) => {
-                // `[in, out]`: gather the columns, then transpose on the host.
-                let all = crate::model::host((**t).clone())?;
-                let out = self.out_features;
+            LinearWeight::Burn(parts) => {
+                // `[in, out_i]` parts: gather the columns, then transpose on the host.
+                let per = rows_per_part(inp);
+                let mut host_parts: Vec<Option<Vec<f32>>> = vec![None; parts.len()];
                 let mut data = Vec::with_capacity(ids.len() * inp);
                 for &j in ids {
-                    data.extend((0..inp).map(|k| all[k * out + j as usize]));
+                    let (p, local) = (j as usize / per, j as usize % per);
+                    if host_parts[p].is_none() {
+                        host_parts[p] = Some(crate::model::host(parts[p].clone())?);
+                    }
+                    let (all, out) = (host_parts[p].as_ref().expect("read above"), parts[p].dims()[1]);
+                    data.extend((0..inp).map(|k| all[k * out + local]));
                 }
                 data
             }
@@ -299,7 +344,7 @@ impl Linear {
     /// on `flex`, where only the packed copy is kept).
     pub(crate) fn weight_t(&self, device: &Device) -> Tensor<2> {
         match &self.w {
-            LinearWeight::Burn(t) => (**t).clone(),
+            LinearWeight::Burn(parts) => Tensor::cat(parts.clone(), 1),
             LinearWeight::Packed(w) => to_tensor2_transposed(
                 HostTensor { data: w.unpack(), shape: vec![self.out_features, self.in_features] },
                 device,

@@ -21,7 +21,9 @@ pub use bastion_kernels::attention;
 pub struct Model {
     pub(crate) cfg: ModelConfig,
     pub(crate) device: Device,
-    pub(crate) embed: Tensor<2>,
+    /// The embedding table `[vocab, hidden]` in row parts of at most
+    /// [`crate::MAX_BUFFER_BYTES`] (see [`crate::MAX_BUFFER_ENV`]).
+    pub(crate) embed: Vec<Tensor<2>>,
     pub(crate) layers: Vec<Layer>,
     pub(crate) norm: Tensor<1>,
     /// The final norm's weight in host memory (the host forward on `flex`).
@@ -94,7 +96,16 @@ impl Model {
         } else {
             Linear::new(src.require("lm_head.weight", &[v, h])?, device, dtype)
         };
-        let embed = Tensor::from_data(TensorData::new(embed_host.data, [v, h]), device);
+        let per = crate::linear::rows_per_part(h);
+        let embed = if v <= per {
+            vec![Tensor::from_data(TensorData::new(embed_host.data, [v, h]), device)]
+        } else {
+            embed_host
+                .data
+                .chunks(per * h)
+                .map(|rows| Tensor::from_data(TensorData::new(rows.to_vec(), [rows.len() / h, h]), device))
+                .collect()
+        };
         let mut layers = Vec::with_capacity(cfg.num_layers);
         for l in 0..cfg.num_layers {
             layers.push(Layer::load(src, &format!("model.layers.{l}."), &cfg, device, dtype)?);
@@ -191,11 +202,35 @@ impl Model {
         if let Some(bad) = ids.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {
             return Err(ModelError::Usage(format!("token id {bad} ≥ vocabulary size {}", self.cfg.vocab_size)));
         }
-        let idx: Tensor<1, Int> = Tensor::from_data(
-            TensorData::new(ids.iter().map(|&t| t as i64).collect::<Vec<_>>(), [ids.len()]),
-            &self.device,
-        );
-        Ok(self.embed.clone().select(0, idx))
+        let index = |v: Vec<i64>| -> Tensor<1, Int> {
+            let n = v.len();
+            Tensor::from_data(TensorData::new(v, [n]), &self.device)
+        };
+        if self.embed.len() == 1 {
+            return Ok(self.embed[0].clone().select(0, index(ids.iter().map(|&t| t as i64).collect())));
+        }
+        // A split table: gather from each part, then put the rows back in `ids` order.
+        let per = crate::linear::rows_per_part(self.cfg.hidden_size);
+        let mut gathered = Vec::new();
+        let mut order = vec![0i64; ids.len()];
+        let mut next = 0;
+        for (p, part) in self.embed.iter().enumerate() {
+            let local: Vec<(usize, i64)> = ids
+                .iter()
+                .enumerate()
+                .filter(|(_, &t)| t as usize / per == p)
+                .map(|(i, &t)| (i, (t as usize % per) as i64))
+                .collect();
+            if local.is_empty() {
+                continue;
+            }
+            for (i, _) in &local {
+                order[*i] = next;
+                next += 1;
+            }
+            gathered.push(part.clone().select(0, index(local.into_iter().map(|(_, l)| l).collect())));
+        }
+        Ok(Tensor::cat(gathered, 0).select(0, index(order)))
     }
 
     /// The LM head weight as a Burn tensor `[hidden, vocab]` (for training
@@ -206,7 +241,7 @@ impl Model {
 
     /// The token embedding table `[vocab, hidden]`.
     pub fn embedding_table(&self) -> Tensor<2> {
-        self.embed.clone()
+        Tensor::cat(self.embed.clone(), 0)
     }
 
     /// Applies the LM head to `[rows, hidden]` states (already final-normed).
@@ -348,5 +383,8 @@ pub(crate) fn last_max(row: &[f32]) -> u32 {
 
 /// A tensor's values in host memory, row-major.
 pub(crate) fn host<const D: usize>(x: Tensor<D>) -> Result<Vec<f32>> {
-    x.into_data().try_into_vec::<f32>().map_err(|e| ModelError::ReadBack(format!("{e:?}")))
+    x.try_into_data()
+        .map_err(|e| ModelError::Device(format!("reading a result back failed: {e}")))?
+        .try_into_vec::<f32>()
+        .map_err(|e| ModelError::ReadBack(format!("{e:?}")))
 }

@@ -48,7 +48,10 @@ impl Resident {
             Resident::Host(o) => Ok(o),
             Resident::Device(o) => {
                 let o = *o;
-                let logits = read_f32(o.logits, read_back)?;
+                let mut logits = Vec::new();
+                for part in o.logits {
+                    logits.extend(read_f32(part, read_back)?);
+                }
                 let hidden = o.hidden.into_iter().map(|h| read_f32(h, read_back)).collect::<Result<_>>()?;
                 Ok(ForwardOutput { logits, rows: o.rows, hidden })
             }
@@ -75,8 +78,9 @@ impl Resident {
 /// device tensors.
 #[derive(Debug, Clone)]
 pub struct DeviceOutput {
-    /// Logits `[rows, vocab]`.
-    pub logits: Tensor<2>,
+    /// Logits `[rows, vocab]` as consecutive row parts (one part unless
+    /// the logits exceed one device buffer, [`crate::MAX_BUFFER_BYTES`]).
+    pub logits: Vec<Tensor<2>>,
     /// Number of logit rows.
     pub rows: usize,
     /// Requested hidden states, each `[tokens, hidden]`.
@@ -90,7 +94,24 @@ impl DeviceOutput {
     /// # Errors
     /// [`ModelError::ReadBack`].
     pub fn argmax(&self, read_back: &mut u64) -> Result<Vec<u32>> {
-        read_ids(self.logits.clone().argmax(1), read_back)
+        let mut ids = Vec::with_capacity(self.rows);
+        for part in &self.logits {
+            ids.extend(read_ids(part.clone().argmax(1), read_back)?);
+        }
+        Ok(ids)
+    }
+
+    /// The part holding row `i` and the row's index in it.
+    fn locate(&self, i: usize) -> Result<(&Tensor<2>, usize)> {
+        let mut first = 0;
+        for part in &self.logits {
+            let n = part.dims()[0];
+            if i < first + n {
+                return Ok((part, i - first));
+            }
+            first += n;
+        }
+        Err(ModelError::Shape(format!("logit row {i} of {}", self.rows)))
     }
 
     /// One token per row drawn from `softmax(logits / temperature)` on the
@@ -106,7 +127,20 @@ impl DeviceOutput {
     /// [`ModelError::Shape`] when `uniforms` does not hold one value per
     /// row; [`ModelError::ReadBack`].
     pub fn sample(&self, temperature: f64, uniforms: &[f64], read_back: &mut u64) -> Result<Vec<u32>> {
-        sample_rows(self.logits.clone(), temperature, uniforms, read_back)
+        if uniforms.len() != self.rows {
+            return Err(ModelError::Shape(format!(
+                "device sampling: {} uniforms for {} logit rows (one per row expected)",
+                uniforms.len(),
+                self.rows
+            )));
+        }
+        let (mut ids, mut first) = (Vec::with_capacity(self.rows), 0);
+        for part in &self.logits {
+            let n = part.dims()[0];
+            ids.extend(sample_rows(part.clone(), temperature, &uniforms[first..first + n], read_back)?);
+            first += n;
+        }
+        Ok(ids)
     }
 
     /// [`DeviceOutput::sample`] for row `i` alone, with one uniform.
@@ -114,10 +148,8 @@ impl DeviceOutput {
     /// # Errors
     /// [`ModelError::Shape`] for `i ≥ rows`; [`ModelError::ReadBack`].
     pub fn sample_row(&self, i: usize, temperature: f64, uniform: f64, read_back: &mut u64) -> Result<u32> {
-        if i >= self.rows {
-            return Err(ModelError::Shape(format!("logit row {i} of {}", self.rows)));
-        }
-        Ok(sample_rows(self.logits.clone().narrow(0, i, 1), temperature, &[uniform], read_back)?[0])
+        let (part, r) = self.locate(i)?;
+        Ok(sample_rows(part.clone().narrow(0, r, 1), temperature, &[uniform], read_back)?[0])
     }
 
     /// Logit row `i` (`[vocab]`) in host memory.
@@ -125,10 +157,8 @@ impl DeviceOutput {
     /// # Errors
     /// [`ModelError::Shape`] for `i ≥ rows`; [`ModelError::ReadBack`].
     pub fn row(&self, i: usize, read_back: &mut u64) -> Result<Vec<f32>> {
-        if i >= self.rows {
-            return Err(ModelError::Shape(format!("logit row {i} of {}", self.rows)));
-        }
-        read_f32(self.logits.clone().narrow(0, i, 1), read_back)
+        let (part, r) = self.locate(i)?;
+        read_f32(part.clone().narrow(0, r, 1), read_back)
     }
 
     /// The drafter's context features `[n, K·H]`: the hidden states
@@ -337,7 +367,7 @@ pub(crate) fn read_f32<const D: usize>(x: Tensor<D>, read_back: &mut u64) -> Res
 
 /// An integer tensor's values as token ids, the bytes the device returned counted.
 fn read_ids<const D: usize>(x: Tensor<D, Int>, read_back: &mut u64) -> Result<Vec<u32>> {
-    let data = x.into_data();
+    let data = x.try_into_data().map_err(|e| ModelError::Device(format!("reading token ids back failed: {e}")))?;
     *read_back += data.as_bytes().len() as u64;
     let values = data.convert::<i64>().try_into_vec::<i64>().map_err(|e| ModelError::ReadBack(format!("{e:?}")))?;
     Ok(values.into_iter().map(|v| v.max(0) as u32).collect())

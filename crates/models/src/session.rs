@@ -447,7 +447,13 @@ impl<'m> Session<'m> {
         tap(cfg.num_layers, &normed);
         let rows = if all_logits { t } else { 1 };
         let last = if all_logits { normed } else { normed.narrow(0, t - 1, 1) };
-        let logits = m.lm_head(last);
+        // Logits larger than one device buffer are computed in row parts.
+        let per = crate::linear::rows_per_part(cfg.vocab_size);
+        let logits = if rows <= per {
+            vec![m.lm_head(last)]
+        } else {
+            (0..rows).step_by(per).map(|s| m.lm_head(last.clone().narrow(0, s, per.min(rows - s)))).collect()
+        };
         let hidden = hidden
             .iter()
             .map(|want| taps.iter().find(|(i, _)| i == want).expect("every requested index was tapped").1.clone())

@@ -114,6 +114,12 @@ impl FixedBudget {
     pub fn chain(depth: usize) -> Self {
         Self { nodes: depth, top_k: 1 }
     }
+
+    /// A budget of `nodes` with `top_k` candidates per depth (0 counts as
+    /// 1) instead of the default `top_k = nodes` (an ablation knob).
+    pub fn with_top_k(nodes: usize, top_k: usize) -> Self {
+        Self { nodes, top_k: top_k.max(1) }
+    }
 }
 
 impl BudgetPolicy for FixedBudget {
