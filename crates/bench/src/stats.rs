@@ -58,8 +58,11 @@ pub fn bootstrap(n: usize, resamples: usize, seed: u64, statistic: impl Fn(&[usi
 }
 
 /// The `q`-quantile of sorted `values` by linear interpolation between the
-/// order statistics at positions `q · (len − 1)`.
+/// order statistics at positions `q · (len − 1)`; NaN for no values.
 pub fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
     let pos = q.clamp(0.0, 1.0) * (sorted.len() - 1) as f64;
     let (below, frac) = (pos.floor() as usize, pos - pos.floor());
     match sorted.get(below + 1) {

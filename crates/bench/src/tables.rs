@@ -475,9 +475,9 @@ pub fn render(template: &Path, experiment: &str, tables: &[Table]) -> Result<Str
         (false, "tex") => "--".to_string(),
         (false, _) => "–".to_string(),
     });
-    // `± x` after a value (md: ` ± 0.05`; tex: `{\scriptstyle\pm 0.05}`), nothing when undefined.
+    // `± x` after a value (md: ` ± 0.05`; tex: `$\scriptstyle\pm 0.05$`), nothing when undefined.
     env.add_filter("pm", |v: f64, digits: usize, kind: String| match (v.is_finite(), kind.as_str()) {
-        (true, "tex") => format!("{{\\scriptstyle\\pm {v:.digits$}}}"),
+        (true, "tex") => format!("$\\scriptstyle\\pm {v:.digits$}$"),
         (true, _) => format!(" ± {v:.digits$}"),
         (false, _) => String::new(),
     });

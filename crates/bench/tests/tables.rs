@@ -135,8 +135,8 @@ fn summary_agrees_with_the_records() {
     assert!(tex.contains("\\toprule") && tex.contains("\\bottomrule"), "{tex}");
     assert!(
         tex.contains(
-            "ddtree-oracle (4/8) & 2.50{\\scriptstyle\\pm 0.00} & 2.50$\\times${\\scriptstyle\\pm 0.00} & \
-             3.50{\\scriptstyle\\pm 0.00} & 1.25$\\times${\\scriptstyle\\pm 0.00} & 3.00 & 1.88$\\times$"
+            "ddtree-oracle (4/8) & 2.50$\\scriptstyle\\pm 0.00$ & 2.50$\\times$$\\scriptstyle\\pm 0.00$ & \
+             3.50$\\scriptstyle\\pm 0.00$ & 1.25$\\times$$\\scriptstyle\\pm 0.00$ & 3.00 & 1.88$\\times$"
         ),
         "{tex}"
     );
@@ -272,7 +272,7 @@ fn intervals_agree_with_hand_computed_cases() {
     let md = render(std::path::Path::new(&format!("{root}/results.md.j2")), "unit", &t).unwrap();
     assert!(md.contains("| ddtree:4 | 3.00 ± 0.50 | 2.00× ± 0.00 |"), "{md}");
     let tex = render(std::path::Path::new(&format!("{root}/results.tex.j2")), "unit", &t).unwrap();
-    assert!(tex.contains("ddtree:4 & 3.00{\\scriptstyle\\pm 0.50} & 2.00$\\times${\\scriptstyle\\pm 0.00}"), "{tex}");
+    assert!(tex.contains("ddtree:4 & 3.00$\\scriptstyle\\pm 0.50$ & 2.00$\\times$$\\scriptstyle\\pm 0.00$"), "{tex}");
     let t = tables(&sampled).unwrap();
     let md = render(std::path::Path::new(&format!("{root}/results.md.j2")), "unit", &t).unwrap();
     // One prompt: the prompt is the resampling unit, so its interval is a point (the seeds' spread is `tau_seed_std`).

@@ -167,6 +167,9 @@ impl Sampler {
     /// # Errors
     /// A row out of range; a device read-back failure.
     pub fn sample_resident_row(&mut self, out: &Resident, i: usize, read_back: &mut u64) -> Result<u32> {
+        if i >= out.rows() {
+            return Err(crate::DecodeError::Usage(format!("logit row {i} of {}", out.rows())));
+        }
         Ok(match out {
             Resident::Host(o) => self.sample(o.row(i)),
             Resident::Device(o) if self.is_greedy() => o.argmax(read_back)?[i],

@@ -218,8 +218,8 @@ enum LinearWeight {
 /// default: weights and verification logits above it are split into parts.
 /// 128 MiB is WebGPU's default storage-binding limit and what Mesa's
 /// lavapipe allows (measured: a 256 MiB buffer fails there); Qwen3-8B's
-/// vocabulary-sized matrices are 2.49 GB in f32, its fused MLP weights
-/// 805 MB, its logits at N = 1024 623 MB. [`MAX_BUFFER_ENV`] sets another
+/// vocabulary-sized matrices are 2.49 GB in f32, its fused gate/up weight
+/// 403 MB, its logits at N = 1024 623 MB. [`MAX_BUFFER_ENV`] sets another
 /// bound (a GPU that binds 4 GB needs no split).
 pub const MAX_BUFFER_BYTES: usize = 128 << 20;
 
@@ -281,6 +281,14 @@ impl Linear {
             )
         };
         Self { w, in_features, out_features }
+    }
+
+    /// Device buffers holding the weight (1 when packed on the host).
+    pub(crate) fn parts(&self) -> usize {
+        match &self.w {
+            LinearWeight::Packed(_) => 1,
+            LinearWeight::Burn(parts) => parts.len(),
+        }
     }
 
     /// `x · Wᵀ`: `[rows, in]` → `[rows, out]`.

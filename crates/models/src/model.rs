@@ -206,7 +206,7 @@ impl Model {
             let n = v.len();
             Tensor::from_data(TensorData::new(v, [n]), &self.device)
         };
-        if self.embed.len() == 1 {
+        if self.embed.len() == 1 || ids.is_empty() {
             return Ok(self.embed[0].clone().select(0, index(ids.iter().map(|&t| t as i64).collect())));
         }
         // A split table: gather from each part, then put the rows back in `ids` order.
@@ -237,6 +237,14 @@ impl Model {
     /// drafters against the frozen head).
     pub fn lm_head_weight(&self) -> Tensor<2> {
         self.lm_head.weight_t(&self.device)
+    }
+
+    /// Device buffers holding the embedding table and the LM head
+    /// (`(parts, parts)`: 1 each unless a matrix exceeds
+    /// [`crate::MAX_BUFFER_BYTES`]; the LM head counts 1 on `flex`, where it
+    /// is packed in host memory).
+    pub fn buffer_parts(&self) -> (usize, usize) {
+        (self.embed.len(), self.lm_head.parts())
     }
 
     /// The token embedding table `[vocab, hidden]`.

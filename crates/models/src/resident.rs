@@ -42,7 +42,7 @@ impl Resident {
     /// from a device; their bytes added to `read_back`).
     ///
     /// # Errors
-    /// [`ModelError::ReadBack`] when the device's data cannot be read.
+    /// [`ModelError::Device`] / [`ModelError::ReadBack`] when the device's data cannot be read.
     pub fn into_host(self, read_back: &mut u64) -> Result<ForwardOutput> {
         match self {
             Resident::Host(o) => Ok(o),
@@ -92,7 +92,7 @@ impl DeviceOutput {
     /// the device; one id per row comes back.
     ///
     /// # Errors
-    /// [`ModelError::ReadBack`].
+    /// [`ModelError::Device`] / [`ModelError::ReadBack`] when the device's data cannot be read.
     pub fn argmax(&self, read_back: &mut u64) -> Result<Vec<u32>> {
         let mut ids = Vec::with_capacity(self.rows);
         for part in &self.logits {
@@ -125,7 +125,7 @@ impl DeviceOutput {
     ///
     /// # Errors
     /// [`ModelError::Shape`] when `uniforms` does not hold one value per
-    /// row; [`ModelError::ReadBack`].
+    /// row; [`ModelError::Device`] / [`ModelError::ReadBack`] when the device's data cannot be read.
     pub fn sample(&self, temperature: f64, uniforms: &[f64], read_back: &mut u64) -> Result<Vec<u32>> {
         if uniforms.len() != self.rows {
             return Err(ModelError::Shape(format!(
@@ -146,7 +146,7 @@ impl DeviceOutput {
     /// [`DeviceOutput::sample`] for row `i` alone, with one uniform.
     ///
     /// # Errors
-    /// [`ModelError::Shape`] for `i ≥ rows`; [`ModelError::ReadBack`].
+    /// [`ModelError::Shape`] for `i ≥ rows`; [`ModelError::Device`] / [`ModelError::ReadBack`] when the device's data cannot be read.
     pub fn sample_row(&self, i: usize, temperature: f64, uniform: f64, read_back: &mut u64) -> Result<u32> {
         let (part, r) = self.locate(i)?;
         Ok(sample_rows(part.clone().narrow(0, r, 1), temperature, &[uniform], read_back)?[0])
@@ -155,7 +155,7 @@ impl DeviceOutput {
     /// Logit row `i` (`[vocab]`) in host memory.
     ///
     /// # Errors
-    /// [`ModelError::Shape`] for `i ≥ rows`; [`ModelError::ReadBack`].
+    /// [`ModelError::Shape`] for `i ≥ rows`; [`ModelError::Device`] / [`ModelError::ReadBack`] when the device's data cannot be read.
     pub fn row(&self, i: usize, read_back: &mut u64) -> Result<Vec<f32>> {
         let (part, r) = self.locate(i)?;
         read_f32(part.clone().narrow(0, r, 1), read_back)
@@ -196,7 +196,7 @@ impl DraftLogits {
     /// Everything in host memory, the bytes read from a device added to `read_back`.
     ///
     /// # Errors
-    /// [`ModelError::ReadBack`].
+    /// [`ModelError::Device`] / [`ModelError::ReadBack`] when the device's data cannot be read.
     pub fn into_host(self, read_back: &mut u64) -> Result<Vec<f32>> {
         match self {
             DraftLogits::Host(v) => Ok(v),
@@ -278,7 +278,10 @@ fn sample_rows(logits: Tensor<2>, temperature: f64, uniforms: &[f64], read_back:
     let weights = (logits - max).mul_scalar(1.0 / temperature).exp();
     let running = weights.cumsum(1);
     let total = running.clone().narrow(1, vocab - 1, 1);
-    let u: Vec<f32> = uniforms.iter().map(|&u| u as f32).collect();
+    // The largest f32 below 1: a uniform that rounds up to 1 would put the
+    // threshold at the total and draw past the last token of positive weight.
+    let below_one = f32::from_bits(0x3f7f_ffff);
+    let u: Vec<f32> = uniforms.iter().map(|&u| (u as f32).min(below_one)).collect();
     let threshold = total * Tensor::<2>::from_data(TensorData::new(u, [rows, 1]), &device);
     // Tokens whose running weight is ≤ the threshold come before the draw.
     let before = running.lower_equal(threshold.expand([rows, vocab])).int().sum_dim(1);
@@ -289,9 +292,13 @@ fn sample_rows(logits: Tensor<2>, temperature: f64, uniforms: &[f64], read_back:
 /// candidate lists there ([`DraftRows`]): `log_softmax` and `top-k` run on
 /// the device and only `k` (log-probability, column) pairs per row come
 /// back. Ties among equal logits come in the device's order (the host's
-/// [`bastion_tree::HostRows`] puts the smaller column first); a list
-/// holding a non-finite value (a row with NaN or +inf) is refused as
-/// [`TreeError::NonFinite`].
+/// [`bastion_tree::HostRows`] puts the smaller column first), and a short
+/// and a long list of one row come from separate top-k calls, so on exact
+/// ties the short list need not be a prefix of the long one: the tree may
+/// then differ from the one full lists give (the walk keeps the output
+/// exact whatever the tree). A list holding a non-finite value (a row with
+/// NaN or +inf) is refused as [`TreeError::NonFinite`]; unlike the host,
+/// a −inf logit outside the returned top-k is accepted.
 #[derive(Debug)]
 pub struct DeviceRows {
     logits: Tensor<2>,

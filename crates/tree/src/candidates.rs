@@ -57,8 +57,9 @@ pub trait DraftRows {
     /// from the most likely, with their column indices; `1 ≤ k ≤ vocab`.
     ///
     /// # Errors
-    /// [`TreeError::NonFinite`] for a row holding NaN or ±inf; a source's
-    /// own errors as [`TreeError::Source`].
+    /// [`TreeError::NonFinite`] for a row whose log-probabilities are not
+    /// finite (the host refuses any NaN or ±inf in the row); a source's own
+    /// errors as [`TreeError::Source`].
     fn top_k(&self, depths: &[usize], k: usize) -> Result<Vec<CandidateList>>;
 }
 
@@ -234,7 +235,9 @@ impl<'m, S: DraftRows> DraftCandidates<'m, S> {
     /// Grows the draft tree (best-first, [`crate::build_tree`]) from the
     /// lists taken so far; while it reaches the end of a short list, takes
     /// the full top-`top_k` lists of those depths and grows it again. The
-    /// result is always the tree the full lists of every depth give.
+    /// result is the tree the full lists of every depth give whenever each
+    /// short list is a prefix of its full list (always for [`HostRows`];
+    /// a device source may order exact ties differently between calls).
     /// `policy.top_k()` should be the `top_k` these candidates were taken
     /// for.
     ///
