@@ -407,8 +407,11 @@ fn phase_figure(table: &Table, path: &Path) -> DrawResult {
 /// `<experiment>__<model>__T<t>__speedup-vs-budget.svg` for each table
 /// with a DDTree grid or an adaptive method, and
 /// `<experiment>__<model>__T<t>__tau-histogram.svg` for each (model, T)
-/// with speculative rounds, and `<experiment>__<model>__T<t>__phases.svg`
-/// (time per round by phase) for each table. Returns the files written.
+/// with speculative rounds, `<experiment>__<model>__T<t>__phases.svg`
+/// (time per round by phase) for each table, and
+/// `<experiment>__<model>__T<t>__knobs.svg` (speedup against each swept
+/// knob, [`crate::knob_figure`]) for each table with a sweep. Returns the
+/// files written.
 ///
 /// # Errors
 /// [`OutputError`] naming the file when drawing or writing fails.
@@ -429,6 +432,14 @@ pub fn write_figures(
         let path = dir.join(format!("{}__speedup-vs-budget.svg", stem(&table.model, table.temperature)));
         speedup_figure(table, &panels, &path)?;
         written.push(path);
+    }
+    for table in tables {
+        let sweeps = crate::knob_figure::knob_sweeps(table);
+        if !sweeps.is_empty() {
+            let path = dir.join(format!("{}__knobs.svg", stem(&table.model, table.temperature)));
+            crate::knob_figure::knob_figure(table, &sweeps, &path)?;
+            written.push(path);
+        }
     }
     for table in tables {
         let path = dir.join(format!("{}__phases.svg", stem(&table.model, table.temperature)));

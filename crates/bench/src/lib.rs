@@ -7,11 +7,13 @@ pub mod check;
 mod draft;
 mod error;
 pub mod figures;
+pub mod knob_figure;
 pub mod runner;
 pub mod spec;
 pub mod stats;
 pub mod store;
 pub mod tables;
+pub mod variants;
 
 pub use draft::{DraftBastion, DraftDatasets, DraftModel, ExperimentDraft};
 pub use error::{FieldError, OutputError};

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use bastion_data::{Datasets, Prompt};
-use bastion_decode::{ChatEncoder, GenerateConfig, LoadedPair, Method, PairSpec, Speculator};
+use bastion_decode::{ChatEncoder, GenerateConfig, LoadedPair, Method, PairSpec, Speculator, Variant};
 use bastion_models::Message;
 
 use crate::spec::{Experiment, ModelPair};
@@ -155,8 +155,8 @@ pub struct Sample {
     pub seed: u64,
     /// The prompt.
     pub prompt: Prompt,
-    /// The method.
-    pub method: Method,
+    /// The method variant (a plain method: [`Variant::plain`]).
+    pub method: Variant,
     /// [`SampleRecord::make_key`].
     pub key: String,
 }
@@ -201,9 +201,10 @@ pub fn plan(exp: &Experiment, datasets_dir: &Path, shard: Shard) -> Result<Vec<S
             let seeds = if t == 0.0 { &exp.seeds[..1] } else { &exp.seeds[..] };
             for &seed in seeds {
                 for p in &mine {
-                    for &m in &exp.methods {
-                        let key = SampleRecord::make_key(&pair.name, p.dataset, &p.id, m, t, seed);
-                        out.push(Sample { model: mi, temperature: t, seed, prompt: (*p).clone(), method: m, key });
+                    for m in &exp.methods {
+                        let key = SampleRecord::make_key(&pair.name, p.dataset, &p.id, &m.label, t, seed);
+                        let method = m.clone();
+                        out.push(Sample { model: mi, temperature: t, seed, prompt: (*p).clone(), method, key });
                     }
                 }
             }
@@ -219,11 +220,11 @@ fn open_pair(exp: &Experiment, pair: &ModelPair, opts: &RunOptions) -> Result<Lo
     let calibration = exp
         .methods
         .iter()
-        .any(|m| m.needs_calibration())
+        .any(|m| m.method.needs_calibration())
         .then(|| pair.calibration_source(opts.pinned_calibration, &opts.calibration_dir));
     Ok(LoadedPair::open(PairSpec {
         target: pair.target.clone(),
-        drafter: exp.methods.iter().any(|m| m.needs_drafter()).then(|| pair.drafter.clone()),
+        drafter: exp.methods.iter().any(|m| m.method.needs_drafter()).then(|| pair.drafter.clone()),
         backend: exp.backend,
         calibration,
         bastion_rule: exp.bastion_rule,
@@ -238,6 +239,8 @@ fn open_pair(exp: &Experiment, pair: &ModelPair, opts: &RunOptions) -> Result<Lo
 struct Outcome {
     prompt_tokens: Vec<usize>,
     output: Vec<u32>,
+    /// At T > 0: Σ over turns of the output's log-probability under the target.
+    logprob: f64,
     rounds: Vec<bastion_decode::RoundRecord>,
     prefill_s: f64,
     decode_s: f64,
@@ -252,16 +255,26 @@ fn run_turns(
     prompt: &Prompt,
     cfg: &GenerateConfig,
     first_turn_only: bool,
+    score: bool,
 ) -> Result<Outcome, RunError> {
     let mut messages = Vec::new();
-    let mut out =
-        Outcome { prompt_tokens: Vec::new(), output: Vec::new(), rounds: Vec::new(), prefill_s: 0.0, decode_s: 0.0 };
+    let mut out = Outcome {
+        prompt_tokens: Vec::new(),
+        output: Vec::new(),
+        logprob: 0.0,
+        rounds: Vec::new(),
+        prefill_s: 0.0,
+        decode_s: 0.0,
+    };
     let turns = if first_turn_only { &prompt.turns[..prompt.turns.len().min(1)] } else { &prompt.turns[..] };
     for turn in turns {
         messages.push(Message::new("user", turn));
         let ids = encoder.encode(&messages)?;
         let g = pair.generate(speculator, &ids, cfg)?;
         out.prompt_tokens.push(ids.len());
+        if cfg.temperature > 0.0 && score {
+            out.logprob += pair.output_logprob(&ids, &g.tokens, cfg.temperature)?;
+        }
         messages.push(Message::new("assistant", &encoder.decode(&g.tokens)?));
         out.output.extend(&g.tokens);
         out.rounds.extend(g.rounds);
@@ -339,6 +352,30 @@ fn check_settings(exp: &Experiment, dir: &Path) -> Result<(), RunError> {
     }
 }
 
+/// Refuses to resume when a stored record carries a label the experiment
+/// now gives another method or other knobs: the rows of one label would
+/// mix two settings.
+fn check_variants(exp: &Experiment, records: &[SampleRecord], dir: &Path) -> Result<(), RunError> {
+    let knobs = |p: &bastion_decode::MethodParams| serde_json::to_string(p).unwrap_or_default();
+    for v in &exp.methods {
+        if let Some(r) = records.iter().find(|r| r.label() == v.label && (r.method != v.method || r.params != v.params))
+        {
+            return Err(RunError::OtherSettings {
+                dir: dir.into(),
+                differ: format!(
+                    "variant {}: {} {} then, {} {} now",
+                    v.label,
+                    r.method,
+                    knobs(&r.params),
+                    v.method,
+                    knobs(&v.params)
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// The lossless check over `records` (all of a store's, earlier runs'
 /// included, so a rerun cannot hide a failure): at T = 0 every speculative
 /// output must equal AR's on the same prompt. Nothing to check when the
@@ -378,11 +415,12 @@ pub fn run(
     check_settings(exp, &opts.results_dir)?;
     let samples = plan(exp, &opts.datasets_dir, opts.shard)?;
     let mut store = SampleStore::open(&opts.shard.samples_path(&opts.results_dir))?;
+    check_variants(exp, store.records(), &opts.results_dir)?;
     let todo: Vec<&Sample> = samples.iter().filter(|s| !store.contains(&s.key)).collect();
     on_event(RunEvent::Plan { total: samples.len(), done: samples.len() - todo.len(), todo: &todo });
     let mut loaded: Option<(usize, LoadedPair)> = None;
-    let mut speculators: HashMap<(usize, Method, u64, u64), Speculator> = HashMap::new();
-    let mut warmed: Vec<(usize, Method)> = Vec::new();
+    let mut speculators: HashMap<(usize, &str, u64, u64), Speculator> = HashMap::new();
+    let mut warmed: Vec<(usize, &str)> = Vec::new();
     for &s in &todo {
         if loaded.as_ref().is_none_or(|(mi, _)| *mi != s.model) {
             let pair = &exp.models[s.model];
@@ -393,37 +431,40 @@ pub fn run(
         let l = &loaded.as_ref().expect("loaded above").1;
         let encoder = l.chat_encoder(exp.max_new_tokens + l.block_size())?;
         let cfg = GenerateConfig { temperature: s.temperature, seed: s.seed, ..l.generate_config(exp.max_new_tokens) };
-        if !warmed.contains(&(s.model, s.method)) {
+        if !warmed.contains(&(s.model, s.method.label.as_str())) {
             // Short warm-up generations per method (docs/algorithms.md §7), with a
             // speculator of its own so they leave no trace in the measured one.
-            let mut warm_spec = l.speculator(s.method)?;
+            let mut warm_spec = l.speculator_with(s.method.method, &s.method.params)?;
             let warm = Prompt { turns: vec!["Hello".into()], ..s.prompt.clone() };
             let short = GenerateConfig { max_new_tokens: 8, ..cfg.clone() };
             for _ in 0..exp.warmup {
-                run_turns(l, &encoder, &mut warm_spec, &warm, &short, exp.first_turn_only)?;
+                run_turns(l, &encoder, &mut warm_spec, &warm, &short, exp.first_turn_only, false)?;
             }
-            warmed.push((s.model, s.method));
+            warmed.push((s.model, s.method.label.as_str()));
         }
         on_event(RunEvent::Start(s));
-        // One speculator per (model, method, T, seed) for the whole run.
-        let speculator = match speculators.entry((s.model, s.method, s.temperature.to_bits(), s.seed)) {
+        // One speculator per (model, variant, T, seed) for the whole run.
+        let speculator = match speculators.entry((s.model, s.method.label.as_str(), s.temperature.to_bits(), s.seed)) {
             Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => e.insert(l.speculator(s.method)?),
+            Entry::Vacant(e) => e.insert(l.speculator_with(s.method.method, &s.method.params)?),
         };
-        let o = run_turns(l, &encoder, speculator, &s.prompt, &cfg, exp.first_turn_only)?;
+        let o = run_turns(l, &encoder, speculator, &s.prompt, &cfg, exp.first_turn_only, true)?;
         let pair = &exp.models[s.model];
-        let identical_to_ar = (s.method != Method::Ar && s.temperature == 0.0).then(|| {
+        let identical_to_ar = (s.method.method != Method::Ar && s.temperature == 0.0).then(|| {
             let ar_key =
                 SampleRecord::make_key(&pair.name, s.prompt.dataset, &s.prompt.id, Method::Ar, s.temperature, s.seed);
             store.records().iter().find(|r| r.key == ar_key).map(|r| r.output == o.output)
         });
+        let output_logprob = (s.temperature > 0.0 && !o.output.is_empty()).then(|| o.logprob / o.output.len() as f64);
         let record = SampleRecord {
             key: s.key.clone(),
             model: pair.name.clone(),
             dataset: s.prompt.dataset,
             prompt_id: s.prompt.id.clone(),
             prompt_index: s.prompt.index,
-            method: s.method,
+            method: s.method.method,
+            variant: (!s.method.is_plain()).then(|| s.method.label.clone()),
+            params: s.method.params.clone(),
             temperature: s.temperature,
             seed: s.seed,
             prompt_tokens: o.prompt_tokens,
@@ -434,6 +475,7 @@ pub fn run(
             prefill_s: o.prefill_s,
             decode_s: o.decode_s,
             identical_to_ar: identical_to_ar.flatten(),
+            output_logprob,
         };
         store.append(record)?;
         on_event(RunEvent::Sample(store.records().last().expect("just appended")));

@@ -28,7 +28,16 @@
 //! [bastion]
 //! rule = "paper"                         # paper | raw
 //! online_forgetting = 0.9
+//!
+//! [[variants]]                           # a method with knobs set: its own rows
+//! name = "bastion-l05"
+//! method = "bastion"
+//! online_forgetting = 0.5
+//! sweep.top_k = [16, 64]                 # one row per value: bastion-l05[top_k=16], …
 //! ```
+//!
+//! `methods` may be left out when `[[variants]]` name every method to run
+//! (AR still runs first); see [`crate::variants`] for the knobs.
 //!
 //! Paths are relative to the directory the experiment is run from (the
 //! repository root). Every mistake is an [`SpecError`] naming the file, the
@@ -40,7 +49,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use bastion_data::{DatasetName, Selection};
-use bastion_decode::{BastionRule, Method};
+use bastion_decode::{BastionRule, Method, Variant};
 use bastion_models::{load_config, BackendKind, DrafterConfig};
 use bastion_tree::OnlineConfig;
 use serde::Deserialize;
@@ -102,9 +111,11 @@ pub struct Experiment {
     pub seeds: Vec<u64>,
     /// Warm-up generations per (model, method) before measuring.
     pub warmup: usize,
-    /// Methods in file order, `ddtree` expanded to its budget grid; `ar`
-    /// first unless [`Experiment::ar_baseline`] is off.
-    pub methods: Vec<Method>,
+    /// Methods in file order, `ddtree` expanded to its budget grid, then
+    /// the `[[variants]]` (swept knobs expanded); `ar` first unless
+    /// [`Experiment::ar_baseline`] is off. Plain methods are
+    /// [`Variant::plain`].
+    pub methods: Vec<Variant>,
     /// Whether AR runs as the speedup baseline and lossless reference
     /// (default true; off, there is no speedup and no lossless check).
     pub ar_baseline: bool,
@@ -137,7 +148,10 @@ struct RawExperiment {
     seeds: Option<Spanned<Vec<Spanned<i64>>>>,
     #[serde(default)]
     warmup: Option<Spanned<i64>>,
-    methods: Spanned<Vec<Spanned<String>>>,
+    #[serde(default)]
+    methods: Option<Spanned<Vec<Spanned<String>>>>,
+    #[serde(default)]
+    variants: Option<Spanned<Vec<crate::variants::RawVariant>>>,
     #[serde(default)]
     ddtree_budgets: Option<Spanned<Vec<Spanned<i64>>>>,
     #[serde(default)]
@@ -184,13 +198,14 @@ struct RawBastion {
 }
 
 /// Builds errors that point into one file.
-struct Locator<'a> {
+pub(crate) struct Locator<'a> {
     file: &'a Path,
     text: &'a str,
 }
 
 impl Locator<'_> {
-    fn at(&self, span: Range<usize>, field: impl Into<String>, message: impl Into<String>) -> SpecError {
+    /// An error at the byte `span` of the file.
+    pub(crate) fn at(&self, span: Range<usize>, field: impl Into<String>, message: impl Into<String>) -> SpecError {
         let start = span.start.min(self.text.len());
         let before = &self.text[..start];
         let line = before.matches('\n').count() + 1;
@@ -335,11 +350,24 @@ impl Experiment {
 
         // Methods: `ddtree` alone is the budget grid; `ar` runs first unless
         // the baseline is switched off.
-        nonempty(&loc, &raw.methods, "methods")?;
+        let no_methods = Spanned::new(0..0, Vec::new());
+        let raw_methods = raw.methods.as_ref().unwrap_or(&no_methods);
+        if raw.variants.is_none() {
+            match &raw.methods {
+                None => {
+                    return Err(loc.at(
+                        0..0,
+                        "methods",
+                        "missing: expected methods = [\"ar\", \"dflash\", …] or [[variants]]",
+                    ))
+                }
+                Some(m) => nonempty(&loc, m, "methods")?,
+            }
+        }
         let ar_baseline = raw.ar_baseline.as_ref().is_none_or(|b| *b.get_ref());
         let mut methods = if ar_baseline { vec![Method::Ar] } else { Vec::new() };
         let (mut grid_used, mut ar_listed) = (false, false);
-        for (i, m) in raw.methods.get_ref().iter().enumerate() {
+        for (i, m) in raw_methods.get_ref().iter().enumerate() {
             let field = format!("methods[{i}]");
             let s = m.get_ref().trim().to_ascii_lowercase();
             let expanded: Vec<Method> = if s == "ddtree" {
@@ -385,9 +413,6 @@ impl Experiment {
                 }
             }
         }
-        if methods.is_empty() {
-            return Err(loc.at(raw.methods.span(), "methods", "expected at least one method besides ar"));
-        }
         if let (Some(grid), false) = (&raw.ddtree_budgets, grid_used) {
             return Err(loc.at(grid.span(), "ddtree_budgets", "set but unused: add \"ddtree\" to methods"));
         }
@@ -396,6 +421,7 @@ impl Experiment {
         nonempty(&loc, &raw.models, "models")?;
         let mut models = Vec::new();
         let mut names = HashSet::new();
+        let mut block_size: Option<usize> = None;
         for (i, m) in raw.models.get_ref().iter().enumerate() {
             let n = m.name.get_ref().trim().to_string();
             if n.is_empty() || !names.insert(n.clone()) {
@@ -437,6 +463,7 @@ impl Experiment {
                         format!("does not fit target {}: {e}", m.target.get_ref()),
                     )
                 })?;
+            block_size = Some(block_size.map_or(dcfg.block_size, |b| b.min(dcfg.block_size)));
             // A generation needs the prompt, the new tokens and one block in the window.
             if max_new_tokens + dcfg.block_size >= tcfg.max_position_embeddings {
                 return Err(loc.at(
@@ -473,6 +500,17 @@ impl Experiment {
                     .map_err(|why| loc.at(d.span(), format!("models[{i}].dtype"), why))?,
             };
             models.push(ModelPair { name: n, target, drafter, calibration, draft_vocab, dtype });
+        }
+
+        // Variants, after the models: `draft_depth` is bounded by their block size.
+        let mut methods: Vec<Variant> = methods.into_iter().map(Variant::plain).collect();
+        if let Some(v) = &raw.variants {
+            let mut taken: Vec<String> = methods.iter().map(|m| m.label.clone()).collect();
+            methods.extend(crate::variants::resolve(&loc, v.get_ref(), block_size, &mut taken)?);
+        }
+        if methods.iter().all(|m| m.method == Method::Ar) {
+            let span = raw.methods.as_ref().map_or(0..0, |m| m.span());
+            return Err(loc.at(span, "methods", "expected at least one method besides ar"));
         }
 
         // Datasets.

@@ -11,7 +11,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use bastion_data::DatasetName;
-use bastion_decode::{Method, RoundRecord};
+use bastion_decode::{Method, MethodParams, RoundRecord};
 use serde::{Deserialize, Serialize};
 
 /// What one finished sample leaves behind.
@@ -29,6 +29,13 @@ pub struct SampleRecord {
     pub prompt_index: usize,
     /// The method (serialised by name: `ar`, `dflash`, `ddtree:N`, …).
     pub method: Method,
+    /// The variant's label when the sample ran a `[[variants]]` entry
+    /// (absent for a plain method; [`SampleRecord::label`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
+    /// The variant's knobs as resolved (absent when all are the method's defaults).
+    #[serde(default, skip_serializing_if = "MethodParams::is_default")]
+    pub params: MethodParams,
     /// Sampling temperature.
     pub temperature: f64,
     /// Sampler seed.
@@ -50,19 +57,33 @@ pub struct SampleRecord {
     /// At T = 0, whether the output equals AR's on the same prompt (`None`
     /// for AR itself and for T > 0).
     pub identical_to_ar: Option<bool>,
+    /// At T > 0, the mean log-probability (nats per token) of the output
+    /// under the target's distribution at this temperature, scored by one
+    /// teacher-forced pass per turn: a distribution statistic that shows a
+    /// path rule that shifts the output distribution (absent at T = 0 and
+    /// in records written before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_logprob: Option<f64>,
 }
 
 impl SampleRecord {
-    /// The key of (model, dataset, prompt, method, temperature, seed).
+    /// The key of (model, dataset, prompt, variant, temperature, seed);
+    /// `label` is the variant's label, for a plain method its name (so keys
+    /// of plain methods are what they were before variants existed).
     pub fn make_key(
         model: &str,
         dataset: DatasetName,
         prompt_id: &str,
-        method: Method,
+        label: impl std::fmt::Display,
         temperature: f64,
         seed: u64,
     ) -> String {
-        format!("{model}|{dataset}|{prompt_id}|{method}|T{temperature}|s{seed}")
+        format!("{model}|{dataset}|{prompt_id}|{label}|T{temperature}|s{seed}")
+    }
+
+    /// The row label: the variant's, or the method's name.
+    pub fn label(&self) -> String {
+        self.variant.clone().unwrap_or_else(|| self.method.to_string())
     }
 }
 
@@ -284,6 +305,8 @@ mod tests {
             prompt_id: "0".into(),
             prompt_index: 0,
             method: Method::Ar,
+            variant: None,
+            params: MethodParams::default(),
             temperature: 0.0,
             seed: 0,
             prompt_tokens: vec![3],
@@ -294,6 +317,7 @@ mod tests {
             tau: 1.0,
             tpot_s: 0.1,
             identical_to_ar: None,
+            output_logprob: None,
         }
     }
 

@@ -34,8 +34,14 @@ pub fn sample_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
         "model" => s(|r| &r.model),
         "dataset" => records.iter().map(|r| r.dataset.as_str()).collect::<Vec<_>>(),
         "prompt_id" => s(|r| &r.prompt_id),
-        "method" => records.iter().map(|r| r.method.to_string()).collect::<Vec<_>>(),
-        "ddtree_budget" => records.iter().map(|r| r.method.ddtree_budget().map(|b| b as u32)).collect::<Vec<_>>(),
+        "method" => records.iter().map(SampleRecord::label).collect::<Vec<_>>(),
+        "base_method" => records.iter().map(|r| r.method.to_string()).collect::<Vec<_>>(),
+        "params" => records.iter().map(|r| params_text(r)).collect::<Vec<_>>(),
+        // Only the plain grid's budgets: a DDTree variant is not an oracle candidate.
+        "ddtree_budget" => records
+            .iter()
+            .map(|r| r.method.ddtree_budget().filter(|_| r.variant.is_none()).map(|b| b as u32))
+            .collect::<Vec<_>>(),
         "temperature" => records.iter().map(|r| r.temperature).collect::<Vec<_>>(),
         "seed" => records.iter().map(|r| r.seed).collect::<Vec<_>>(),
         "tau" => records.iter().map(|r| r.tau).collect::<Vec<_>>(),
@@ -45,7 +51,17 @@ pub fn sample_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
         "output_tokens" => records.iter().map(|r| r.output.len() as u64).collect::<Vec<_>>(),
         "rounds" => records.iter().map(|r| r.rounds.len() as u64).collect::<Vec<_>>(),
         "identical_to_ar" => records.iter().map(|r| r.identical_to_ar).collect::<Vec<_>>(),
+        "output_logprob" => records.iter().map(|r| r.output_logprob).collect::<Vec<_>>(),
     )
+}
+
+/// A variant's knobs as compact JSON (`{"top_k":4}`; empty for a plain method).
+fn params_text(r: &SampleRecord) -> String {
+    if r.params.is_default() {
+        String::new()
+    } else {
+        serde_json::to_string(&r.params).unwrap_or_default()
+    }
 }
 
 /// One row per decoding round: `model, dataset, prompt_id, method,
@@ -64,7 +80,7 @@ pub fn round_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
         "model" => s(|r| &r.model),
         "dataset" => rows.iter().map(|(r, _, _)| r.dataset.as_str()).collect::<Vec<_>>(),
         "prompt_id" => s(|r| &r.prompt_id),
-        "method" => rows.iter().map(|(r, _, _)| r.method.to_string()).collect::<Vec<_>>(),
+        "method" => rows.iter().map(|(r, _, _)| r.label()).collect::<Vec<_>>(),
         "temperature" => rows.iter().map(|(r, _, _)| r.temperature).collect::<Vec<_>>(),
         "seed" => rows.iter().map(|(r, _, _)| r.seed).collect::<Vec<_>>(),
         "round" => rows.iter().map(|(_, i, _)| *i as u64).collect::<Vec<_>>(),
@@ -153,6 +169,9 @@ pub fn summary_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
             col("speedup_hi"),
             col("tau_seed_std"),
             col("speedup_seed_std"),
+            col("logprob"),
+            col("logprob_lo"),
+            col("logprob_hi"),
             col("budget_mean"),
             col("budget_std"),
             col("draft_ms"),
@@ -191,7 +210,7 @@ pub fn interval_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
     /// τ of a group's samples and their (AR TPOT, method TPOT) pairs.
     type TausAndPairs = (Vec<f64>, Vec<(f64, f64)>);
     type Key = (String, &'static str, String, u64);
-    let key = |r: &SampleRecord| (r.model.clone(), r.dataset.as_str(), r.method.to_string(), r.temperature.to_bits());
+    let key = |r: &SampleRecord| (r.model.clone(), r.dataset.as_str(), r.label(), r.temperature.to_bits());
     // AR TPOT per (model, dataset, prompt, T, seed).
     let ar: BTreeMap<(String, &str, &str, u64, u64), f64> = records
         .iter()
@@ -214,14 +233,18 @@ pub fn interval_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
             (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64).sqrt()
         })
     };
-    let mut cols: [Vec<Option<f64>>; 6] = Default::default();
+    let mut cols: [Vec<Option<f64>>; 9] = Default::default();
     let (mut model, mut dataset, mut method, mut temperature, mut prompts) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for ((m, d, meth, t), g) in &groups {
         // Per prompt: τ over seeds, and (AR, method) TPOT over the seeds both ran.
         let mut by_prompt: BTreeMap<&str, TausAndPairs> = BTreeMap::new();
         let mut by_seed: BTreeMap<u64, TausAndPairs> = BTreeMap::new();
+        let mut logprobs: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
         for r in g {
+            if let Some(lp) = r.output_logprob {
+                logprobs.entry(r.prompt_id.as_str()).or_default().push(lp);
+            }
             let pair = ar.get(&(m.clone(), *d, r.prompt_id.as_str(), *t, r.seed)).map(|&a| (a, r.tpot_s));
             for (taus, pairs) in
                 [by_prompt.entry(r.prompt_id.as_str()).or_default(), by_seed.entry(r.seed).or_default()]
@@ -243,6 +266,8 @@ pub fn interval_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
             .collect();
         let tau_ci = crate::stats::mean_interval(&prompt_tau);
         let speedup_ci = crate::stats::speedup_interval(&prompt_pairs);
+        let prompt_logprob: Vec<f64> = logprobs.values().map(|v| mean(v)).collect();
+        let logprob_ci = crate::stats::mean_interval(&prompt_logprob);
         let seed_tau: Vec<f64> = by_seed.values().map(|(taus, _)| mean(taus)).collect();
         let seed_speedup: Vec<f64> = by_seed
             .values()
@@ -256,6 +281,9 @@ pub fn interval_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
             speedup_ci.map(|i| i.hi),
             std(&seed_tau),
             std(&seed_speedup),
+            (!prompt_logprob.is_empty()).then(|| mean(&prompt_logprob)),
+            logprob_ci.map(|i| i.lo),
+            logprob_ci.map(|i| i.hi),
         ]) {
             c.push(v);
         }
@@ -265,7 +293,8 @@ pub fn interval_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
         temperature.push(f64::from_bits(*t));
         prompts.push(by_prompt.len() as u64);
     }
-    let [tau_lo, tau_hi, speedup_lo, speedup_hi, tau_seed_std, speedup_seed_std] = cols;
+    let [tau_lo, tau_hi, speedup_lo, speedup_hi, tau_seed_std, speedup_seed_std, logprob, logprob_lo, logprob_hi] =
+        cols;
     df!(
         "model" => model,
         "dataset" => dataset,
@@ -278,6 +307,9 @@ pub fn interval_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
         "speedup_hi" => speedup_hi,
         "tau_seed_std" => tau_seed_std,
         "speedup_seed_std" => speedup_seed_std,
+        "logprob" => logprob,
+        "logprob_lo" => logprob_lo,
+        "logprob_hi" => logprob_hi,
     )
 }
 
@@ -294,6 +326,11 @@ pub struct Cell {
     pub speedup_pm: f64,
     /// Distinct prompts behind the cell.
     pub prompts: u64,
+    /// At T > 0: mean log-probability of the outputs under the target
+    /// (nats per token, mean over prompts; NaN at T = 0).
+    pub logprob: f64,
+    /// Half the 95 % bootstrap interval of `logprob` (NaN when undefined).
+    pub logprob_pm: f64,
     /// Mean budget (drafted nodes per round).
     pub budget: f64,
     /// Budget standard deviation over rounds.
@@ -337,6 +374,8 @@ pub struct Table {
     pub datasets: Vec<String>,
     /// Rows, AR first.
     pub rows: Vec<Row>,
+    /// Whether any cell has an output log-probability (T > 0).
+    pub has_logprob: bool,
 }
 
 /// The tables of a summary frame, one per (model, temperature), rows in
@@ -359,6 +398,7 @@ pub fn tables(summary: &DataFrame) -> PolarsResult<Vec<Table>> {
     let phases = [num("draft_ms")?, num("build_ms")?, num("verify_ms")?, num("commit_ms")?];
     let (tau_lo, tau_hi) = (num("tau_lo")?, num("tau_hi")?);
     let (speedup_lo, speedup_hi) = (num("speedup_lo")?, num("speedup_hi")?);
+    let (logprob, logprob_lo, logprob_hi) = (num("logprob")?, num("logprob_lo")?, num("logprob_hi")?);
     let prompts = summary.column("prompts")?.u64()?;
     let prompts: Vec<u64> = (0..prompts.len()).map(|i| prompts.get(i).unwrap_or(0)).collect();
     let grid = summary.column("ddtree_budget")?.u32()?;
@@ -373,6 +413,7 @@ pub fn tables(summary: &DataFrame) -> PolarsResult<Vec<Table>> {
                 temperature: temperature[i],
                 datasets: Vec::new(),
                 rows: Vec::new(),
+                has_logprob: false,
             });
         }
     }
@@ -409,6 +450,8 @@ pub fn tables(summary: &DataFrame) -> PolarsResult<Vec<Table>> {
                         tau_pm: (tau_hi[i] - tau_lo[i]) / 2.0,
                         speedup_pm: (speedup_hi[i] - speedup_lo[i]) / 2.0,
                         prompts: prompts[i],
+                        logprob: logprob[i],
+                        logprob_pm: (logprob_hi[i] - logprob_lo[i]) / 2.0,
                         budget: budget[i],
                         budget_std: budget_std[i],
                         tpot_ms: tpot[i] * 1e3,
@@ -439,6 +482,7 @@ pub fn tables(summary: &DataFrame) -> PolarsResult<Vec<Table>> {
                     have.iter().map(|c| f(c)).sum::<f64>() / have.len().max(1) as f64
                 }
             };
+            t.has_logprob |= have.iter().any(|c| c.logprob.is_finite());
             t.rows.push(Row { method: label, avg_tau: mean(|c| c.tau), avg_speedup: mean(|c| c.speedup), cells });
         }
     }

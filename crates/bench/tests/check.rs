@@ -92,6 +92,8 @@ fn rows_come_from_tables_without_the_oracle() {
             tau_pm: 0.1,
             speedup_pm: 0.05,
             prompts: 4,
+            logprob: f64::NAN,
+            logprob_pm: f64::NAN,
             budget: 4.0,
             budget_std: 0.0,
             tpot_ms: 10.0,
@@ -105,6 +107,7 @@ fn rows_come_from_tables_without_the_oracle() {
         model: "m".into(),
         settings: String::new(),
         temperature: 0.0,
+        has_logprob: false,
         datasets: vec!["gsm8k".into(), "math500".into()],
         rows: vec![
             Row { method: "ar".into(), cells: vec![cell(1.0, 1.0), cell(1.0, 1.0)], avg_tau: 1.0, avg_speedup: 1.0 },

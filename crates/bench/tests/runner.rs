@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use bastion_bench::{run, Experiment, RunEvent, RunOptions, SampleRecord, Shard};
 use bastion_data::DatasetName;
-use bastion_decode::{profile, LoadedPair, Method, PairSpec, ProfileOptions};
+use bastion_decode::{profile, LoadedPair, Method, PairSpec, ProfileOptions, Variant};
 use bastion_models::{BackendKind, PeakOptions};
 
 fn root() -> PathBuf {
@@ -190,7 +190,12 @@ fn every_method_runs_resumes_and_shards() {
 fn first_turn_only_without_ar_and_the_lossless_check() {
     let dir = tempfile::tempdir().unwrap();
     let base = setup(dir.path());
-    let exp = Experiment { methods: vec![Method::DFlash], ar_baseline: false, first_turn_only: true, ..base.clone() };
+    let exp = Experiment {
+        methods: vec![Variant::plain(Method::DFlash)],
+        ar_baseline: false,
+        first_turn_only: true,
+        ..base.clone()
+    };
     let recs = run(&exp, &options(dir.path(), Shard::default()), &mut |_| {}).unwrap();
     assert_eq!(recs.len(), 2, "one DFlash sample per prompt, no AR");
     assert!(recs.iter().all(|r| r.method == Method::DFlash && r.identical_to_ar.is_none()));
@@ -213,4 +218,110 @@ fn shard_syntax() {
         let e = bad.parse::<Shard>().unwrap_err().to_string();
         assert!(e.contains("expected i/n"), "{e}");
     }
+}
+
+/// Two variants of one method land in rows of their own, with their own
+/// knobs in effect and stored; a resume skips them all, and a resume that
+/// would give a stored label other knobs is refused. At T > 0 records carry
+/// the outputs' log-probability under the target.
+#[test]
+fn variants_have_their_own_rows_and_never_mix() {
+    use bastion_decode::{AcceptRule, MethodParams};
+    let dir = tempfile::tempdir().unwrap();
+    let base = setup(dir.path());
+    let variant = |label: &str, params: MethodParams| Variant {
+        label: label.into(),
+        method: Method::DDTree { budget: 16 },
+        params,
+    };
+    let k1 = variant("dd16-k1", MethodParams { top_k: Some(1), ..Default::default() });
+    let d2 = variant("dd16-d2", MethodParams { draft_depth: Some(2), ..Default::default() });
+    let exp = Experiment {
+        methods: vec![
+            Variant::plain(Method::Ar),
+            Variant::plain(Method::DDTree { budget: 16 }),
+            k1.clone(),
+            d2.clone(),
+        ],
+        ..base.clone()
+    };
+    let recs = run(&exp, &options(dir.path(), Shard::default()), &mut |_| {}).unwrap();
+    assert_eq!(recs.len(), 8, "2 prompts × 4 rows");
+    for r in &recs {
+        assert!(r.key.contains(&format!("|{}|", r.label())), "{}", r.key);
+        if r.method != Method::Ar {
+            assert_eq!(r.identical_to_ar, Some(true), "{} is lossless", r.key);
+        }
+    }
+    let of = |label: &str| recs.iter().filter(|r| r.label() == label).collect::<Vec<_>>();
+    let (plain, one, two) = (of("ddtree:16"), of("dd16-k1"), of("dd16-d2"));
+    assert_eq!((plain.len(), one.len(), two.len()), (2, 2, 2));
+    assert!(plain.iter().all(|r| r.variant.is_none() && r.params.is_default()));
+    assert!(one.iter().all(|r| r.variant.as_deref() == Some("dd16-k1") && r.params == k1.params));
+    assert!(two.iter().all(|r| r.params == d2.params));
+    // The knobs took effect: top-1 per depth is a chain of at most block − 1 = 7
+    // nodes; depth 2 accepts at most 2 drafted tokens + the bonus.
+    assert!(one.iter().flat_map(|r| &r.rounds).all(|x| x.tree_size <= 8));
+    assert!(plain.iter().flat_map(|r| &r.rounds).any(|x| x.tree_size > 8));
+    assert!(two.iter().flat_map(|r| &r.rounds).all(|x| x.accepted <= 3));
+    // One summary row per label, each with its own samples and τ.
+    let df = bastion_bench::tables::summary_frame(&recs).unwrap();
+    let gsm = |label: &str, col: &str| -> f64 {
+        let rows = df.column("method").unwrap().str().unwrap().clone();
+        let ds = df.column("dataset").unwrap().str().unwrap().clone();
+        let i = (0..df.height()).find(|&i| rows.get(i) == Some(label) && ds.get(i) == Some("gsm8k")).expect(label);
+        df.column(col).unwrap().cast(&polars::prelude::DataType::Float64).unwrap().f64().unwrap().get(i).unwrap()
+    };
+    for (label, group) in [("ddtree:16", &plain), ("dd16-k1", &one), ("dd16-d2", &two)] {
+        let r = group.iter().find(|r| r.dataset == DatasetName::Gsm8k).unwrap();
+        assert_eq!(gsm(label, "samples"), 1.0, "{label}");
+        assert_eq!(gsm(label, "tau"), r.tau, "{label}");
+    }
+    // The oracle picks among the plain grid only.
+    let methods = df.column("method").unwrap().str().unwrap().clone();
+    let oracle = (0..df.height()).filter(|&i| methods.get(i).is_some_and(|m| m.starts_with("ddtree-oracle"))).count();
+    assert_eq!(oracle, 2, "one oracle row per dataset, from ddtree:16 alone");
+
+    // A resume runs nothing new; one that gives a stored label other knobs is refused.
+    let mut plan = None;
+    let again = run(&exp, &options(dir.path(), Shard::default()), &mut |e| {
+        if let RunEvent::Plan { total, done, .. } = e {
+            plan = Some((total, done));
+        }
+    })
+    .unwrap();
+    assert_eq!((plan, again.len()), (Some((8, 8)), 8));
+    let mut edited = exp.clone();
+    edited.methods[2].params.top_k = Some(2);
+    let e = run(&edited, &options(dir.path(), Shard::default()), &mut |_| {}).unwrap_err().to_string();
+    assert!(e.contains("holds results of other settings") && e.contains("variant dd16-k1"), "{e}");
+
+    // T = 1: every record carries the output's mean log-probability under the target.
+    let walk =
+        Variant { label: "dd4-walk".into(), method: Method::DDTree { budget: 4 }, params: MethodParams::default() };
+    let argmax = Variant {
+        label: "dd4-argmax".into(),
+        params: MethodParams { accept: Some(AcceptRule::ArgmaxPath), ..Default::default() },
+        ..walk.clone()
+    };
+    let sampled =
+        Experiment { temperatures: vec![1.0], methods: vec![Variant::plain(Method::Ar), walk, argmax], ..base };
+    let mut opts = options(dir.path(), Shard::default());
+    opts.results_dir = dir.path().join("results/sampled");
+    let recs = run(&sampled, &opts, &mut |_| {}).unwrap();
+    assert_eq!(recs.len(), 6);
+    for r in &recs {
+        let lp = r.output_logprob.unwrap_or_else(|| panic!("{} has no log-probability", r.key));
+        assert!(lp.is_finite() && lp < 0.0, "{}: {lp}", r.key);
+    }
+    let df = bastion_bench::tables::summary_frame(&recs).unwrap();
+    let lp = df.column("logprob").unwrap().f64().unwrap().clone();
+    assert!((0..df.height()).all(|i| lp.get(i).is_some()), "a log-probability in every summary row");
+    let tables = bastion_bench::tables::tables(&df).unwrap();
+    assert!(tables[0].has_logprob);
+    assert!(tables[0]
+        .rows
+        .iter()
+        .flat_map(|r| r.cells.iter().flatten())
+        .all(|c| c.logprob.is_finite() && c.logprob < 0.0));
 }

@@ -206,7 +206,7 @@ fn shipped_experiments_validate() {
     assert_eq!(default.name, "default");
     // ar, dflash, ddtree ×4, caddtree, bastion, bastion-paper, and the two +skip rows.
     assert_eq!(default.methods.len(), 11);
-    assert!(default.methods.contains(&Method::Bastion { skip_draft: true }));
+    assert!(default.methods.iter().any(|m| *m == Method::Bastion { skip_draft: true }));
     assert_eq!(default.datasets.len(), 4);
     assert_eq!(default.temperatures, [0.0]);
     // The pruned-vocabulary comparison: the same pair twice, the second over the drafter's
@@ -228,7 +228,7 @@ fn shipped_experiments_validate() {
         assert_eq!((cfg.num_layers, cfg.hidden_size), (layers, hidden), "{shape}");
     }
     let check = Experiment::load(&r.join("experiments/check.toml"), &r).unwrap();
-    assert!(!check.methods.contains(&Method::BASTION), "online bastion is not deterministic");
+    assert!(!check.methods.iter().any(|m| *m == Method::BASTION), "online bastion is not deterministic");
     assert!(check.models[0].calibration.is_some(), "the check pins its calibration");
 
     // Qwen3-8B's config (Hugging Face Qwen/Qwen3-8B) and the drafter's shape
@@ -261,7 +261,8 @@ fn shipped_experiments_validate() {
     assert_eq!(paper.temperatures, [0.0, 1.0]);
     assert_eq!(paper.datasets.len(), 7);
     assert!(paper.selection.paper_subset && paper.selection.max_samples == Some(128));
-    let grid: Vec<String> = paper.methods.iter().map(Method::to_string).filter(|m| m.starts_with("ddtree:")).collect();
+    let grid: Vec<String> =
+        paper.methods.iter().map(|m| m.label.clone()).filter(|m| m.starts_with("ddtree:")).collect();
     assert_eq!(grid.len(), 7);
     assert_eq!(grid.last().map(String::as_str), Some("ddtree:1024"));
     // Without the checkpoints the error names the field and the way to fix it.
@@ -298,4 +299,124 @@ fn a_models_dtype_is_read_and_defaults_to_f32() {
     assert_eq!(parse(GOOD).unwrap().models[0].dtype, bastion_models::WeightDtype::F32);
     let text = GOOD.replacen("tests/fixtures/tiny-dflash\"", "tests/fixtures/tiny-dflash\"\ndtype = \"bf16\"", 1);
     assert_eq!(parse(&text).unwrap().models[0].dtype, bastion_models::WeightDtype::Bf16);
+}
+
+/// Variants appended to [`GOOD`] (they start on line 21).
+fn with_variants(variants: &str) -> String {
+    assert_eq!(GOOD.lines().count(), 20);
+    format!("{GOOD}{variants}")
+}
+
+#[test]
+fn variants_expand_to_labelled_rows() {
+    use bastion_decode::{AcceptRule, CostSource, MethodParams};
+    let e = parse(&with_variants(
+        r#"
+[[variants]]
+name = "bastion-l05"
+method = "bastion"
+online_forgetting = 0.5
+
+[[variants]]
+name = "dd4-topk"
+method = "ddtree:4"
+accept = "argmax_path"
+sweep.top_k = [1, 2]
+sweep.draft_depth = [3, 7]
+
+[[variants]]
+name = "cad-roof"
+method = "caddtree+skip"
+cost_model = "roofline"
+cap = 64
+"#,
+    ))
+    .unwrap();
+    let labels: Vec<&str> = e.methods.iter().map(|m| m.label.as_str()).collect();
+    assert_eq!(
+        labels,
+        [
+            "ar",
+            "dflash",
+            "ddtree:4",
+            "ddtree:16",
+            "caddtree",
+            "bastion",
+            "bastion-paper",
+            "bastion-l05",
+            "dd4-topk[draft_depth=3,top_k=1]",
+            "dd4-topk[draft_depth=3,top_k=2]",
+            "dd4-topk[draft_depth=7,top_k=1]",
+            "dd4-topk[draft_depth=7,top_k=2]",
+            "cad-roof",
+        ]
+    );
+    assert!(e.methods[..7].iter().all(|m| m.is_plain()));
+    let l05 = &e.methods[7];
+    assert_eq!(
+        (l05.method, &l05.params),
+        (Method::BASTION, &MethodParams { online_forgetting: Some(0.5), ..Default::default() })
+    );
+    assert_eq!(
+        e.methods[9].params,
+        MethodParams {
+            accept: Some(AcceptRule::ArgmaxPath),
+            top_k: Some(2),
+            draft_depth: Some(3),
+            ..Default::default()
+        }
+    );
+    assert_eq!(e.methods[9].method, Method::DDTree { budget: 4 });
+    let cad = &e.methods[12];
+    assert_eq!(cad.method, Method::CaddTree { skip_draft: true });
+    assert_eq!((cad.params.cost_model, cad.params.cap), (Some(CostSource::Roofline), Some(64)));
+    // Variants alone, without a methods list: AR still runs first.
+    let only = GOOD
+        .replace("methods = [\"dflash\", \"ddtree\", \"caddtree\", \"bastion\", \"bastion-paper\"]\n", "")
+        .replace("ddtree_budgets = [4, 16]\n", "");
+    let e = parse(&format!("{only}\n[[variants]]\nname = \"chain5\"\nmethod = \"dflash\"\ndraft_depth = 5\n")).unwrap();
+    assert_eq!(e.methods.iter().map(|m| m.label.as_str()).collect::<Vec<_>>(), ["ar", "chain5"]);
+}
+
+#[test]
+fn malformed_variants_name_the_file_line_and_field() {
+    let v = |body: &str| with_variants(&format!("\n[[variants]]\n{body}"));
+    // (file text, "line:column: field", message part); the table starts on line 22, its first key on 23.
+    let cases: Vec<(String, &str, &str)> = vec![
+        (v("name = \"x\"\nmethod = \"bastion\"\nlambda = 0.5\n"), "25:1: variants[0].lambda", "unknown field `lambda`"),
+        (v("name = \"x\"\nmethod = \"bastion\"\nonline_forgetting = 1.5\n"), "25:21: variants[0].online_forgetting", "[0, 1)"),
+        (v("name = \"x\"\nmethod = \"bastion\"\nonline_forgetting = \"high\"\n"), "25:21: variants[0].online_forgetting", "invalid type"),
+        (v("name = \"x\"\nmethod = \"dflash\"\ntop_k = 4\n"), "25:9: variants[0].top_k", "method dflash has no knob `top_k`"),
+        (v("name = \"x\"\nmethod = \"ddtree:8\"\ntop_k = 0\n"), "25:9: variants[0].top_k", "expected ≥ 1 candidate"),
+        (v("name = \"x\"\nmethod = \"ddtree:8\"\ntop_k = -2\n"), "25:9: variants[0].top_k", "-2"),
+        (v("name = \"x\"\nmethod = \"dflash\"\ndraft_depth = 8\n"), "25:15: variants[0].draft_depth", "block size − 1 = 7"),
+        (v("name = \"x\"\nmethod = \"dflash\"\naccept = \"greedy\"\n"), "25:10: variants[0].accept", "unknown variant `greedy`"),
+        (v("name = \"x\"\nmethod = \"bastion\"\nrule = \"tiles\"\n"), "25:8: variants[0].rule", "unknown variant `tiles`"),
+        (v("name = \"x\"\nmethod = \"caddtree\"\ncost_model = \"oracle\"\n"), "25:14: variants[0].cost_model", "oracle"),
+        (v("name = \"x\"\nmethod = \"bastion\"\nfloor = 64\ncap = 32\n"), "26:7: variants[0].cap", "below floor = 64"),
+        (v("name = \"x\"\nmethod = \"eagle\"\ntop_k = 2\n"), "24:10: variants[0].method", "unknown method `eagle`"),
+        (v("name = \"x\"\nmethod = \"ddtree\"\ntop_k = 2\n"), "24:10: variants[0].method", "ddtree:N"),
+        (v("name = \"x\"\nmethod = \"ar\"\naccept = \"walk\"\n"), "24:10: variants[0].method", "ar has no knobs"),
+        (v("name = \"bastion\"\nmethod = \"bastion\"\ncap = 64\n"), "23:8: variants[0].name", "is a method's name"),
+        (v("name = \"Big K\"\nmethod = \"ddtree:8\"\ntop_k = 2\n"), "23:8: variants[0].name", "expected [a-z0-9]"),
+        (v("name = \"x\"\nmethod = \"bastion\"\n"), "23:8: variants[0].name", "sets no knob"),
+        (v("name = \"x\"\nmethod = \"ddtree:8\"\ntop_k = 2\nsweep.top_k = [1, 2]\n"), "26:15: variants[0].sweep.top_k", "both set and swept"),
+        (v("name = \"x\"\nmethod = \"ddtree:8\"\nsweep.top_k = []\n"), "25:15: variants[0].sweep.top_k", "at least one value"),
+        (v("name = \"x\"\nmethod = \"bastion\"\nsweep.online_forgetting = [0.5, 1.0]\n"), "25:33: variants[0].sweep.online_forgetting[1]", "[0, 1)"),
+        (v("name = \"x\"\nmethod = \"bastion\"\nsweep.online_forgetting = [0.5, 0.5]\n"), "23:8: variants[0].name", "label `x[online_forgetting=0.5]` is used twice"),
+        (v("name = \"x\"\nmethod = \"bastion\"\nsweep.lambda = [0.5]\n"), "25:7: variants[0]", "unknown field `lambda`"),
+        (
+            v("name = \"x\"\nmethod = \"ddtree:8\"\ntop_k = 2\n\n[[variants]]\nname = \"x\"\nmethod = \"ddtree:16\"\ntop_k = 2\n"),
+            "28:8: variants[1].name",
+            "label `x` is used twice",
+        ),
+        (v("method = \"bastion\"\ncap = 64\n"), "22:1: variants[0]", "missing field `name`"),
+    ];
+    assert!(cases.len() >= 10);
+    for (text, at, msg) in cases {
+        let e = parse(&text).expect_err(at);
+        assert!(e.starts_with("experiments/bad.toml:"), "{e}");
+        assert!(e.contains(at), "want `{at}` in: {e}");
+        assert!(e.contains(msg), "want `{msg}` in: {e}");
+    }
 }

@@ -33,6 +33,8 @@ fn record(dataset: &str, prompt: &str, method: &str, rounds: &[(usize, usize)], 
         prompt_id: prompt.into(),
         prompt_index: 0,
         method,
+        variant: None,
+        params: Default::default(),
         temperature: 0.0,
         seed: 0,
         prompt_tokens: vec![5],
@@ -43,6 +45,7 @@ fn record(dataset: &str, prompt: &str, method: &str, rounds: &[(usize, usize)], 
         prefill_s: 0.01,
         rounds,
         identical_to_ar: (method_name != "ar").then_some(true),
+        output_logprob: None,
     }
 }
 

@@ -37,4 +37,4 @@ pub use policy::{policy_for, BastionRule, BastionSetup, PolicyInputs, CADDTREE_M
 pub use profile::{profile, VerifyGrid};
 pub use sampling::{argmax, Sampler};
 pub use skip::SkipGate;
-pub use variant::{policy_for_params, CostSource, MethodParams};
+pub use variant::{policy_for_params, CostSource, MethodParams, Variant};

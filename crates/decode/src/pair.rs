@@ -354,6 +354,38 @@ impl LoadedPair {
         Ok(Speculator { method, params: params.clone(), policy, gate: method.skips_draft().then(SkipGate::new) })
     }
 
+    /// The log-probability (nats) of `output` following `prompt` under the
+    /// target's distribution at `temperature` (softmax of logits / T, as the
+    /// sampler draws), summed over the output's tokens, from one
+    /// teacher-forced prefill of `prompt ++ output[..n − 1]`. A distribution
+    /// statistic for outputs at T > 0 (a path rule that over-weights greedy
+    /// tokens raises it); 0 for an empty output.
+    ///
+    /// # Errors
+    /// [`DecodeError::Usage`] for an empty prompt or T ≤ 0; model errors
+    /// (e.g. past the context window).
+    pub fn output_logprob(&self, prompt: &[u32], output: &[u32], temperature: f64) -> Result<f64> {
+        if prompt.is_empty() || temperature.is_nan() || temperature <= 0.0 {
+            return Err(DecodeError::Usage(format!(
+                "output_logprob needs a prompt and T > 0 (got {} prompt tokens, T = {temperature})",
+                prompt.len()
+            )));
+        }
+        let Some((_, fed)) = output.split_last() else { return Ok(0.0) };
+        let tokens: Vec<u32> = prompt.iter().chain(fed).copied().collect();
+        let out = self.target.session().prefill_all_logits(&tokens, &[])?;
+        let vocab = out.logits.len() / out.rows.max(1);
+        let inv_t = 1.0 / temperature;
+        let mut total = 0.0;
+        for (j, &tok) in output.iter().enumerate() {
+            let row = &out.logits[(prompt.len() - 1 + j) * vocab..][..vocab];
+            let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x)) as f64;
+            let norm: f64 = row.iter().map(|&x| ((x as f64 - max) * inv_t).exp()).sum();
+            total += (row[tok as usize] as f64 - max) * inv_t - norm.ln();
+        }
+        Ok(total)
+    }
+
     /// One generation from `prompt` with `speculator`'s method (its policy
     /// carries over to the next call, and so does a `+skip` method's skip
     /// gate, [`crate::skip`]).

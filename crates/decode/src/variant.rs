@@ -178,6 +178,47 @@ impl MethodParams {
     }
 }
 
+/// A method as one row of a sweep: a label, the method and its knobs
+/// (issue #20). A plain method name is the variant labelled by that name
+/// with every knob at its default; records and store keys carry the label,
+/// so two variants of one method never mix.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Variant {
+    /// Row label and store-key component: the method's name for a plain
+    /// method, else the experiment file's name for the variant (a swept knob
+    /// appends `[knob=value]`).
+    pub label: String,
+    /// The method the variant runs.
+    pub method: Method,
+    /// Its knobs (default for a plain method).
+    pub params: MethodParams,
+}
+
+impl Variant {
+    /// The plain method: labelled by its name, default knobs.
+    pub fn plain(method: Method) -> Self {
+        Self { label: method.to_string(), method, params: MethodParams::default() }
+    }
+
+    /// Whether this is a plain method (label = the method's name, no knob set).
+    pub fn is_plain(&self) -> bool {
+        self.params.is_default() && self.label == self.method.to_string()
+    }
+}
+
+/// A variant equals a method when it is that plain method.
+impl PartialEq<Method> for Variant {
+    fn eq(&self, method: &Method) -> bool {
+        self.method == *method && self.is_plain()
+    }
+}
+
+impl std::fmt::Display for Variant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.label)
+    }
+}
+
 /// CaDDTree's cost from BASTION's roofline: `C_v(n; ℓ)` = the roofline's
 /// verify time of `n + 1` tokens (root included) at context ℓ.
 #[derive(Debug, Clone, Copy)]

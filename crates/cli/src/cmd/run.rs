@@ -85,7 +85,7 @@ fn job_of(model: &str, dataset: bastion_data::DatasetName, t: f64, seed: u64) ->
 /// store's records.
 pub fn sweep(exp: &Experiment, opts: &RunOptions) -> Result<Vec<SampleRecord>> {
     let (file, shard) = (&exp.file, opts.shard);
-    let methods: Vec<String> = exp.methods.iter().map(Method::to_string).collect();
+    let methods: Vec<String> = exp.methods.iter().map(|m| m.label.clone()).collect();
     eprintln!(
         "{}: {} model(s) × {} × [{}] × T {:?}, max {} new tokens, shard {shard}",
         file.display(),
@@ -104,7 +104,7 @@ pub fn sweep(exp: &Experiment, opts: &RunOptions) -> Result<Vec<SampleRecord>> {
     let mut current_job = String::new();
     // Per job: AR TPOTs, and per method (in first-seen order) τs and TPOTs.
     let mut ar_tpot: HashMap<String, Vec<f64>> = HashMap::new();
-    let mut running: HashMap<String, Vec<(Method, Running)>> = HashMap::new();
+    let mut running: HashMap<String, Vec<(String, Running)>> = HashMap::new();
     let records = bastion_bench::run(exp, opts, &mut |e| match e {
         RunEvent::Plan { total, done, todo } => {
             bar.set_length(total as u64);
@@ -136,20 +136,20 @@ pub fn sweep(exp: &Experiment, opts: &RunOptions) -> Result<Vec<SampleRecord>> {
                 ar_tpot.entry(job.clone()).or_default().push(r.tpot_s);
             }
             let methods = running.entry(job.clone()).or_default();
-            let at = methods.iter().position(|(m, _)| *m == r.method).unwrap_or_else(|| {
-                methods.push((r.method, Running::default()));
+            let label = r.label();
+            let at = methods.iter().position(|(m, _)| *m == label).unwrap_or_else(|| {
+                methods.push((label, Running::default()));
                 methods.len() - 1
             });
             methods[at].1.taus.push(r.tau);
             methods[at].1.tpots.push(r.tpot_s);
             let ar = ar_tpot.get(&job).map_or(f64::NAN, |v| mean(v));
-            let line = |m: &Method, x: &Running| format!("{m} τ {:.2} {:.2}×", mean(&x.taus), ar / mean(&x.tpots));
+            let line = |m: &String, x: &Running| format!("{m} τ {:.2} {:.2}×", mean(&x.taus), ar / mean(&x.tpots));
             if bar.is_hidden() {
                 let (m, x) = &methods[at];
                 eprintln!("{}/{} {job} {}", bar.position(), bar.length().unwrap_or(0), line(m, x));
             }
-            let summary: Vec<String> =
-                methods.iter().filter(|(m, _)| *m != Method::Ar).map(|(m, x)| line(m, x)).collect();
+            let summary: Vec<String> = methods.iter().filter(|(m, _)| m != "ar").map(|(m, x)| line(m, x)).collect();
             job_bar.set_message(summary.join(" | "));
         }
     })?;

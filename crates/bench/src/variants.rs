@@ -1,0 +1,257 @@
+//! Method variants of an experiment file (issue #20): `[[variants]]`
+//! tables that name a method with some of its knobs set, and `sweep.<knob>
+//! = [...]` lists that expand one variant per value.
+//!
+//! ```toml
+//! [[variants]]
+//! name = "bastion-l05"          # the row label ([a-z0-9][a-z0-9_.+-]*, not a method name)
+//! method = "bastion"            # any speculative method; ddtree names its budget (ddtree:16)
+//! online_forgetting = 0.5       # knobs: bastion_decode::MethodParams
+//!
+//! [[variants]]
+//! name = "ddtree16-topk"
+//! method = "ddtree:16"
+//! sweep.top_k = [2, 4, 16]      # three rows: ddtree16-topk[top_k=2], …
+//! ```
+//!
+//! Several swept knobs expand to every combination; labels list them in
+//! the order of [`MethodParams::knob_names`].
+
+use bastion_decode::{Method, MethodParams, Variant};
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::spec::{Locator, SpecError};
+
+/// The knobs of a `[[variants]]` table, each as written (typed when the
+/// variant is resolved, so a mistyped value names its own position).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawKnobs<T> {
+    accept: Option<T>,
+    draft_depth: Option<T>,
+    top_k: Option<T>,
+    rule: Option<T>,
+    online_forgetting: Option<T>,
+    floor: Option<T>,
+    bucket: Option<T>,
+    cap: Option<T>,
+    cost_model: Option<T>,
+}
+
+impl<T> RawKnobs<T> {
+    /// The knobs that are set, by name, in [`MethodParams::knob_names`] order.
+    fn set(&self) -> Vec<(&'static str, &T)> {
+        let all = [
+            ("accept", &self.accept),
+            ("draft_depth", &self.draft_depth),
+            ("top_k", &self.top_k),
+            ("rule", &self.rule),
+            ("online_forgetting", &self.online_forgetting),
+            ("floor", &self.floor),
+            ("bucket", &self.bucket),
+            ("cap", &self.cap),
+            ("cost_model", &self.cost_model),
+        ];
+        debug_assert!(all.iter().map(|(n, _)| *n).eq(MethodParams::knob_names()));
+        all.into_iter().filter_map(|(n, v)| v.as_ref().map(|v| (n, v))).collect()
+    }
+}
+
+/// One `[[variants]]` table as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawVariant {
+    name: Spanned<String>,
+    method: Spanned<String>,
+    #[serde(default)]
+    sweep: Option<Spanned<RawKnobs<Spanned<Vec<Spanned<toml::Value>>>>>>,
+    // The knobs set directly (serde's `flatten` would lose the spans).
+    #[serde(default)]
+    accept: Option<Spanned<toml::Value>>,
+    #[serde(default)]
+    draft_depth: Option<Spanned<toml::Value>>,
+    #[serde(default)]
+    top_k: Option<Spanned<toml::Value>>,
+    #[serde(default)]
+    rule: Option<Spanned<toml::Value>>,
+    #[serde(default)]
+    online_forgetting: Option<Spanned<toml::Value>>,
+    #[serde(default)]
+    floor: Option<Spanned<toml::Value>>,
+    #[serde(default)]
+    bucket: Option<Spanned<toml::Value>>,
+    #[serde(default)]
+    cap: Option<Spanned<toml::Value>>,
+    #[serde(default)]
+    cost_model: Option<Spanned<toml::Value>>,
+}
+
+impl RawVariant {
+    /// The knobs set directly, as a [`RawKnobs`].
+    fn direct(&self) -> RawKnobs<&Spanned<toml::Value>> {
+        RawKnobs {
+            accept: self.accept.as_ref(),
+            draft_depth: self.draft_depth.as_ref(),
+            top_k: self.top_k.as_ref(),
+            rule: self.rule.as_ref(),
+            online_forgetting: self.online_forgetting.as_ref(),
+            floor: self.floor.as_ref(),
+            bucket: self.bucket.as_ref(),
+            cap: self.cap.as_ref(),
+            cost_model: self.cost_model.as_ref(),
+        }
+    }
+}
+
+/// Whether `label` may label a variant: `[a-z0-9][a-z0-9_.+-]*` (it goes
+/// into store keys, table rows and file names).
+fn valid_label(label: &str) -> bool {
+    label.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && label.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_.+-".contains(c))
+}
+
+/// A knob's value as it appears in a swept label (`0.5`, `raw`).
+fn label_value(v: &toml::Value) -> String {
+    match v {
+        toml::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Sets `knob` to `value` in `table` after checking that the value has
+/// the knob's type.
+fn typed(
+    loc: &Locator<'_>,
+    table: &mut toml::Table,
+    knob: &str,
+    value: &Spanned<toml::Value>,
+    field: String,
+) -> Result<(), SpecError> {
+    let mut one = toml::Table::new();
+    one.insert(knob.to_string(), value.get_ref().clone());
+    one.try_into::<MethodParams>()
+        .map_err(|e| loc.at(value.span(), field, format!("{}: {}", value.get_ref(), e.message().trim())))?;
+    table.insert(knob.to_string(), value.get_ref().clone());
+    Ok(())
+}
+
+/// Resolves the `[[variants]]` tables into labelled variants, swept knobs
+/// expanded, every knob typed and checked against its method
+/// ([`MethodParams::check`]; `block_size`: the smallest drafter block of
+/// the experiment's models). `taken` holds the labels already used (the
+/// plain methods'); the new labels are added.
+///
+/// # Errors
+/// [`SpecError`] at the offending name, method or value: a label that is
+/// malformed, a method name or used twice; `ar` or the `ddtree` grid as a
+/// variant's method; a variant that sets no knob; a knob the method does
+/// not read, of the wrong type or out of range; a knob both set and swept;
+/// an empty sweep.
+pub(crate) fn resolve(
+    loc: &Locator<'_>,
+    raw: &[RawVariant],
+    block_size: Option<usize>,
+    taken: &mut Vec<String>,
+) -> Result<Vec<Variant>, SpecError> {
+    let mut out = Vec::new();
+    for (i, v) in raw.iter().enumerate() {
+        let at = |what: &str| format!("variants[{i}].{what}");
+        let name = v.name.get_ref().trim().to_string();
+        if !valid_label(&name) {
+            return Err(loc.at(
+                v.name.span(),
+                at("name"),
+                format!("`{name}`: expected [a-z0-9][a-z0-9_.+-]* (it labels the variant's rows)"),
+            ));
+        }
+        if name.parse::<Method>().is_ok() {
+            return Err(loc.at(
+                v.name.span(),
+                at("name"),
+                format!("`{name}` is a method's name; a variant needs a label of its own (e.g. {name}-k4)"),
+            ));
+        }
+        let m = v.method.get_ref().trim().to_ascii_lowercase();
+        if m == "ddtree" {
+            return Err(loc.at(v.method.span(), at("method"), "a variant names one DDTree budget: ddtree:N"));
+        }
+        let method: Method =
+            m.parse().map_err(|e: bastion_decode::DecodeError| loc.at(v.method.span(), at("method"), e.to_string()))?;
+        if method == Method::Ar {
+            return Err(loc.at(v.method.span(), at("method"), "ar has no knobs: a variant needs a speculative method"));
+        }
+
+        // The knobs set directly, typed one by one.
+        let mut base = toml::Table::new();
+        let knobs = v.direct();
+        let direct: Vec<(&str, &Spanned<toml::Value>)> = knobs.set().into_iter().map(|(k, v)| (k, *v)).collect();
+        for (knob, value) in &direct {
+            typed(loc, &mut base, knob, value, at(knob))?;
+        }
+        // Swept knobs: each value typed, then every combination.
+        let swept = v.sweep.as_ref().map(|s| s.get_ref().set()).unwrap_or_default();
+        for (knob, values) in &swept {
+            if base.contains_key(*knob) {
+                return Err(loc.at(
+                    values.span(),
+                    at(&format!("sweep.{knob}")),
+                    format!("`{knob}` is both set and swept"),
+                ));
+            }
+            if values.get_ref().is_empty() {
+                return Err(loc.at(values.span(), at(&format!("sweep.{knob}")), "expected at least one value"));
+            }
+        }
+        if direct.is_empty() && swept.is_empty() {
+            return Err(loc.at(
+                v.name.span(),
+                at("name"),
+                format!(
+                    "`{name}` sets no knob: list {method} in methods instead, or set one of {}",
+                    MethodParams::knob_names().collect::<Vec<_>>().join(", ")
+                ),
+            ));
+        }
+        // (label, knobs, the span of each value, for range errors)
+        let mut combos: Vec<(String, toml::Table, Vec<(&str, std::ops::Range<usize>, String)>)> =
+            vec![(name.clone(), base, direct.iter().map(|(k, val)| (*k, val.span(), at(k))).collect())];
+        for (knob, values) in &swept {
+            let mut next = Vec::new();
+            for (label, table, spans) in &combos {
+                for (j, value) in values.get_ref().iter().enumerate() {
+                    let field = at(&format!("sweep.{knob}[{j}]"));
+                    let mut t = table.clone();
+                    typed(loc, &mut t, knob, value, field.clone())?;
+                    let label = match label.strip_suffix(']') {
+                        Some(open) => format!("{open},{knob}={}]", label_value(value.get_ref())),
+                        None => format!("{label}[{knob}={}]", label_value(value.get_ref())),
+                    };
+                    let mut s = spans.clone();
+                    s.push((*knob, value.span(), field));
+                    next.push((label, t, s));
+                }
+            }
+            combos = next;
+        }
+        for (label, table, spans) in combos {
+            let params: MethodParams =
+                table.try_into().map_err(|e| loc.at(v.name.span(), at("name"), e.message().trim().to_string()))?;
+            if let Err((knob, why)) = params.check(method, block_size) {
+                // Point at the value that is out of range (the last one of that knob).
+                let (span, field) = spans
+                    .iter()
+                    .rev()
+                    .find(|(k, _, _)| *k == knob)
+                    .map_or((v.method.span(), at("method")), |(_, s, f)| (s.clone(), f.clone()));
+                return Err(loc.at(span, field, why));
+            }
+            if taken.contains(&label) {
+                return Err(loc.at(v.name.span(), at("name"), format!("label `{label}` is used twice")));
+            }
+            taken.push(label.clone());
+            out.push(Variant { label, method, params });
+        }
+    }
+    Ok(out)
+}
