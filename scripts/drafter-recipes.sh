@@ -51,11 +51,20 @@ for name in $VARIANTS; do
   else
     rm -f "$out.done"
     start=$(date +%s)
+    # A variant interrupted with these settings continues from its last checkpoint
+    # (every 100 steps); the seconds column then counts only the last session's part.
+    resume=()
+    if [ -d "$out/checkpoints" ] && [ -f "$out.stamp" ] && [ "$(cat "$out.stamp")" = "$stamp" ]; then
+      resume=(--resume)
+    else
+      rm -rf "$out"
+    fi
+    echo "$stamp" >"$out.stamp"
     # shellcheck disable=SC2086 # the recipe is a list of arguments
     "$BIN" train-drafter --model "$MODEL" --data "$DATA" --max-sequences "$SEQS" --out "$out" \
       --mask-token 5 --block-size 16 --steps "$STEPS" --sequences-per-step 16 --anchors 4 \
-      --sampled-vocab 2048 --held-out "$HELD_OUT" --eval-every "$EVAL" --checkpoint-every "$STEPS" \
-      --seed 0 --feature-cache "$FEATURES" $args 2>"$out.log" || { echo "variant $name failed: $out.log" >&2; exit 1; }
+      --sampled-vocab 2048 --held-out "$HELD_OUT" --eval-every "$EVAL" --checkpoint-every 100 \
+      --seed 0 --feature-cache "$FEATURES" "${resume[@]}" $args 2>>"$out.log" || { echo "variant $name failed: $out.log" >&2; exit 1; }
     secs=$(( $(date +%s) - start ))
     printf '%s\n%s\n' "$stamp" "$secs" >"$out.done"
   fi

@@ -118,13 +118,13 @@ impl AcceptanceHistogram {
     }
 }
 
-/// Per (model, temperature, method), in record order, the histogram of
+/// Per (model, temperature, method or variant label), in record order, the histogram of
 /// tokens committed per round over all of the method's rounds (every
 /// dataset). AR (one token per step) is left out.
 pub fn acceptance_histograms(records: &[SampleRecord]) -> Vec<AcceptanceHistogram> {
     let mut out: Vec<AcceptanceHistogram> = Vec::new();
     for r in records.iter().filter(|r| r.method != Method::Ar) {
-        let method = r.method.to_string();
+        let method = r.label();
         let at =
             match out.iter().position(|h| h.model == r.model && h.temperature == r.temperature && h.method == method) {
                 Some(i) => i,

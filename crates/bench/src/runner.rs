@@ -201,7 +201,7 @@ pub fn plan(exp: &Experiment, datasets_dir: &Path, shard: Shard) -> Result<Vec<S
             let seeds = if t == 0.0 { &exp.seeds[..1] } else { &exp.seeds[..] };
             for &seed in seeds {
                 for p in &mine {
-                    for m in &exp.methods {
+                    for m in exp.methods.iter().filter(|m| exp.runs(&m.label, &pair.name, t)) {
                         let key = SampleRecord::make_key(&pair.name, p.dataset, &p.id, &m.label, t, seed);
                         let method = m.clone();
                         out.push(Sample { model: mi, temperature: t, seed, prompt: (*p).clone(), method, key });

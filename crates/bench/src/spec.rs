@@ -131,6 +131,17 @@ pub struct Experiment {
     pub bastion_rule: BastionRule,
     /// `bastion`'s online calibration.
     pub online: OnlineConfig,
+    /// Variants that run only on some model pairs or temperatures, by
+    /// label (`models` / `temperatures` of a `[[variants]]` table); every
+    /// other method runs everywhere.
+    pub scopes: std::collections::BTreeMap<String, crate::variants::Scope>,
+}
+
+impl Experiment {
+    /// Whether the method labelled `label` runs on `model` at `temperature`.
+    pub fn runs(&self, label: &str, model: &str, temperature: f64) -> bool {
+        self.scopes.get(label).is_none_or(|s| s.covers(model, temperature))
+    }
 }
 
 #[derive(Deserialize)]
@@ -504,9 +515,18 @@ impl Experiment {
 
         // Variants, after the models: `draft_depth` is bounded by their block size.
         let mut methods: Vec<Variant> = methods.into_iter().map(Variant::plain).collect();
+        let mut scopes = std::collections::BTreeMap::new();
         if let Some(v) = &raw.variants {
             let mut taken: Vec<String> = methods.iter().map(|m| m.label.clone()).collect();
-            methods.extend(crate::variants::resolve(&loc, v.get_ref(), block_size, &mut taken)?);
+            let names: Vec<String> = models.iter().map(|m: &ModelPair| m.name.clone()).collect();
+            for (variant, scope) in
+                crate::variants::resolve(&loc, v.get_ref(), block_size, (&names, &temperatures), &mut taken)?
+            {
+                if scope != crate::variants::Scope::default() {
+                    scopes.insert(variant.label.clone(), scope);
+                }
+                methods.push(variant);
+            }
         }
         if methods.iter().all(|m| m.method == Method::Ar) {
             let span = raw.methods.as_ref().map_or(0..0, |m| m.span());
@@ -583,6 +603,7 @@ impl Experiment {
             selection: Selection { paper_subset, max_samples },
             bastion_rule,
             online,
+            scopes,
         })
     }
 }

@@ -14,6 +14,11 @@
 //! sweep.top_k = [2, 4, 16]      # three rows: ddtree16-topk[top_k=2], …
 //! ```
 //!
+//! `models = ["…"]` and `temperatures = [...]` run a variant only on some of
+//! the experiment's model pairs and temperatures (AR runs everywhere), so
+//! one file can hold a T = 0 sweep and a T > 0 comparison without running
+//! every row at every setting.
+//!
 //! Several swept knobs expand to every combination; labels list them in
 //! the order of [`MethodParams::knob_names`].
 
@@ -66,6 +71,10 @@ pub(crate) struct RawVariant {
     method: Spanned<String>,
     #[serde(default)]
     sweep: Option<Spanned<RawKnobs<Spanned<Vec<Spanned<toml::Value>>>>>>,
+    #[serde(default)]
+    models: Option<Spanned<Vec<Spanned<String>>>>,
+    #[serde(default)]
+    temperatures: Option<Spanned<Vec<Spanned<f64>>>>,
     // The knobs set directly (serde's `flatten` would lose the spans).
     #[serde(default)]
     accept: Option<Spanned<toml::Value>>,
@@ -136,27 +145,52 @@ fn typed(
     Ok(())
 }
 
+/// Where a variant runs: `None` = every model pair / temperature of the experiment.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Scope {
+    /// The model pairs (by name) it runs on.
+    pub models: Option<Vec<String>>,
+    /// The temperatures it runs at.
+    pub temperatures: Option<Vec<f64>>,
+}
+
+impl Scope {
+    /// Whether a variant with this scope runs on `model` at `temperature`.
+    pub fn covers(&self, model: &str, temperature: f64) -> bool {
+        self.models.as_ref().is_none_or(|m| m.iter().any(|x| x == model))
+            && self.temperatures.as_ref().is_none_or(|t| t.contains(&temperature))
+    }
+
+    fn is_everywhere(&self) -> bool {
+        self.models.is_none() && self.temperatures.is_none()
+    }
+}
+
 /// Resolves the `[[variants]]` tables into labelled variants, swept knobs
 /// expanded, every knob typed and checked against its method
 /// ([`MethodParams::check`]; `block_size`: the smallest drafter block of
-/// the experiment's models). `taken` holds the labels already used (the
-/// plain methods'); the new labels are added.
+/// the experiment's models), each with its [`Scope`] (checked against the
+/// experiment's `models` names and `temperatures`). `taken` holds the
+/// labels already used (the plain methods'); the new labels are added.
 ///
 /// # Errors
 /// [`SpecError`] at the offending name, method or value: a label that is
 /// malformed, a method name or used twice; `ar` or the `ddtree` grid as a
 /// variant's method; a variant that sets no knob; a knob the method does
 /// not read, of the wrong type or out of range; a knob both set and swept;
-/// an empty sweep.
+/// an empty sweep; a scope naming a model or temperature the experiment
+/// does not have.
 pub(crate) fn resolve(
     loc: &Locator<'_>,
     raw: &[RawVariant],
     block_size: Option<usize>,
+    experiment: (&[String], &[f64]),
     taken: &mut Vec<String>,
-) -> Result<Vec<Variant>, SpecError> {
+) -> Result<Vec<(Variant, Scope)>, SpecError> {
     let mut out = Vec::new();
     for (i, v) in raw.iter().enumerate() {
         let at = |what: &str| format!("variants[{i}].{what}");
+        let scope = scope_of(loc, v, experiment, i)?;
         let name = v.name.get_ref().trim().to_string();
         if !valid_label(&name) {
             return Err(loc.at(
@@ -203,12 +237,12 @@ pub(crate) fn resolve(
                 return Err(loc.at(values.span(), at(&format!("sweep.{knob}")), "expected at least one value"));
             }
         }
-        if direct.is_empty() && swept.is_empty() {
+        if direct.is_empty() && swept.is_empty() && scope.is_everywhere() {
             return Err(loc.at(
                 v.name.span(),
                 at("name"),
                 format!(
-                    "`{name}` sets no knob: list {method} in methods instead, or set one of {}",
+                    "`{name}` sets no knob and no scope: list {method} in methods instead, or set one of {}",
                     MethodParams::knob_names().collect::<Vec<_>>().join(", ")
                 ),
             ));
@@ -250,8 +284,60 @@ pub(crate) fn resolve(
                 return Err(loc.at(v.name.span(), at("name"), format!("label `{label}` is used twice")));
             }
             taken.push(label.clone());
-            out.push(Variant { label, method, params });
+            out.push((Variant { label, method, params }, scope.clone()));
         }
     }
     Ok(out)
+}
+
+/// The [`Scope`] of variant `i`, every model name and temperature checked
+/// against the experiment's.
+fn scope_of(
+    loc: &Locator<'_>,
+    v: &RawVariant,
+    (models, temperatures): (&[String], &[f64]),
+    i: usize,
+) -> Result<Scope, SpecError> {
+    let mut scope = Scope::default();
+    if let Some(list) = &v.models {
+        if list.get_ref().is_empty() {
+            return Err(loc.at(list.span(), format!("variants[{i}].models"), "expected at least one model name"));
+        }
+        let mut names = Vec::new();
+        for (j, m) in list.get_ref().iter().enumerate() {
+            let name = m.get_ref().trim();
+            if !models.iter().any(|x| x == name) {
+                return Err(loc.at(
+                    m.span(),
+                    format!("variants[{i}].models[{j}]"),
+                    format!("`{name}` is not a model of this experiment (expected one of {})", models.join(", ")),
+                ));
+            }
+            names.push(name.to_string());
+        }
+        scope.models = Some(names);
+    }
+    if let Some(list) = &v.temperatures {
+        if list.get_ref().is_empty() {
+            return Err(loc.at(
+                list.span(),
+                format!("variants[{i}].temperatures"),
+                "expected at least one temperature",
+            ));
+        }
+        let mut ts = Vec::new();
+        for (j, t) in list.get_ref().iter().enumerate() {
+            let value = *t.get_ref() + 0.0;
+            if !temperatures.contains(&value) {
+                return Err(loc.at(
+                    t.span(),
+                    format!("variants[{i}].temperatures[{j}]"),
+                    format!("{value} is not among the experiment's temperatures {temperatures:?}"),
+                ));
+            }
+            ts.push(value);
+        }
+        scope.temperatures = Some(ts);
+    }
+    Ok(scope)
 }

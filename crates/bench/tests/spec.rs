@@ -227,6 +227,15 @@ fn shipped_experiments_validate() {
             bastion_models::ModelConfig::from_hf_json(r.join(format!("experiments/shapes/{shape}.json"))).unwrap();
         assert_eq!((cfg.num_layers, cfg.hidden_size), (layers, hidden), "{shape}");
     }
+    // The shipped ablation: variants only, scoped so that T = 1 runs just the path-rule pair.
+    let abl = Experiment::load(&r.join("experiments/ablations.toml"), &r).unwrap();
+    assert_eq!(abl.methods.len(), 13, "ar, λ ×4, paper rules, top-k ×4, vocab, walk, argmax path");
+    let at_t1: Vec<&str> =
+        abl.methods.iter().filter(|m| abl.runs(&m.label, "smollm2-135m", 1.0)).map(|m| m.label.as_str()).collect();
+    assert_eq!(at_t1, ["ar", "ddtree8-walk", "ddtree8-argmax-path"]);
+    let pruned: Vec<&str> =
+        abl.methods.iter().filter(|m| abl.runs(&m.label, "smollm2-135m-v1k", 0.0)).map(|m| m.label.as_str()).collect();
+    assert_eq!(pruned, ["ar", "ddtree4-vocab"]);
     let check = Experiment::load(&r.join("experiments/check.toml"), &r).unwrap();
     assert!(!check.methods.iter().any(|m| *m == Method::BASTION), "online bastion is not deterministic");
     assert!(check.models[0].calibration.is_some(), "the check pins its calibration");
@@ -376,6 +385,18 @@ cap = 64
         .replace("ddtree_budgets = [4, 16]\n", "");
     let e = parse(&format!("{only}\n[[variants]]\nname = \"chain5\"\nmethod = \"dflash\"\ndraft_depth = 5\n")).unwrap();
     assert_eq!(e.methods.iter().map(|m| m.label.as_str()).collect::<Vec<_>>(), ["ar", "chain5"]);
+
+    // A scoped variant runs only where it says (no knob needed then); AR everywhere.
+    let e = parse(&format!(
+        "{only}\n[[variants]]\nname = \"walk-t1\"\nmethod = \"ddtree:4\"\ntemperatures = [1.0]\nmodels = [\"tiny-qwen3\"]\n"
+    ))
+    .unwrap();
+    assert!(e.runs("walk-t1", "tiny-qwen3", 1.0) && !e.runs("walk-t1", "tiny-qwen3", 0.0));
+    assert!(e.runs("ar", "tiny-qwen3", 0.0) && e.runs("ar", "tiny-qwen3", 1.0));
+    let plan = bastion_bench::plan(&e, &root().join("datasets"), bastion_bench::Shard::default()).unwrap();
+    // 4 prompts (2 per dataset); T = 0: AR; T = 1, seeds 0 and 1: AR and the variant.
+    assert_eq!(plan.len(), 4 * (1 + 2 * 2));
+    assert!(plan.iter().filter(|s| s.method.label == "walk-t1").all(|s| s.temperature == 1.0));
 }
 
 #[test]
@@ -411,6 +432,16 @@ fn malformed_variants_name_the_file_line_and_field() {
             "label `x` is used twice",
         ),
         (v("method = \"bastion\"\ncap = 64\n"), "22:1: variants[0]", "missing field `name`"),
+        (
+            v("name = \"x\"\nmethod = \"dflash\"\nmodels = [\"tiny\"]\n"),
+            "25:11: variants[0].models[0]",
+            "`tiny` is not a model of this experiment (expected one of tiny-qwen3)",
+        ),
+        (
+            v("name = \"x\"\nmethod = \"dflash\"\ntemperatures = [0.5]\n"),
+            "25:17: variants[0].temperatures[0]",
+            "0.5 is not among the experiment's temperatures [0.0, 1.0]",
+        ),
     ];
     assert!(cases.len() >= 10);
     for (text, at, msg) in cases {

@@ -2,6 +2,13 @@
 //! the way transformers renders it (`apply_chat_template`: trim_blocks,
 //! lstrip_blocks, loop controls, Python string methods via
 //! `minijinja-contrib`'s pycompat).
+//!
+//! A chat template is code that arrives with a model file. It renders with
+//! a bounded budget ([`CHAT_TEMPLATE_FUEL`], minijinja's fuel: about one unit
+//! per instruction and per 64 bytes the template builds), so a template that
+//! loops without end or builds a gigantic string fails with an error naming
+//! its file instead of hanging or exhausting memory; it sees only the
+//! render context (no loader: `include` / `import` of other files fail).
 
 use minijinja::{context, Environment, Error, ErrorKind};
 use serde::Serialize;
@@ -24,9 +31,17 @@ impl Message {
     }
 }
 
+/// The fuel of one render of a chat template: about one unit per
+/// instruction and per 64 bytes created (output included), so at most about
+/// 2·10⁶ instructions or 128 MB. Real templates need a few thousand units per
+/// message (the tests render long MT-Bench conversations with SmolLM2's and
+/// Qwen3's templates well within it).
+pub const CHAT_TEMPLATE_FUEL: u64 = 2_000_000;
+
 /// A compiled chat template with its special-token strings.
 pub struct ChatTemplate {
     env: Environment<'static>,
+    origin: std::path::PathBuf,
     bos_token: String,
     eos_token: String,
 }
@@ -45,6 +60,7 @@ impl ChatTemplate {
             .build()
             .expect("default delimiters are valid");
         env.set_syntax(syntax);
+        env.set_fuel(Some(CHAT_TEMPLATE_FUEL));
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", |msg: String| -> std::result::Result<String, Error> {
             Err(Error::new(ErrorKind::InvalidOperation, msg))
@@ -54,7 +70,12 @@ impl ChatTemplate {
             field: "chat_template".into(),
             expected: format!("a valid Jinja template ({e})"),
         })?;
-        Ok(Self { env, bos_token: bos_token.to_string(), eos_token: eos_token.to_string() })
+        Ok(Self {
+            env,
+            origin: origin.to_path_buf(),
+            bos_token: bos_token.to_string(),
+            eos_token: eos_token.to_string(),
+        })
     }
 
     /// Renders `messages`, ending with the assistant header when
@@ -62,7 +83,8 @@ impl ChatTemplate {
     /// templates that read it (Qwen3).
     ///
     /// # Errors
-    /// [`ModelError::Template`] when rendering fails (e.g. the template raises).
+    /// [`ModelError::Template`] naming the template's file when rendering
+    /// fails (the template raises, or runs past [`CHAT_TEMPLATE_FUEL`]).
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
         let tmpl = self.env.get_template("chat").expect("added in new");
         tmpl.render(context! {
@@ -72,6 +94,17 @@ impl ChatTemplate {
             bos_token => self.bos_token.as_str(),
             eos_token => self.eos_token.as_str(),
         })
-        .map_err(|e| ModelError::Template(format!("failed to render: {e}")))
+        .map_err(|e| {
+            let origin = self.origin.display();
+            ModelError::Template(if e.kind() == ErrorKind::OutOfFuel {
+                format!(
+                    "{origin}: chat_template: stopped after its budget of {CHAT_TEMPLATE_FUEL} fuel (about one unit \
+                     per instruction and per 64 bytes built): a template that loops without end or builds a \
+                     gigantic string"
+                )
+            } else {
+                format!("{origin}: chat_template: failed to render: {e}")
+            })
+        })
     }
 }

@@ -265,7 +265,8 @@ impl Drafter {
         cfg.check_target(cfg_path, target.config())?;
         let m = &cfg.model;
         let device = target.device().clone();
-        let src = Prefixed(src);
+        let log = crate::weights::ReadLog::new(src);
+        let src = Prefixed(&log);
         let h = m.hidden_size;
         let k = cfg.target_layer_ids.len();
         let fc = src.require("fc.weight", &[h, k * h])?;
@@ -278,6 +279,10 @@ impl Drafter {
         let layers = (0..m.num_layers)
             .map(|l| Layer::load(&src, &format!("layers.{l}."), m, &device, dtype))
             .collect::<Result<_>>()?;
+        log.check_all_read(&format!(
+            "a DFlash drafter with num_layers = {} (it drafts with its target's embedding and LM head)",
+            m.num_layers
+        ))?;
         Ok(Self {
             inv_freq: m.rope_inv_freq(),
             cfg,

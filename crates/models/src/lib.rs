@@ -56,4 +56,4 @@ pub use model::{ForwardOutput, Model, Session, TREE_ATTENTION_ENV};
 pub use peak::{measure_peak, PeakMeasurement, PeakOptions};
 pub use resident::{ContextFeatures, DeviceOutput, DeviceRows, DraftLogits, Resident};
 pub use tokenizer::Tokenizer;
-pub use weights::{GgufSource, HostTensor, MemorySource, RandomSource, SafetensorsSource, WeightSource};
+pub use weights::{GgufSource, HostTensor, MemorySource, RandomSource, ReadLog, SafetensorsSource, WeightSource};

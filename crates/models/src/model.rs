@@ -69,8 +69,9 @@ impl Model {
     /// `device`, in f32.
     ///
     /// # Errors
-    /// [`ModelError::Tensor`] naming the file and tensor for a missing tensor
-    /// or a shape mismatch; [`ModelError::Config`] for an invalid config.
+    /// [`ModelError::Tensor`] naming the file and tensor for a missing tensor,
+    /// a shape mismatch, or tensors the architecture does not read
+    /// ([`crate::weights::ReadLog`]); [`ModelError::Config`] for an invalid config.
     pub fn load(cfg: ModelConfig, src: &dyn WeightSource, device: &Device) -> Result<Self> {
         Self::load_as(cfg, src, device, WeightDtype::F32)
     }
@@ -85,6 +86,9 @@ impl Model {
     /// As [`Model::load`].
     pub fn load_as(cfg: ModelConfig, src: &dyn WeightSource, device: &Device, dtype: WeightDtype) -> Result<Self> {
         let (h, v) = (cfg.hidden_size, cfg.vocab_size);
+        // Every tensor of the file must be one this architecture reads.
+        let log = crate::weights::ReadLog::new(src);
+        let src: &dyn WeightSource = &log;
         // The vocabulary-sized tensors first, each packed or moved as soon as
         // it is read, so that no f32 copy of them is alive while the layers
         // load (peak memory: the packed weights, the embedding table, one
@@ -111,6 +115,7 @@ impl Model {
             layers.push(Layer::load(src, &format!("model.layers.{l}."), &cfg, device, dtype)?);
         }
         let norm_host = src.require("model.norm.weight", &[h])?.data;
+        log.check_all_read(&format!("a {:?} target with num_layers = {}", cfg.arch, cfg.num_layers))?;
         let norm = to_tensor1(HostTensor { data: norm_host.clone(), shape: vec![h] }, device);
         let inv_freq = cfg.rope_inv_freq();
         let mode = match std::env::var(TREE_ATTENTION_ENV) {

@@ -38,6 +38,14 @@ pub trait WeightSource {
     /// Whether the source holds `name` (without reading it).
     fn contains(&self, name: &str) -> bool;
 
+    /// Every tensor the source holds, by the name [`WeightSource::get`]
+    /// takes (a GGUF tensor without a Hugging Face name: its GGUF name), for
+    /// [`ReadLog::check_all_read`]; empty when the source cannot list them
+    /// (weights drawn on demand).
+    fn tensor_names(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// The tensor `name`, which must exist and have shape `shape`.
     ///
     /// # Errors
@@ -73,6 +81,10 @@ pub struct MemorySource {
 impl WeightSource for MemorySource {
     fn get(&self, name: &str) -> Result<Option<HostTensor>> {
         Ok(self.tensors.get(name).cloned())
+    }
+
+    fn tensor_names(&self) -> Vec<String> {
+        self.tensors.keys().cloned().collect()
     }
 
     fn path_for(&self, _name: &str) -> PathBuf {
@@ -190,6 +202,10 @@ impl WeightSource for SafetensorsSource {
             .get(name)
             .map_or_else(|| self.files.first().map(|f| f.0.clone()).unwrap_or_default(), |&i| self.files[i].0.clone())
     }
+
+    fn tensor_names(&self) -> Vec<String> {
+        self.index.keys().cloned().collect()
+    }
 }
 
 #[cfg(unix)]
@@ -227,34 +243,114 @@ impl<'a> GgufSource<'a> {
     }
 }
 
+/// Hugging Face ↔ GGUF names of the tensors outside the layers
+/// (llama.cpp `gguf-py` tensor map).
+const GGUF_FIXED: [(&str, &str); 3] = [
+    ("model.embed_tokens.weight", "token_embd.weight"),
+    ("model.norm.weight", "output_norm.weight"),
+    ("lm_head.weight", "output.weight"),
+];
+
+/// Hugging Face ↔ GGUF names of a layer's tensors (`model.layers.N.` ↔ `blk.N.`).
+const GGUF_LAYER: [(&str, &str); 11] = [
+    ("input_layernorm.weight", "attn_norm.weight"),
+    ("post_attention_layernorm.weight", "ffn_norm.weight"),
+    ("self_attn.q_proj.weight", "attn_q.weight"),
+    ("self_attn.k_proj.weight", "attn_k.weight"),
+    ("self_attn.v_proj.weight", "attn_v.weight"),
+    ("self_attn.o_proj.weight", "attn_output.weight"),
+    ("self_attn.q_norm.weight", "attn_q_norm.weight"),
+    ("self_attn.k_norm.weight", "attn_k_norm.weight"),
+    ("mlp.gate_proj.weight", "ffn_gate.weight"),
+    ("mlp.up_proj.weight", "ffn_up.weight"),
+    ("mlp.down_proj.weight", "ffn_down.weight"),
+];
+
 /// The GGUF name of a Hugging Face tensor name, if the model has one.
 pub fn gguf_name(hf: &str) -> Option<String> {
-    let fixed = match hf {
-        "model.embed_tokens.weight" => Some("token_embd.weight"),
-        "model.norm.weight" => Some("output_norm.weight"),
-        "lm_head.weight" => Some("output.weight"),
-        _ => None,
-    };
-    if let Some(f) = fixed {
-        return Some(f.to_string());
+    if let Some((_, g)) = GGUF_FIXED.iter().find(|(h, _)| *h == hf) {
+        return Some(g.to_string());
     }
     let rest = hf.strip_prefix("model.layers.")?;
     let (layer, tail) = rest.split_once('.')?;
-    let part = match tail {
-        "input_layernorm.weight" => "attn_norm.weight",
-        "post_attention_layernorm.weight" => "ffn_norm.weight",
-        "self_attn.q_proj.weight" => "attn_q.weight",
-        "self_attn.k_proj.weight" => "attn_k.weight",
-        "self_attn.v_proj.weight" => "attn_v.weight",
-        "self_attn.o_proj.weight" => "attn_output.weight",
-        "self_attn.q_norm.weight" => "attn_q_norm.weight",
-        "self_attn.k_norm.weight" => "attn_k_norm.weight",
-        "mlp.gate_proj.weight" => "ffn_gate.weight",
-        "mlp.up_proj.weight" => "ffn_up.weight",
-        "mlp.down_proj.weight" => "ffn_down.weight",
-        _ => return None,
-    };
+    let (_, part) = GGUF_LAYER.iter().find(|(h, _)| *h == tail)?;
     Some(format!("blk.{layer}.{part}"))
+}
+
+/// The Hugging Face name of a GGUF tensor name ([`gguf_name`]'s inverse).
+pub fn hf_name(gguf: &str) -> Option<String> {
+    if let Some((h, _)) = GGUF_FIXED.iter().find(|(_, g)| *g == gguf) {
+        return Some(h.to_string());
+    }
+    let rest = gguf.strip_prefix("blk.")?;
+    let (layer, tail) = rest.split_once('.')?;
+    let (h, _) = GGUF_LAYER.iter().find(|(_, g)| *g == tail)?;
+    Some(format!("model.layers.{layer}.{h}"))
+}
+
+/// Records the tensors a loader reads from a source, so that a checkpoint
+/// holding tensors its architecture never reads is refused instead of
+/// silently half-used (a drafter file with its own `lm_head.weight`, a GGUF
+/// with `rope_freqs.weight`, a layer more than the config says).
+pub struct ReadLog<'a> {
+    inner: &'a dyn WeightSource,
+    read: std::cell::RefCell<std::collections::BTreeSet<String>>,
+}
+
+impl<'a> ReadLog<'a> {
+    /// A log over `inner`.
+    pub fn new(inner: &'a dyn WeightSource) -> Self {
+        Self { inner, read: Default::default() }
+    }
+
+    /// Checks that every tensor of the source was read, except the rotary
+    /// `inv_freq` buffers older Hugging Face checkpoints carry (transformers
+    /// recomputes them from the config, as Bastion does).
+    ///
+    /// # Errors
+    /// [`ModelError::Tensor`] naming the file and the unread tensors, with
+    /// `reader` (what loaded them) in the message.
+    pub fn check_all_read(&self, reader: &str) -> Result<()> {
+        let read = self.read.borrow();
+        let unread: Vec<String> = self
+            .inner
+            .tensor_names()
+            .into_iter()
+            .filter(|n| !read.contains(n) && !n.ends_with(".rotary_emb.inv_freq"))
+            .collect();
+        let Some(first) = unread.first() else { return Ok(()) };
+        let mut shown = unread.iter().take(6).cloned().collect::<Vec<_>>().join(", ");
+        if unread.len() > 6 {
+            shown.push_str(&format!(", … ({} in all)", unread.len()));
+        }
+        Err(ModelError::Tensor {
+            path: self.inner.path_for(first),
+            tensor: shown,
+            what: format!(
+                "not read by {reader}; a checkpoint may hold only tensors its architecture uses (these would be \
+                 silently ignored)"
+            ),
+        })
+    }
+}
+
+impl WeightSource for ReadLog<'_> {
+    fn get(&self, name: &str) -> Result<Option<HostTensor>> {
+        self.read.borrow_mut().insert(name.to_string());
+        self.inner.get(name)
+    }
+
+    fn path_for(&self, name: &str) -> PathBuf {
+        self.inner.path_for(name)
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        self.inner.contains(name)
+    }
+
+    fn tensor_names(&self) -> Vec<String> {
+        self.inner.tensor_names()
+    }
 }
 
 /// Undoes llama.cpp's q/k row permutation: GGUF row `h·d + 2j + t` holds
@@ -306,6 +402,10 @@ impl WeightSource for GgufSource<'_> {
 
     fn contains(&self, name: &str) -> bool {
         gguf_name(name).is_some_and(|g| self.file.tensors().contains_key(&g))
+    }
+
+    fn tensor_names(&self) -> Vec<String> {
+        self.file.tensors().keys().map(|g| hf_name(g).unwrap_or_else(|| g.clone())).collect()
     }
 
     fn path_for(&self, _name: &str) -> PathBuf {

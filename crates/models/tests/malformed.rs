@@ -203,7 +203,114 @@ fn bad_chat_template_is_a_config_error() {
     assert_has(&err_of(raising.render(&[], true)), &["roles must alternate"]);
 }
 
+/// A chat template is code that arrives with a model: one that loops without
+/// end, builds a gigantic string, recurses or reaches for other files fails
+/// with an error naming its file, quickly and within bounded memory.
+#[test]
+fn hostile_chat_templates_are_stopped() {
+    let origin = Path::new("models/evil/tokenizer_config.json");
+    let msg = [bastion_models::Message::new("user", "hi")];
+    let budget = ["models/evil/tokenizer_config.json", "chat_template", "budget", "loops without end"];
+    let cases: [(&str, &[&str]); 6] = [
+        // 10^10 iterations.
+        ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", &budget),
+        // Output of 10^10 bytes.
+        ("{% for i in range(100000) %}{% for j in range(100000) %}xxxxxxxx{% endfor %}{% endfor %}", &budget),
+        // A string that doubles 64 times (2^65 bytes) through a namespace.
+        (
+            "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}",
+            &budget,
+        ),
+        // One gigantic repetition.
+        ("{{ 'x' * 1000000000 }}", &["models/evil/tokenizer_config.json", "chat_template"]),
+        // Unbounded recursion.
+        ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", &["models/evil/tokenizer_config.json", "chat_template"]),
+        // No file outside the render context.
+        ("{% include '/etc/passwd' %}", &["models/evil/tokenizer_config.json", "chat_template", "not found"]),
+    ];
+    for (source, parts) in cases {
+        let t = ChatTemplate::new(source, "", "", origin).unwrap();
+        let started = std::time::Instant::now();
+        let e = err_of(t.render(&msg, true));
+        assert_has(&e, parts);
+        assert!(started.elapsed().as_secs() < 20, "{source}: stopped only after {:?}", started.elapsed());
+    }
+}
+
 #[test]
 fn missing_model_path_is_named() {
     assert_has(&err_of(load_model("no/such/model.gguf", &Device::flex())), &["no/such/model.gguf"]);
+}
+
+/// A copy of the fixture `name` whose `model.safetensors` also holds a
+/// zero tensor `extra` of `shape`.
+fn with_extra_tensor(dir: &Path, name: &str, extra: &str, shape: &[usize]) {
+    let src = fixture_dir(name);
+    for f in std::fs::read_dir(&src).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, dir.join(f.file_name().unwrap())).unwrap();
+    }
+    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let zeros = vec![0u8; shape.iter().product::<usize>() * 4];
+    let mut views: Vec<(String, TensorView<'_>)> = st
+        .tensors()
+        .into_iter()
+        .map(|(n, v)| (n, TensorView::new(v.dtype(), v.shape().to_vec(), v.data()).unwrap()))
+        .collect();
+    views.push((extra.to_string(), TensorView::new(Dtype::F32, shape.to_vec(), &zeros).unwrap()));
+    std::fs::write(dir.join("model.safetensors"), safetensors::serialize(views, None).unwrap()).unwrap();
+}
+
+/// A checkpoint holding tensors its architecture never reads is refused,
+/// naming them: a drafter with its own (all-zero) LM head, a target with a
+/// layer more than its config, a GGUF with llama.cpp's `rope_freqs`.
+#[test]
+fn tensors_the_architecture_does_not_read_are_refused() {
+    let device = Device::flex();
+    let target = load_model(fixture_dir("tiny-qwen3"), &device).unwrap();
+    let (v, h) = (target.config().vocab_size, target.config().hidden_size);
+    let tmp = tempfile::tempdir().unwrap();
+    with_extra_tensor(tmp.path(), "tiny-dflash", "lm_head.weight", &[v, h]);
+    assert_has(
+        &err_of(bastion_models::Drafter::load(tmp.path(), &target)),
+        &["model.safetensors", "`lm_head.weight`", "not read by a DFlash drafter", "target's embedding and LM head"],
+    );
+    // The untouched drafter loads.
+    bastion_models::Drafter::load(fixture_dir("tiny-dflash"), &target).unwrap();
+
+    let tmp = tempfile::tempdir().unwrap();
+    let layers = target.config().num_layers;
+    let extra = format!("model.layers.{layers}.mlp.up_proj.weight");
+    with_extra_tensor(tmp.path(), "tiny-qwen3", &extra, &[8, h]);
+    assert_has(
+        &err_of(load_model(tmp.path(), &device)),
+        &["model.safetensors", &extra, &format!("num_layers = {layers}")],
+    );
+
+    // A complete one-layer llama GGUF loads; with `rope_freqs.weight` it is refused.
+    let f32s = |n: usize| vec![0u8; n * 4];
+    let mut tensors: Vec<(&str, Vec<usize>, u32, Vec<u8>)> = vec![
+        ("token_embd.weight", vec![8, 32], 0, f32s(256)),
+        ("output_norm.weight", vec![32], 0, f32s(32)),
+        ("output.weight", vec![8, 32], 0, f32s(256)),
+        ("blk.0.attn_norm.weight", vec![32], 0, f32s(32)),
+        ("blk.0.ffn_norm.weight", vec![32], 0, f32s(32)),
+        ("blk.0.attn_q.weight", vec![32, 32], 0, f32s(1024)),
+        ("blk.0.attn_k.weight", vec![16, 32], 0, f32s(512)),
+        ("blk.0.attn_v.weight", vec![16, 32], 0, f32s(512)),
+        ("blk.0.attn_output.weight", vec![32, 32], 0, f32s(1024)),
+        ("blk.0.ffn_gate.weight", vec![64, 32], 0, f32s(2048)),
+        ("blk.0.ffn_up.weight", vec![64, 32], 0, f32s(2048)),
+        ("blk.0.ffn_down.weight", vec![32, 64], 0, f32s(2048)),
+    ];
+    let path = tmp.path().join("m.gguf");
+    std::fs::write(&path, write_gguf(&llama_meta(), &tensors)).unwrap();
+    bastion_models::load_gguf(&GgufFile::open(&path).unwrap(), &device).unwrap();
+    tensors.push(("rope_freqs.weight", vec![8], 0, f32s(8)));
+    std::fs::write(&path, write_gguf(&llama_meta(), &tensors)).unwrap();
+    assert_has(
+        &err_of(bastion_models::load_gguf(&GgufFile::open(&path).unwrap(), &device)),
+        &["m.gguf", "`rope_freqs.weight`", "not read by a Llama target with num_layers = 1"],
+    );
 }

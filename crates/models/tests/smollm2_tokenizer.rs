@@ -50,3 +50,16 @@ fn chat_template_renders_match_transformers() {
     }
     assert_eq!(tok.eos_ids(), &[2]);
 }
+
+/// A long conversation (40 messages of 10,000 characters: far past the
+/// model's context) renders within the chat template's fuel.
+#[test]
+fn long_conversations_render_within_the_template_budget() {
+    let tok = tokenizer();
+    let chat = tok.chat_template().unwrap();
+    let messages: Vec<Message> = (0..40)
+        .map(|i| Message::new(if i % 2 == 0 { "user" } else { "assistant" }, &format!("{i} ").repeat(5_000)[..10_000]))
+        .collect();
+    let rendered = chat.render(&messages, true).unwrap();
+    assert!(rendered.len() > 400_000 && rendered.ends_with("<|im_start|>assistant\n"), "{}", rendered.len());
+}
