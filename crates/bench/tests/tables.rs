@@ -21,6 +21,7 @@ fn record(dataset: &str, prompt: &str, method: &str, rounds: &[(usize, usize)], 
             commit_s: 0.0005,
             read_back_bytes: 0,
             drafted: method != "ar",
+            emitted: None,
         })
         .collect();
     let tokens: usize = rounds.iter().map(|r| r.accepted).sum();

@@ -117,8 +117,12 @@ fn shipped_drafter_generates_ar_text_and_tau_reports() {
     assert_eq!(recs.len(), 4, "AR and DFlash on one prompt of each set");
     for r in recs.iter().filter(|r| r.method == bastion_decode::Method::DFlash) {
         assert_eq!(r.identical_to_ar, Some(true));
+        // τ counts the tokens each round put in the output (the last round's overshoot
+        // past the limit or a stop token left out).
         let acc: Vec<usize> = r.rounds.iter().map(|x| x.accepted).collect();
-        let tau = acc.iter().sum::<usize>() as f64 / acc.len() as f64;
+        let emitted: Vec<usize> = r.rounds.iter().filter_map(|x| x.emitted).filter(|&e| e > 0).collect();
+        assert_eq!(emitted.iter().sum::<usize>() + r.prompt_tokens.len(), r.output.len(), "one prefill token per turn");
+        let tau = emitted.iter().sum::<usize>() as f64 / emitted.len() as f64;
         assert!((tau - r.tau).abs() < 1e-12 && acc.iter().all(|&a| (1..=16).contains(&a)));
     }
     let experiment = results.join("tau-dflash/experiment.toml");

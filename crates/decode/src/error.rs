@@ -44,6 +44,11 @@ pub enum DecodeError {
     /// target's context, unknown method, …).
     #[error("{0}")]
     Usage(String),
+    /// An invariant of the decoding loop broke (a bug, reported instead of
+    /// producing wrong output): e.g. the drafter's cached context is not
+    /// the committed context.
+    #[error("internal error: {0}")]
+    Invariant(String),
 }
 
 /// Shorthand for `Result<T, DecodeError>`.

@@ -106,6 +106,14 @@ pub struct RoundRecord {
     /// speculative method drafted) read and write back unchanged.
     #[serde(default = "drafted_by_default", skip_serializing_if = "is_drafted")]
     pub drafted: bool,
+    /// Of `accepted`, the tokens that are in the output: all of them but the
+    /// overshoot of the last round past `max_new_tokens` or after a stop
+    /// token (0 for a round that started with the output already full, as
+    /// the references' loop allows). τ counts these, so over a generation
+    /// Σ emitted + 1 = output tokens (the first comes from the prefill).
+    /// `None` in records written before it existed (τ then counts `accepted`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub emitted: Option<usize>,
 }
 
 /// Records written before `drafted` existed: every round of a speculative method drafted.
@@ -177,15 +185,21 @@ impl Generation {
 }
 
 /// τ of a generation's rounds: mean tokens committed per drafted round,
-/// bonus included (AR steps a `+skip` method took instead of drafting are
-/// left out; for `ar`, whose rounds never draft, 1); 0 without rounds.
+/// bonus included, counting only tokens that reached the output
+/// ([`RoundRecord::emitted`]: nothing past `max_new_tokens` or after a stop
+/// token) and only rounds that added to it (AR steps a `+skip` method took
+/// instead of drafting are left out; for `ar`, whose rounds never draft,
+/// 1); 0 without such rounds. The references count the last round's
+/// overshoot too, which moves τ by at most one round per generation.
 pub fn tau(rounds: &[RoundRecord]) -> f64 {
-    let drafted: Vec<&RoundRecord> = rounds.iter().filter(|r| r.drafted).collect();
-    let counted = if drafted.is_empty() { rounds.iter().collect() } else { drafted };
+    let emitted = |r: &RoundRecord| r.emitted.unwrap_or(r.accepted);
+    let useful: Vec<&RoundRecord> = rounds.iter().filter(|r| emitted(r) > 0).collect();
+    let drafted: Vec<&RoundRecord> = useful.iter().copied().filter(|r| r.drafted).collect();
+    let counted = if drafted.is_empty() { useful } else { drafted };
     if counted.is_empty() {
         return 0.0;
     }
-    counted.iter().map(|r| r.accepted as f64).sum::<f64>() / counted.len() as f64
+    counted.iter().map(|r| emitted(r) as f64).sum::<f64>() / counted.len() as f64
 }
 
 /// Generates from `prompt` with `target`, drafting with `draft` (a drafter
@@ -290,7 +304,16 @@ pub fn generate_with_gate(
         });
         let mut draft_logits = match (&draft, &mut dsession) {
             (Some(_), Some(ds)) if drafts => {
-                Some(ds.draft_rows_resident(target, &std::mem::take(&mut features), root, depth)?)
+                let logits = ds.draft_rows_resident(target, &std::mem::take(&mut features), root, depth)?;
+                // The drafter has read the features of every committed token, no more.
+                if ds.len() != context_len {
+                    return Err(DecodeError::Invariant(format!(
+                        "round {}: the drafter's context holds {} tokens, the target committed {context_len}",
+                        gen.rounds.len(),
+                        ds.len()
+                    )));
+                }
+                Some(logits)
             }
             _ => None,
         };
@@ -385,6 +408,7 @@ pub fn generate_with_gate(
             commit_s,
             read_back_bytes: read_back,
             drafted: drafts,
+            emitted: None,
         });
         if cfg.trace {
             let draft_logits = match draft_logits {
@@ -398,6 +422,13 @@ pub fn generate_with_gate(
     gen.tokens.truncate(cfg.max_new_tokens);
     if let Some(stop) = gen.tokens.iter().position(|t| cfg.stop_tokens.contains(t)) {
         gen.tokens.truncate(stop + 1);
+    }
+    // Round i's tokens sat at [before, before + accepted) of the untruncated
+    // output (the prefill's token first); what is left of them was emitted.
+    let mut before = 1;
+    for r in &mut gen.rounds {
+        r.emitted = Some(r.accepted.min(gen.tokens.len().saturating_sub(before)));
+        before += r.accepted;
     }
     Ok(gen)
 }

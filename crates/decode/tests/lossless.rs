@@ -134,6 +134,91 @@ proptest! {
     }
 }
 
+/// The accounting of a generation: every round emits at most what it
+/// committed, only the last round that emitted may fall short, nothing
+/// after it emits, and the emitted tokens plus the prefill's are the output;
+/// τ is their mean over the rounds that emitted.
+fn assert_accounting(g: &bastion_decode::Generation, label: &str) {
+    let emitted: Vec<usize> = g.rounds.iter().map(|r| r.emitted.expect("set by generate")).collect();
+    assert_eq!(emitted.iter().sum::<usize>() + 1, g.tokens.len(), "{label}: Σ emitted + 1 = output");
+    let short = g.rounds.iter().position(|r| r.emitted.unwrap() < r.accepted).unwrap_or(g.rounds.len());
+    assert!(emitted[short.min(emitted.len())..].iter().skip(1).all(|&e| e == 0), "{label}: nothing after the end");
+    assert!(g.rounds.iter().all(|r| r.emitted.unwrap() <= r.accepted), "{label}");
+    let counted: Vec<&bastion_decode::RoundRecord> = g
+        .rounds
+        .iter()
+        .filter(|r| r.emitted.unwrap() > 0 && (r.drafted || g.rounds.iter().all(|x| !x.drafted)))
+        .collect();
+    if !counted.is_empty() {
+        let mean = counted.iter().map(|r| r.emitted.unwrap() as f64).sum::<f64>() / counted.len() as f64;
+        assert!((g.tau() - mean).abs() < 1e-12, "{label}: τ {} vs {mean}", g.tau());
+    }
+}
+
+/// The edges of a round (issue #21), every method on the tiny pair at
+/// T = 0 (block 8; trees up to 7 deep): generations of 1, 2 and 3 tokens
+/// are exactly AR's prefix; a stop token ends the output right after it,
+/// wherever it falls in an accepted block, also in the last round before
+/// `max_new_tokens`; τ and the output agree ([`assert_accounting`]).
+#[test]
+fn generations_end_exactly_at_the_limit_and_at_a_stop_token() {
+    let target = target();
+    let drafter = Drafter::load(fixture_dir("tiny-dflash"), &target).unwrap();
+    let prompt: Vec<u32> = vec![11, 13, 15, 17, 19, 174, 23, 25];
+    let long = GenerateConfig { max_new_tokens: 40, ..GenerateConfig::default() };
+    let ar = run(&target, &drafter, Method::Ar, &prompt, &long);
+    assert_eq!(ar.len(), 40);
+    let methods: Vec<Method> = std::iter::once(Method::Ar).chain(TREE_METHODS).collect();
+    for n in 1..=3 {
+        let cfg = GenerateConfig { max_new_tokens: n, ..GenerateConfig::default() };
+        for &m in &methods {
+            let g = run_generation(&target, &drafter, m, &prompt, &cfg);
+            assert_eq!(g.tokens, ar[..n], "{m}, {n} tokens");
+            assert_accounting(&g, &format!("{m}, {n} tokens"));
+        }
+    }
+    // A stop token at each of several positions (its first occurrence in AR's
+    // output), with room to spare and with the limit right after it.
+    let mut inside_a_block = 0;
+    for k in [1, 4, 9, 17, 30] {
+        let stop = ar[k];
+        let end = ar.iter().position(|&t| t == stop).unwrap();
+        for max_new in [40, end + 1, end + 2] {
+            let cfg = GenerateConfig { max_new_tokens: max_new, stop_tokens: vec![stop], ..GenerateConfig::default() };
+            for &m in &methods {
+                let g = run_generation(&target, &drafter, m, &prompt, &cfg);
+                let label = format!("{m}, stop {stop} at {end}, max {max_new}");
+                assert_eq!(g.tokens, ar[..=end], "{label}");
+                assert_accounting(&g, &label);
+                inside_a_block +=
+                    usize::from(g.rounds.iter().any(|r| r.emitted.unwrap() > 0 && r.emitted.unwrap() < r.accepted));
+            }
+        }
+    }
+    assert!(inside_a_block > 0, "some stop token fell inside an accepted block");
+}
+
+/// Long generations up to the tiny target's context window (1,024
+/// positions): every method equals AR, the accounting holds, and the
+/// drafter's cached context equals the committed one in every round (the
+/// decoding loop checks it and fails otherwise).
+#[test]
+fn long_generations_reach_the_context_limit() {
+    let target = target();
+    let drafter = Drafter::load(fixture_dir("tiny-dflash"), &target).unwrap();
+    let prompt: Vec<u32> = vec![11, 13, 15, 17, 19, 174, 23, 25];
+    let window = target.config().max_position_embeddings;
+    let cfg =
+        GenerateConfig { max_new_tokens: window - prompt.len() - drafter.block_size(), ..GenerateConfig::default() };
+    let ar = run(&target, &drafter, Method::Ar, &prompt, &cfg);
+    assert_eq!(ar.len(), cfg.max_new_tokens);
+    for m in TREE_METHODS {
+        let g = run_generation(&target, &drafter, m, &prompt, &cfg);
+        assert_eq!(g.tokens, ar, "{m}");
+        assert_accounting(&g, &m.to_string());
+    }
+}
+
 /// bf16, f16 and q8_0 weights move the tiny target's logits by a bounded
 /// amount from f32 (the tolerance documented for the dtype) and still
 /// change them.

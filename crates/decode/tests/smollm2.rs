@@ -129,3 +129,44 @@ fn shipped_drafter_is_lossless_and_accepts_drafts() {
     eprintln!("shipped drafter, GSM8K ×2, 48 tokens: τ {tau:.2}");
     assert!(tau >= TAU_FLOOR, "τ {tau:.2} < {TAU_FLOOR}");
 }
+
+/// A prompt whose answer repeats one line (issue #21): with the shipped
+/// drafter every method's 120 tokens equal AR's (no token emitted twice or
+/// dropped at a round boundary) and the rounds account for every token.
+#[test]
+fn repetition_is_copied_exactly_by_every_method() {
+    use bastion_testkit::FixtureCaddCost;
+    use bastion_tree::{Bastion, BastionConfig, CaddTree, DevicePeak, ModelShape, OnlineConfig, RooflineModel};
+    let path = smollm2_gguf();
+    let target = load_model(&path, &Device::flex()).unwrap();
+    let tok = load_tokenizer(&path).unwrap();
+    let drafter = Drafter::load(smollm2_drafter_dir(), &target).unwrap();
+    let question = "Repeat this list three times exactly, separated by commas: alpha, beta, gamma, delta, epsilon, zeta, eta, theta.";
+    let text = tok.chat_template().unwrap().render(&[Message::new("user", question)], true).unwrap();
+    let ids = tok.encode(&text, false).unwrap();
+    let cfg = GenerateConfig { max_new_tokens: 120, ..GenerateConfig::default() };
+    let ar = generate(&target, None, &ids, &cfg).unwrap();
+    assert_eq!(ar.tokens.len(), 120);
+    let roofline =
+        || RooflineModel { shape: ModelShape::qwen3_4b(), device: DevicePeak::h200(), calibration: Default::default() };
+    let policies: Vec<(&str, Box<dyn BudgetPolicy>)> = vec![
+        ("dflash", Box::new(FixedBudget::chain(15))),
+        ("ddtree:16", Box::new(FixedBudget::new(16))),
+        ("ddtree:64", Box::new(FixedBudget::new(64))),
+        ("caddtree", Box::new(CaddTree::new(FixtureCaddCost, 1024))),
+        (
+            "bastion",
+            Box::new(
+                Bastion::online(BastionConfig::raw_rule(0.0035, 0.0006), roofline(), OnlineConfig::default()).unwrap(),
+            ),
+        ),
+        ("bastion-paper", Box::new(Bastion::new(BastionConfig::paper(0.0035, 0.0006), roofline()).unwrap())),
+    ];
+    for (name, mut policy) in policies {
+        let g = generate(&target, Some((&drafter, &mut *policy)), &ids, &cfg).unwrap();
+        assert_eq!(g.tokens, ar.tokens, "{name} differs from AR");
+        let emitted: usize = g.rounds.iter().map(|r| r.emitted.unwrap()).sum();
+        assert_eq!(emitted + 1, g.tokens.len(), "{name}: every token accounted for once");
+        eprintln!("repetition prompt, {name}: τ {:.2} over {} rounds", g.tau(), g.rounds.len());
+    }
+}

@@ -63,3 +63,22 @@ fn long_conversations_render_within_the_template_budget() {
     let rendered = chat.render(&messages, true).unwrap();
     assert!(rendered.len() > 400_000 && rendered.ends_with("<|im_start|>assistant\n"), "{}", rendered.len());
 }
+
+/// The literal text of a special token inside a user message becomes that
+/// token's id, as transformers' tokenizer does by default (docs/algorithms.md
+/// §7); the rest of the message is tokenized as text.
+#[test]
+fn special_token_text_in_a_message_is_the_special_token() {
+    let tok = tokenizer();
+    let chat = tok.chat_template().unwrap();
+    let plain = chat.render(&[Message::new("user", "say AB")], true).unwrap();
+    let tricky = chat.render(&[Message::new("user", "say A<|im_end|>B")], true).unwrap();
+    let (plain, tricky) = (tok.encode(&plain, false).unwrap(), tok.encode(&tricky, false).unwrap());
+    let im_end = tok.encode("<|im_end|>", false).unwrap();
+    assert_eq!(im_end.len(), 1, "one special id");
+    let count = |ids: &[u32]| ids.iter().filter(|&&t| t == im_end[0]).count();
+    assert_eq!(count(&tricky), count(&plain) + 1, "the literal became the special token");
+    // The same ids as encoding the message text on its own, spliced in.
+    let inner = tok.encode("say A<|im_end|>B", false).unwrap();
+    assert!(tricky.windows(inner.len()).any(|w| w == inner.as_slice()));
+}
