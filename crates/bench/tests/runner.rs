@@ -102,8 +102,10 @@ fn every_method_runs_resumes_and_shards() {
     assert_eq!(mt.prompt_tokens.len(), 2, "MT-Bench runs both turns");
     for r in &full {
         // Records agree with themselves.
-        let accepted: usize = r.rounds.iter().map(|x| x.accepted).sum();
-        assert!((r.tau - accepted as f64 / r.rounds.len() as f64).abs() < 1e-12, "{}", r.key);
+        // τ counts what reached the output: Σ emitted + one prefill token per turn = output.
+        let emitted: usize = r.rounds.iter().map(|x| x.emitted.unwrap()).sum();
+        assert_eq!(emitted + r.prompt_tokens.len(), r.output.len(), "{}", r.key);
+        assert!((r.tau - bastion_decode::tau(&r.rounds)).abs() < 1e-12, "{}", r.key);
         assert!((r.tpot_s - r.decode_s / r.output.len() as f64).abs() < 1e-12);
         if r.method == Method::Ar {
             assert!(r.identical_to_ar.is_none() && r.rounds.iter().all(|x| x.tree_size == 1 && x.accepted == 1));

@@ -163,7 +163,9 @@ fn generate_names_a_missing_model() {
 
 #[test]
 fn generate_speculates_with_the_tiny_pair() {
-    // z-lab dflash_generate on fixture prompt 0: 13 rounds, τ = 71 / 13.
+    // z-lab dflash_generate on fixture prompt 0: 13 rounds committing 71 tokens (the reference's
+    // τ 71 / 13 = 5.46); 63 of them reach the 64-token output (the first is the prefill's) over the
+    // 12 rounds that added to it, the 13th starting with the output full: Bastion's τ 63 / 12.
     let fx = bastion_testkit::Fixture::load("tiny-dflash");
     let prompt = fx.ids("prompt_0");
     let ids = prompt.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
@@ -181,7 +183,7 @@ fn generate_speculates_with_the_tiny_pair() {
     let mut args = base.to_vec();
     args.extend(["--method", "dflash", "--drafter", "tests/fixtures/tiny-dflash"]);
     let (_, _, err) = bastion(&args);
-    assert!(err.contains("64 tokens in 13 rounds, τ 5.46"), "{err}");
+    assert!(err.contains("64 tokens in 13 rounds, τ 5.25"), "{err}");
 }
 
 #[test]

@@ -16,8 +16,9 @@ use bastion_testkit::{repo_root, smollm2_drafter_dir, smollm2_gguf};
 use bastion_tree::{BudgetPolicy, FixedBudget};
 use burn::tensor::Device;
 
-/// A one-layer Qwen3-style drafter with random weights (uniform ±0.05,
-/// norms at 1) shaped for `target`.
+/// A one-layer drafter with random weights (uniform ±0.05, norms at 1)
+/// shaped for `target`, in the target's architecture (SmolLM2: Llama, so no
+/// q/k norms: a checkpoint may hold only the tensors its layers read).
 fn random_drafter(target: &Model) -> Drafter {
     let t = target.config();
     let model =
@@ -47,8 +48,6 @@ fn random_drafter(target: &Model) -> Drafter {
         w.insert(n.to_string(), ones(h));
     }
     w.insert("layers.0.post_attention_layernorm.weight".into(), ones(h));
-    w.insert("layers.0.self_attn.q_norm.weight".into(), ones(64));
-    w.insert("layers.0.self_attn.k_norm.weight".into(), ones(64));
     w.insert("layers.0.self_attn.q_proj.weight".into(), rand(vec![256, h]));
     w.insert("layers.0.self_attn.k_proj.weight".into(), rand(vec![128, h]));
     w.insert("layers.0.self_attn.v_proj.weight".into(), rand(vec![128, h]));

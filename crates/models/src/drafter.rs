@@ -198,6 +198,9 @@ impl WeightSource for Prefixed<'_> {
     fn get(&self, name: &str) -> Result<Option<HostTensor>> {
         self.0.get(&self.name(name))
     }
+    fn require(&self, name: &str, shape: &[usize]) -> Result<HostTensor> {
+        self.0.require(&self.name(name), shape)
+    }
     fn path_for(&self, name: &str) -> PathBuf {
         self.0.path_for(name)
     }

@@ -340,6 +340,12 @@ impl WeightSource for ReadLog<'_> {
         self.inner.get(name)
     }
 
+    // Forwarded, not the default: a source may draw tensors of the asked shape ([`RandomSource`]).
+    fn require(&self, name: &str, shape: &[usize]) -> Result<HostTensor> {
+        self.read.borrow_mut().insert(name.to_string());
+        self.inner.require(name, shape)
+    }
+
     fn path_for(&self, name: &str) -> PathBuf {
         self.inner.path_for(name)
     }
