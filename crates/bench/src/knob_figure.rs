@@ -98,6 +98,8 @@ pub fn knob_figure(table: &Table, sweeps: &[KnobSweep], path: &Path) -> Result<(
             .map_err(|e| err(&e))?;
         let labels = s.values.clone();
         let categorical = numeric.is_none();
+        // Whole-number knobs (top-k, depths, sizes) get whole-number ticks.
+        let whole = numeric.as_ref().is_some_and(|v| v.iter().all(|x| x.fract() == 0.0));
         chart
             .configure_mesh()
             .light_line_style(TRANSPARENT)
@@ -109,6 +111,12 @@ pub fn knob_figure(table: &Table, sweeps: &[KnobSweep], path: &Path) -> Result<(
                     let i = x.round();
                     if (x - i).abs() < 1e-6 && i >= 0.0 {
                         labels.get(i as usize).cloned().unwrap_or_default()
+                    } else {
+                        String::new()
+                    }
+                } else if whole {
+                    if (x - x.round()).abs() < 1e-6 {
+                        format!("{x:.0}")
                     } else {
                         String::new()
                     }
