@@ -36,7 +36,7 @@ pub fn sample_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
         "prompt_id" => s(|r| &r.prompt_id),
         "method" => records.iter().map(SampleRecord::label).collect::<Vec<_>>(),
         "base_method" => records.iter().map(|r| r.method.to_string()).collect::<Vec<_>>(),
-        "params" => records.iter().map(|r| params_text(r)).collect::<Vec<_>>(),
+        "params" => records.iter().map(params_text).collect::<Vec<_>>(),
         // Only the plain grid's budgets: a DDTree variant is not an oracle candidate.
         "ddtree_budget" => records
             .iter()

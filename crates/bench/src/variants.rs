@@ -63,6 +63,13 @@ impl<T> RawKnobs<T> {
     }
 }
 
+/// A `sweep.<knob>` list as written.
+type SweptValues = Spanned<Vec<Spanned<toml::Value>>>;
+
+/// One expanded combination: its label, its knobs, and per knob the span
+/// and field of the value that set it (for range errors).
+type Combo<'a> = (String, toml::Table, Vec<(&'a str, std::ops::Range<usize>, String)>);
+
 /// One `[[variants]]` table as written.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -70,7 +77,7 @@ pub(crate) struct RawVariant {
     name: Spanned<String>,
     method: Spanned<String>,
     #[serde(default)]
-    sweep: Option<Spanned<RawKnobs<Spanned<Vec<Spanned<toml::Value>>>>>>,
+    sweep: Option<Spanned<RawKnobs<SweptValues>>>,
     #[serde(default)]
     models: Option<Spanned<Vec<Spanned<String>>>>,
     #[serde(default)]
@@ -248,7 +255,7 @@ pub(crate) fn resolve(
             ));
         }
         // (label, knobs, the span of each value, for range errors)
-        let mut combos: Vec<(String, toml::Table, Vec<(&str, std::ops::Range<usize>, String)>)> =
+        let mut combos: Vec<Combo<'_>> =
             vec![(name.clone(), base, direct.iter().map(|(k, val)| (*k, val.span(), at(k))).collect())];
         for (knob, values) in &swept {
             let mut next = Vec::new();
