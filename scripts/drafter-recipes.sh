@@ -57,7 +57,7 @@ for name in $VARIANTS; do
     if [ -d "$out/checkpoints" ] && [ -f "$out.stamp" ] && [ "$(cat "$out.stamp")" = "$stamp" ]; then
       resume=(--resume)
     else
-      rm -rf "$out"
+      rm -rf "$out" "$out.log"
     fi
     echo "$stamp" >"$out.stamp"
     # shellcheck disable=SC2086 # the recipe is a list of arguments

@@ -139,12 +139,17 @@ pub fn acceptance_histograms(records: &[SampleRecord]) -> Vec<AcceptanceHistogra
                 }
             };
         let h = &mut out[at];
-        // Acceptance lengths of drafted rounds (a `+skip` method's AR steps are not drafts).
+        // Tokens each drafted round put in the output, as τ counts them (a `+skip` method's AR
+        // steps are not drafts; a round that emitted nothing is not counted).
         for round in r.rounds.iter().filter(|round| round.drafted) {
-            if h.counts.len() <= round.accepted {
-                h.counts.resize(round.accepted + 1, 0);
+            let k = round.emitted.unwrap_or(round.accepted);
+            if k == 0 {
+                continue;
             }
-            h.counts[round.accepted] += 1;
+            if h.counts.len() <= k {
+                h.counts.resize(k + 1, 0);
+            }
+            h.counts[k] += 1;
         }
     }
     out

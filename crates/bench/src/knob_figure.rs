@@ -1,6 +1,6 @@
-//! The ablation figure (issue #20): for every swept knob of a table (the
-//! rows labelled `name[knob=value]` by `sweep.<knob> = [...]`, one knob per
-//! variant), speedup against the knob's value with its 95 % bootstrap
+//! The ablation figure (issue #20): for every knob swept alone in a table
+//! (the rows labelled `name[knob=value]` by `sweep.<knob> = [...]`;
+//! variants sweeping several knobs have no figure), speedup against the knob's value with its 95 % bootstrap
 //! interval, one series per dataset, AR's 1× dashed.
 
 use std::path::Path;
@@ -137,11 +137,13 @@ pub fn knob_figure(table: &Table, sweeps: &[KnobSweep], path: &Path) -> Result<(
             .map_err(|e| err(&e))?;
         for (d, series) in s.speedups.iter().enumerate() {
             let color = COLORS[d % COLORS.len()];
-            let points: Vec<(f64, f64, f64)> = xs
+            let mut points: Vec<(f64, f64, f64)> = xs
                 .iter()
                 .zip(series)
                 .filter_map(|(&x, c)| c.filter(|(v, _)| v.is_finite()).map(|(v, pm)| (x, v, pm)))
                 .collect();
+            // A line from left to right whatever order the values were listed in.
+            points.sort_by(|a, b| a.0.total_cmp(&b.0));
             chart
                 .draw_series(LineSeries::new(points.iter().map(|&(x, v, _)| (x, v)), color.stroke_width(2)))
                 .map_err(|e| err(&e))?;

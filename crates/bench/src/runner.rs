@@ -183,7 +183,8 @@ pub enum RunEvent<'a> {
 
 /// The samples of this shard, in run order: per model, temperature, seed
 /// (one at T = 0), dataset and prompt, AR first, then the methods in file
-/// order.
+/// order; variants only within their scope, AR only where some other
+/// method runs.
 ///
 /// # Errors
 /// [`RunError::Data`] when a dataset fails to load.
@@ -201,7 +202,13 @@ pub fn plan(exp: &Experiment, datasets_dir: &Path, shard: Shard) -> Result<Vec<S
             let seeds = if t == 0.0 { &exp.seeds[..1] } else { &exp.seeds[..] };
             for &seed in seeds {
                 for p in &mine {
-                    for m in exp.methods.iter().filter(|m| exp.runs(&m.label, &pair.name, t)) {
+                    // AR only where something runs to compare with it.
+                    let here: Vec<&Variant> =
+                        exp.methods.iter().filter(|m| exp.runs(&m.label, &pair.name, t)).collect();
+                    if here.iter().all(|m| m.method == Method::Ar) {
+                        continue;
+                    }
+                    for m in here {
                         let key = SampleRecord::make_key(&pair.name, p.dataset, &p.id, &m.label, t, seed);
                         let method = m.clone();
                         out.push(Sample { model: mi, temperature: t, seed, prompt: (*p).clone(), method, key });
@@ -217,14 +224,16 @@ pub fn plan(exp: &Experiment, datasets_dir: &Path, shard: Shard) -> Result<Vec<S
 /// it, the calibration when a method is cost-aware (the pair's pinned file
 /// under `opts.pinned_calibration`, else checked against this device).
 fn open_pair(exp: &Experiment, pair: &ModelPair, opts: &RunOptions) -> Result<LoadedPair, RunError> {
-    let calibration = exp
-        .methods
+    // The methods that run on this pair at some temperature.
+    let here: Vec<&Variant> =
+        exp.methods.iter().filter(|m| exp.temperatures.iter().any(|&t| exp.runs(&m.label, &pair.name, t))).collect();
+    let calibration = here
         .iter()
         .any(|m| m.method.needs_calibration())
         .then(|| pair.calibration_source(opts.pinned_calibration, &opts.calibration_dir));
     Ok(LoadedPair::open(PairSpec {
         target: pair.target.clone(),
-        drafter: exp.methods.iter().any(|m| m.method.needs_drafter()).then(|| pair.drafter.clone()),
+        drafter: here.iter().any(|m| m.method.needs_drafter()).then(|| pair.drafter.clone()),
         backend: exp.backend,
         calibration,
         bastion_rule: exp.bastion_rule,
@@ -356,9 +365,12 @@ fn check_settings(exp: &Experiment, dir: &Path) -> Result<(), RunError> {
 /// now gives another method or other knobs: the rows of one label would
 /// mix two settings.
 fn check_variants(exp: &Experiment, records: &[SampleRecord], dir: &Path) -> Result<(), RunError> {
+    // Compared as written (JSON), so that a float's round trip through the store cannot differ.
     let knobs = |p: &bastion_decode::MethodParams| serde_json::to_string(p).unwrap_or_default();
     for v in &exp.methods {
-        if let Some(r) = records.iter().find(|r| r.label() == v.label && (r.method != v.method || r.params != v.params))
+        let now = knobs(&v.params);
+        if let Some(r) =
+            records.iter().find(|r| r.label() == v.label && (r.method != v.method || knobs(&r.params) != now))
         {
             return Err(RunError::OtherSettings {
                 dir: dir.into(),

@@ -513,15 +513,43 @@ impl Experiment {
             models.push(ModelPair { name: n, target, drafter, calibration, draft_vocab, dtype });
         }
 
-        // Variants, after the models: `draft_depth` is bounded by their block size.
+        // Unset, BASTION's rule follows the backend (BastionRule::for_backend).
+        let (bastion_rule, online) = match &raw.bastion {
+            None => (BastionRule::for_backend(backend), OnlineConfig::default()),
+            Some(b) => {
+                let rule = match &b.rule {
+                    None => BastionRule::for_backend(backend),
+                    Some(r) => r
+                        .get_ref()
+                        .parse()
+                        .map_err(|e: bastion_decode::DecodeError| loc.at(r.span(), "bastion.rule", e.to_string()))?,
+                };
+                let online = match &b.online_forgetting {
+                    None => OnlineConfig::default(),
+                    Some(f) => {
+                        let c = OnlineConfig { forgetting: *f.get_ref() };
+                        c.validate().map_err(|e| loc.at(f.span(), "bastion.online_forgetting", e.to_string()))?;
+                        c
+                    }
+                };
+                (rule, online)
+            }
+        };
+
+        // Variants, after the models and the BASTION rule: `draft_depth` is bounded by
+        // the models' block size, a BASTION `cap` by the rule's floor.
         let mut methods: Vec<Variant> = methods.into_iter().map(Variant::plain).collect();
         let mut scopes = std::collections::BTreeMap::new();
         if let Some(v) = &raw.variants {
             let mut taken: Vec<String> = methods.iter().map(|m| m.label.clone()).collect();
             let names: Vec<String> = models.iter().map(|m: &ModelPair| m.name.clone()).collect();
-            for (variant, scope) in
-                crate::variants::resolve(&loc, v.get_ref(), block_size, (&names, &temperatures), &mut taken)?
-            {
+            for (variant, scope) in crate::variants::resolve(
+                &loc,
+                v.get_ref(),
+                (block_size, bastion_rule),
+                (&names, &temperatures),
+                &mut taken,
+            )? {
                 if scope != crate::variants::Scope::default() {
                     scopes.insert(variant.label.clone(), scope);
                 }
@@ -561,29 +589,6 @@ impl Experiment {
                 "first" => true,
                 other => return Err(loc.at(t.span(), "datasets.turns", format!("`{other}`: expected all or first"))),
             },
-        };
-
-        // Unset, BASTION's rule follows the backend (BastionRule::for_backend).
-        let (bastion_rule, online) = match &raw.bastion {
-            None => (BastionRule::for_backend(backend), OnlineConfig::default()),
-            Some(b) => {
-                let rule = match &b.rule {
-                    None => BastionRule::for_backend(backend),
-                    Some(r) => r
-                        .get_ref()
-                        .parse()
-                        .map_err(|e: bastion_decode::DecodeError| loc.at(r.span(), "bastion.rule", e.to_string()))?,
-                };
-                let online = match &b.online_forgetting {
-                    None => OnlineConfig::default(),
-                    Some(f) => {
-                        let c = OnlineConfig { forgetting: *f.get_ref() };
-                        c.validate().map_err(|e| loc.at(f.span(), "bastion.online_forgetting", e.to_string()))?;
-                        c
-                    }
-                };
-                (rule, online)
-            }
         };
 
         Ok(Experiment {

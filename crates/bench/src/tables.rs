@@ -66,7 +66,8 @@ fn params_text(r: &SampleRecord) -> String {
 
 /// One row per decoding round: `model, dataset, prompt_id, method,
 /// temperature, seed, round, context_len, tree_size, budget (= tree_size −
-/// 1), accepted, draft_s, build_s, verify_s, commit_s`.
+/// 1), accepted, emitted (null in records written before it existed),
+/// draft_s, build_s, verify_s, commit_s`.
 ///
 /// # Errors
 /// Polars errors (none expected).
@@ -88,6 +89,7 @@ pub fn round_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
         "tree_size" => u(|x| x.tree_size),
         "budget" => u(|x| x.tree_size.saturating_sub(1)),
         "accepted" => u(|x| x.accepted),
+        "emitted" => rows.iter().map(|(_, _, x)| x.emitted.map(|e| e as u64)).collect::<Vec<_>>(),
         "draft_s" => t(|x| x.draft_s),
         "build_s" => t(|x| x.build_s),
         "verify_s" => t(|x| x.verify_s),

@@ -176,7 +176,7 @@ impl Scope {
 /// Resolves the `[[variants]]` tables into labelled variants, swept knobs
 /// expanded, every knob typed and checked against its method
 /// ([`MethodParams::check`]; `block_size`: the smallest drafter block of
-/// the experiment's models), each with its [`Scope`] (checked against the
+/// the experiment's models; `rule`: the experiment's BASTION rule), each with its [`Scope`] (checked against the
 /// experiment's `models` names and `temperatures`). `taken` holds the
 /// labels already used (the plain methods'); the new labels are added.
 ///
@@ -190,7 +190,7 @@ impl Scope {
 pub(crate) fn resolve(
     loc: &Locator<'_>,
     raw: &[RawVariant],
-    block_size: Option<usize>,
+    (block_size, rule): (Option<usize>, bastion_decode::BastionRule),
     experiment: (&[String], &[f64]),
     taken: &mut Vec<String>,
 ) -> Result<Vec<(Variant, Scope)>, SpecError> {
@@ -204,6 +204,13 @@ pub(crate) fn resolve(
                 v.name.span(),
                 at("name"),
                 format!("`{name}`: expected [a-z0-9][a-z0-9_.+-]* (it labels the variant's rows)"),
+            ));
+        }
+        if name.starts_with(crate::tables::ORACLE) {
+            return Err(loc.at(
+                v.name.span(),
+                at("name"),
+                format!("`{name}`: labels starting with {} are the tables' oracle rows", crate::tables::ORACLE),
             ));
         }
         if name.parse::<Method>().is_ok() {
@@ -278,7 +285,7 @@ pub(crate) fn resolve(
         for (label, table, spans) in combos {
             let params: MethodParams =
                 table.try_into().map_err(|e| loc.at(v.name.span(), at("name"), e.message().trim().to_string()))?;
-            if let Err((knob, why)) = params.check(method, block_size) {
+            if let Err((knob, why)) = params.check(method, block_size, rule) {
                 // Point at the value that is out of range (the last one of that knob).
                 let (span, field) = spans
                     .iter()

@@ -157,7 +157,7 @@ fn summary_agrees_with_the_records() {
     write_parquet(&recs, dir.path()).unwrap();
     let back = ParquetReader::new(std::fs::File::open(dir.path().join("rounds.parquet")).unwrap()).finish().unwrap();
     assert_eq!(back.height(), 36);
-    assert_eq!(back.get_column_names().len(), 15);
+    assert_eq!(back.get_column_names().len(), 16);
 }
 
 #[test]

@@ -121,12 +121,19 @@ impl MethodParams {
     }
 
     /// Checks every set knob against `method` and its range; `block_size`
-    /// (the drafter's, when known) bounds `draft_depth`.
+    /// (the drafter's, when known) bounds `draft_depth`; `rule` (the
+    /// experiment's BASTION rule, which the `rule` knob overrides) gives the
+    /// floor a BASTION `cap` may not go below.
     ///
     /// # Errors
     /// `(knob, what was expected)` for the first knob the method does not
     /// read or whose value is out of range.
-    pub fn check(&self, method: Method, block_size: Option<usize>) -> std::result::Result<(), (String, String)> {
+    pub fn check(
+        &self,
+        method: Method,
+        block_size: Option<usize>,
+        rule: BastionRule,
+    ) -> std::result::Result<(), (String, String)> {
         for name in self.set_knobs().keys() {
             if !Self::reads(method, name) {
                 let readers: Vec<&str> =
@@ -168,9 +175,12 @@ impl MethodParams {
             if c < 1 {
                 return bad("cap", "0: expected ≥ 1".into());
             }
-            if let (Some(f), true) = (self.floor, is_bastion(method)) {
+            if is_bastion(method) {
+                let r = self.rule.unwrap_or(rule);
+                let f = self.floor.unwrap_or(r.config(0.0, 0.0).min_tree_size);
                 if c < f {
-                    return bad("cap", format!("{c} is below floor = {f}"));
+                    let whose = if self.floor.is_some() { String::new() } else { format!(" (the {r} rule's)") };
+                    return bad("cap", format!("{c} is below floor = {f}{whose}"));
                 }
             }
         }
@@ -252,7 +262,7 @@ pub fn policy_for_params(
     rule: BastionRule,
 ) -> Result<Option<Box<dyn BudgetPolicy>>> {
     params
-        .check(method, Some(block_size))
+        .check(method, Some(block_size), rule)
         .map_err(|(knob, why)| DecodeError::Usage(format!("method {method}, `{knob}`: {why}")))?;
     let depth = params.draft_depth.unwrap_or(block_size.saturating_sub(1));
     Ok(match method {
@@ -400,15 +410,22 @@ mod tests {
             ),
         ];
         for (method, params, knob, message) in cases {
-            let (k, why) = params.check(method, Some(16)).unwrap_err();
+            let (k, why) = params.check(method, Some(16), BastionRule::Raw).unwrap_err();
             assert_eq!(k, knob, "{method} {params:?}");
             assert!(why.contains(message), "{method} {params:?}: {why}");
             let e = policy_for_params(method, &params, 16, &inputs(), BastionRule::Raw).err().unwrap().to_string();
             assert!(e.contains(knob), "{e}");
         }
         assert!(MethodParams { top_k: Some(0), ..Default::default() }
-            .check(Method::DDTree { budget: 4 }, None)
+            .check(Method::DDTree { budget: 4 }, None, BastionRule::Raw)
             .is_err());
+        // Without a floor, the rule's: the paper rule's 32 tokens.
+        let cap16 = MethodParams { cap: Some(16), ..Default::default() };
+        assert!(cap16.check(Method::BASTION, None, BastionRule::Raw).is_ok());
+        let (k, why) = cap16.check(Method::BASTION, None, BastionRule::Paper).unwrap_err();
+        assert!(k == "cap" && why.contains("below floor = 32 (the paper rule's)"), "{why}");
+        let raw = MethodParams { rule: Some(BastionRule::Raw), ..cap16 };
+        assert!(raw.check(Method::BASTION, None, BastionRule::Paper).is_ok());
     }
 
     #[test]

@@ -386,3 +386,28 @@ fn every_method_equals_greedy_ar_in_f16_on_wgpu() {
         }
     }
 }
+
+/// `LoadedPair::output_logprob` (the T > 0 distribution statistic of the
+/// tables) equals the sum, token by token, of log-softmax(logits / T) of
+/// the next-token row of independent prefills of each prefix.
+#[test]
+fn output_logprob_is_the_sum_of_next_token_log_probabilities() {
+    let dir = fixture_dir("tiny-qwen3");
+    let pair = bastion_decode::LoadedPair::open(bastion_decode::PairSpec::new(dir, bastion_models::BackendKind::Flex))
+        .unwrap();
+    let prompt: Vec<u32> = vec![11, 13, 15, 17, 19, 174, 23, 25];
+    let output: Vec<u32> = vec![40, 7, 199, 3];
+    let t = 0.7;
+    let mut want = 0.0f64;
+    for j in 0..output.len() {
+        let tokens: Vec<u32> = prompt.iter().chain(&output[..j]).copied().collect();
+        let row = pair.target().session().prefill(&tokens, &[]).unwrap().logits;
+        let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x)) as f64;
+        let norm: f64 = row.iter().map(|&x| ((x as f64 - max) / t).exp()).sum();
+        want += (row[output[j] as usize] as f64 - max) / t - norm.ln();
+    }
+    let got = pair.output_logprob(&prompt, &output, t).unwrap();
+    assert!((got - want).abs() < 1e-3 * want.abs().max(1.0), "{got} vs {want}");
+    assert_eq!(pair.output_logprob(&prompt, &[], t).unwrap(), 0.0);
+    assert!(pair.output_logprob(&prompt, &output, 0.0).is_err(), "T = 0 has no distribution to score");
+}

@@ -16,13 +16,19 @@ use bastion_testkit::{repo_root, smollm2_drafter_dir, smollm2_gguf};
 use bastion_tree::{BudgetPolicy, FixedBudget};
 use burn::tensor::Device;
 
-/// A one-layer drafter with random weights (uniform ±0.05, norms at 1)
-/// shaped for `target`, in the target's architecture (SmolLM2: Llama, so no
-/// q/k norms: a checkpoint may hold only the tensors its layers read).
+/// A one-layer Qwen3 drafter (as every z-lab drafter is) with random weights
+/// (uniform ±0.05, norms at 1) shaped for `target`.
 fn random_drafter(target: &Model) -> Drafter {
     let t = target.config();
-    let model =
-        ModelConfig { num_layers: 1, num_heads: 4, num_kv_heads: 2, head_dim: 64, intermediate_size: 256, ..t.clone() };
+    let model = ModelConfig {
+        arch: bastion_models::Arch::Qwen3,
+        num_layers: 1,
+        num_heads: 4,
+        num_kv_heads: 2,
+        head_dim: 64,
+        intermediate_size: 256,
+        ..t.clone()
+    };
     let cfg = DrafterConfig {
         block_size: 8,
         num_target_layers: t.num_layers,
@@ -48,6 +54,8 @@ fn random_drafter(target: &Model) -> Drafter {
         w.insert(n.to_string(), ones(h));
     }
     w.insert("layers.0.post_attention_layernorm.weight".into(), ones(h));
+    w.insert("layers.0.self_attn.q_norm.weight".into(), ones(64));
+    w.insert("layers.0.self_attn.k_norm.weight".into(), ones(64));
     w.insert("layers.0.self_attn.q_proj.weight".into(), rand(vec![256, h]));
     w.insert("layers.0.self_attn.k_proj.weight".into(), rand(vec![128, h]));
     w.insert("layers.0.self_attn.v_proj.weight".into(), rand(vec![128, h]));

@@ -290,8 +290,8 @@ pub fn hf_name(gguf: &str) -> Option<String> {
 
 /// Records the tensors a loader reads from a source, so that a checkpoint
 /// holding tensors its architecture never reads is refused instead of
-/// silently half-used (a drafter file with its own `lm_head.weight`, a GGUF
-/// with `rope_freqs.weight`, a layer more than the config says).
+/// silently half-used (a drafter file with its own `lm_head.weight`, a
+/// layer more than the config says, a tensor of another architecture).
 pub struct ReadLog<'a> {
     inner: &'a dyn WeightSource,
     read: std::cell::RefCell<std::collections::BTreeSet<String>>,
@@ -410,8 +410,15 @@ impl WeightSource for GgufSource<'_> {
         gguf_name(name).is_some_and(|g| self.file.tensors().contains_key(&g))
     }
 
+    /// Every tensor but `rope_freqs.weight` (llama.cpp's llama3 RoPE
+    /// factors), which [`crate::load_gguf_as`] reads after the layers.
     fn tensor_names(&self) -> Vec<String> {
-        self.file.tensors().keys().map(|g| hf_name(g).unwrap_or_else(|| g.clone())).collect()
+        self.file
+            .tensors()
+            .keys()
+            .filter(|g| g.as_str() != "rope_freqs.weight")
+            .map(|g| hf_name(g).unwrap_or_else(|| g.clone()))
+            .collect()
     }
 
     fn path_for(&self, _name: &str) -> PathBuf {

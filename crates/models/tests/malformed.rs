@@ -288,7 +288,8 @@ fn tensors_the_architecture_does_not_read_are_refused() {
         &["model.safetensors", &extra, &format!("num_layers = {layers}")],
     );
 
-    // A complete one-layer llama GGUF loads; with `rope_freqs.weight` it is refused.
+    // A complete one-layer llama GGUF loads, also with llama.cpp's `rope_freqs.weight` (read as
+    // llama3 RoPE factors); with a second layer's norm it is refused.
     let f32s = |n: usize| vec![0u8; n * 4];
     let mut tensors: Vec<(&str, Vec<usize>, u32, Vec<u8>)> = vec![
         ("token_embd.weight", vec![8, 32], 0, f32s(256)),
@@ -307,10 +308,14 @@ fn tensors_the_architecture_does_not_read_are_refused() {
     let path = tmp.path().join("m.gguf");
     std::fs::write(&path, write_gguf(&llama_meta(), &tensors)).unwrap();
     bastion_models::load_gguf(&GgufFile::open(&path).unwrap(), &device).unwrap();
-    tensors.push(("rope_freqs.weight", vec![8], 0, f32s(8)));
+    let ones: Vec<u8> = std::iter::repeat_n(1f32.to_le_bytes(), 8).flatten().collect();
+    tensors.push(("rope_freqs.weight", vec![8], 0, ones));
+    std::fs::write(&path, write_gguf(&llama_meta(), &tensors)).unwrap();
+    bastion_models::load_gguf(&GgufFile::open(&path).unwrap(), &device).unwrap();
+    tensors.push(("blk.1.attn_norm.weight", vec![32], 0, f32s(32)));
     std::fs::write(&path, write_gguf(&llama_meta(), &tensors)).unwrap();
     assert_has(
         &err_of(bastion_models::load_gguf(&GgufFile::open(&path).unwrap(), &device)),
-        &["m.gguf", "`rope_freqs.weight`", "not read by a Llama target with num_layers = 1"],
+        &["m.gguf", "`model.layers.1.input_layernorm.weight`", "not read by a Llama target with num_layers = 1"],
     );
 }
