@@ -356,8 +356,9 @@ impl LoadedPair {
 
     /// The log-probability (nats) of `output` following `prompt` under the
     /// target's distribution at `temperature` (softmax of logits / T, as the
-    /// sampler draws), summed over the output's tokens, from one
-    /// teacher-forced prefill of `prompt ++ output[..n − 1]`. A distribution
+    /// sampler draws), summed over the output's tokens, teacher-forced:
+    /// the prompt's prefill, then `output[..n − 1]` on the same session
+    /// (logits of the n scored rows only). A distribution
     /// statistic for outputs at T > 0 (a path rule that over-weights greedy
     /// tokens raises it); 0 for an empty output.
     ///
@@ -372,13 +373,17 @@ impl LoadedPair {
             )));
         }
         let Some((_, fed)) = output.split_last() else { return Ok(0.0) };
-        let tokens: Vec<u32> = prompt.iter().chain(fed).copied().collect();
-        let out = self.target.session().prefill_all_logits(&tokens, &[])?;
-        let vocab = out.logits.len() / out.rows.max(1);
+        // The prompt's last row predicts output[0]; a second prefill on the same
+        // session gives the rows of output[..n − 1], so no prompt row beyond the
+        // last is ever projected to the vocabulary.
+        let mut session = self.target.session();
+        let first = session.prefill(prompt, &[])?;
+        let rest = if fed.is_empty() { None } else { Some(session.prefill_all_logits(fed, &[])?) };
+        let vocab = first.logits.len();
+        let rows = std::iter::once(&first.logits[..]).chain(rest.iter().flat_map(|r| r.logits.chunks(vocab)));
         let inv_t = 1.0 / temperature;
         let mut total = 0.0;
-        for (j, &tok) in output.iter().enumerate() {
-            let row = &out.logits[(prompt.len() - 1 + j) * vocab..][..vocab];
+        for (row, &tok) in rows.zip(output) {
             let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x)) as f64;
             let norm: f64 = row.iter().map(|&x| ((x as f64 - max) * inv_t).exp()).sum();
             total += (row[tok as usize] as f64 - max) * inv_t - norm.ln();
