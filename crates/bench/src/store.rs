@@ -58,8 +58,8 @@ pub struct SampleRecord {
     /// for AR itself and for T > 0).
     pub identical_to_ar: Option<bool>,
     /// At T > 0, the mean log-probability (nats per token) of the output
-    /// under the target's distribution at this temperature, scored by one
-    /// teacher-forced scoring per turn: a distribution statistic that shows a
+    /// under the target's distribution at this temperature, scored
+    /// teacher-forced turn by turn: a distribution statistic that shows a
     /// path rule that shifts the output distribution (absent at T = 0 and
     /// in records written before it existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
