@@ -23,7 +23,6 @@ use std::str::FromStr;
 
 use bastion_data::{Datasets, Prompt};
 use bastion_decode::{ChatEncoder, GenerateConfig, LoadedPair, Method, PairSpec, Speculator, Variant};
-use bastion_models::Message;
 
 use crate::spec::{Experiment, ModelPair};
 use crate::store::{SampleRecord, SampleStore};
@@ -266,7 +265,6 @@ fn run_turns(
     first_turn_only: bool,
     score: bool,
 ) -> Result<Outcome, RunError> {
-    let mut messages = Vec::new();
     let mut out = Outcome {
         prompt_tokens: Vec::new(),
         output: Vec::new(),
@@ -276,15 +274,11 @@ fn run_turns(
         decode_s: 0.0,
     };
     let turns = if first_turn_only { &prompt.turns[..prompt.turns.len().min(1)] } else { &prompt.turns[..] };
-    for turn in turns {
-        messages.push(Message::new("user", turn));
-        let ids = encoder.encode(&messages)?;
-        let g = pair.generate(speculator, &ids, cfg)?;
+    for (ids, g) in pair.generate_turns(speculator, encoder, turns, cfg)? {
         out.prompt_tokens.push(ids.len());
         if cfg.temperature > 0.0 && score {
             out.logprob += pair.output_logprob(&ids, &g.tokens, cfg.temperature)?;
         }
-        messages.push(Message::new("assistant", &encoder.decode(&g.tokens)?));
         out.output.extend(&g.tokens);
         out.rounds.extend(g.rounds);
         out.prefill_s += g.prefill_s;

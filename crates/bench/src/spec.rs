@@ -665,3 +665,16 @@ impl fmt::Display for ModelPair {
         write!(f, "{} ({} + {})", self.name, self.target.display(), self.drafter.display())
     }
 }
+
+/// Entry point of the `experiment_toml` fuzz target (`fuzz/`), replayed on
+/// the committed corpus by `tests/fuzz_corpus.rs`: any text validates or
+/// fails with a [`SpecError`] (paths resolve against the repository root);
+/// an accepted experiment has distinct method labels.
+pub fn fuzz_experiment(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    if let Ok(e) = Experiment::parse(Path::new("fuzz.toml"), text, &root) {
+        let labels: HashSet<&str> = e.methods.iter().map(|m| m.label.as_str()).collect();
+        assert_eq!(labels.len(), e.methods.len(), "repeated method labels");
+    }
+}

@@ -128,6 +128,24 @@ pub enum StoreError {
         /// The file.
         path: PathBuf,
     },
+    /// The disk (or quota, or file-size limit) is full: the record being
+    /// appended is not stored; the ones before it are, and a rerun with free
+    /// space resumes after them (its torn line, if any, is dropped).
+    #[error(
+        "{}: no room to append the record of sample {key} ({source}); the {kept} records before it are kept: \
+         free space and rerun the same command to resume",
+        path.display()
+    )]
+    Full {
+        /// The file.
+        path: PathBuf,
+        /// The sample that was not stored.
+        key: String,
+        /// Records stored before it.
+        kept: usize,
+        /// The OS error (ENOSPC, EDQUOT or EFBIG).
+        source: std::io::Error,
+    },
     /// Two records share a key.
     #[error("{path}:{line}: sample {key} is recorded twice")]
     Duplicate {
@@ -234,7 +252,8 @@ impl SampleStore {
     /// Appends `record` as one line and syncs it to disk.
     ///
     /// # Errors
-    /// [`StoreError::Io`]; [`StoreError::Duplicate`] for a key already stored.
+    /// [`StoreError::Io`]; [`StoreError::Full`] when the disk, quota or file-size
+    /// limit is reached; [`StoreError::Duplicate`] for a key already stored.
     pub fn append(&mut self, record: SampleRecord) -> Result<(), StoreError> {
         if self.done.contains(&record.key) {
             return Err(StoreError::Duplicate {
@@ -243,7 +262,14 @@ impl SampleStore {
                 key: record.key,
             });
         }
-        let io = |source| StoreError::Io { path: self.path.clone(), source };
+        let io = |source: std::io::Error| {
+            use std::io::ErrorKind::{FileTooLarge, QuotaExceeded, StorageFull};
+            if matches!(source.kind(), StorageFull | QuotaExceeded | FileTooLarge) {
+                StoreError::Full { path: self.path.clone(), key: record.key.clone(), kept: self.records.len(), source }
+            } else {
+                StoreError::Io { path: self.path.clone(), source }
+            }
+        };
         let mut line = serde_json::to_vec(&record).expect("a sample record serialises");
         line.push(b'\n');
         self.file.write_all(&line).map_err(io)?;

@@ -563,3 +563,100 @@ fn bench_target_times_a_random_model_of_a_config_and_other_commands_refuse_it() 
         "{err}"
     );
 }
+
+/// `(key, output, τ, accepted tokens per round)` of every record of a
+/// `samples.jsonl`, sorted by key: what must not depend on how a sweep was
+/// interrupted (timings do).
+fn record_values(
+    path: &std::path::Path,
+) -> Vec<(String, serde_json::Value, serde_json::Value, Vec<serde_json::Value>)> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut v: Vec<_> = text
+        .lines()
+        .map(|l| {
+            let r: serde_json::Value = serde_json::from_str(l).unwrap();
+            let accepted = r["rounds"].as_array().unwrap().iter().map(|x| x["accepted"].clone()).collect();
+            (r["key"].as_str().unwrap().to_string(), r["output"].clone(), r["tau"].clone(), accepted)
+        })
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+/// A disk that fills during a sweep (here a file-size limit, `ulimit -f`,
+/// with SIGXFSZ ignored so that the write fails as on a full disk) ends the
+/// run with an error that names the file and says how to resume; a rerun
+/// with room completes the store to the records of an uninterrupted run,
+/// none lost or doubled.
+#[cfg(unix)]
+#[test]
+fn a_full_disk_ends_the_run_clearly_and_a_rerun_completes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("full.toml");
+    std::fs::write(
+        &file,
+        r#"name = "full"
+max_new_tokens = 8
+methods = ["dflash", "ddtree:4"]
+
+[[models]]
+name = "tiny"
+target = "tests/fixtures/tiny-qwen3"
+drafter = "tests/fixtures/tiny-dflash"
+
+[datasets]
+names = ["gsm8k", "humaneval"]
+max_samples = 2
+"#,
+    )
+    .unwrap();
+    let run = |name: &str| {
+        let results = dir.path().join(name);
+        let args = vec![
+            "run".to_string(),
+            file.to_str().unwrap().into(),
+            "--results".into(),
+            results.to_str().unwrap().into(),
+            "--tables".into(),
+            dir.path().join(format!("{name}-tables")).to_str().unwrap().into(),
+        ];
+        (results.join("full/samples.jsonl"), args)
+    };
+    // Uninterrupted.
+    let (whole, args) = run("whole");
+    let (ok, _, err) = bastion(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(ok, "{err}");
+    let expected = record_values(&whole);
+    assert_eq!(expected.len(), 12, "2 sets × 2 prompts × (AR + 2 methods)");
+    let size = std::fs::metadata(&whole).unwrap().len();
+    let first = std::fs::read_to_string(&whole).unwrap().lines().next().unwrap().len() as u64 + 1;
+    // A limit that holds the first record but not half of them.
+    let kib = (size / 2 / 1024).max(1);
+    assert!(kib * 1024 > first && kib * 1024 < size, "limit {kib} KiB, first record {first} B, all {size} B");
+
+    // The same sweep where files may not grow past the limit.
+    let (full, args) = run("full");
+    let limited = format!("ulimit -f {kib}; trap '' XFSZ; exec \"$0\" \"$@\"");
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(&limited)
+        .arg(env!("CARGO_BIN_EXE_bastion"))
+        .args(&args)
+        .current_dir(ROOT)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the run must fail: {err}");
+    assert!(
+        err.contains("full/samples.jsonl")
+            && err.contains("no room to append")
+            && err.contains("rerun the same command"),
+        "{err}"
+    );
+    assert!(std::fs::metadata(&full).unwrap().len() <= kib * 1024);
+    // With room again: the same records, none lost, none doubled.
+    let (ok, _, err) = bastion(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(ok, "{err}");
+    assert!(err.contains("already done"), "the rerun resumes: {err}");
+    assert_eq!(record_values(&full), expected);
+}

@@ -255,38 +255,9 @@ impl Datasets {
     /// naming the line and field of a malformed record.
     pub fn load(&self, name: DatasetName, selection: &Selection) -> Result<Vec<Prompt>> {
         let file = name.file_name();
-        let path = self.root.join(file);
         let bytes = self.read_verified(file)?;
-        let text = std::str::from_utf8(&bytes).map_err(|e| DataError::Record {
-            path: path.clone(),
-            line: 0,
-            field: "(file)".into(),
-            expected: format!("UTF-8 text ({e})"),
-        })?;
-        let lines: Vec<&str> = text.lines().collect();
         let subset = if selection.paper_subset { self.subset(name)? } else { None };
-        let indices: Vec<usize> = subset.unwrap_or_else(|| (0..lines.len()).collect());
-        let take = selection.max_samples.unwrap_or(usize::MAX).min(indices.len());
-        indices[..take]
-            .iter()
-            .map(|&i| {
-                let line = lines.get(i).ok_or_else(|| {
-                    DataError::Selection(format!("{file} has {} records; the subset asks for index {i}", lines.len()))
-                })?;
-                let record: Value = serde_json::from_str(line).map_err(|e| DataError::Record {
-                    path: path.clone(),
-                    line: i + 1,
-                    field: "(record)".into(),
-                    expected: format!("a JSON object ({e})"),
-                })?;
-                template(name, i, &record).map_err(|(field, expected)| DataError::Record {
-                    path: path.clone(),
-                    line: i + 1,
-                    field,
-                    expected,
-                })
-            })
-            .collect()
+        parse_records(name, &self.root.join(file), &bytes, subset.as_deref(), selection.max_samples)
     }
 
     /// The papers' 128-prompt subset of `name`, if it has one.
@@ -448,6 +419,75 @@ impl Datasets {
 const MATH_SUFFIX: &str = "\nPlease reason step by step, and put your final answer within \\boxed{}.";
 
 /// Applies the papers' template to one record; `Err((field, expected))` on a bad record.
+/// The prompts of set `name` from its JSONL `bytes` (read from `path`, named
+/// in messages): the records at `indices` (all lines when `None`), at most
+/// `max` of them, each templated as the papers do.
+///
+/// # Errors
+/// [`DataError::Record`] naming the line and field of a malformed record
+/// (or line 0 for text that is not UTF-8); [`DataError::Selection`] for an
+/// index past the last record.
+pub fn parse_records(
+    name: DatasetName,
+    path: &Path,
+    bytes: &[u8],
+    indices: Option<&[usize]>,
+    max: Option<usize>,
+) -> Result<Vec<Prompt>> {
+    let file = name.file_name();
+    let text = std::str::from_utf8(bytes).map_err(|e| DataError::Record {
+        path: path.to_path_buf(),
+        line: 0,
+        field: "(file)".into(),
+        expected: format!("UTF-8 text ({e})"),
+    })?;
+    let lines: Vec<&str> = text.lines().collect();
+    let all: Vec<usize>;
+    let indices = match indices {
+        Some(i) => i,
+        None => {
+            all = (0..lines.len()).collect();
+            &all
+        }
+    };
+    let take = max.unwrap_or(usize::MAX).min(indices.len());
+    indices[..take]
+        .iter()
+        .map(|&i| {
+            let line = lines.get(i).ok_or_else(|| {
+                DataError::Selection(format!("{file} has {} records; the subset asks for index {i}", lines.len()))
+            })?;
+            let record: Value = serde_json::from_str(line).map_err(|e| DataError::Record {
+                path: path.to_path_buf(),
+                line: i + 1,
+                field: "(record)".into(),
+                expected: format!("a JSON object ({e})"),
+            })?;
+            template(name, i, &record).map_err(|(field, expected)| DataError::Record {
+                path: path.to_path_buf(),
+                line: i + 1,
+                field,
+                expected,
+            })
+        })
+        .collect()
+}
+
+/// Entry point of the `dataset_jsonl` fuzz target (`fuzz/`), replayed on the
+/// committed corpus by `tests/fuzz_corpus.rs`: the first byte picks the set,
+/// the rest is its JSONL; every accepted prompt has at least one turn, and
+/// MT-Bench's turns are the record's.
+pub fn fuzz_jsonl(data: &[u8]) {
+    let Some((&pick, rest)) = data.split_first() else { return };
+    let name = DatasetName::ALL[usize::from(pick) % DatasetName::ALL.len()];
+    if let Ok(prompts) = parse_records(name, Path::new(name.file_name()), rest, None, None) {
+        assert!(prompts.len() <= rest.len(), "more prompts than bytes");
+        for p in prompts {
+            assert!(!p.turns.is_empty(), "a prompt without turns: {p:?}");
+        }
+    }
+}
+
 fn template(name: DatasetName, index: usize, r: &Value) -> std::result::Result<Prompt, (String, String)> {
     let text = |field: &str| -> std::result::Result<String, (String, String)> {
         r.get(field).and_then(Value::as_str).map(str::to_string).ok_or((field.to_string(), "a string".to_string()))

@@ -53,3 +53,10 @@ pub enum DecodeError {
 
 /// Shorthand for `Result<T, DecodeError>`.
 pub type Result<T> = std::result::Result<T, DecodeError>;
+
+impl From<bastion_models::FormatError> for DecodeError {
+    /// A file error (chat template, config) as the model error it maps to.
+    fn from(e: bastion_models::FormatError) -> Self {
+        bastion_models::ModelError::from(e).into()
+    }
+}

@@ -422,4 +422,33 @@ impl LoadedPair {
         };
         generate_with_gate(&self.target, draft, prompt, cfg, gate)
     }
+
+    /// A conversation of user `turns` (MT-Bench has two), each answered by
+    /// `speculator` and continuing its own earlier answers: turn k's prompt
+    /// is `encoder`'s render of [user 1, assistant 1, …, user k], assistant j
+    /// being the text of turn j's output with special tokens skipped, so the
+    /// chat template's own end-of-turn token closes each answer exactly once
+    /// (the papers' MT-Bench scripts build turn 2 from the decoded answer the
+    /// same way). Returns each turn's prompt ids and generation.
+    ///
+    /// # Errors
+    /// As [`LoadedPair::generate`]; template and tokenizer errors.
+    pub fn generate_turns(
+        &self,
+        speculator: &mut Speculator,
+        encoder: &ChatEncoder<'_>,
+        turns: &[String],
+        cfg: &GenerateConfig,
+    ) -> Result<Vec<(Vec<u32>, Generation)>> {
+        let mut messages = Vec::new();
+        let mut out = Vec::with_capacity(turns.len());
+        for turn in turns {
+            messages.push(Message::new("user", turn));
+            let ids = encoder.encode(&messages)?;
+            let g = self.generate(speculator, &ids, cfg)?;
+            messages.push(Message::new("assistant", &encoder.decode(&g.tokens)?));
+            out.push((ids, g));
+        }
+        Ok(out)
+    }
 }

@@ -411,3 +411,93 @@ fn output_logprob_is_the_sum_of_next_token_log_probabilities() {
     assert_eq!(pair.output_logprob(&prompt, &[], t).unwrap(), 0.0);
     assert!(pair.output_logprob(&prompt, &output, 0.0).is_err(), "T = 0 has no distribution to score");
 }
+
+/// The round edges and MT-Bench's second turn on SmolLM2 with the shipped
+/// drafter (block 16; issue #21), every method at T = 0: 1, 2 and 3 new
+/// tokens are AR's prefix; a stop token ends the output right after it
+/// wherever it falls in an accepted block, also with the limit right after
+/// it; and turn 2's prompt (`LoadedPair::generate_turns`, the runner's path)
+/// is a fresh render of [user 1, assistant 1, user 2] in which the first
+/// answer's end-of-turn token appears exactly once.
+#[test]
+fn smollm2_round_edges_and_second_turns() {
+    use bastion_decode::{CalibrationSource, ChatEncoder, LoadedPair, PairSpec};
+    use bastion_models::{BackendKind, Message};
+    use bastion_testkit::{repo_root, smollm2_drafter_dir, smollm2_gguf};
+    let calibration = repo_root().join("results/calibration/amd-epyc-2-threads__smollm2-135m-instruct.q4-1__flex.json");
+    let spec = PairSpec {
+        drafter: Some(smollm2_drafter_dir()),
+        calibration: Some(CalibrationSource::Pinned(calibration)),
+        ..PairSpec::new(smollm2_gguf(), BackendKind::Flex)
+    };
+    let pair = LoadedPair::open(spec).unwrap();
+    let (target, drafter) = (pair.target(), pair.drafter().unwrap());
+    assert_eq!(drafter.block_size(), 16);
+    let encoder = pair.chat_encoder(64).unwrap();
+    let ChatEncoder::Chat { tokenizer, template } = encoder else { panic!("SmolLM2 has a chat template") };
+    let methods: Vec<Method> = TREE_METHODS.into_iter().filter(|m| !m.skips_draft()).collect();
+
+    let question = "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. \
+                    How many clips did Natalia sell altogether in April and May?";
+    let prompt = encoder.encode(&[Message::new("user", question)]).unwrap();
+    let long = GenerateConfig { max_new_tokens: 20, ..GenerateConfig::default() };
+    let ar = run(target, drafter, Method::Ar, &prompt, &long);
+    assert_eq!(ar.len(), 20);
+    for n in 1..=3 {
+        let cfg = GenerateConfig { max_new_tokens: n, ..GenerateConfig::default() };
+        for &m in &methods {
+            let g = run_generation(target, drafter, m, &prompt, &cfg);
+            assert_eq!(g.tokens, ar[..n], "{m}, {n} tokens");
+            assert_accounting(&g, &format!("SmolLM2 {m}, {n} tokens"));
+        }
+    }
+    let mut inside_a_block = 0;
+    for k in [5, 11] {
+        let stop = ar[k];
+        let end = ar.iter().position(|&t| t == stop).unwrap();
+        for max_new in [20, end + 1] {
+            let cfg = GenerateConfig { max_new_tokens: max_new, stop_tokens: vec![stop], ..GenerateConfig::default() };
+            for &m in &methods {
+                let g = run_generation(target, drafter, m, &prompt, &cfg);
+                let label = format!("SmolLM2 {m}, stop {stop} at {end}, max {max_new}");
+                assert_eq!(g.tokens, ar[..=end], "{label}");
+                assert_accounting(&g, &label);
+                inside_a_block +=
+                    usize::from(g.rounds.iter().any(|r| r.emitted.unwrap() > 0 && r.emitted.unwrap() < r.accepted));
+            }
+        }
+    }
+    assert!(inside_a_block > 0, "some stop token fell inside an accepted block");
+
+    // Two turns, each method continuing its own first answer.
+    let turns =
+        ["Answer in one word: what colour is the sky on a clear day?".to_string(), "Now explain why.".to_string()];
+    let im_end = tokenizer.encode("<|im_end|>", false).unwrap();
+    assert_eq!(im_end.len(), 1, "<|im_end|> is one special token");
+    let cfg = pair.generate_config(16);
+    let mut reference: Option<Vec<Vec<u32>>> = None;
+    for m in std::iter::once(Method::Ar).chain(methods.iter().copied()) {
+        let mut speculator = pair.speculator(m).unwrap();
+        let t = pair.generate_turns(&mut speculator, &encoder, &turns, &cfg).unwrap();
+        let answer = &t[0].1.tokens;
+        assert_eq!(answer.last(), Some(&im_end[0]), "{m}: the first answer ends its turn: {answer:?}");
+        let fresh = template
+            .render(
+                &[
+                    Message::new("user", &turns[0]),
+                    Message::new("assistant", &tokenizer.decode(answer, true).unwrap()),
+                    Message::new("user", &turns[1]),
+                ],
+                true,
+            )
+            .unwrap();
+        assert_eq!(t[1].0, tokenizer.encode(&fresh, false).unwrap(), "{m}: turn 2's prompt");
+        // The default system message, user 1, answer 1, user 2: one end-of-turn each.
+        assert_eq!(t[1].0.iter().filter(|&&x| x == im_end[0]).count(), 4, "{m}: turn 2's prompt");
+        let outputs: Vec<Vec<u32>> = t.into_iter().map(|(_, g)| g.tokens).collect();
+        match &reference {
+            None => reference = Some(outputs),
+            Some(r) => assert_eq!(&outputs, r, "{m}: both turns equal AR's"),
+        }
+    }
+}

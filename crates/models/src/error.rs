@@ -85,3 +85,17 @@ pub enum ModelError {
 
 /// Shorthand for `Result<T, ModelError>`.
 pub type Result<T> = std::result::Result<T, ModelError>;
+
+impl From<bastion_formats::FormatError> for ModelError {
+    /// Each file error becomes the model error of the same name and message.
+    fn from(e: bastion_formats::FormatError) -> Self {
+        use bastion_formats::FormatError as F;
+        match e {
+            F::Io { path, source } => Self::Io { path, source },
+            F::Format { path, what } => Self::Format { path, what },
+            F::Config { path, field, expected } => Self::Config { path, field, expected },
+            F::Tensor { path, tensor, what } => Self::Tensor { path, tensor, what },
+            F::Template(what) => Self::Template(what),
+        }
+    }
+}

@@ -11,7 +11,7 @@
 #![warn(missing_docs)]
 
 pub mod backend;
-pub mod chat;
+pub use bastion_formats::chat;
 pub mod config;
 mod cpu_attention;
 mod cpu_layer;
@@ -19,8 +19,7 @@ pub mod cpu_matmul;
 pub mod draft_vocab;
 pub mod drafter;
 pub mod error;
-pub mod gguf;
-mod gguf_quants;
+pub use bastion_formats::gguf;
 pub mod layer;
 mod linear;
 pub mod loader;
@@ -39,6 +38,7 @@ pub mod tokenizer;
 pub mod weights;
 
 pub use backend::BackendKind;
+pub use bastion_formats::FormatError;
 pub use bastion_kernels::{kernel_available, TreeAttentionMode};
 pub use chat::{ChatTemplate, Message};
 pub use config::{Arch, Llama3Scaling, ModelConfig};

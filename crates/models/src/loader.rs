@@ -71,10 +71,10 @@ pub fn load_random_model_as(config: impl AsRef<Path>, device: &Device, dtype: We
 pub fn load_config(path: impl AsRef<Path>) -> Result<ModelConfig> {
     let path = path.as_ref();
     if path.is_file() && path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
-        return ModelConfig::from_gguf(&GgufFile::open(path)?);
+        return Ok(ModelConfig::from_gguf(&GgufFile::open(path)?)?);
     }
     if path.is_dir() {
-        return ModelConfig::from_hf_json(path.join("config.json"));
+        return Ok(ModelConfig::from_hf_json(path.join("config.json"))?);
     }
     Err(ModelError::Io {
         path: path.to_path_buf(),

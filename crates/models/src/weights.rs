@@ -4,11 +4,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use half::{bf16, f16};
+use bastion_formats::safetensors_file;
 use memmap2::Mmap;
 use rayon::prelude::*;
-use safetensors::{Dtype, SafeTensors};
-use serde_json::Value;
 
 use crate::config::{Arch, ModelConfig};
 use crate::error::{ModelError, Result};
@@ -120,17 +118,7 @@ impl SafetensorsSource {
         } else if path.join("model.safetensors.index.json").is_file() {
             let idx = path.join("model.safetensors.index.json");
             let text = std::fs::read(&idx).map_err(|source| ModelError::Io { path: idx.clone(), source })?;
-            let v: Value = serde_json::from_slice(&text)
-                .map_err(|e| ModelError::Format { path: idx.clone(), what: format!("not valid JSON: {e}") })?;
-            let map = v.get("weight_map").and_then(Value::as_object).ok_or_else(|| ModelError::Config {
-                path: idx.clone(),
-                field: "weight_map".into(),
-                expected: "an object from tensor name to shard file".into(),
-            })?;
-            let mut shards: Vec<PathBuf> = map.values().filter_map(Value::as_str).map(|f| path.join(f)).collect();
-            shards.sort();
-            shards.dedup();
-            shards
+            safetensors_file::shard_files(&idx, &text, path)?
         } else {
             vec![path.join("model.safetensors")]
         };
@@ -140,10 +128,7 @@ impl SafetensorsSource {
             let file = std::fs::File::open(&p).map_err(|source| ModelError::Io { path: p.clone(), source })?;
             // SAFETY: the file is only read; weight files are not modified while loaded.
             let map = unsafe { Mmap::map(&file) }.map_err(|source| ModelError::Io { path: p.clone(), source })?;
-            let st = SafeTensors::deserialize(&map).map_err(|e| ModelError::Format {
-                path: p.clone(),
-                what: format!("not a valid safetensors file: {e}"),
-            })?;
+            let st = safetensors_file::parse(&p, &map)?;
             for name in st.names() {
                 index.insert(name.to_string(), files.len());
             }
@@ -162,10 +147,7 @@ impl WeightSource for SafetensorsSource {
     fn get(&self, name: &str) -> Result<Option<HostTensor>> {
         let Some(&i) = self.index.get(name) else { return Ok(None) };
         let (path, map, file) = &self.files[i];
-        let st = SafeTensors::deserialize(map).map_err(|e| ModelError::Format {
-            path: path.clone(),
-            what: format!("not a valid safetensors file: {e}"),
-        })?;
+        let st = safetensors_file::parse(path, map)?;
         let view = st.tensor(name).map_err(|e| ModelError::Tensor {
             path: path.clone(),
             tensor: name.to_string(),
@@ -177,19 +159,7 @@ impl WeightSource for SafetensorsSource {
         let mut bytes = vec![0u8; view.data().len()];
         read_exact_at(file, &mut bytes, offset as u64)
             .map_err(|source| ModelError::Io { path: path.clone(), source })?;
-        let b = bytes.as_slice();
-        let data: Vec<f32> = match view.dtype() {
-            Dtype::F32 => b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
-            Dtype::BF16 => b.chunks_exact(2).map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
-            Dtype::F16 => b.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
-            other => {
-                return Err(ModelError::Tensor {
-                    path: path.clone(),
-                    tensor: name.to_string(),
-                    what: format!("dtype {other:?} is not supported (supported: F32, BF16, F16)"),
-                })
-            }
-        };
+        let data = safetensors_file::decode_f32(path, name, view.dtype(), &bytes)?;
         Ok(Some(HostTensor { shape: view.shape().to_vec(), data }))
     }
 

@@ -10,7 +10,8 @@ use burn::tensor::Device;
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 
-fn err_of<T>(r: bastion_models::Result<T>) -> String {
+/// The message of an error (model or file error alike).
+fn err_of<T, E: std::fmt::Display>(r: Result<T, E>) -> String {
     match r {
         Ok(_) => panic!("expected an error"),
         Err(e) => e.to_string(),

@@ -1,0 +1,85 @@
+//! Safetensors checkpoints as Bastion reads them: the shard index
+//! (`model.safetensors.index.json`), each file's header (parsed and checked
+//! by the `safetensors` crate: offsets within the file, byte lengths equal to
+//! shape × dtype size) and the conversion of F32 / BF16 / F16 data to `f32`.
+//! `bastion_models::SafetensorsSource` reads through these functions.
+
+use std::path::{Path, PathBuf};
+
+use half::{bf16, f16};
+use safetensors::{Dtype, SafeTensors};
+use serde_json::Value;
+
+use crate::error::{FormatError, Result};
+
+/// The shard files named by a `model.safetensors.index.json` (`bytes`, read
+/// from `index`), as paths under `dir`, sorted and without repeats.
+///
+/// A shard is a plain file name in the checkpoint's folder: a name with a
+/// path separator, `..` or nothing at all is refused, so that an index
+/// cannot make the loader open files elsewhere.
+///
+/// # Errors
+/// [`FormatError::Format`] for invalid JSON; [`FormatError::Config`] naming
+/// `weight_map` when it is not an object of tensor name → shard file name.
+pub fn shard_files(index: &Path, bytes: &[u8], dir: &Path) -> Result<Vec<PathBuf>> {
+    let v: Value = serde_json::from_slice(bytes)
+        .map_err(|e| FormatError::Format { path: index.to_path_buf(), what: format!("not valid JSON: {e}") })?;
+    let bad =
+        |expected: String| FormatError::Config { path: index.to_path_buf(), field: "weight_map".into(), expected };
+    let map = v
+        .get("weight_map")
+        .and_then(Value::as_object)
+        .ok_or_else(|| bad("an object from tensor name to shard file".into()))?;
+    let mut shards = Vec::new();
+    for (tensor, file) in map {
+        let name = file.as_str().ok_or_else(|| bad(format!("a shard file name for `{tensor}` (got {file})")))?;
+        let plain = !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\\']);
+        if !plain {
+            return Err(bad(format!(
+                "a file name in the checkpoint's folder for `{tensor}` (got {name:?}: no paths, no `..`)"
+            )));
+        }
+        shards.push(dir.join(name));
+    }
+    shards.sort();
+    shards.dedup();
+    Ok(shards)
+}
+
+/// Parses a safetensors file's header (`bytes` is the whole file; `path`
+/// names it in messages).
+///
+/// # Errors
+/// [`FormatError::Format`] when the header is not valid (bad length, bad
+/// JSON, a tensor whose bytes lie outside the file or do not match its
+/// shape and dtype).
+pub fn parse<'a>(path: &Path, bytes: &'a [u8]) -> Result<SafeTensors<'a>> {
+    SafeTensors::deserialize(bytes).map_err(|e| FormatError::Format {
+        path: path.to_path_buf(),
+        what: format!("not a valid safetensors file: {e}"),
+    })
+}
+
+/// Converts the little-endian data of tensor `name` (`dtype`, `bytes`) to
+/// `f32` values.
+///
+/// # Errors
+/// [`FormatError::Tensor`] naming `path` and `name` for a dtype other than
+/// F32, BF16 and F16, or a byte length that is not a whole number of values.
+pub fn decode_f32(path: &Path, name: &str, dtype: Dtype, bytes: &[u8]) -> Result<Vec<f32>> {
+    let err = |what: String| FormatError::Tensor { path: path.to_path_buf(), tensor: name.to_string(), what };
+    let width = match dtype {
+        Dtype::F32 => 4,
+        Dtype::BF16 | Dtype::F16 => 2,
+        other => return Err(err(format!("dtype {other:?} is not supported (supported: F32, BF16, F16)"))),
+    };
+    if !bytes.len().is_multiple_of(width) {
+        return Err(err(format!("{} bytes are not a whole number of {dtype:?} values", bytes.len())));
+    }
+    Ok(match dtype {
+        Dtype::F32 => bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+        Dtype::BF16 => bytes.chunks_exact(2).map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+        _ => bytes.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+    })
+}
