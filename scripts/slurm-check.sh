@@ -186,6 +186,10 @@ before=$(wc -l <"$shard0" 2>/dev/null || echo 0)
 scontrol requeue "${array}_0"
 echo "requeued task ${array}_0 with $before records stored"
 # Slurm holds a requeued job back for two minutes (Reason=BeginTime); let it start now.
+for _ in $(seq 60); do # until the killed task is pending again
+  [ "$(squeue -h -j "${array}_0" -o %r 2>/dev/null)" = BeginTime ] && break
+  sleep 0.5
+done
 scontrol update JobId="${array}_0" StartTime=now || true
 merge="${merge//slurm-tiny/slurm-requeue}"
 merged=$(sbatch --parsable --dependency=afterok:"$array" --chdir="$ROOT" -o "$WORK/merge-requeue.out" --wrap "$merge")
