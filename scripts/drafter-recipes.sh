@@ -26,6 +26,7 @@ FEATURES=${FEATURES:-results/features}
 # name | arguments that differ from the base recipe (the shipped drafter's)
 declare -A RECIPE=(
   [base]="--layers 1 --target-layers 2,15,27 --loss-decay 7 --learning-rate 2e-3 --warmup-steps 50"
+  [norm-target]="--layers 1 --target-layers 2,15,27 --loss-decay 7 --learning-rate 2e-3 --warmup-steps 50 --norm-init target"
   [layers2]="--layers 2 --target-layers 2,15,27 --loss-decay 7 --learning-rate 2e-3 --warmup-steps 50"
   [layers3]="--layers 3 --target-layers 2,15,27 --loss-decay 7 --learning-rate 2e-3 --warmup-steps 50"
   [targets5]="--layers 1 --target-layers 1,8,15,22,28 --loss-decay 7 --learning-rate 2e-3 --warmup-steps 50"
@@ -35,7 +36,7 @@ declare -A RECIPE=(
   [lr1e-3]="--layers 1 --target-layers 2,15,27 --loss-decay 7 --learning-rate 1e-3 --warmup-steps 50"
   [lr4e-3]="--layers 1 --target-layers 2,15,27 --loss-decay 7 --learning-rate 4e-3 --warmup-steps 100"
 )
-VARIANTS=${VARIANTS:-"base layers2 layers3 targets5 targets-late decay4 uniform lr1e-3 lr4e-3"}
+VARIANTS=${VARIANTS:-"base norm-target layers2 decay4 lr4e-3 layers3 uniform lr1e-3 targets5 targets-late"}
 
 rows=()
 for name in $VARIANTS; do

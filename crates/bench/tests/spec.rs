@@ -457,14 +457,6 @@ fn malformed_variants_name_the_file_line_and_field() {
 /// target's entry point with stable `cargo test` (kept in this binary: no extra link).
 #[test]
 fn experiment_toml_corpus() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/experiment_toml");
-    let mut n = 0;
-    for f in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-        let path = f.expect("directory entry").path();
-        let bytes = std::fs::read(&path).expect("corpus file");
-        let outcome = std::panic::catch_unwind(|| bastion_bench::spec::fuzz_experiment(&bytes));
-        assert!(outcome.is_ok(), "{} fails the experiment_toml target", path.display());
-        n += 1;
-    }
+    let n = bastion_testkit::replay_fuzz_corpus("experiment_toml", bastion_bench::spec::fuzz_experiment);
     assert!(n >= 7, "the shipped experiment files are seeds");
 }

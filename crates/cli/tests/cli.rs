@@ -399,13 +399,13 @@ fn args_without_mask<'a>(_: &[&'a str]) -> Vec<&'a str> {
     vec!["train-drafter", "--model", "tests/fixtures/tiny-qwen3", "--data", "x.jsonl", "--out", "y"]
 }
 
-#[test]
-fn run_executes_an_experiment_and_reports_bad_ones() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("tiny.toml");
-    let text = r#"name = "tiny-cli"
+/// An experiment file for the tiny fixture pair (8 new tokens): `methods`
+/// and `sets` are TOML array items (`"dflash", "ddtree:4"`).
+fn tiny_experiment(name: &str, methods: &str, sets: &str, samples: usize) -> String {
+    format!(
+        r#"name = "{name}"
 max_new_tokens = 8
-methods = ["dflash", "ddtree:4"]
+methods = [{methods}]
 
 [[models]]
 name = "tiny"
@@ -413,10 +413,18 @@ target = "tests/fixtures/tiny-qwen3"
 drafter = "tests/fixtures/tiny-dflash"
 
 [datasets]
-names = ["gsm8k"]
-max_samples = 1
-"#;
-    std::fs::write(&file, text).unwrap();
+names = [{sets}]
+max_samples = {samples}
+"#
+    )
+}
+
+#[test]
+fn run_executes_an_experiment_and_reports_bad_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tiny.toml");
+    let text = tiny_experiment("tiny-cli", r#""dflash", "ddtree:4""#, r#""gsm8k""#, 1);
+    std::fs::write(&file, &text).unwrap();
     let results = dir.path().join("results");
     let tables = dir.path().join("tables");
     let args =
@@ -449,20 +457,8 @@ max_samples = 1
 fn check_passes_against_its_own_baseline_and_fails_on_a_tau_change() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("tiny-check.toml");
-    let text = r#"name = "tiny-check"
-max_new_tokens = 8
-methods = ["ar", "dflash", "ddtree:4"]
-
-[[models]]
-name = "tiny"
-target = "tests/fixtures/tiny-qwen3"
-drafter = "tests/fixtures/tiny-dflash"
-
-[datasets]
-names = ["gsm8k"]
-max_samples = 2
-"#;
-    std::fs::write(&file, text).unwrap();
+    let text = tiny_experiment("tiny-check", r#""ar", "dflash", "ddtree:4""#, r#""gsm8k""#, 2);
+    std::fs::write(&file, &text).unwrap();
     let baseline = dir.path().join("baselines/tiny-check.json");
     let results = dir.path().join("results");
     let args = |extra: &[&'static str]| {
@@ -593,23 +589,7 @@ fn record_values(
 fn a_full_disk_ends_the_run_clearly_and_a_rerun_completes_it() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("full.toml");
-    std::fs::write(
-        &file,
-        r#"name = "full"
-max_new_tokens = 8
-methods = ["dflash", "ddtree:4"]
-
-[[models]]
-name = "tiny"
-target = "tests/fixtures/tiny-qwen3"
-drafter = "tests/fixtures/tiny-dflash"
-
-[datasets]
-names = ["gsm8k", "humaneval"]
-max_samples = 2
-"#,
-    )
-    .unwrap();
+    std::fs::write(&file, tiny_experiment("full", r#""dflash", "ddtree:4""#, r#""gsm8k", "humaneval""#, 2)).unwrap();
     let run = |name: &str| {
         let results = dir.path().join(name);
         let args = vec![

@@ -3,23 +3,8 @@
 //! fuzz targets' entry points, with stable `cargo test`: every input that
 //! ever found a fault stays a test, and no CI run needs a fuzz build.
 
-use std::path::PathBuf;
-
 use bastion_formats::fuzzing;
-
-/// Runs `entry` on every file of `fuzz/corpus/<target>/`; returns how many.
-fn replay(target: &str, entry: fn(&[u8])) -> usize {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus").join(target);
-    let mut n = 0;
-    for f in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-        let path = f.expect("directory entry").path();
-        let bytes = std::fs::read(&path).expect("corpus file");
-        let outcome = std::panic::catch_unwind(|| entry(&bytes));
-        assert!(outcome.is_ok(), "{} fails the {target} target", path.display());
-        n += 1;
-    }
-    n
-}
+use bastion_testkit::replay_fuzz_corpus as replay;
 
 #[test]
 fn gguf_corpus() {

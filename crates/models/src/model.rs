@@ -244,6 +244,13 @@ impl Model {
         self.lm_head.weight_t(&self.device)
     }
 
+    /// The final norm's weight `[hidden]` (`model.norm.weight`), applied
+    /// before the LM head. A drafter that shares the LM head can start from
+    /// it (`bastion train-drafter --norm-init target`).
+    pub fn final_norm_weight(&self) -> Tensor<1> {
+        self.norm.clone()
+    }
+
     /// Device buffers holding the embedding table and the LM head
     /// (`(parts, parts)`: 1 each unless a matrix exceeds
     /// [`crate::MAX_BUFFER_BYTES`]; the LM head counts 1 on `flex`, where it

@@ -156,3 +156,24 @@ pub fn root_path(tree: &bastion_tree::DraftTree, node: usize) -> Vec<usize> {
     path.reverse();
     path
 }
+
+/// Runs a fuzz target's entry point on every file of the committed corpus
+/// `fuzz/corpus/<target>/` (seeds plus what libFuzzer kept, minimised), so
+/// stable `cargo test` replays every input a fuzz run ever saved. Returns
+/// how many files it ran.
+///
+/// # Panics
+/// When the folder cannot be read, or when `entry` panics on a file (the
+/// message names the file and the target).
+pub fn replay_fuzz_corpus(target: &str, entry: impl Fn(&[u8]) + std::panic::RefUnwindSafe) -> usize {
+    let dir = repo_root().join("fuzz/corpus").join(target);
+    let mut n = 0;
+    for f in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let path = f.expect("directory entry").path();
+        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let outcome = std::panic::catch_unwind(|| entry(&bytes));
+        assert!(outcome.is_ok(), "{} fails the {target} target", path.display());
+        n += 1;
+    }
+    n
+}

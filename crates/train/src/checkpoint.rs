@@ -136,7 +136,7 @@ pub(crate) fn load_checkpoint(
 /// A run's settings as a checkpoint records them: the drafter's
 /// `config.json` and the recipe.
 pub(crate) fn settings_of(cfg: &TrainConfig) -> serde_json::Value {
-    serde_json::json!({
+    let mut settings = serde_json::json!({
         "drafter": cfg.drafter.to_json(),
         "steps": cfg.steps,
         "sequences_per_step": cfg.sequences_per_step,
@@ -146,7 +146,12 @@ pub(crate) fn settings_of(cfg: &TrainConfig) -> serde_json::Value {
         "seed": cfg.seed,
         "loss_decay": cfg.loss_decay,
         "sampled_vocab": cfg.sampled_vocab,
-    })
+    });
+    // Recorded only when set, so checkpoints written before the option existed still resume.
+    if cfg.norm_from_target {
+        settings["norm_init"] = "target".into();
+    }
+    settings
 }
 
 /// The fields of two recorded values that differ, as `field: checkpoint →

@@ -110,6 +110,24 @@ impl DraftParams {
         Self { fc, hidden_norm: ones(h), layers, norm: ones(h) }
     }
 
+    /// Replaces the final norm's weight (`norm.weight`, `[hidden]`) with
+    /// `w`: the target's final norm (`model.norm.weight`) puts the drafter's
+    /// states at the scale the shared LM head was trained on, which a norm
+    /// initialised to ones only reaches after many Adam steps (SmolLM2's
+    /// final norm has mean 1.8 and entries from −2.1 to 3.3).
+    ///
+    /// # Panics
+    /// When `w` is not `[hidden]`.
+    pub fn set_final_norm(&mut self, w: Tensor<1>) {
+        assert_eq!(w.dims(), self.norm.val().dims(), "final norm shape");
+        self.norm = Param::from_tensor(w);
+    }
+
+    /// The final norm's weight `[hidden]` (host copy).
+    pub fn final_norm(&self) -> Vec<f32> {
+        self.norm.val().into_data().convert::<f32>().try_into_vec::<f32>().expect("f32 weights")
+    }
+
     /// The drafter's output states `[m·B, H]` for `m` blocks of one
     /// sequence: `feats` `[T, K·H]` context features (positions `0..T`),
     /// `block` `[m·B, H]` block embeddings, `anchors` the blocks' first

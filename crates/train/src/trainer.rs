@@ -58,6 +58,9 @@ pub struct TrainConfig {
     /// still drafts over the whole vocabulary; the held-out τ measures
     /// what the approximation costs.
     pub sampled_vocab: Option<usize>,
+    /// Initialise the drafter's final norm with the target's
+    /// (`model.norm.weight`) instead of ones ([`DraftParams::set_final_norm`]).
+    pub norm_from_target: bool,
 }
 
 /// A drafter shape for `target`: one Qwen3 layer of the target's width
@@ -420,6 +423,9 @@ pub fn train(
     let embed = target.embedding_table();
     let lm_head = target.lm_head_weight().autodiff();
     let mut params = DraftParams::init(&cfg.drafter, cfg.seed, &device);
+    if cfg.norm_from_target {
+        params.set_final_norm(target.final_norm_weight().autodiff());
+    }
     let mut optim = AdamConfig::new().init();
     let (mut first, mut tokens) = (0usize, 0u64);
     let ckpt = opts.checkpoint_dir.as_deref();

@@ -56,6 +56,7 @@ fn training_from_scratch_reaches_tau_3() {
         seed: 0,
         loss_decay: 0.0,
         sampled_vocab: None,
+        norm_from_target: false,
     };
     let held_records = distilled(&target, 8, 999);
     let opts = TrainOptions { held_out: held_records.clone(), eval_every: 100, ..TrainOptions::default() };
@@ -136,6 +137,7 @@ fn small(target: &Model, steps: usize) -> TrainConfig {
         seed: 3,
         loss_decay: 4.0,
         sampled_vocab: Some(16),
+        norm_from_target: false,
     }
 }
 
@@ -225,6 +227,7 @@ fn bad_settings_are_errors_and_rope_scaling_is_saved() {
         seed: 0,
         loss_decay: 0.0,
         sampled_vocab: None,
+        norm_from_target: false,
     };
     let cases: Vec<(TrainConfig, &str)> = vec![
         (TrainConfig { anchors_per_sequence: 0, ..base.clone() }, "anchors per sequence must be ≥ 1"),
@@ -349,4 +352,31 @@ fn feature_file_stores_f16_features_and_resumes_its_build() {
     b.save(&cfg.drafter, db.path()).unwrap();
     let read = |d: &std::path::Path| std::fs::read(d.join("model.safetensors")).unwrap();
     assert!(read(da.path()) == read(db.path()));
+}
+
+/// `norm_from_target`: the drafter's final norm starts at the target's
+/// (`model.norm.weight`, ≈ 1.22 in the tiny fixture), not at ones; one
+/// Adam step moves it by at most about the learning rate. A checkpoint of
+/// the other initialisation is refused on resume, naming the setting.
+#[test]
+fn the_final_norm_can_start_from_the_targets() {
+    let target = target();
+    let records = distilled(&target, 4, 11);
+    let theirs: Vec<f32> = target.final_norm_weight().into_data().convert::<f32>().try_into_vec().unwrap();
+    assert!(theirs.iter().all(|w| (w - 1.0).abs() > 0.1), "the fixture's final norm is not ones");
+    let run = |norm_from_target: bool, opts: &TrainOptions| {
+        let cfg = TrainConfig { norm_from_target, ..small(&target, 1) };
+        train(&target, &records, &cfg, opts, |_| ControlFlow::Continue(()))
+    };
+    let near = |a: &[f32], b: &[f32]| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() < 0.01);
+    let from_target = run(true, &TrainOptions::default()).unwrap().final_norm();
+    assert!(near(&from_target, &theirs), "{from_target:?}");
+    let from_ones = run(false, &TrainOptions::default()).unwrap().final_norm();
+    assert!(near(&from_ones, &vec![1.0; theirs.len()]), "{from_ones:?}");
+
+    let ck = tempfile::tempdir().unwrap();
+    let opts = TrainOptions { checkpoint_dir: Some(ck.path().to_path_buf()), resume: true, ..TrainOptions::default() };
+    run(false, &opts).unwrap();
+    let Err(e) = run(true, &opts) else { panic!("another norm initialisation must not resume") };
+    assert!(e.to_string().contains("norm_init"), "{e}");
 }

@@ -79,6 +79,11 @@ pub struct TrainSettings {
     /// the whole vocabulary).
     #[arg(long)]
     sampled_vocab: Option<usize>,
+    /// Initial weight of the drafter's final norm (before the shared LM head): `ones`, or
+    /// `target`, the target's own final norm (`model.norm.weight`), which puts the drafter's
+    /// states at the scale the LM head expects from the first step.
+    #[arg(long, value_enum, default_value_t = NormInit::Ones)]
+    norm_init: NormInit,
     /// The first N distilled sequences are held out (never trained on) for the τ estimate.
     #[arg(long, default_value_t = 16)]
     held_out: usize,
@@ -101,6 +106,15 @@ pub struct TrainSettings {
     /// as f32. Needed when the data is large: SmolLM2's features take 6.9 KB per token in f32.
     #[arg(long, value_name = "DIR")]
     feature_cache: Option<PathBuf>,
+}
+
+/// `--norm-init`: where the drafter's final norm starts.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NormInit {
+    /// All ones (transformers' default initialisation).
+    Ones,
+    /// The target's final norm weight.
+    Target,
 }
 
 /// Trains a drafter; writes it to `out` with `training_log.jsonl` (one line
@@ -140,6 +154,7 @@ fn train_drafter(model: &Path, data: &Path, out: &Path, checkpoint_dir: &Path, s
         seed: s.seed,
         loss_decay: s.loss_decay,
         sampled_vocab: s.sampled_vocab,
+        norm_from_target: s.norm_init == NormInit::Target,
     };
     let opts = bastion_train::TrainOptions {
         checkpoint_dir: Some(checkpoint_dir.to_path_buf()),
