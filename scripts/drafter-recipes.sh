@@ -27,6 +27,8 @@ FEATURES=${FEATURES:-results/features}
 declare -A RECIPE=(
   [base]="--layers 1 --target-layers 2,15,27 --loss-decay 7 --learning-rate 2e-3 --warmup-steps 50"
   [norm-target]="--layers 1 --target-layers 2,15,27 --loss-decay 7 --learning-rate 2e-3 --warmup-steps 50 --norm-init target"
+  [step-vocab]="--layers 1 --target-layers 2,15,27 --loss-decay 7 --learning-rate 2e-3 --warmup-steps 50 --sampled-vocab-scope step"
+  [anchors8]="--layers 1 --target-layers 2,15,27 --loss-decay 7 --learning-rate 2e-3 --warmup-steps 50 --sequences-per-step 8 --anchors 8"
   [layers2]="--layers 2 --target-layers 2,15,27 --loss-decay 7 --learning-rate 2e-3 --warmup-steps 50"
   [layers3]="--layers 3 --target-layers 2,15,27 --loss-decay 7 --learning-rate 2e-3 --warmup-steps 50"
   [targets5]="--layers 1 --target-layers 1,8,15,22,28 --loss-decay 7 --learning-rate 2e-3 --warmup-steps 50"
@@ -36,7 +38,7 @@ declare -A RECIPE=(
   [lr1e-3]="--layers 1 --target-layers 2,15,27 --loss-decay 7 --learning-rate 1e-3 --warmup-steps 50"
   [lr4e-3]="--layers 1 --target-layers 2,15,27 --loss-decay 7 --learning-rate 4e-3 --warmup-steps 100"
 )
-VARIANTS=${VARIANTS:-"base norm-target layers2 decay4 lr4e-3 layers3 uniform lr1e-3 targets5 targets-late"}
+VARIANTS=${VARIANTS:-"base norm-target layers2 step-vocab anchors8 decay4 lr4e-3 layers3 uniform lr1e-3 targets5 targets-late"}
 
 rows=()
 for name in $VARIANTS; do
@@ -44,9 +46,10 @@ for name in $VARIANTS; do
   out="$RUNS/$name"
   mkdir -p "$RUNS"
   # A variant finished with these settings by an earlier (interrupted) run is
-  # reused: the script resumes across sessions.
+  # reused: the script resumes across sessions. Its log and stamp are committed
+  # (the weights are not), so a fresh clone skips it too.
   stamp="MODEL=$MODEL SEQS=$SEQS STEPS=$STEPS EVAL=$EVAL HELD_OUT=$HELD_OUT DATA=$DATA $args"
-  if [ -f "$out/model.safetensors" ] && [ -f "$out.done" ] && [ "$(head -1 "$out.done")" = "$stamp" ]; then
+  if [ -f "$out/training_log.jsonl" ] && [ -f "$out.done" ] && [ "$(head -1 "$out.done")" = "$stamp" ]; then
     secs=$(sed -n 2p "$out.done")
     echo "$name: reusing the finished run in $out" >&2
   else
@@ -61,9 +64,12 @@ for name in $VARIANTS; do
       rm -rf "$out" "$out.log"
     fi
     echo "$stamp" >"$out.stamp"
+    # 16 sequences × 4 anchors per step unless the variant says otherwise.
+    shape=(--sequences-per-step 16 --anchors 4)
+    case " $args " in *" --anchors "*) shape=() ;; esac
     # shellcheck disable=SC2086 # the recipe is a list of arguments
     "$BIN" train-drafter --model "$MODEL" --data "$DATA" --max-sequences "$SEQS" --out "$out" \
-      --mask-token 5 --block-size 16 --steps "$STEPS" --sequences-per-step 16 --anchors 4 \
+      --mask-token 5 --block-size 16 --steps "$STEPS" "${shape[@]}" \
       --sampled-vocab 2048 --held-out "$HELD_OUT" --eval-every "$EVAL" --checkpoint-every 100 \
       --seed 0 --feature-cache "$FEATURES" "${resume[@]}" $args 2>>"$out.log" || { echo "variant $name failed: $out.log" >&2; exit 1; }
     secs=$(( $(date +%s) - start ))
@@ -79,7 +85,7 @@ table=$(
   echo
   echo "\`SEQS=$SEQS STEPS=$STEPS EVAL=$EVAL HELD_OUT=$HELD_OUT scripts/drafter-recipes.sh\`, $(date -u +%Y-%m-%d), $(nproc) threads,"
   echo "release build. Every variant: the first $SEQS distilled sequences of \`$DATA\` (the first $HELD_OUT held out),"
-  echo "$STEPS steps of 16 sequences × 4 anchors, block 16, sampled softmax (+2048), seed 0."
+  echo "$STEPS steps of 16 sequences × 4 anchors (unless the variant says otherwise), block 16, sampled softmax (+2048), seed 0."
   echo "Held-out τ (DFlash chain, T = 0) every $EVAL steps; seconds include computing features on first use."
   echo
   echo "| variant | differs in | held-out τ at $EVAL, $((2 * EVAL)), … steps | seconds |"

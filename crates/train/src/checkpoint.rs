@@ -151,6 +151,9 @@ pub(crate) fn settings_of(cfg: &TrainConfig) -> serde_json::Value {
     if cfg.norm_from_target {
         settings["norm_init"] = "target".into();
     }
+    if cfg.step_vocab {
+        settings["sampled_vocab_scope"] = "step".into();
+    }
     settings
 }
 

@@ -61,6 +61,11 @@ pub struct TrainConfig {
     /// Initialise the drafter's final norm with the target's
     /// (`model.norm.weight`) instead of ones ([`DraftParams::set_final_norm`]).
     pub norm_from_target: bool,
+    /// With [`TrainConfig::sampled_vocab`] `Some(k)`: the softmax covers the
+    /// tokens this step predicts plus the `k` draws, instead of every token
+    /// of the training responses. The LM head's share of a step then stays
+    /// small as the data (and the set of tokens it uses) grows.
+    pub step_vocab: bool,
 }
 
 /// A drafter shape for `target`: one Qwen3 layer of the target's width
@@ -474,11 +479,38 @@ pub fn train(
         // Anchors depend on (seed, step) only: resuming takes the same steps.
         let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x5eed);
         rng.set_stream(step as u64);
+        // This step's sequences and anchors (in the response, each with at least one target token).
+        let draw = |rng: &mut ChaCha8Rng| -> Vec<(usize, Vec<usize>)> {
+            (0..cfg.sequences_per_step)
+                .map(|_| {
+                    let i = rng.random_range(0..train_data.seqs.len());
+                    let (ids, prompt_len) = &train_data.seqs[i];
+                    (i, (0..cfg.anchors_per_sequence).map(|_| rng.random_range(*prompt_len..ids.len() - 1)).collect())
+                })
+                .collect()
+        };
+        // The data-wide column set draws its random columns before the sequences (the order
+        // of every run before the step scope existed); the step's own set after them.
+        let mut drawn = if cfg.step_vocab { Some(draw(&mut rng)) } else { None };
         // The softmax's columns this step, and each token's column.
         let (head, column): (Tensor<2>, Vec<u32>) = match cfg.sampled_vocab {
             None => (lm_head.clone(), (0..vocab as u32).collect()),
             Some(k) => {
-                let mut keep = observed.clone();
+                let mut keep = match &drawn {
+                    None => observed.clone(),
+                    Some(seqs) => {
+                        let mut keep = vec![false; vocab];
+                        for (i, anchors) in seqs {
+                            let ids = &train_data.seqs[*i].0;
+                            for &a in anchors {
+                                for &t in &ids[a + 1..(a + b).min(ids.len())] {
+                                    keep[t as usize] = true;
+                                }
+                            }
+                        }
+                        keep
+                    }
+                };
                 for _ in 0..k {
                     keep[rng.random_range(0..vocab)] = true;
                 }
@@ -492,13 +524,10 @@ pub fn train(
             }
         };
         let (mut losses, mut step_weight) = (Vec::new(), 0.0f32);
-        for _ in 0..cfg.sequences_per_step {
-            let i = rng.random_range(0..train_data.seqs.len());
-            let (ids, prompt_len) = &train_data.seqs[i];
+        let seqs = drawn.take().unwrap_or_else(|| draw(&mut rng));
+        for (i, anchors) in seqs {
+            let ids = &train_data.seqs[i].0;
             let n = ids.len();
-            // Anchors in the response, each with at least one target token.
-            let anchors: Vec<usize> =
-                (0..cfg.anchors_per_sequence).map(|_| rng.random_range(*prompt_len..n - 1)).collect();
             let t = *anchors.iter().max().expect("at least one anchor");
             let rows = train_data.features(i, t, width)?.into_owned();
             let feats = Tensor::<2>::from_data(TensorData::new(rows, [t, width]), &device);

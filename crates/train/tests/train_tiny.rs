@@ -57,6 +57,7 @@ fn training_from_scratch_reaches_tau_3() {
         loss_decay: 0.0,
         sampled_vocab: None,
         norm_from_target: false,
+        step_vocab: false,
     };
     let held_records = distilled(&target, 8, 999);
     let opts = TrainOptions { held_out: held_records.clone(), eval_every: 100, ..TrainOptions::default() };
@@ -138,6 +139,7 @@ fn small(target: &Model, steps: usize) -> TrainConfig {
         loss_decay: 4.0,
         sampled_vocab: Some(16),
         norm_from_target: false,
+        step_vocab: false,
     }
 }
 
@@ -228,6 +230,7 @@ fn bad_settings_are_errors_and_rope_scaling_is_saved() {
         loss_decay: 0.0,
         sampled_vocab: None,
         norm_from_target: false,
+        step_vocab: false,
     };
     let cases: Vec<(TrainConfig, &str)> = vec![
         (TrainConfig { anchors_per_sequence: 0, ..base.clone() }, "anchors per sequence must be ≥ 1"),
@@ -379,4 +382,37 @@ fn the_final_norm_can_start_from_the_targets() {
     run(false, &opts).unwrap();
     let Err(e) = run(true, &opts) else { panic!("another norm initialisation must not resume") };
     assert!(e.to_string().contains("norm_init"), "{e}");
+}
+
+/// `step_vocab`: the sampled softmax over the step's own targets (plus the
+/// random draws) trains to other weights than the data-wide set, is
+/// deterministic, resumes to the uninterrupted run's weights, and is a
+/// setting a checkpoint of the other scope refuses.
+#[test]
+fn step_scoped_sampled_softmax_resumes_exactly() {
+    let target = target();
+    let records = distilled(&target, 16, 5);
+    let cfg = TrainConfig { step_vocab: true, ..small(&target, 4) };
+    let weights = |p: &bastion_train::DraftParams| {
+        let d = tempfile::tempdir().unwrap();
+        p.save(&cfg.drafter, d.path()).unwrap();
+        std::fs::read(d.path().join("model.safetensors")).unwrap()
+    };
+    let go = |cfg: &TrainConfig, opts: &TrainOptions, stop: Option<usize>| {
+        train(&target, &records, cfg, opts, |e| match e {
+            TrainEvent::Step(r) if Some(r.step) == stop => ControlFlow::Break(()),
+            _ => ControlFlow::Continue(()),
+        })
+    };
+    let straight = weights(&go(&cfg, &TrainOptions::default(), None).unwrap());
+    assert!(straight == weights(&go(&cfg, &TrainOptions::default(), None).unwrap()), "not deterministic");
+    let data_scope = TrainConfig { step_vocab: false, ..cfg.clone() };
+    assert!(straight != weights(&go(&data_scope, &TrainOptions::default(), None).unwrap()));
+
+    let ck = tempfile::tempdir().unwrap();
+    let opts = TrainOptions { checkpoint_dir: Some(ck.path().to_path_buf()), resume: true, ..TrainOptions::default() };
+    go(&cfg, &opts, Some(1)).unwrap();
+    assert!(straight == weights(&go(&cfg, &opts, None).unwrap()), "resumed weights differ");
+    let Err(e) = go(&data_scope, &opts, None) else { panic!("another scope must not resume") };
+    assert!(e.to_string().contains("sampled_vocab_scope"), "{e}");
 }

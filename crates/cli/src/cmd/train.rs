@@ -79,6 +79,11 @@ pub struct TrainSettings {
     /// the whole vocabulary).
     #[arg(long)]
     sampled_vocab: Option<usize>,
+    /// Which tokens the sampled softmax covers besides its N random ones: `data`, every token of
+    /// the training responses; `step`, the tokens the step predicts (fewer columns, so faster
+    /// steps as the data grows).
+    #[arg(long, value_enum, default_value_t = VocabScope::Data)]
+    sampled_vocab_scope: VocabScope,
     /// Initial weight of the drafter's final norm (before the shared LM head): `ones`, or
     /// `target`, the target's own final norm (`model.norm.weight`), which puts the drafter's
     /// states at the scale the LM head expects from the first step.
@@ -115,6 +120,15 @@ pub enum NormInit {
     Ones,
     /// The target's final norm weight.
     Target,
+}
+
+/// `--sampled-vocab-scope`: the sampled softmax's fixed columns.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VocabScope {
+    /// Every token of the training responses.
+    Data,
+    /// The tokens this step predicts.
+    Step,
 }
 
 /// Trains a drafter; writes it to `out` with `training_log.jsonl` (one line
@@ -155,6 +169,7 @@ fn train_drafter(model: &Path, data: &Path, out: &Path, checkpoint_dir: &Path, s
         loss_decay: s.loss_decay,
         sampled_vocab: s.sampled_vocab,
         norm_from_target: s.norm_init == NormInit::Target,
+        step_vocab: s.sampled_vocab_scope == VocabScope::Step,
     };
     let opts = bastion_train::TrainOptions {
         checkpoint_dir: Some(checkpoint_dir.to_path_buf()),
