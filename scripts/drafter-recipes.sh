@@ -76,7 +76,15 @@ for name in $VARIANTS; do
     printf '%s\n%s\n' "$stamp" "$secs" >"$out.done"
   fi
   taus=$(grep -o '"held_out_tau":[0-9.]*' "$out/training_log.jsonl" | cut -d: -f2 | awk '{ printf "%s%.3f", (NR > 1 ? " / " : ""), $1 }')
-  rows+=("| $name | \`$args\` | $taus | $secs |")
+  # Seconds per step: the median over the log's 10-step intervals (robust to held-out
+  # estimates and checkpoints, which the seconds column includes).
+  per_step=$(python3 -c '
+import json, statistics, sys
+t = [json.loads(l) for l in open(sys.argv[1])]
+t = [(r["step"], r["seconds"]) for r in t if "seconds" in r and "loss_ema" in r]
+d = [(b[1] - a[1]) / (b[0] - a[0]) for a, b in zip(t, t[1:]) if b[0] > a[0]]
+print(f"{statistics.median(d):.2f}" if d else "–")' "$out/training_log.jsonl")
+  rows+=("| $name | \`$args\` | $taus | $per_step | $secs |")
   echo "$name: held-out τ $taus (${secs} s)" >&2
 done
 
@@ -88,8 +96,8 @@ table=$(
   echo "$STEPS steps of 16 sequences × 4 anchors (unless the variant says otherwise), block 16, sampled softmax (+2048), seed 0."
   echo "Held-out τ (DFlash chain, T = 0) every $EVAL steps; seconds include computing features on first use."
   echo
-  echo "| variant | differs in | held-out τ at $EVAL, $((2 * EVAL)), … steps | seconds |"
-  echo "|---|---|---|---:|"
+  echo "| variant | differs in | held-out τ at $EVAL, $((2 * EVAL)), … steps | s / step | seconds |"
+  echo "|---|---|---|---:|---:|"
   printf '%s\n' "${rows[@]}"
 )
 echo "$table"
