@@ -29,6 +29,8 @@ declare -A RECIPE=(
   [norm-target]="--layers 1 --target-layers 2,15,27 --loss-decay 7 --learning-rate 2e-3 --warmup-steps 50 --norm-init target"
   [step-vocab]="--layers 1 --target-layers 2,15,27 --loss-decay 7 --learning-rate 2e-3 --warmup-steps 50 --sampled-vocab-scope step"
   [anchors8]="--layers 1 --target-layers 2,15,27 --loss-decay 7 --learning-rate 2e-3 --warmup-steps 50 --sequences-per-step 8 --anchors 8"
+  [layers2-step]="--layers 2 --target-layers 2,15,27 --loss-decay 7 --learning-rate 2e-3 --warmup-steps 50 --sampled-vocab-scope step"
+  [layers2-decay4-step]="--layers 2 --target-layers 2,15,27 --loss-decay 4 --learning-rate 2e-3 --warmup-steps 50 --sampled-vocab-scope step"
   [layers2]="--layers 2 --target-layers 2,15,27 --loss-decay 7 --learning-rate 2e-3 --warmup-steps 50"
   [layers3]="--layers 3 --target-layers 2,15,27 --loss-decay 7 --learning-rate 2e-3 --warmup-steps 50"
   [targets5]="--layers 1 --target-layers 1,8,15,22,28 --loss-decay 7 --learning-rate 2e-3 --warmup-steps 50"
@@ -38,7 +40,7 @@ declare -A RECIPE=(
   [lr1e-3]="--layers 1 --target-layers 2,15,27 --loss-decay 7 --learning-rate 1e-3 --warmup-steps 50"
   [lr4e-3]="--layers 1 --target-layers 2,15,27 --loss-decay 7 --learning-rate 4e-3 --warmup-steps 100"
 )
-VARIANTS=${VARIANTS:-"base norm-target layers2 step-vocab anchors8 decay4 lr4e-3 layers3 uniform lr1e-3 targets5 targets-late"}
+VARIANTS=${VARIANTS:-"base norm-target layers2 step-vocab anchors8 decay4 layers2-decay4-step layers2-step lr4e-3 layers3 uniform lr1e-3 targets5 targets-late"}
 
 rows=()
 for name in $VARIANTS; do
@@ -64,12 +66,9 @@ for name in $VARIANTS; do
       rm -rf "$out" "$out.log"
     fi
     echo "$stamp" >"$out.stamp"
-    # 16 sequences × 4 anchors per step unless the variant says otherwise.
-    shape=(--sequences-per-step 16 --anchors 4)
-    case " $args " in *" --anchors "*) shape=() ;; esac
     # shellcheck disable=SC2086 # the recipe is a list of arguments
     "$BIN" train-drafter --model "$MODEL" --data "$DATA" --max-sequences "$SEQS" --out "$out" \
-      --mask-token 5 --block-size 16 --steps "$STEPS" "${shape[@]}" \
+      --mask-token 5 --block-size 16 --steps "$STEPS" \
       --sampled-vocab 2048 --held-out "$HELD_OUT" --eval-every "$EVAL" --checkpoint-every 100 \
       --seed 0 --feature-cache "$FEATURES" "${resume[@]}" $args 2>>"$out.log" || { echo "variant $name failed: $out.log" >&2; exit 1; }
     secs=$(( $(date +%s) - start ))
@@ -91,10 +90,13 @@ done
 table=$(
   echo "# Drafter recipes on a fixed budget"
   echo
-  echo "\`SEQS=$SEQS STEPS=$STEPS EVAL=$EVAL HELD_OUT=$HELD_OUT scripts/drafter-recipes.sh\`, $(date -u +%Y-%m-%d), $(nproc) threads,"
+  echo "\`SEQS=$SEQS STEPS=$STEPS EVAL=$EVAL HELD_OUT=$HELD_OUT VARIANTS=\"$VARIANTS\" scripts/drafter-recipes.sh\`,"
+  echo "$(date -u +%Y-%m-%d), $(nproc) threads,"
   echo "release build. Every variant: the first $SEQS distilled sequences of \`$DATA\` (the first $HELD_OUT held out),"
-  echo "$STEPS steps of 16 sequences × 4 anchors (unless the variant says otherwise), block 16, sampled softmax (+2048), seed 0."
-  echo "Held-out τ (DFlash chain, T = 0) every $EVAL steps; seconds include computing features on first use."
+  echo "$STEPS steps of 16 sequences × 4 anchors (train-drafter's defaults, unless the variant says otherwise), block 16,"
+  echo "sampled softmax (+2048), seed 0. Held-out τ (DFlash chain, T = 0) every $EVAL steps. s / step: the median"
+  echo "10-step interval of the training log; seconds: the whole run, with held-out estimates and, on first use, the"
+  echo "target's features (variants may come from different sessions: compare s / step, not seconds)."
   echo
   echo "| variant | differs in | held-out τ at $EVAL, $((2 * EVAL)), … steps | s / step | seconds |"
   echo "|---|---|---|---:|---:|"

@@ -50,7 +50,8 @@ pub struct TrainConfig {
     /// at block 8). `0` = uniform weights.
     pub loss_decay: f64,
     /// `None`: the loss is the cross entropy over the whole vocabulary.
-    /// `Some(k)`: over the tokens that occur in the training responses
+    /// `Some(k)`: over the tokens that occur in the training responses (or,
+    /// with [`TrainConfig::step_vocab`], only those the step predicts)
     /// plus up to `k` others, `k` uniform draws with replacement each step
     /// (a sampled softmax: the
     /// LM head, `[hidden, vocab]`, dominates a step's cost, and a chat
@@ -214,7 +215,9 @@ pub struct StepReport {
     pub step: usize,
     /// Weighted mean cross entropy over the step's predictions (nats);
     /// with [`TrainConfig::sampled_vocab`] over the sampled columns, so not
-    /// comparable with a full-vocabulary run's.
+    /// comparable with a full-vocabulary run's (nor, with
+    /// [`TrainConfig::step_vocab`], with a data-wide sampled run's: fewer
+    /// columns, a lower loss).
     pub loss: f64,
     /// Learning rate used.
     pub learning_rate: f64,
@@ -499,16 +502,7 @@ pub fn train(
                 let mut keep = match &drawn {
                     None => observed.clone(),
                     Some(seqs) => {
-                        let mut keep = vec![false; vocab];
-                        for (i, anchors) in seqs {
-                            let ids = &train_data.seqs[*i].0;
-                            for &a in anchors {
-                                for &t in &ids[a + 1..(a + b).min(ids.len())] {
-                                    keep[t as usize] = true;
-                                }
-                            }
-                        }
-                        keep
+                        step_targets(seqs.iter().map(|(i, a)| (&train_data.seqs[*i].0[..], &a[..])), b, vocab)
                     }
                 };
                 for _ in 0..k {
@@ -591,6 +585,21 @@ pub fn train(
     Ok(params)
 }
 
+/// The tokens a step predicts, as a vocabulary mask: for each drawn
+/// sequence (token ids) and each of its anchors `a`, the targets of block
+/// slots `1..B`, `ids[a + 1 .. min(a + B, n)]` (the loss's targets exactly).
+fn step_targets<'a>(seqs: impl Iterator<Item = (&'a [u32], &'a [usize])>, b: usize, vocab: usize) -> Vec<bool> {
+    let mut keep = vec![false; vocab];
+    for (ids, anchors) in seqs {
+        for &a in anchors {
+            for &t in &ids[a + 1..(a + b).min(ids.len())] {
+                keep[t as usize] = true;
+            }
+        }
+    }
+    keep
+}
+
 /// Rejects settings that would panic or save a drafter that cannot load.
 fn validate(target: &Model, cfg: &TrainConfig) -> Result<()> {
     let d = &cfg.drafter;
@@ -617,6 +626,9 @@ fn validate(target: &Model, cfg: &TrainConfig) -> Result<()> {
     if !(cfg.loss_decay >= 0.0 && cfg.loss_decay.is_finite()) {
         return bad(format!("loss decay γ {} must be ≥ 0 (0 = uniform weights)", cfg.loss_decay));
     }
+    if cfg.step_vocab && cfg.sampled_vocab.is_none() {
+        return bad("the step-scoped sampled softmax needs a sampled vocabulary (--sampled-vocab N)".into());
+    }
     if !(cfg.learning_rate > 0.0 && cfg.learning_rate.is_finite()) {
         return bad(format!("learning rate {} must be > 0", cfg.learning_rate));
     }
@@ -635,56 +647,5 @@ fn schedule(cfg: &TrainConfig, step: usize) -> f64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use bastion_models::load_model;
-    use burn::tensor::Device;
-
-    /// The trainer's forward and the inference drafter run the same layer
-    /// (`bastion_models::decoder_layer`): on the same weights, every block of
-    /// a multi-anchor training forward equals the inference drafter's output
-    /// states for that anchor's context, and a drafter saved to disk and
-    /// loaded back drafts exactly the logits of the in-memory one.
-    #[test]
-    fn training_forward_equals_inference_and_saved_drafters_reload_exactly() {
-        let device = Device::flex();
-        let target = load_model(bastion_testkit::fixture_dir("tiny-qwen3"), &device).unwrap();
-        // Two draft layers, so the context K/V of every layer is exercised.
-        let cfg = default_drafter_config(target.config(), 2, 8, 3);
-        let params = DraftParams::init(&cfg, 7, &device);
-        let drafter = params.to_drafter(&cfg, &target).unwrap();
-        let tokens: Vec<u32> = (0..40).map(|i| (i * 37 + 11) % 256).collect();
-        let out = target.session().prefill(&tokens, &cfg.hidden_indices()).unwrap();
-        let h = target.config().hidden_size;
-        let width = cfg.target_layer_ids.len() * h;
-        let features = context_features(&out, h, None).unwrap();
-        let b = cfg.block_size;
-        let anchors = [12usize, 25, 39];
-        let t = *anchors.iter().max().unwrap();
-        let feats = Tensor::<2>::from_data(TensorData::new(features[..t * width].to_vec(), [t, width]), &device);
-        let ids: Vec<u32> =
-            anchors.iter().flat_map(|&a| std::iter::once(tokens[a]).chain(std::iter::repeat_n(3, b - 1))).collect();
-        let trained = params.forward(&cfg, feats, target.embed(&ids).unwrap(), &anchors);
-        let trained = trained.into_data().try_into_vec::<f32>().unwrap();
-        let mut worst = 0.0f32;
-        for (i, &a) in anchors.iter().enumerate() {
-            // Inference: a fresh session fed the context before the anchor, block rooted at its token.
-            let (states, _) = drafter.session().draft_with_hidden(&target, &features[..a * width], tokens[a]).unwrap();
-            let rows = &trained[i * b * h..(i + 1) * b * h];
-            assert_eq!(states.len(), rows.len());
-            for (x, y) in states.iter().zip(rows) {
-                worst = worst.max((x - y).abs() / x.abs().max(1.0));
-            }
-        }
-        assert!(worst <= 1e-5, "training vs inference forward: max relative difference {worst:e}");
-
-        let dir = tempfile::tempdir().unwrap();
-        params.save(&cfg, dir.path()).unwrap();
-        let loaded = Drafter::load(dir.path(), &target).unwrap();
-        assert_eq!(loaded.config(), &cfg, "config.json round-trips the drafter's shape");
-        let a = drafter.session().draft(&target, &features, 7).unwrap();
-        let b = loaded.session().draft(&target, &features, 7).unwrap();
-        assert_eq!(a.len(), b.len());
-        assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "saved drafter drafts other logits");
-    }
-}
+#[path = "trainer_tests.rs"]
+mod tests;

@@ -242,6 +242,7 @@ fn bad_settings_are_errors_and_rope_scaling_is_saved() {
         ),
         (TrainConfig { drafter: default_drafter_config(target.config(), 1, 8, 256), ..base.clone() }, "mask token 256"),
         (TrainConfig { loss_decay: -1.0, ..base.clone() }, "loss decay γ -1 must be ≥ 0"),
+        (TrainConfig { step_vocab: true, ..base.clone() }, "needs a sampled vocabulary"),
         (TrainConfig { loss_decay: f64::NAN, ..base.clone() }, "loss decay γ NaN"),
     ];
     for (cfg, want) in cases {
@@ -385,7 +386,7 @@ fn the_final_norm_can_start_from_the_targets() {
 }
 
 /// `step_vocab`: the sampled softmax over the step's own targets (plus the
-/// random draws) trains to other weights than the data-wide set, is
+/// random draws; the set itself is unit-tested in `trainer.rs`) is
 /// deterministic, resumes to the uninterrupted run's weights, and is a
 /// setting a checkpoint of the other scope refuses.
 #[test]
@@ -407,7 +408,6 @@ fn step_scoped_sampled_softmax_resumes_exactly() {
     let straight = weights(&go(&cfg, &TrainOptions::default(), None).unwrap());
     assert!(straight == weights(&go(&cfg, &TrainOptions::default(), None).unwrap()), "not deterministic");
     let data_scope = TrainConfig { step_vocab: false, ..cfg.clone() };
-    assert!(straight != weights(&go(&data_scope, &TrainOptions::default(), None).unwrap()));
 
     let ck = tempfile::tempdir().unwrap();
     let opts = TrainOptions { checkpoint_dir: Some(ck.path().to_path_buf()), resume: true, ..TrainOptions::default() };

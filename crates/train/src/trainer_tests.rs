@@ -1,0 +1,63 @@
+//! Unit tests of the trainer (`trainer.rs`).
+
+use super::*;
+use bastion_models::load_model;
+use burn::tensor::Device;
+
+/// The trainer's forward and the inference drafter run the same layer
+/// (`bastion_models::decoder_layer`): on the same weights, every block of
+/// a multi-anchor training forward equals the inference drafter's output
+/// states for that anchor's context, and a drafter saved to disk and
+/// loaded back drafts exactly the logits of the in-memory one.
+#[test]
+fn training_forward_equals_inference_and_saved_drafters_reload_exactly() {
+    let device = Device::flex();
+    let target = load_model(bastion_testkit::fixture_dir("tiny-qwen3"), &device).unwrap();
+    // Two draft layers, so the context K/V of every layer is exercised.
+    let cfg = default_drafter_config(target.config(), 2, 8, 3);
+    let params = DraftParams::init(&cfg, 7, &device);
+    let drafter = params.to_drafter(&cfg, &target).unwrap();
+    let tokens: Vec<u32> = (0..40).map(|i| (i * 37 + 11) % 256).collect();
+    let out = target.session().prefill(&tokens, &cfg.hidden_indices()).unwrap();
+    let h = target.config().hidden_size;
+    let width = cfg.target_layer_ids.len() * h;
+    let features = context_features(&out, h, None).unwrap();
+    let b = cfg.block_size;
+    let anchors = [12usize, 25, 39];
+    let t = *anchors.iter().max().unwrap();
+    let feats = Tensor::<2>::from_data(TensorData::new(features[..t * width].to_vec(), [t, width]), &device);
+    let ids: Vec<u32> =
+        anchors.iter().flat_map(|&a| std::iter::once(tokens[a]).chain(std::iter::repeat_n(3, b - 1))).collect();
+    let trained = params.forward(&cfg, feats, target.embed(&ids).unwrap(), &anchors);
+    let trained = trained.into_data().try_into_vec::<f32>().unwrap();
+    let mut worst = 0.0f32;
+    for (i, &a) in anchors.iter().enumerate() {
+        // Inference: a fresh session fed the context before the anchor, block rooted at its token.
+        let (states, _) = drafter.session().draft_with_hidden(&target, &features[..a * width], tokens[a]).unwrap();
+        let rows = &trained[i * b * h..(i + 1) * b * h];
+        assert_eq!(states.len(), rows.len());
+        for (x, y) in states.iter().zip(rows) {
+            worst = worst.max((x - y).abs() / x.abs().max(1.0));
+        }
+    }
+    assert!(worst <= 1e-5, "training vs inference forward: max relative difference {worst:e}");
+
+    let dir = tempfile::tempdir().unwrap();
+    params.save(&cfg, dir.path()).unwrap();
+    let loaded = Drafter::load(dir.path(), &target).unwrap();
+    assert_eq!(loaded.config(), &cfg, "config.json round-trips the drafter's shape");
+    let a = drafter.session().draft(&target, &features, 7).unwrap();
+    let b = loaded.session().draft(&target, &features, 7).unwrap();
+    assert_eq!(a.len(), b.len());
+    assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "saved drafter drafts other logits");
+}
+
+#[test]
+fn step_targets_are_the_block_slots_of_every_anchor() {
+    // Anchor 1 of [10, 11, 12, 13, 14] at B = 3 predicts 12, 13; anchor 3 predicts 14 only
+    // (the sequence ends); anchor 0 of [20, 21] predicts 21.
+    let (x, y) = (vec![10u32, 11, 12, 13, 14], vec![20u32, 21]);
+    let keep = step_targets([(&x[..], &[1usize, 3][..]), (&y[..], &[0usize][..])].into_iter(), 3, 32);
+    let set: Vec<usize> = (0..32).filter(|&t| keep[t]).collect();
+    assert_eq!(set, [12, 13, 14, 21]);
+}
