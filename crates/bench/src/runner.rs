@@ -316,43 +316,77 @@ fn settings_of(exp: &Experiment) -> serde_json::Value {
 
 /// Records the experiment's settings in `dir/settings.json` on the first
 /// run and refuses a later run whose settings differ.
+///
+/// Shards of one sweep (a Slurm job array) may start at the same moment: exactly one of
+/// them writes the file ([`create_once`]) and the others compare against it.
 fn check_settings(exp: &Experiment, dir: &Path) -> Result<(), RunError> {
     let path = dir.join("settings.json");
     let now = settings_of(exp);
     let io = |source: std::io::Error| RunError::Io { path: path.clone(), source };
-    match std::fs::read(&path) {
-        Ok(text) => {
-            let before: serde_json::Value = serde_json::from_slice(&text).map_err(|e| RunError::OtherSettings {
-                dir: dir.into(),
-                differ: format!("not a settings file: {e}"),
-            })?;
-            // Over the keys of both: a key only one side has (a setting recorded only when
-            // it is not the default, such as `turns`) differs from its absence.
-            let null = serde_json::Value::Null;
-            let mut keys: Vec<&String> = now.as_object().expect("an object").keys().collect();
-            keys.extend(before.as_object().map(|o| o.keys().collect::<Vec<_>>()).unwrap_or_default());
-            keys.sort();
-            keys.dedup();
-            let differ: Vec<String> = keys
-                .into_iter()
-                .filter_map(|k| {
-                    let (then, now) = (before.get(k.as_str()).unwrap_or(&null), now.get(k.as_str()).unwrap_or(&null));
-                    (then != now).then(|| format!("{k}: {then} then, {now} now"))
-                })
-                .collect();
-            if !differ.is_empty() {
-                return Err(RunError::OtherSettings { dir: dir.into(), differ: differ.join("; ") });
+    loop {
+        match std::fs::read(&path) {
+            Ok(text) => return compare_settings(&now, &text, dir),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(dir).map_err(io)?;
+                let text = serde_json::to_vec_pretty(&now).expect("json");
+                if create_once(&path, &text).map_err(io)? {
+                    return Ok(());
+                }
+                // Another shard wrote it first: compare with what it wrote.
             }
-            Ok(())
+            Err(e) => return Err(io(e)),
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(dir).map_err(io)?;
-            let tmp = path.with_extension("json.tmp");
-            std::fs::write(&tmp, serde_json::to_vec_pretty(&now).expect("json")).map_err(io)?;
-            std::fs::rename(&tmp, &path).map_err(io)
-        }
-        Err(e) => Err(io(e)),
     }
+}
+
+/// The recorded settings (`before`, the text of `settings.json`) against this run's.
+fn compare_settings(now: &serde_json::Value, before: &[u8], dir: &Path) -> Result<(), RunError> {
+    let before: serde_json::Value = serde_json::from_slice(before)
+        .map_err(|e| RunError::OtherSettings { dir: dir.into(), differ: format!("not a settings file: {e}") })?;
+    // Over the keys of both: a key only one side has (a setting recorded only when
+    // it is not the default, such as `turns`) differs from its absence.
+    let null = serde_json::Value::Null;
+    let mut keys: Vec<&String> = now.as_object().expect("an object").keys().collect();
+    keys.extend(before.as_object().map(|o| o.keys().collect::<Vec<_>>()).unwrap_or_default());
+    keys.sort();
+    keys.dedup();
+    let differ: Vec<String> = keys
+        .into_iter()
+        .filter_map(|k| {
+            let (then, now) = (before.get(k.as_str()).unwrap_or(&null), now.get(k.as_str()).unwrap_or(&null));
+            (then != now).then(|| format!("{k}: {then} then, {now} now"))
+        })
+        .collect();
+    if differ.is_empty() {
+        Ok(())
+    } else {
+        Err(RunError::OtherSettings { dir: dir.into(), differ: differ.join("; ") })
+    }
+}
+
+/// Writes `bytes` to `path` only if no file is there yet, and never leaves a partial
+/// file under `path`: the bytes go to a temporary file of this writer's own (process id
+/// and a counter), which is then hard-linked to `path`, failing if `path` exists.
+/// Returns `false` when another writer was first (its file is left as it is). Where the
+/// file system has no hard links, falls back to a rename (the last writer wins).
+///
+/// # Errors
+/// The I/O error of the write, the link or the rename.
+pub(crate) fn create_once(path: &Path, bytes: &[u8]) -> std::io::Result<bool> {
+    static WRITERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".{}-{n}.tmp", std::process::id()));
+    let tmp = path.with_file_name(name);
+    std::fs::write(&tmp, bytes)?;
+    let linked = match std::fs::hard_link(&tmp, path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(_) => return std::fs::rename(&tmp, path).map(|()| true),
+    };
+    // The link (or the other writer's file) is in place; the temporary name is not needed.
+    let _ = std::fs::remove_file(&tmp);
+    linked
 }
 
 /// Refuses to resume when a stored record carries a label the experiment
@@ -487,4 +521,32 @@ pub fn run(
         on_event(RunEvent::Sample(store.records().last().expect("just appended")));
     }
     Ok(store.records().to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::create_once;
+
+    #[test]
+    fn concurrent_writers_leave_exactly_one_whole_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("settings.json");
+        let firsts: usize = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8u8)
+                .map(|i| {
+                    let path = &path;
+                    s.spawn(move || create_once(path, &vec![b'a' + i; 4096]).unwrap())
+                })
+                .collect();
+            handles.into_iter().map(|h| usize::from(h.join().unwrap())).sum()
+        });
+        assert_eq!(firsts, 1, "exactly one writer is first");
+        let text = std::fs::read(&path).unwrap();
+        assert_eq!(text.len(), 4096);
+        assert!(text.iter().all(|&b| b == text[0]), "one writer's bytes, whole");
+        // No temporary file is left behind; a later writer finds the file there.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        assert!(!create_once(&path, b"later").unwrap());
+        assert_eq!(std::fs::read(&path).unwrap(), text);
+    }
 }
