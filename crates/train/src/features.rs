@@ -9,6 +9,11 @@
 //! stored as infinity) and reads one sequence's rows back
 //! per training example. The build appends one sequence at a time and
 //! records its progress in an index, so an interrupted build resumes.
+//!
+//! The index keeps a fingerprint of every prefix of the sequences written, so
+//! one file serves any data that shares a prefix with it: a training set that
+//! grew (distillation resumed) extends the file, and a run on its first N
+//! sequences (a recipe comparison) reads the first N without building anything.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
@@ -29,13 +34,27 @@ struct Index {
     width: usize,
     /// The target layers the features come from (the drafter's `target_layer_ids`).
     layers: Vec<usize>,
-    /// Fingerprint of the sequences' tokens, in order.
-    data: String,
+    /// Fingerprint of the target ([`target_fingerprint`]).
+    target: String,
     /// Rows of each sequence written so far, in order.
     rows: Vec<usize>,
+    /// For each sequence written, the fingerprint of the sequences up to and including it
+    /// ([`prefix_fingerprints`], hex).
+    prefix: Vec<String>,
 }
 
-const FORMAT: u32 = 1;
+const FORMAT: u32 = 2;
+
+/// The index of format 1 (whole-data fingerprint, no prefixes); a complete one is
+/// converted in place.
+#[derive(Debug, Deserialize)]
+struct IndexV1 {
+    format: u32,
+    width: usize,
+    layers: Vec<usize>,
+    data: String,
+    rows: Vec<usize>,
+}
 
 /// Context features of many sequences in one f16 file (row-major
 /// `[rows, width]` per sequence, sequences back to back).
@@ -55,10 +74,15 @@ impl FeatureFile {
     /// for `cfg`'s layers at every position of `sequences[i]`. The file is
     /// named after the layers, a fingerprint of the target (configuration,
     /// weight dtype and a sample of its LM-head weights) and a fingerprint
-    /// of the tokens, so another target, data or layers get another file.
-    /// A data file shorter than its index claims (lost or replaced) is
-    /// rebuilt from the start. `on_progress(done, total)` is
-    /// called after each sequence built.
+    /// of the first sequence, so another target or layers get another file.
+    /// A file whose sequences are a prefix of `sequences` is extended; one
+    /// that holds more sequences, `sequences` first, is read as it is; one
+    /// that parts from `sequences` after `k` sequences keeps those `k` and is
+    /// rebuilt for the rest. A file of format 1 (before prefixes were kept)
+    /// whose data is a prefix of `sequences` is converted in place. A data
+    /// file shorter than its index claims (lost or replaced) is rebuilt from
+    /// the start. `on_progress(done, total)` is called after each sequence
+    /// built.
     ///
     /// # Errors
     /// [`TrainError::Io`] / [`TrainError::Format`] naming the file;
@@ -72,44 +96,57 @@ impl FeatureFile {
     ) -> Result<Self> {
         let width = cfg.target_layer_ids.len() * target.config().hidden_size;
         let model = target_fingerprint(target)?;
-        let tokens = fingerprint(sequences);
-        let data = format!("{tokens}; target {model}");
+        let prefix = prefix_fingerprints(sequences);
         let layers = cfg.target_layer_ids.clone();
-        let stem = format!(
-            "features-l{}-{model}-{}",
-            layers.iter().map(usize::to_string).collect::<Vec<_>>().join("_"),
-            tokens.rsplit(' ').next().unwrap_or("x")
-        );
+        // Named after the layers, the target and the first sequence: data that shares a
+        // prefix shares the file.
+        let first = prefix.first().cloned().unwrap_or_else(|| format!("{FNV_BASIS:016x}"));
+        let layer_list = layers.iter().map(usize::to_string).collect::<Vec<_>>().join("_");
+        let stem = format!("features-l{layer_list}-{model}-{first}");
         std::fs::create_dir_all(dir).map_err(io_err(dir))?;
         let path = dir.join(format!("{stem}.f16"));
         let index_path = dir.join(format!("{stem}.json"));
+        if !index_path.exists() {
+            adopt_v1(dir, (&layer_list, &model), (&path, &index_path), sequences, &prefix)?;
+        }
         let mut index = match std::fs::read(&index_path) {
             Ok(bytes) => {
                 let index: Index = serde_json::from_slice(&bytes).map_err(|e| TrainError::Format {
                     path: index_path.clone(),
-                    what: format!("not a feature index ({e})"),
+                    what: format!("not a feature index of format {FORMAT} ({e}): remove the file to rebuild it"),
                 })?;
-                let expected = (FORMAT, width, &layers, &data);
-                if (index.format, index.width, &index.layers, &index.data) != expected
-                    || index.rows.len() > sequences.len()
-                    || index.rows.iter().zip(sequences).any(|(&r, s)| r != s.len())
-                {
+                let expected = (FORMAT, width, &layers, &model);
+                if (index.format, index.width, &index.layers, &index.target) != expected {
                     return Err(TrainError::Format {
                         path: index_path,
                         what: format!(
-                            "written for other features (format {}, width {}, layers {:?}, {}); expected format \
-                             {FORMAT}, width {width}, layers {layers:?}, {data}: remove the file to rebuild it",
-                            index.format, index.width, index.layers, index.data
+                            "written for other features (format {}, width {}, layers {:?}, target {}); expected \
+                             format {FORMAT}, width {width}, layers {layers:?}, target {model}: remove the file to \
+                             rebuild it",
+                            index.format, index.width, index.layers, index.target
                         ),
                     });
                 }
                 index
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                Index { format: FORMAT, width, layers, data, rows: Vec::new() }
+                Index { format: FORMAT, width, layers, target: model, rows: Vec::new(), prefix: Vec::new() }
             }
             Err(e) => return Err(io_err(&index_path)(e)),
         };
+        // The sequences this data shares with the file; past a difference the file is
+        // rebuilt for this data.
+        let common = index
+            .rows
+            .iter()
+            .zip(&index.prefix)
+            .zip(sequences.iter().zip(&prefix))
+            .take_while(|((&rows, then), (s, now))| rows == s.len() && then == now)
+            .count();
+        if common < sequences.len() || index.rows.len() != index.prefix.len() {
+            index.rows.truncate(common);
+            index.prefix.truncate(common);
+        }
         let file = OpenOptions::new()
             .create(true)
             .read(true)
@@ -148,9 +185,10 @@ impl FeatureFile {
                 let bytes: Vec<u8> = halves.iter().flat_map(|h| h.to_le_bytes()).collect();
                 out.write_all(&bytes).map_err(io_err(&path))?;
                 index.rows.push(tokens.len());
+                index.prefix.push(prefix[i].clone());
                 since_sync += tokens.len();
                 // Make the data durable before the index claims it.
-                if since_sync >= 4096 || index.rows.len() == total {
+                if since_sync >= 16_384 || index.rows.len() == total {
                     out.flush().map_err(io_err(&path))?;
                     out.get_ref().sync_data().map_err(io_err(&path))?;
                     write_index(&index_path, &index)?;
@@ -161,7 +199,7 @@ impl FeatureFile {
         }
         let mut spans = Vec::with_capacity(total);
         let mut offset = 0u64;
-        for &r in &index.rows {
+        for &r in &index.rows[..total] {
             spans.push((offset, r));
             offset += (r * width) as u64;
         }
@@ -245,13 +283,70 @@ fn target_fingerprint(target: &Model) -> Result<String> {
     Ok(format!("{h:016x}"))
 }
 
-/// FNV-1a over the sequences' tokens (lengths included).
-fn fingerprint(sequences: &[Vec<u32>]) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for s in sequences {
-        for b in (s.len() as u64).to_le_bytes().into_iter().chain(s.iter().flat_map(|t| t.to_le_bytes())) {
-            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+const FNV_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// FNV-1a (hex) over the sequences' tokens (each sequence's length, then its
+/// ids, little-endian), after each sequence: element `i` fingerprints
+/// `sequences[..=i]`.
+fn prefix_fingerprints(sequences: &[Vec<u32>]) -> Vec<String> {
+    let mut h = FNV_BASIS;
+    sequences
+        .iter()
+        .map(|s| {
+            for b in (s.len() as u64).to_le_bytes().into_iter().chain(s.iter().flat_map(|t| t.to_le_bytes())) {
+                h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+            }
+            format!("{h:016x}")
+        })
+        .collect()
+}
+
+/// Converts a complete feature file of format 1 under `dir` for these layers and target
+/// (`features-l{layers}-{target}-*`; its index fingerprints the whole data it was built
+/// for) whose data is a prefix of `sequences` into format 2 at `path` / `index_path`
+/// (data file, index). Anything else is left alone.
+///
+/// # Errors
+/// [`TrainError::Io`] naming the file that could not be read, renamed or written.
+fn adopt_v1(
+    dir: &Path,
+    (layers, target): (&str, &str),
+    (path, index_path): (&Path, &Path),
+    sequences: &[Vec<u32>],
+    prefix: &[String],
+) -> Result<()> {
+    let stem_start = format!("features-l{layers}-{target}-");
+    for entry in std::fs::read_dir(dir).map_err(io_err(dir))? {
+        let old_index = entry.map_err(io_err(dir))?.path();
+        let name = old_index.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        if !name.starts_with(&stem_start) || !name.ends_with(".json") {
+            continue;
         }
+        let Ok(old) = std::fs::read(&old_index).map(|b| serde_json::from_slice::<IndexV1>(&b)) else { continue };
+        let Ok(old) = old else { continue };
+        let n = old.rows.len();
+        let complete = n > 0
+            && n <= sequences.len()
+            && old.format == 1
+            && old.data == format!("{n} sequences, fnv1a {}; target {target}", prefix[n - 1])
+            && old.rows.iter().zip(sequences).all(|(&r, s)| r == s.len());
+        let old_data = old_index.with_extension("f16");
+        let have = std::fs::metadata(&old_data).map(|m| m.len()).unwrap_or(0);
+        if !complete || have < old.rows.iter().map(|&r| (r * old.width) as u64 * 2).sum::<u64>() {
+            continue;
+        }
+        std::fs::rename(&old_data, path).map_err(io_err(&old_data))?;
+        let index = Index {
+            format: FORMAT,
+            width: old.width,
+            layers: old.layers,
+            target: target.to_string(),
+            rows: old.rows,
+            prefix: prefix[..n].to_vec(),
+        };
+        write_index(index_path, &index)?;
+        std::fs::remove_file(&old_index).map_err(io_err(&old_index))?;
+        return Ok(());
     }
-    format!("{} sequences, fnv1a {h:016x}", sequences.len())
+    Ok(())
 }

@@ -306,6 +306,7 @@ fn feature_file_stores_f16_features_and_resumes_its_build() {
         .unwrap();
     let mut idx: serde_json::Value = serde_json::from_slice(&std::fs::read(&index).unwrap()).unwrap();
     idx["rows"] = serde_json::json!(idx["rows"].as_array().unwrap()[..2]);
+    idx["prefix"] = serde_json::json!(idx["prefix"].as_array().unwrap()[..2]);
     std::fs::write(&index, idx.to_string()).unwrap();
     let data = index.with_extension("f16");
     std::fs::OpenOptions::new().append(true).open(&data).unwrap().write_all(&[7u8; 1001]).unwrap();
@@ -356,6 +357,69 @@ fn feature_file_stores_f16_features_and_resumes_its_build() {
     b.save(&cfg.drafter, db.path()).unwrap();
     let read = |d: &std::path::Path| std::fs::read(d.join("model.safetensors")).unwrap();
     assert!(read(da.path()) == read(db.path()));
+}
+
+/// One feature file serves all data that shares a prefix with it: grown
+/// data extends it, a prefix of its data reads it without building, data
+/// that parts from it after k sequences keeps those k and rebuilds the
+/// rest. A complete file of format 1 (a whole-data fingerprint) whose data
+/// is a prefix is converted, not rebuilt.
+#[test]
+fn one_feature_file_serves_every_prefix_of_its_data() {
+    let target = target();
+    let records = distilled(&target, 6, 13);
+    let cfg = small(&target, 4);
+    let seqs: Vec<Vec<u32>> = records.iter().map(|r| [r.prompt_ids.clone(), r.response_ids.clone()].concat()).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let build = |s: &[Vec<u32>], dir: &std::path::Path| {
+        let mut built = Vec::new();
+        let file = FeatureFile::build(&target, &cfg.drafter, s, dir, |d, _| built.push(d)).unwrap();
+        (file, built)
+    };
+    let rows =
+        |f: &FeatureFile, s: &[Vec<u32>]| (0..s.len()).map(|i| f.rows(i, s[i].len()).unwrap()).collect::<Vec<_>>();
+    let (fresh, _) = build(&seqs, tempfile::tempdir().unwrap().path());
+    let want = rows(&fresh, &seqs);
+    drop(fresh);
+
+    let (f, built) = build(&seqs[..3], dir.path());
+    assert_eq!((built, rows(&f, &seqs[..3])), (vec![1, 2, 3], want[..3].to_vec()));
+    drop(f);
+    let (f, built) = build(&seqs[..5], dir.path());
+    assert_eq!((built, rows(&f, &seqs[..5])), (vec![4, 5], want[..5].to_vec()), "grown data extends the file");
+    drop(f);
+    let (f, built) = build(&seqs[..2], dir.path());
+    assert_eq!((built, f.len(), rows(&f, &seqs[..2])), (vec![], 2, want[..2].to_vec()), "a prefix is read as it is");
+    assert!(f.rows(2, 1).is_err());
+    drop(f);
+    let parted = [seqs[0].clone(), seqs[1].clone(), seqs[5].clone()];
+    let (f, built) = build(&parted, dir.path());
+    assert_eq!((built, rows(&f, &parted)), (vec![3], vec![want[0].clone(), want[1].clone(), want[5].clone()]));
+    drop(f);
+    let (f, built) = build(&seqs[..5], dir.path());
+    assert_eq!((built, rows(&f, &seqs[..5])), (vec![3, 4, 5], want[..5].to_vec()));
+    drop(f);
+    let files = || {
+        let mut names: Vec<String> =
+            std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into()).collect();
+        names.sort();
+        names
+    };
+    let [data, index] = <[String; 2]>::try_from(files()).expect("one data file and its index");
+
+    // The same five sequences as a file of format 1, under its old name.
+    let idx: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.path().join(&index)).unwrap()).unwrap();
+    let model = index.split('-').nth(2).unwrap();
+    let whole = idx["prefix"][4].as_str().unwrap();
+    let old_stem = format!("{}-{model}-{whole}", index.splitn(3, '-').take(2).collect::<Vec<_>>().join("-"));
+    let old = serde_json::json!({"format": 1, "width": idx["width"], "layers": idx["layers"], "rows": idx["rows"],
+        "data": format!("5 sequences, fnv1a {whole}; target {model}")});
+    std::fs::write(dir.path().join(format!("{old_stem}.json")), old.to_string()).unwrap();
+    std::fs::rename(dir.path().join(&data), dir.path().join(format!("{old_stem}.f16"))).unwrap();
+    std::fs::remove_file(dir.path().join(&index)).unwrap();
+    let (f, built) = build(&seqs, dir.path());
+    assert_eq!((built, rows(&f, &seqs)), (vec![6], want), "format 1 converted, not rebuilt");
+    assert_eq!(files(), [data, index]);
 }
 
 /// `norm_from_target`: the drafter's final norm starts at the target's
