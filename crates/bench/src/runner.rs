@@ -322,21 +322,27 @@ fn settings_of(exp: &Experiment) -> serde_json::Value {
 fn check_settings(exp: &Experiment, dir: &Path) -> Result<(), RunError> {
     let path = dir.join("settings.json");
     let now = settings_of(exp);
-    let io = |source: std::io::Error| RunError::Io { path: path.clone(), source };
-    loop {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source: std::io::Error| RunError::Io { path, source }
+    };
+    // A lost race is followed by a read of the winner's file; a file that keeps
+    // vanishing between the two (a dangling link) ends the loop.
+    for _ in 0..3 {
         match std::fs::read(&path) {
             Ok(text) => return compare_settings(&now, &text, dir),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                std::fs::create_dir_all(dir).map_err(io)?;
+                std::fs::create_dir_all(dir).map_err(io(dir))?;
                 let text = serde_json::to_vec_pretty(&now).expect("json");
-                if create_once(&path, &text).map_err(io)? {
+                if create_once(&path, &text).map_err(io(&path))? {
                     return Ok(());
                 }
                 // Another shard wrote it first: compare with what it wrote.
             }
-            Err(e) => return Err(io(e)),
+            Err(e) => return Err(io(&path)(e)),
         }
     }
+    Err(io(&path)(std::io::Error::other("exists but cannot be read (a dangling link?)")))
 }
 
 /// The recorded settings (`before`, the text of `settings.json`) against this run's.
@@ -365,28 +371,24 @@ fn compare_settings(now: &serde_json::Value, before: &[u8], dir: &Path) -> Resul
 }
 
 /// Writes `bytes` to `path` only if no file is there yet, and never leaves a partial
-/// file under `path`: the bytes go to a temporary file of this writer's own (process id
-/// and a counter), which is then hard-linked to `path`, failing if `path` exists.
-/// Returns `false` when another writer was first (its file is left as it is). Where the
-/// file system has no hard links, falls back to a rename (the last writer wins).
+/// file under `path`: the bytes go to a temporary file of a random name in the same
+/// folder, which is then moved to `path` without replacing anything (a hard link on
+/// Unix, a non-replacing move on Windows). Returns `false` when another writer was
+/// first (its file is left as it is). The temporary file is removed on every path.
 ///
 /// # Errors
-/// The I/O error of the write, the link or the rename.
+/// The I/O error of the write or the move.
 pub(crate) fn create_once(path: &Path, bytes: &[u8]) -> std::io::Result<bool> {
-    static WRITERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = WRITERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(format!(".{}-{n}.tmp", std::process::id()));
-    let tmp = path.with_file_name(name);
-    std::fs::write(&tmp, bytes)?;
-    let linked = match std::fs::hard_link(&tmp, path) {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
-        Err(_) => return std::fs::rename(&tmp, path).map(|()| true),
-    };
-    // The link (or the other writer's file) is in place; the temporary name is not needed.
-    let _ = std::fs::remove_file(&tmp);
-    linked
+    use std::io::Write;
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    match tmp.persist_noclobber(path) {
+        Ok(_) => Ok(true),
+        Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(e.error),
+    }
 }
 
 /// Refuses to resume when a stored record carries a label the experiment
@@ -531,11 +533,16 @@ mod tests {
     fn concurrent_writers_leave_exactly_one_whole_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("settings.json");
+        // All start writing at once.
+        let start = std::sync::Barrier::new(8);
         let firsts: usize = std::thread::scope(|s| {
             let handles: Vec<_> = (0..8u8)
                 .map(|i| {
-                    let path = &path;
-                    s.spawn(move || create_once(path, &vec![b'a' + i; 4096]).unwrap())
+                    let (path, start) = (&path, &start);
+                    s.spawn(move || {
+                        start.wait();
+                        create_once(path, &vec![b'a' + i; 4096]).unwrap()
+                    })
                 })
                 .collect();
             handles.into_iter().map(|h| usize::from(h.join().unwrap())).sum()

@@ -65,6 +65,8 @@ pub struct FeatureFile {
     width: usize,
     /// Offset (values) and rows of each sequence.
     spans: Vec<(u64, usize)>,
+    /// The lock file, held shared while this is open: no other run rewrites the data.
+    _lock: File,
 }
 
 impl FeatureFile {
@@ -83,6 +85,12 @@ impl FeatureFile {
     /// file shorter than its index claims (lost or replaced) is rebuilt from
     /// the start. `on_progress(done, total)` is called after each sequence
     /// built.
+    ///
+    /// Runs may read one file together (a shared lock on `{stem}.lock`, held
+    /// while the returned value lives); a run that must extend or rebuild it
+    /// needs it alone and otherwise fails at once, naming the file. Two data
+    /// sets that share their first sequence and then part rebuild each other's
+    /// tail in turn: give them separate directories.
     ///
     /// # Errors
     /// [`TrainError::Io`] / [`TrainError::Format`] naming the file;
@@ -106,33 +114,48 @@ impl FeatureFile {
         std::fs::create_dir_all(dir).map_err(io_err(dir))?;
         let path = dir.join(format!("{stem}.f16"));
         let index_path = dir.join(format!("{stem}.json"));
-        if !index_path.exists() {
-            adopt_v1(dir, (&layer_list, &model), (&path, &index_path), sequences, &prefix)?;
+        let lock_path = dir.join(format!("{stem}.lock"));
+        let expected = Index { format: FORMAT, width, layers, target: model, rows: Vec::new(), prefix: Vec::new() };
+        let lock = OpenOptions::new()
+            .create(true)
+            .read(true)
+            .write(true)
+            .truncate(false)
+            .open(&lock_path)
+            .map_err(io_err(&lock_path))?;
+        let locked = |exclusive: bool| {
+            let got = if exclusive { lock.try_lock() } else { lock.try_lock_shared() };
+            match got {
+                Ok(()) => Ok(()),
+                Err(std::fs::TryLockError::WouldBlock) => Err(TrainError::Usage(format!(
+                    "feature file {}: {} by another training run; wait for it to end, or give this run another \
+                     --feature-cache directory",
+                    path.display(),
+                    if exclusive { "in use" } else { "being built" }
+                ))),
+                Err(std::fs::TryLockError::Error(e)) => Err(io_err(&lock_path)(e)),
+            }
+        };
+        // Most runs only read: they share the file, and no run writes it meanwhile.
+        locked(false)?;
+        if let Some(index) = read_index(&index_path, &expected)? {
+            // A data file lost or shorter than its index claims is rebuilt below.
+            let need = index.rows.iter().map(|&r| (r * width) as u64 * 2).sum::<u64>();
+            let file = File::open(&path).and_then(|f| Ok((f.metadata()?.len() >= need).then_some(f)));
+            if let (Some(spans), Ok(Some(file))) = (spans_for(&index, sequences, &prefix), file) {
+                return Ok(Self { path, file, width, spans, _lock: lock });
+            }
         }
-        let mut index = match std::fs::read(&index_path) {
-            Ok(bytes) => {
-                let index: Index = serde_json::from_slice(&bytes).map_err(|e| TrainError::Format {
-                    path: index_path.clone(),
-                    what: format!("not a feature index of format {FORMAT} ({e}): remove the file to rebuild it"),
-                })?;
-                let expected = (FORMAT, width, &layers, &model);
-                if (index.format, index.width, &index.layers, &index.target) != expected {
-                    return Err(TrainError::Format {
-                        path: index_path,
-                        what: format!(
-                            "written for other features (format {}, width {}, layers {:?}, target {}); expected \
-                             format {FORMAT}, width {width}, layers {layers:?}, target {model}: remove the file to \
-                             rebuild it",
-                            index.format, index.width, index.layers, index.target
-                        ),
-                    });
-                }
-                index
+
+        // A build: alone on the file.
+        lock.unlock().map_err(io_err(&lock_path))?;
+        locked(true)?;
+        let mut index = match read_index(&index_path, &expected)? {
+            Some(index) => index,
+            None => {
+                adopt_v1(dir, &expected, (&path, &index_path), sequences, &prefix)?;
+                read_index(&index_path, &expected)?.unwrap_or_else(|| expected.clone())
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                Index { format: FORMAT, width, layers, target: model, rows: Vec::new(), prefix: Vec::new() }
-            }
-            Err(e) => return Err(io_err(&index_path)(e)),
         };
         // The sequences this data shares with the file; past a difference the file is
         // rebuilt for this data.
@@ -158,9 +181,13 @@ impl FeatureFile {
         if file.metadata().map_err(io_err(&path))?.len() < done_values * 2 {
             // The data the index describes is not all there: start over.
             index.rows.clear();
+            index.prefix.clear();
             done_values = 0;
         }
-        // Drop whatever a crash wrote past the last indexed sequence.
+        // The index on disk never claims more than the data holds: cut it before the data.
+        write_index(&index_path, &index)?;
+        // Drop whatever a crash wrote past the last indexed sequence, or the rows of
+        // sequences this data parts from.
         file.set_len(done_values * 2).map_err(io_err(&path))?;
         let hidden = cfg.hidden_indices();
         let total = sequences.len();
@@ -197,13 +224,15 @@ impl FeatureFile {
                 on_progress(index.rows.len(), total);
             }
         }
-        let mut spans = Vec::with_capacity(total);
-        let mut offset = 0u64;
-        for &r in &index.rows[..total] {
-            spans.push((offset, r));
-            offset += (r * width) as u64;
-        }
-        Ok(Self { path, file, width, spans })
+        // Readers may share the file from here on. Between the two locks another run may
+        // have rewritten it: then its index no longer covers this data.
+        lock.unlock().map_err(io_err(&lock_path))?;
+        locked(false)?;
+        let spans = read_index(&index_path, &expected)?
+            .and_then(|now| spans_for(&now, sequences, &prefix))
+            .filter(|now| now[..] == spans_for(&index, sequences, &prefix).unwrap_or_default()[..])
+            .ok_or_else(|| TrainError::Usage(format!("feature file {}: rewritten by another run", path.display())))?;
+        Ok(Self { path, file, width, spans, _lock: lock })
     }
 
     /// Number of sequences.
@@ -301,52 +330,128 @@ fn prefix_fingerprints(sequences: &[Vec<u32>]) -> Vec<String> {
         .collect()
 }
 
-/// Converts a complete feature file of format 1 under `dir` for these layers and target
-/// (`features-l{layers}-{target}-*`; its index fingerprints the whole data it was built
-/// for) whose data is a prefix of `sequences` into format 2 at `path` / `index_path`
-/// (data file, index). Anything else is left alone.
+/// The index at `path` if it is one of format 2 for the features `expected`
+/// describes (width, layers, target); `None` if there is none, or one of format 1
+/// (rebuilt or converted, never read).
 ///
 /// # Errors
-/// [`TrainError::Io`] naming the file that could not be read, renamed or written.
+/// [`TrainError::Format`] naming the file for anything else.
+fn read_index(path: &Path, expected: &Index) -> Result<Option<Index>> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_err(path)(e)),
+    };
+    let bad =
+        |what: String| TrainError::Format { path: path.into(), what: format!("{what}: remove the file to rebuild it") };
+    let value: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|e| bad(format!("not a feature index ({e})")))?;
+    if value.get("format") == Some(&serde_json::Value::from(1)) {
+        return Ok(None);
+    }
+    let index: Index =
+        serde_json::from_value(value).map_err(|e| bad(format!("not a feature index of format {FORMAT} ({e})")))?;
+    let key = |i: &Index| (i.format, i.width, i.layers.clone(), i.target.clone());
+    if key(&index) != key(expected) {
+        return Err(bad(format!(
+            "written for other features (format {}, width {}, layers {:?}, target {}); expected format {FORMAT}, \
+             width {}, layers {:?}, target {}",
+            index.format, index.width, index.layers, index.target, expected.width, expected.layers, expected.target
+        )));
+    }
+    Ok(Some(index))
+}
+
+/// Offsets (values) and rows of `sequences` in the file `index` describes, if it holds
+/// all of them (its first sequences are `sequences`, by length and prefix fingerprint).
+fn spans_for(index: &Index, sequences: &[Vec<u32>], prefix: &[String]) -> Option<Vec<(u64, usize)>> {
+    let n = sequences.len();
+    let holds = index.rows.len() >= n
+        && index.prefix.len() >= n
+        && index.rows.iter().zip(sequences).all(|(&r, s)| r == s.len())
+        && index.prefix[..n] == prefix[..];
+    let mut offset = 0u64;
+    holds.then(|| {
+        index.rows[..n]
+            .iter()
+            .map(|&r| {
+                let span = (offset, r);
+                offset += (r * index.width) as u64;
+                span
+            })
+            .collect()
+    })
+}
+
+/// Converts the largest complete feature file of format 1 under `dir` for the
+/// features `expected` describes (`features-l{layers}-{target}-*`; its index
+/// fingerprints the whole data it was built for) whose data is a prefix of
+/// `sequences` into format 2 at `path` / `index_path` (data file, index). The data is
+/// hard-linked to its new name before the new index is written, so a crash at any
+/// point loses nothing. Anything else is left alone.
+///
+/// # Errors
+/// [`TrainError::Io`] naming the file that could not be read, linked or written.
 fn adopt_v1(
     dir: &Path,
-    (layers, target): (&str, &str),
+    expected: &Index,
     (path, index_path): (&Path, &Path),
     sequences: &[Vec<u32>],
     prefix: &[String],
 ) -> Result<()> {
-    let stem_start = format!("features-l{layers}-{target}-");
+    let layers = expected.layers.iter().map(usize::to_string).collect::<Vec<_>>().join("_");
+    let stem_start = format!("features-l{layers}-{}-", expected.target);
+    let mut best: Option<(PathBuf, IndexV1)> = None;
     for entry in std::fs::read_dir(dir).map_err(io_err(dir))? {
         let old_index = entry.map_err(io_err(dir))?.path();
         let name = old_index.file_name().unwrap_or_default().to_string_lossy().into_owned();
-        if !name.starts_with(&stem_start) || !name.ends_with(".json") {
+        if !name.starts_with(&stem_start) || !name.ends_with(".json") || old_index == index_path {
             continue;
         }
-        let Ok(old) = std::fs::read(&old_index).map(|b| serde_json::from_slice::<IndexV1>(&b)) else { continue };
-        let Ok(old) = old else { continue };
+        let Ok(Ok(old)) = std::fs::read(&old_index).map(|b| serde_json::from_slice::<IndexV1>(&b)) else { continue };
         let n = old.rows.len();
         let complete = n > 0
             && n <= sequences.len()
-            && old.format == 1
-            && old.data == format!("{n} sequences, fnv1a {}; target {target}", prefix[n - 1])
+            && (old.format, old.width, &old.layers) == (1, expected.width, &expected.layers)
+            && old.data == format!("{n} sequences, fnv1a {}; target {}", prefix[n - 1], expected.target)
             && old.rows.iter().zip(sequences).all(|(&r, s)| r == s.len());
-        let old_data = old_index.with_extension("f16");
-        let have = std::fs::metadata(&old_data).map(|m| m.len()).unwrap_or(0);
-        if !complete || have < old.rows.iter().map(|&r| (r * old.width) as u64 * 2).sum::<u64>() {
-            continue;
+        let have = std::fs::metadata(old_index.with_extension("f16")).map(|m| m.len()).unwrap_or(0);
+        let need = old.rows.iter().map(|&r| (r * old.width) as u64 * 2).sum::<u64>();
+        if complete && have >= need && best.as_ref().is_none_or(|(_, b)| b.rows.len() < n) {
+            best = Some((old_index, old));
         }
+    }
+    let Some((old_index, old)) = best else { return Ok(()) };
+    let old_data = old_index.with_extension("f16");
+    // A data file without an index (a crash before the index was written) holds nothing.
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io_err(path)(e)),
+        _ => {}
+    }
+    if std::fs::hard_link(&old_data, path).is_err() {
         std::fs::rename(&old_data, path).map_err(io_err(&old_data))?;
-        let index = Index {
-            format: FORMAT,
-            width: old.width,
-            layers: old.layers,
-            target: target.to_string(),
-            rows: old.rows,
-            prefix: prefix[..n].to_vec(),
-        };
-        write_index(index_path, &index)?;
-        std::fs::remove_file(&old_index).map_err(io_err(&old_index))?;
-        return Ok(());
+    }
+    let n = old.rows.len();
+    write_index(index_path, &Index { rows: old.rows, prefix: prefix[..n].to_vec(), ..expected.clone() })?;
+    for old in [&old_index, &old_data] {
+        match std::fs::remove_file(old) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io_err(old)(e)),
+            _ => {}
+        }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prefix_fingerprints;
+
+    /// The fingerprint of format 1's whole-data field, so its files are recognised:
+    /// FNV-1a 64 over each sequence's length (u64 LE) then ids (u32 LE), computed
+    /// independently (Python) for `[[1, 2, 3], [4]]`.
+    #[test]
+    fn prefix_fingerprints_match_format_1s_hash() {
+        assert_eq!(prefix_fingerprints(&[vec![1, 2, 3], vec![4]]), ["27fb5875f8a7e306", "387fde1d72888d93"]);
+        assert!(prefix_fingerprints(&[]).is_empty());
+    }
 }

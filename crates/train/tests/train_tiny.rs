@@ -405,7 +405,7 @@ fn one_feature_file_serves_every_prefix_of_its_data() {
         names.sort();
         names
     };
-    let [data, index] = <[String; 2]>::try_from(files()).expect("one data file and its index");
+    let [data, index, lock] = <[String; 3]>::try_from(files()).expect("one data file, its index and lock");
 
     // The same five sequences as a file of format 1, under its old name.
     let idx: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.path().join(&index)).unwrap()).unwrap();
@@ -418,8 +418,24 @@ fn one_feature_file_serves_every_prefix_of_its_data() {
     std::fs::rename(dir.path().join(&data), dir.path().join(format!("{old_stem}.f16"))).unwrap();
     std::fs::remove_file(dir.path().join(&index)).unwrap();
     let (f, built) = build(&seqs, dir.path());
-    assert_eq!((built, rows(&f, &seqs)), (vec![6], want), "format 1 converted, not rebuilt");
-    assert_eq!(files(), [data, index]);
+    assert_eq!((built, rows(&f, &seqs)), (vec![6], want.clone()), "format 1 converted, not rebuilt");
+    assert_eq!(files(), [data.clone(), index.clone(), lock]);
+
+    // While a run reads the file, another may read it too, but not rewrite it.
+    let (g, built) = build(&seqs[..4], dir.path());
+    assert_eq!((built, g.len()), (vec![], 4));
+    let e = FeatureFile::build(&target, &cfg.drafter, &parted, dir.path(), |_, _| {}).unwrap_err().to_string();
+    assert!(e.contains("in use by another training run") && e.contains(&data), "{e}");
+    drop((f, g));
+
+    // A build that parts from the file and dies midway leaves an index that claims
+    // only what the data holds: the file's own data then rebuilds from the parting.
+    let died = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        FeatureFile::build(&target, &cfg.drafter, &parted, dir.path(), |_, _| panic!("killed")).map(drop)
+    }));
+    assert!(died.is_err());
+    let (f, built) = build(&seqs, dir.path());
+    assert_eq!((built, rows(&f, &seqs)), (vec![3, 4, 5, 6], want));
 }
 
 /// `norm_from_target`: the drafter's final norm starts at the target's
