@@ -20,7 +20,7 @@ mod trainer;
 pub use distill::{chat_jobs, distill, distill_batched, DistillJob, DistillRecord, DistillStore};
 pub use error::{Result, TrainError};
 pub use features::FeatureFile;
-pub use params::{DraftLayerParams, DraftParams};
+pub use params::{DraftLayerParams, DraftParams, StoreDtype};
 pub use self_instruct::{
     clean, instruction, self_instruct, write_chat_prompts, ChatPrompt, Novelty, SelfInstructConfig, EVAL_RUN, KINDS,
     TOPICS,

@@ -61,3 +61,45 @@ fn step_targets_are_the_block_slots_of_every_anchor() {
     let set: Vec<usize> = (0..32).filter(|&t| keep[t]).collect();
     assert_eq!(set, [12, 13, 14, 21]);
 }
+
+/// A drafter saved as bf16 holds every weight rounded to bf16 (read back
+/// from the file), takes about half the bytes of the f32 one, loads as a
+/// drafter, and drafts logits close to the f32 drafter's.
+#[test]
+fn a_bf16_drafter_holds_the_rounded_weights_in_half_the_bytes() {
+    let device = Device::flex();
+    let target = load_model(bastion_testkit::fixture_dir("tiny-qwen3"), &device).unwrap();
+    let cfg = default_drafter_config(target.config(), 2, 8, 3);
+    let params = DraftParams::init(&cfg, 3, &device);
+    let (f32_dir, bf16_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    params.save(&cfg, f32_dir.path()).unwrap();
+    params.save_as(&cfg, bf16_dir.path(), crate::StoreDtype::Bf16).unwrap();
+    let (a, b) = (
+        std::fs::read(f32_dir.path().join("model.safetensors")).unwrap(),
+        std::fs::read(bf16_dir.path().join("model.safetensors")).unwrap(),
+    );
+    let (full, half) =
+        (safetensors::SafeTensors::deserialize(&a).unwrap(), safetensors::SafeTensors::deserialize(&b).unwrap());
+    assert_eq!(full.names().len(), half.names().len());
+    let mut values = 0usize;
+    for name in full.names() {
+        let (x, y) = (full.tensor(name).unwrap(), half.tensor(name).unwrap());
+        assert_eq!((y.dtype(), y.shape()), (safetensors::Dtype::BF16, x.shape()), "{name}");
+        for (w, h) in x.data().chunks_exact(4).zip(y.data().chunks_exact(2)) {
+            let w = f32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+            assert_eq!(h, half::bf16::from_f32(w).to_le_bytes(), "{name}: {w}");
+            values += 1;
+        }
+    }
+    assert!(values > 10_000);
+    assert!(b.len() * 2 < a.len() + 4096, "{} bytes as bf16, {} as f32", b.len(), a.len());
+
+    let tokens: Vec<u32> = (0..24).map(|i| (i * 37 + 11) % 256).collect();
+    let out = target.session().prefill(&tokens, &cfg.hidden_indices()).unwrap();
+    let features = context_features(&out, target.config().hidden_size, None).unwrap();
+    let exact = Drafter::load(f32_dir.path(), &target).unwrap().session().draft(&target, &features, 7).unwrap();
+    let rounded = Drafter::load(bf16_dir.path(), &target).unwrap().session().draft(&target, &features, 7).unwrap();
+    let scale = exact.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let worst = exact.iter().zip(&rounded).fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+    assert!(worst > 0.0 && worst <= 0.02 * scale, "bf16 logits differ by {worst} (scale {scale})");
+}

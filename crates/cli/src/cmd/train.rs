@@ -111,6 +111,19 @@ pub struct TrainSettings {
     /// as f32. Needed when the data is large: SmolLM2's features take 6.9 KB per token in f32.
     #[arg(long, value_name = "DIR")]
     feature_cache: Option<PathBuf>,
+    /// Element type of the saved drafter's weights: `f32`, or `bf16` (half the bytes, as the
+    /// z-lab drafters ship; training and checkpoints stay f32).
+    #[arg(long, value_enum, default_value_t = SaveDtype::F32)]
+    save_dtype: SaveDtype,
+}
+
+/// `--save-dtype`: how the drafter's weights are stored.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SaveDtype {
+    /// IEEE single precision.
+    F32,
+    /// bfloat16.
+    Bf16,
 }
 
 /// `--norm-init`: where the drafter's final norm starts.
@@ -281,7 +294,11 @@ fn train_drafter(model: &Path, data: &Path, out: &Path, checkpoint_dir: &Path, s
     if let Some(e) = log_err {
         return Err(e.into());
     }
-    params.save(&cfg.drafter, out)?;
+    let dtype = match s.save_dtype {
+        SaveDtype::F32 => bastion_train::StoreDtype::F32,
+        SaveDtype::Bf16 => bastion_train::StoreDtype::Bf16,
+    };
+    params.save_as(&cfg.drafter, out, dtype)?;
     let (steps_done, tokens_done) = last.map(|r| (r.step + 1, r.tokens)).or(resumed).unwrap_or((0, 0));
     eprintln!(
         "saved {} after {steps_done} steps, {tokens_done} target tokens (final EMA loss {}, held-out τ {})",
