@@ -371,9 +371,24 @@ fn train_drafter_saves_a_loadable_drafter() {
     assert!(ok && err.contains("after 3 steps"), "{err}");
     assert_eq!(std::fs::read_to_string(format!("{part}/checkpoints/latest")).unwrap(), "step-0000003");
     let mut rest: Vec<&str> = early[..early.len() - 2].to_vec();
-    rest.push("--resume");
+    rest.extend(["--resume", "--save-dtype", "bf16"]);
     let (ok, _, err) = bastion(&rest);
     assert!(ok && err.contains("(3 steps") && err.contains("after 5 steps"), "{err}");
+    // Saved as bf16: every tensor, and the config says so.
+    let st = std::fs::read(format!("{part}/model.safetensors")).unwrap();
+    let n = u64::from_le_bytes(st[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&st[8..8 + n]).unwrap();
+    let dtypes: Vec<&str> = header
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| *k != "__metadata__")
+        .map(|(_, v)| v["dtype"].as_str().unwrap())
+        .collect();
+    assert!(!dtypes.is_empty() && dtypes.iter().all(|d| *d == "BF16"), "{dtypes:?}");
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(format!("{part}/config.json")).unwrap()).unwrap();
+    assert_eq!(config["torch_dtype"], "bfloat16");
     // Holding out everything leaves nothing to train on.
     let mut all = args.to_vec();
     let i = all.iter().position(|a| *a == "--held-out").unwrap();
@@ -390,6 +405,9 @@ fn train_drafter_saves_a_loadable_drafter() {
     let (ok, spec, err) = bastion(&args);
     assert!(ok, "{err}");
     assert_eq!(spec, ar);
+    let args: Vec<&str> = args.iter().map(|a| if *a == out { part } else { a }).collect();
+    let (ok, spec, err) = bastion(&args);
+    assert!(ok && spec == ar, "the bf16 drafter: {err}");
     // Missing mask token: clap error.
     let (ok, _, err) = bastion(&args_without_mask(&args));
     assert!(!ok && err.contains("--mask-token"), "{err}");

@@ -133,7 +133,11 @@ impl FeatureFile {
                     path.display(),
                     if exclusive { "in use" } else { "being built" }
                 ))),
-                Err(std::fs::TryLockError::Error(e)) => Err(io_err(&lock_path)(e)),
+                Err(std::fs::TryLockError::Error(e)) => Err(TrainError::Usage(format!(
+                    "{}: cannot lock it ({e}); the feature cache needs a file system with file locks (flock): \
+                     give --feature-cache a local directory",
+                    lock_path.display()
+                ))),
             }
         };
         // Most runs only read: they share the file, and no run writes it meanwhile.
@@ -291,7 +295,10 @@ fn read_exact_at(file: &File, buf: &mut [u8], at: u64) -> std::io::Result<()> {
 /// Writes the index through a temporary file renamed into place.
 fn write_index(path: &Path, index: &Index) -> Result<()> {
     let tmp = path.with_extension("json.partial");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(index).expect("an index serializes")).map_err(io_err(&tmp))?;
+    let mut file = File::create(&tmp).map_err(io_err(&tmp))?;
+    file.write_all(&serde_json::to_vec_pretty(index).expect("an index serializes")).map_err(io_err(&tmp))?;
+    // Durable before it replaces the old one: a power loss leaves one whole index or the other.
+    file.sync_all().map_err(io_err(&tmp))?;
     std::fs::rename(&tmp, path).map_err(io_err(path))
 }
 
@@ -387,8 +394,10 @@ fn spans_for(index: &Index, sequences: &[Vec<u32>], prefix: &[String]) -> Option
 /// features `expected` describes (`features-l{layers}-{target}-*`; its index
 /// fingerprints the whole data it was built for) whose data is a prefix of
 /// `sequences` into format 2 at `path` / `index_path` (data file, index). The data is
-/// hard-linked to its new name before the new index is written, so a crash at any
-/// point loses nothing. Anything else is left alone.
+/// hard-linked to its new name, the old index removed, the new one written, then the old
+/// name removed: a crash leaves either the old file or the new one (a crash between the
+/// two indices, or on a file system without hard links, rebuilds the features). Anything
+/// else is left alone.
 ///
 /// # Errors
 /// [`TrainError::Io`] naming the file that could not be read, linked or written.
@@ -428,18 +437,23 @@ fn adopt_v1(
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io_err(path)(e)),
         _ => {}
     }
-    if std::fs::hard_link(&old_data, path).is_err() {
-        std::fs::rename(&old_data, path).map_err(io_err(&old_data))?;
+    match std::fs::hard_link(&old_data, path) {
+        Ok(()) => {}
+        // No hard links here: moved instead (a crash before the new index then rebuilds).
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::Unsupported | std::io::ErrorKind::PermissionDenied) => {
+            std::fs::rename(&old_data, path).map_err(io_err(&old_data))?
+        }
+        Err(e) => return Err(io_err(path)(e)),
     }
+    // The old index goes first: it must never describe data the new file changes later.
+    let remove = |p: &Path| match std::fs::remove_file(p) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io_err(p)(e)),
+        _ => Ok(()),
+    };
+    remove(&old_index)?;
     let n = old.rows.len();
     write_index(index_path, &Index { rows: old.rows, prefix: prefix[..n].to_vec(), ..expected.clone() })?;
-    for old in [&old_index, &old_data] {
-        match std::fs::remove_file(old) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io_err(old)(e)),
-            _ => {}
-        }
-    }
-    Ok(())
+    remove(&old_data)
 }
 
 #[cfg(test)]

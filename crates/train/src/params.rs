@@ -268,7 +268,13 @@ impl DraftParams {
         let st = dir.join("model.safetensors");
         safetensors::serialize_to_file(&views, None, &st)
             .map_err(|e| TrainError::Format { path: st.clone(), what: format!("writing safetensors: {e}") })?;
-        cfg.save(&dir.join("config.json"))?;
+        let mut config = cfg.to_json();
+        if dtype == StoreDtype::Bf16 {
+            config["torch_dtype"] = "bfloat16".into();
+        }
+        let path = dir.join("config.json");
+        std::fs::write(&path, serde_json::to_vec_pretty(&config).expect("JSON values serialise"))
+            .map_err(io_err(&path))?;
         Ok(())
     }
 }

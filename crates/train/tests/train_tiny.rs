@@ -318,6 +318,14 @@ fn feature_file_stores_f16_features_and_resumes_its_build() {
     }
     drop(file);
 
+    // The data file cut short of what its index claims: rebuilt from the start.
+    let full = std::fs::metadata(&data).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&data).unwrap().set_len(full / 2).unwrap();
+    let mut again = Vec::new();
+    let file = FeatureFile::build(&target, &cfg.drafter, &seqs, dir.path(), |d, _| again.push(d)).unwrap();
+    assert_eq!((again, file.rows(4, seqs[4].len()).unwrap()), (vec![1, 2, 3, 4, 5], all[4].clone()));
+    drop(file);
+
     // The data file lost, its index kept: rebuilt from the start, not read as zeros.
     std::fs::remove_file(&data).unwrap();
     let mut again = Vec::new();
@@ -419,23 +427,39 @@ fn one_feature_file_serves_every_prefix_of_its_data() {
     std::fs::remove_file(dir.path().join(&index)).unwrap();
     let (f, built) = build(&seqs, dir.path());
     assert_eq!((built, rows(&f, &seqs)), (vec![6], want.clone()), "format 1 converted, not rebuilt");
-    assert_eq!(files(), [data.clone(), index.clone(), lock]);
+    assert_eq!(files(), [data.clone(), index.clone(), lock.clone()]);
+    drop(f);
 
-    // While a run reads the file, another may read it too, but not rewrite it.
+    // While runs read the file, others may read it too, but none may rewrite it.
     let (g, built) = build(&seqs[..4], dir.path());
-    assert_eq!((built, g.len()), (vec![], 4));
+    let (h, _) = build(&seqs[..2], dir.path());
+    assert_eq!((built, g.len(), h.len()), (vec![], 4, 2));
     let e = FeatureFile::build(&target, &cfg.drafter, &parted, dir.path(), |_, _| {}).unwrap_err().to_string();
     assert!(e.contains("in use by another training run") && e.contains(&data), "{e}");
-    drop((f, g));
+    drop((g, h));
+    // While a run builds it, none may read it.
+    let building = std::fs::File::open(dir.path().join(&lock)).unwrap();
+    building.try_lock().unwrap();
+    let e = FeatureFile::build(&target, &cfg.drafter, &seqs[..2], dir.path(), |_, _| {}).unwrap_err().to_string();
+    assert!(e.contains("being built by another training run") && e.contains(&data), "{e}");
+    drop(building);
 
     // A build that parts from the file and dies midway leaves an index that claims
     // only what the data holds: the file's own data then rebuilds from the parting.
+    // (Inside the build the index is cut before the data; the panic comes after both,
+    // so that order is not observable here.)
     let died = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         FeatureFile::build(&target, &cfg.drafter, &parted, dir.path(), |_, _| panic!("killed")).map(drop)
     }));
     assert!(died.is_err());
     let (f, built) = build(&seqs, dir.path());
-    assert_eq!((built, rows(&f, &seqs)), (vec![3, 4, 5, 6], want));
+    assert_eq!((built, rows(&f, &seqs)), (vec![3, 4, 5, 6], want.clone()));
+    drop(f);
+
+    // The data lost and other data asked for: rebuilt whole, its index consistent.
+    std::fs::remove_file(dir.path().join(&data)).unwrap();
+    let (f, built) = build(&parted, dir.path());
+    assert_eq!((built, rows(&f, &parted)), (vec![1, 2, 3], vec![want[0].clone(), want[1].clone(), want[5].clone()]));
 }
 
 /// `norm_from_target`: the drafter's final norm starts at the target's
