@@ -55,6 +55,7 @@ for name in $VARIANTS; do
   stamp="MODEL=$MODEL SEQS=$SEQS STEPS=$STEPS EVAL=$EVAL HELD_OUT=$HELD_OUT DATA=$DATA $args"
   if [ -f "$out/training_log.jsonl" ] && [ -f "$out.done" ] && [ "$(head -1 "$out.done")" = "$stamp" ]; then
     secs=$(sed -n 2p "$out.done")
+    load=$(sed -n 3p "$out.done")
     echo "$name: reusing the finished run in $out" >&2
   else
     rm -f "$out.done"
@@ -74,7 +75,10 @@ for name in $VARIANTS; do
       --sampled-vocab 2048 --held-out "$HELD_OUT" --eval-every "$EVAL" --checkpoint-every 100 \
       --seed 0 --feature-cache "$FEATURES" "${resume[@]}" $args 2>>"$out.log" || { echo "variant $name failed: $out.log" >&2; exit 1; }
     secs=$(( $(date +%s) - start ))
-    printf '%s\n%s\n' "$stamp" "$secs" >"$out.done"
+    # The machine's 15-minute load average at the end: above the thread count, the
+    # variant shared the CPU (its s / step then reads high).
+    load=$(cut -d' ' -f3 /proc/loadavg 2>/dev/null || true)
+    printf '%s\n%s\n%s\n' "$stamp" "$secs" "$load" >"$out.done"
   fi
   taus=$(grep -o '"held_out_tau":[0-9.]*' "$out/training_log.jsonl" | cut -d: -f2 | awk '{ printf "%s%.3f", (NR > 1 ? " / " : ""), $1 }')
   # Seconds per step: the median over the log's 10-step intervals (robust to held-out
@@ -85,7 +89,7 @@ t = [json.loads(l) for l in open(sys.argv[1])]
 t = [(r["step"], r["seconds"]) for r in t if "seconds" in r and "loss_ema" in r]
 d = [(b[1] - a[1]) / (b[0] - a[0]) for a, b in zip(t, t[1:]) if b[0] > a[0]]
 print(f"{statistics.median(d):.2f}" if d else "–")' "$out/training_log.jsonl")
-  rows+=("| $name | \`$args\` | $taus | $per_step | $secs |")
+  rows+=("| $name | \`$args\` | $taus | $per_step | $secs | ${load:-–} |")
   echo "$name: held-out τ $taus (${secs} s)" >&2
 done
 
@@ -98,10 +102,12 @@ table=$(
   echo "$STEPS steps of 16 sequences × 4 anchors (train-drafter's defaults, unless the variant says otherwise), block 16,"
   echo "sampled softmax (+2048), seed 0. Held-out τ (DFlash chain, T = 0) every $EVAL steps. s / step: the median"
   echo "10-step interval of the training log; seconds: the whole run, with held-out estimates and, on first use, the"
-  echo "target's features (variants may come from different sessions: compare s / step, not seconds)."
+  echo "target's features (variants may come from different sessions: compare s / step, not seconds). load: the"
+  echo "15-minute load average when the variant ended (recorded since 2026-12-02 10:45; – before): above $(nproc), the"
+  echo "variant shared the CPU with other work and its s / step reads high."
   echo
-  echo "| variant | differs in | held-out τ at $EVAL, $((2 * EVAL)), … steps | s / step | seconds |"
-  echo "|---|---|---|---:|---:|"
+  echo "| variant | differs in | held-out τ at $EVAL, $((2 * EVAL)), … steps | s / step | seconds | load |"
+  echo "|---|---|---|---:|---:|---:|"
   printf '%s\n' "${rows[@]}"
 )
 echo "$table"
