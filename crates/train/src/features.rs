@@ -45,6 +45,19 @@ struct Index {
 
 const FORMAT: u32 = 2;
 
+/// Bytes of f16 data that sequences of `rows` rows of `width` values take.
+fn data_bytes(rows: &[usize], width: usize) -> u64 {
+    rows.iter().map(|&r| (r * width) as u64 * 2).sum()
+}
+
+/// Removes `path` if it is there.
+fn remove_if_there(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io_err(path)(e)),
+        _ => Ok(()),
+    }
+}
+
 /// The index of format 1 (whole-data fingerprint, no prefixes); a complete one is
 /// converted in place.
 #[derive(Debug, Deserialize)]
@@ -144,7 +157,7 @@ impl FeatureFile {
         locked(false)?;
         if let Some(index) = read_index(&index_path, &expected)? {
             // A data file lost or shorter than its index claims is rebuilt below.
-            let need = index.rows.iter().map(|&r| (r * width) as u64 * 2).sum::<u64>();
+            let need = data_bytes(&index.rows, width);
             let file = File::open(&path).and_then(|f| Ok((f.metadata()?.len() >= need).then_some(f)));
             if let (Some(spans), Ok(Some(file))) = (spans_for(&index, sequences, &prefix), file) {
                 return Ok(Self { path, file, width, spans, _lock: lock });
@@ -181,18 +194,16 @@ impl FeatureFile {
             .truncate(false)
             .open(&path)
             .map_err(io_err(&path))?;
-        let mut done_values: u64 = index.rows.iter().map(|&r| (r * width) as u64).sum();
-        if file.metadata().map_err(io_err(&path))?.len() < done_values * 2 {
+        if file.metadata().map_err(io_err(&path))?.len() < data_bytes(&index.rows, width) {
             // The data the index describes is not all there: start over.
             index.rows.clear();
             index.prefix.clear();
-            done_values = 0;
         }
         // The index on disk never claims more than the data holds: cut it before the data.
         write_index(&index_path, &index)?;
         // Drop whatever a crash wrote past the last indexed sequence, or the rows of
         // sequences this data parts from.
-        file.set_len(done_values * 2).map_err(io_err(&path))?;
+        file.set_len(data_bytes(&index.rows, width)).map_err(io_err(&path))?;
         let hidden = cfg.hidden_indices();
         let total = sequences.len();
         if index.rows.len() < total {
@@ -425,7 +436,7 @@ fn adopt_v1(
             && old.data == format!("{n} sequences, fnv1a {}; target {}", prefix[n - 1], expected.target)
             && old.rows.iter().zip(sequences).all(|(&r, s)| r == s.len());
         let have = std::fs::metadata(old_index.with_extension("f16")).map(|m| m.len()).unwrap_or(0);
-        let need = old.rows.iter().map(|&r| (r * old.width) as u64 * 2).sum::<u64>();
+        let need = data_bytes(&old.rows, old.width);
         if complete && have >= need && best.as_ref().is_none_or(|(_, b)| b.rows.len() < n) {
             best = Some((old_index, old));
         }
@@ -433,10 +444,7 @@ fn adopt_v1(
     let Some((old_index, old)) = best else { return Ok(()) };
     let old_data = old_index.with_extension("f16");
     // A data file without an index (a crash before the index was written) holds nothing.
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io_err(path)(e)),
-        _ => {}
-    }
+    remove_if_there(path)?;
     match std::fs::hard_link(&old_data, path) {
         Ok(()) => {}
         // No hard links here: moved instead (a crash before the new index then rebuilds).
@@ -446,14 +454,10 @@ fn adopt_v1(
         Err(e) => return Err(io_err(path)(e)),
     }
     // The old index goes first: it must never describe data the new file changes later.
-    let remove = |p: &Path| match std::fs::remove_file(p) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io_err(p)(e)),
-        _ => Ok(()),
-    };
-    remove(&old_index)?;
+    remove_if_there(&old_index)?;
     let n = old.rows.len();
     write_index(index_path, &Index { rows: old.rows, prefix: prefix[..n].to_vec(), ..expected.clone() })?;
-    remove(&old_data)
+    remove_if_there(&old_data)
 }
 
 #[cfg(test)]

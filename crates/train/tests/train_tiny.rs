@@ -268,6 +268,11 @@ fn bad_settings_are_errors_and_rope_scaling_is_saved() {
     assert_eq!(back.model.rope_inv_freq(), cfg.model.rope_inv_freq());
 }
 
+/// Each record's prompt and response as one token sequence (what the feature file holds).
+fn whole_sequences(records: &[DistillRecord]) -> Vec<Vec<u32>> {
+    records.iter().map(|r| [r.prompt_ids.clone(), r.response_ids.clone()].concat()).collect()
+}
+
 /// The on-disk feature file holds the target's context features rounded to
 /// f16, resumes a build cut short (dropping a torn tail), refuses an index
 /// written for other layers, and a run that reads it is reproducible.
@@ -276,7 +281,7 @@ fn feature_file_stores_f16_features_and_resumes_its_build() {
     let target = target();
     let records = distilled(&target, 5, 11);
     let cfg = small(&target, 4);
-    let seqs: Vec<Vec<u32>> = records.iter().map(|r| [r.prompt_ids.clone(), r.response_ids.clone()].concat()).collect();
+    let seqs = whole_sequences(&records);
     let dir = tempfile::tempdir().unwrap();
     let mut built = Vec::new();
     let file = FeatureFile::build(&target, &cfg.drafter, &seqs, dir.path(), |d, t| built.push((d, t))).unwrap();
@@ -377,7 +382,7 @@ fn one_feature_file_serves_every_prefix_of_its_data() {
     let target = target();
     let records = distilled(&target, 6, 13);
     let cfg = small(&target, 4);
-    let seqs: Vec<Vec<u32>> = records.iter().map(|r| [r.prompt_ids.clone(), r.response_ids.clone()].concat()).collect();
+    let seqs = whole_sequences(&records);
     let dir = tempfile::tempdir().unwrap();
     let build = |s: &[Vec<u32>], dir: &std::path::Path| {
         let mut built = Vec::new();
