@@ -98,7 +98,7 @@ fn greedy_tree_decoding_equals_ar_on_gsm8k() {
 
 /// τ the shipped drafter must reach on the two prompts below (measured: see
 /// the drafter's model card); an untrained drafter gives 1.0.
-const TAU_FLOOR: f64 = 1.5;
+const TAU_FLOOR: f64 = 1.8;
 
 /// The shipped drafter (`drafters/smollm2-135m-instruct-dflash`, trained by
 /// `bastion train-drafter`): decoding with it equals AR token for token, and
@@ -176,4 +176,83 @@ fn repetition_is_copied_exactly_by_every_method() {
         assert_eq!(emitted + 1, g.tokens.len(), "{name}: every token accounted for once");
         eprintln!("repetition prompt, {name}: τ {:.2} over {} rounds", g.tau(), g.rounds.len());
     }
+}
+
+/// The shipped drafter's weights with the feature projection `fc.weight`
+/// zeroed: the drafter then sees none of the target's hidden states, only the
+/// block's own token embeddings.
+struct ZeroFeatures(bastion_models::SafetensorsSource);
+
+impl bastion_models::WeightSource for ZeroFeatures {
+    fn get(&self, name: &str) -> bastion_models::Result<Option<HostTensor>> {
+        let mut t = self.0.get(name)?;
+        if name == "fc.weight" || name.ends_with(".fc.weight") {
+            let t = t.as_mut().expect("the drafter has a feature projection");
+            t.data.iter_mut().for_each(|v| *v = 0.0);
+        }
+        Ok(t)
+    }
+    fn path_for(&self, name: &str) -> std::path::PathBuf {
+        self.0.path_for(name)
+    }
+    fn contains(&self, name: &str) -> bool {
+        self.0.contains(name)
+    }
+    fn tensor_names(&self) -> Vec<String> {
+        self.0.tensor_names()
+    }
+}
+
+/// The DFlash chain's τ (block 16) with `drafter` on `ids`, checked lossless
+/// against AR.
+fn chain_tau(target: &Model, drafter: &Drafter, ids: &[u32], cfg: &GenerateConfig, ar: &[u32]) -> f64 {
+    let mut chain = FixedBudget::chain(15);
+    let g = generate(target, Some((drafter, &mut chain as &mut dyn BudgetPolicy)), ids, cfg).unwrap();
+    assert_eq!(g.tokens, ar, "DFlash differs from AR");
+    g.tau()
+}
+
+/// Issue #18's check that the drafter relies on the target's features: with
+/// the feature projection zeroed, the DFlash chain's τ on two GSM8K prompts
+/// falls by at least 30 %. Both drafters stay lossless. The repetition prompt
+/// of issue #18 is measured and printed too (the model card reports it); the
+/// shipped drafter does not yet copy a repeated line from the features, so
+/// no bound is put on it.
+#[test]
+fn shipped_drafter_relies_on_the_target_features() {
+    let path = smollm2_gguf();
+    let target = load_model(&path, &Device::flex()).unwrap();
+    let tok = load_tokenizer(&path).unwrap();
+    let template = tok.chat_template().unwrap();
+    let dir = smollm2_drafter_dir();
+    let drafter = Drafter::load(&dir, &target).unwrap();
+    let cfg_path = dir.join("config.json");
+    let blind = ZeroFeatures(bastion_models::SafetensorsSource::open(&dir).unwrap());
+    let blind = Drafter::from_source(DrafterConfig::from_json(&cfg_path).unwrap(), &cfg_path, &blind, &target).unwrap();
+    let sets = Datasets::open(repo_root().join("datasets")).unwrap();
+    let gsm8k = sets.load(DatasetName::Gsm8k, &Selection { paper_subset: true, max_samples: Some(2) }).unwrap();
+    let repeat = "Repeat this list three times exactly, separated by commas: alpha, beta, gamma, delta, epsilon, zeta, eta, theta.";
+    let mut questions: Vec<(&str, &str)> = gsm8k.iter().map(|p| ("gsm8k", p.turns[0].as_str())).collect();
+    questions.push(("repetition", repeat));
+    let mut sums = [0.0f64; 2];
+    for (set, q) in questions {
+        let text = template.render(&[Message::new("user", q)], true).unwrap();
+        let ids = tok.encode(&text, false).unwrap();
+        let cfg =
+            GenerateConfig { max_new_tokens: if set == "repetition" { 120 } else { 64 }, ..GenerateConfig::default() };
+        let ar = generate(&target, None, &ids, &cfg).unwrap().tokens;
+        let (seeing, zeroed) =
+            (chain_tau(&target, &drafter, &ids, &cfg, &ar), chain_tau(&target, &blind, &ids, &cfg, &ar));
+        eprintln!("{set}: DFlash chain τ {seeing:.2}; fc zeroed: τ {zeroed:.2}");
+        if set == "gsm8k" {
+            sums[0] += seeing;
+            sums[1] += zeroed;
+        }
+    }
+    assert!(
+        sums[1] <= 0.7 * sums[0],
+        "zeroing fc.weight moved the GSM8K τ only from {:.2} to {:.2}",
+        sums[0] / 2.0,
+        sums[1] / 2.0
+    );
 }
