@@ -234,12 +234,14 @@ fn shipped_drafter_relies_on_the_target_features() {
     let repeat = "Repeat this list three times exactly, separated by commas: alpha, beta, gamma, delta, epsilon, zeta, eta, theta.";
     let mut questions: Vec<(&str, &str)> = gsm8k.iter().map(|p| ("gsm8k", p.turns[0].as_str())).collect();
     questions.push(("repetition", repeat));
+    let mut stop = tok.eos_ids().to_vec();
+    stop.extend(&target.config().eos_token_ids);
     let mut sums = [0.0f64; 2];
     for (set, q) in questions {
         let text = template.render(&[Message::new("user", q)], true).unwrap();
         let ids = tok.encode(&text, false).unwrap();
-        let cfg =
-            GenerateConfig { max_new_tokens: if set == "repetition" { 120 } else { 64 }, ..GenerateConfig::default() };
+        let max_new_tokens = if set == "repetition" { 120 } else { 64 };
+        let cfg = GenerateConfig { max_new_tokens, stop_tokens: stop.clone(), ..GenerateConfig::default() };
         let ar = generate(&target, None, &ids, &cfg).unwrap().tokens;
         let (seeing, zeroed) =
             (chain_tau(&target, &drafter, &ids, &cfg, &ar), chain_tau(&target, &blind, &ids, &cfg, &ar));
