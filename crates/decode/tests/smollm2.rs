@@ -6,11 +6,11 @@
 
 use std::path::Path;
 
-use bastion_data::{DatasetName, Datasets, Selection};
+use bastion_data::{DatasetName, Datasets, Prompt, Selection};
 use bastion_decode::{generate, GenerateConfig};
 use bastion_models::{
     build_target_layer_ids, load_model, load_tokenizer, Drafter, DrafterConfig, HostTensor, MemorySource, Message,
-    Model, ModelConfig,
+    Model, ModelConfig, Tokenizer,
 };
 use bastion_testkit::{repo_root, smollm2_drafter_dir, smollm2_gguf};
 use bastion_tree::{BudgetPolicy, FixedBudget};
@@ -67,21 +67,40 @@ fn random_drafter(target: &Model) -> Drafter {
     Drafter::from_source(cfg, Path::new("<random drafter>"), &src, target).unwrap()
 }
 
-#[test]
-fn greedy_tree_decoding_equals_ar_on_gsm8k() {
+/// SmolLM2 on flex, its tokenizer, and the stop tokens of a chat answer
+/// (the tokenizer's and the target's end-of-sequence ids).
+fn smollm2() -> (Model, Tokenizer, Vec<u32>) {
     let path = smollm2_gguf();
     let target = load_model(&path, &Device::flex()).unwrap();
     let tok = load_tokenizer(&path).unwrap();
-    let template = tok.chat_template().unwrap();
-    let drafter = random_drafter(&target);
-    let sets = Datasets::open(repo_root().join("datasets")).unwrap();
-    let prompts = sets.load(DatasetName::Gsm8k, &Selection { paper_subset: true, max_samples: Some(2) }).unwrap();
     let mut stop = tok.eos_ids().to_vec();
     stop.extend(&target.config().eos_token_ids);
+    (target, tok, stop)
+}
+
+/// `question` as one user turn in SmolLM2's chat template, tokenized.
+fn chat_ids(tok: &Tokenizer, question: &str) -> Vec<u32> {
+    let text = tok.chat_template().unwrap().render(&[Message::new("user", question)], true).unwrap();
+    tok.encode(&text, false).unwrap()
+}
+
+/// The first two GSM8K prompts of the papers' subset.
+fn gsm8k_prompts() -> Vec<Prompt> {
+    let sets = Datasets::open(repo_root().join("datasets")).unwrap();
+    sets.load(DatasetName::Gsm8k, &Selection { paper_subset: true, max_samples: Some(2) }).unwrap()
+}
+
+/// Issue #18's prompt whose answer repeats one line.
+const REPEAT_QUESTION: &str =
+    "Repeat this list three times exactly, separated by commas: alpha, beta, gamma, delta, epsilon, zeta, eta, theta.";
+
+#[test]
+fn greedy_tree_decoding_equals_ar_on_gsm8k() {
+    let (target, tok, stop) = smollm2();
+    let drafter = random_drafter(&target);
     let cfg = GenerateConfig { max_new_tokens: 12, stop_tokens: stop, ..GenerateConfig::default() };
-    for p in &prompts {
-        let text = template.render(&[Message::new("user", &p.turns[0])], true).unwrap();
-        let ids = tok.encode(&text, false).unwrap();
+    for p in &gsm8k_prompts() {
+        let ids = chat_ids(&tok, &p.turns[0]);
         let ar = generate(&target, None, &ids, &cfg).unwrap();
         assert_eq!(ar.tokens.len(), 12, "{}: AR output", p.id);
         // Equal to the model's own greedy loop.
@@ -105,21 +124,13 @@ const TAU_FLOOR: f64 = 1.8;
 /// it drafts better than chance (an untrained drafter gives τ = 1 here).
 #[test]
 fn shipped_drafter_is_lossless_and_accepts_drafts() {
-    let path = smollm2_gguf();
-    let target = load_model(&path, &Device::flex()).unwrap();
-    let tok = load_tokenizer(&path).unwrap();
-    let template = tok.chat_template().unwrap();
+    let (target, tok, stop) = smollm2();
     let drafter = Drafter::load(smollm2_drafter_dir(), &target).unwrap();
     assert_eq!(drafter.block_size(), 16);
-    let sets = Datasets::open(repo_root().join("datasets")).unwrap();
-    let prompts = sets.load(DatasetName::Gsm8k, &Selection { paper_subset: true, max_samples: Some(2) }).unwrap();
-    let mut stop = tok.eos_ids().to_vec();
-    stop.extend(&target.config().eos_token_ids);
     let cfg = GenerateConfig { max_new_tokens: 48, stop_tokens: stop, ..GenerateConfig::default() };
     let (mut committed, mut rounds) = (0usize, 0usize);
-    for p in &prompts {
-        let text = template.render(&[Message::new("user", &p.turns[0])], true).unwrap();
-        let ids = tok.encode(&text, false).unwrap();
+    for p in &gsm8k_prompts() {
+        let ids = chat_ids(&tok, &p.turns[0]);
         let ar = generate(&target, None, &ids, &cfg).unwrap();
         let policies: Vec<(&str, Box<dyn BudgetPolicy>)> =
             vec![("dflash", Box::new(FixedBudget::chain(15))), ("ddtree:8", Box::new(FixedBudget::new(8)))];
@@ -144,13 +155,9 @@ fn shipped_drafter_is_lossless_and_accepts_drafts() {
 fn repetition_is_copied_exactly_by_every_method() {
     use bastion_testkit::FixtureCaddCost;
     use bastion_tree::{Bastion, BastionConfig, CaddTree, DevicePeak, ModelShape, OnlineConfig, RooflineModel};
-    let path = smollm2_gguf();
-    let target = load_model(&path, &Device::flex()).unwrap();
-    let tok = load_tokenizer(&path).unwrap();
+    let (target, tok, _) = smollm2();
     let drafter = Drafter::load(smollm2_drafter_dir(), &target).unwrap();
-    let question = "Repeat this list three times exactly, separated by commas: alpha, beta, gamma, delta, epsilon, zeta, eta, theta.";
-    let text = tok.chat_template().unwrap().render(&[Message::new("user", question)], true).unwrap();
-    let ids = tok.encode(&text, false).unwrap();
+    let ids = chat_ids(&tok, REPEAT_QUESTION);
     let cfg = GenerateConfig { max_new_tokens: 120, ..GenerateConfig::default() };
     let ar = generate(&target, None, &ids, &cfg).unwrap();
     assert_eq!(ar.tokens.len(), 120);
@@ -220,26 +227,18 @@ fn chain_tau(target: &Model, drafter: &Drafter, ids: &[u32], cfg: &GenerateConfi
 /// no bound is put on it.
 #[test]
 fn shipped_drafter_relies_on_the_target_features() {
-    let path = smollm2_gguf();
-    let target = load_model(&path, &Device::flex()).unwrap();
-    let tok = load_tokenizer(&path).unwrap();
-    let template = tok.chat_template().unwrap();
+    let (target, tok, stop) = smollm2();
     let dir = smollm2_drafter_dir();
     let drafter = Drafter::load(&dir, &target).unwrap();
     let cfg_path = dir.join("config.json");
     let blind = ZeroFeatures(bastion_models::SafetensorsSource::open(&dir).unwrap());
     let blind = Drafter::from_source(DrafterConfig::from_json(&cfg_path).unwrap(), &cfg_path, &blind, &target).unwrap();
-    let sets = Datasets::open(repo_root().join("datasets")).unwrap();
-    let gsm8k = sets.load(DatasetName::Gsm8k, &Selection { paper_subset: true, max_samples: Some(2) }).unwrap();
-    let repeat = "Repeat this list three times exactly, separated by commas: alpha, beta, gamma, delta, epsilon, zeta, eta, theta.";
+    let gsm8k = gsm8k_prompts();
     let mut questions: Vec<(&str, &str)> = gsm8k.iter().map(|p| ("gsm8k", p.turns[0].as_str())).collect();
-    questions.push(("repetition", repeat));
-    let mut stop = tok.eos_ids().to_vec();
-    stop.extend(&target.config().eos_token_ids);
+    questions.push(("repetition", REPEAT_QUESTION));
     let mut sums = [0.0f64; 2];
     for (set, q) in questions {
-        let text = template.render(&[Message::new("user", q)], true).unwrap();
-        let ids = tok.encode(&text, false).unwrap();
+        let ids = chat_ids(&tok, q);
         let max_new_tokens = if set == "repetition" { 120 } else { 64 };
         let cfg = GenerateConfig { max_new_tokens, stop_tokens: stop.clone(), ..GenerateConfig::default() };
         let ar = generate(&target, None, &ids, &cfg).unwrap().tokens;
@@ -254,7 +253,7 @@ fn shipped_drafter_relies_on_the_target_features() {
     assert!(
         sums[1] <= 0.7 * sums[0],
         "zeroing fc.weight moved the GSM8K τ only from {:.2} to {:.2}",
-        sums[0] / 2.0,
-        sums[1] / 2.0
+        sums[0] / gsm8k.len() as f64,
+        sums[1] / gsm8k.len() as f64
     );
 }
