@@ -2,7 +2,7 @@
 //! layers ([`Linear`]): packed for the CPU kernel on `flex`, Burn tensors on
 //! the other backends; q/k/v and gate/up fused.
 
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::{DType, Device, Tensor, TensorData};
 
 use crate::config::{Arch, ModelConfig};
 use crate::cpu_layer::{add_into, rms_norm_rows, silu_mul, split_heads, HostRope};
@@ -200,11 +200,38 @@ struct HostNorms {
 /// steps, draft trees, prefill): one arithmetic for every row count, so a
 /// row's result never depends on how many rows share the call. Elsewhere
 /// (GPU backends, autodiff for drafter training) it is a Burn tensor
-/// `[in, out]` (transposed once at load, contiguous) for Burn's matmul.
+/// `[in, out]` (transposed once at load, contiguous) for Burn's matmul,
+/// stored in f16 / bf16 where [`device_half`] says the device computes in
+/// that type.
 pub(crate) struct Linear {
     w: LinearWeight,
+    /// The dtype the Burn weight is stored and multiplied in when it is not
+    /// f32 ([`device_half`]): activations are cast to it before the matmul
+    /// and the product back to f32 after it.
+    half: Option<DType>,
     pub(crate) in_features: usize,
     pub(crate) out_features: usize,
+}
+
+/// The half type a Burn (non-`flex`) device stores and multiplies the
+/// linear weights of a `dtype` model in: f16 for [`WeightDtype::F16`] and
+/// bf16 for [`WeightDtype::Bf16`] when the device supports that type
+/// (`wgpu` on an adapter with `shaderFloat16`, lavapipe included: f16;
+/// `cuda`: both), else `None` and the weights are f32 tensors holding the
+/// values rounded to `dtype` (also on autodiff devices, which train in
+/// f32). Burn's matmul on half inputs accumulates in f32 and rounds its
+/// output to the half type (cubek-matmul 0.3 `MatmulElems::from_globals`:
+/// an f16 / bf16 output gets an f32 accumulator).
+pub(crate) fn device_half(device: &Device, dtype: WeightDtype) -> Option<DType> {
+    if *device == Device::flex() || device.is_autodiff() {
+        return None;
+    }
+    let half = match dtype {
+        WeightDtype::F16 => DType::F16,
+        WeightDtype::Bf16 => DType::BF16,
+        WeightDtype::F32 | WeightDtype::Q8_0 => return None,
+    };
+    device.supports_dtype(half).then_some(half)
 }
 
 enum LinearWeight {
@@ -255,8 +282,9 @@ impl Linear {
     /// Several Hugging Face weights `[out_i, in]` as one linear layer whose
     /// outputs are theirs, stacked in order (fused projections). On `flex`
     /// the packed weight is stored as `dtype` (half the bytes for bf16 /
-    /// f16); on the other backends the values are rounded to `dtype` and
-    /// kept as an f32 tensor (the same weights, no memory saved yet).
+    /// f16); on the other backends as a device tensor of the half type
+    /// [`device_half`] names, else as an f32 tensor of the values rounded
+    /// to `dtype`.
     ///
     /// # Panics
     /// When the inputs differ in width (callers load them with checked shapes).
@@ -264,6 +292,7 @@ impl Linear {
         let in_features = ws[0].shape[1];
         assert!(ws.iter().all(|w| w.shape.len() == 2 && w.shape[1] == in_features), "stacked weights share `in`");
         let out_features = ws.iter().map(|w| w.shape[0]).sum();
+        let half = device_half(device, dtype);
         let w = if *device == Device::flex() && !device.is_autodiff() {
             let parts: Vec<&[f32]> = ws.iter().map(|w| w.data.as_slice()).collect();
             LinearWeight::Packed(crate::cpu_matmul::PackedMatrix::pack_stacked_as(&parts, in_features, dtype))
@@ -275,12 +304,25 @@ impl Linear {
                 data.chunks(part)
                     .map(|rows| {
                         let shape = vec![rows.len() / in_features, in_features];
-                        to_tensor2_transposed(HostTensor { data: rows.to_vec(), shape }, device)
+                        let t = HostTensor { data: rows.to_vec(), shape };
+                        match half {
+                            Some(dt) => to_half_tensor2_transposed(t, dt, device),
+                            None => to_tensor2_transposed(t, device),
+                        }
                     })
                     .collect(),
             )
         };
-        Self { w, in_features, out_features }
+        Self { w, half, in_features, out_features }
+    }
+
+    /// Bytes per weight as stored: the dtype's when packed on `flex` or
+    /// held as a half-type device tensor, 4 for an f32 tensor.
+    pub(crate) fn stored_bytes_per_weight(&self, dtype: WeightDtype) -> f64 {
+        match (&self.w, self.half) {
+            (LinearWeight::Packed(_), _) | (_, Some(_)) => dtype.bytes_per_weight(),
+            (LinearWeight::Burn(_), None) => 4.0,
+        }
     }
 
     /// Device buffers holding the weight (1 when packed on the host).
@@ -300,8 +342,21 @@ impl Linear {
                 let xs = x.into_data().try_into_vec::<f32>().expect("activations are f32 tensors");
                 Tensor::from_data(TensorData::new(w.matmul(&xs, m), [m, self.out_features]), &device)
             }
-            LinearWeight::Burn(parts) if parts.len() == 1 => x.matmul(parts[0].clone()),
-            LinearWeight::Burn(parts) => Tensor::cat(parts.iter().map(|w| x.clone().matmul(w.clone())).collect(), 1),
+            LinearWeight::Burn(parts) => {
+                let x = match self.half {
+                    Some(dt) => x.cast(dt),
+                    None => x,
+                };
+                let y = if parts.len() == 1 {
+                    x.matmul(parts[0].clone())
+                } else {
+                    Tensor::cat(parts.iter().map(|w| x.clone().matmul(w.clone())).collect(), 1)
+                };
+                match self.half {
+                    Some(_) => y.cast(DType::F32),
+                    None => y,
+                }
+            }
         }
     }
 
@@ -337,7 +392,7 @@ impl Linear {
                 for &j in ids {
                     let (p, local) = (j as usize / per, j as usize % per);
                     if host_parts[p].is_none() {
-                        host_parts[p] = Some(crate::model::host(parts[p].clone())?);
+                        host_parts[p] = Some(crate::model::host(parts[p].clone().cast(DType::F32))?);
                     }
                     let (all, out) = (host_parts[p].as_ref().expect("read above"), parts[p].dims()[1]);
                     data.extend((0..inp).map(|k| all[k * out + local]));
@@ -348,11 +403,12 @@ impl Linear {
         Ok(HostTensor { data, shape: vec![ids.len(), inp] })
     }
 
-    /// The weight as a Burn tensor `[in, out]` on `device` (unpacked anew
-    /// on `flex`, where only the packed copy is kept).
+    /// The weight as an f32 Burn tensor `[in, out]` on `device` (unpacked
+    /// anew on `flex`, where only the packed copy is kept; widened from a
+    /// half type).
     pub(crate) fn weight_t(&self, device: &Device) -> Tensor<2> {
         match &self.w {
-            LinearWeight::Burn(parts) => Tensor::cat(parts.clone(), 1),
+            LinearWeight::Burn(parts) => Tensor::cat(parts.clone(), 1).cast(DType::F32),
             LinearWeight::Packed(w) => to_tensor2_transposed(
                 HostTensor { data: w.unpack(), shape: vec![self.out_features, self.in_features] },
                 device,
@@ -371,11 +427,29 @@ pub(crate) fn to_tensor1(t: HostTensor, device: &Device) -> Tensor<1> {
 /// strided view.
 pub(crate) fn to_tensor2_transposed(t: HostTensor, device: &Device) -> Tensor<2> {
     let (r, c) = (t.shape[0], t.shape[1]);
-    let mut data = vec![0.0f32; r * c];
-    for (i, row) in t.data.chunks_exact(c).enumerate() {
+    Tensor::from_data(TensorData::new(transpose(&t.data, r, c), [c, r]), device)
+}
+
+/// [`to_tensor2_transposed`] stored as the half type `dt` (f16 or bf16):
+/// the values are converted on the host, so no f32 copy reaches the device.
+fn to_half_tensor2_transposed(t: HostTensor, dt: DType, device: &Device) -> Tensor<2> {
+    let (r, c) = (t.shape[0], t.shape[1]);
+    let data = transpose(&t.data, r, c);
+    let data = match dt {
+        DType::BF16 => TensorData::new(data.into_iter().map(half::bf16::from_f32).collect::<Vec<_>>(), [c, r]),
+        _ => TensorData::new(data.into_iter().map(half::f16::from_f32).collect::<Vec<_>>(), [c, r]),
+    };
+    // The dtype must be named: `from_data` otherwise converts to the device's default (f32).
+    Tensor::from_data(data, (device, dt))
+}
+
+/// `[r, c]` row-major → `[c, r]` row-major.
+fn transpose(data: &[f32], r: usize, c: usize) -> Vec<f32> {
+    let mut out = vec![0.0f32; r * c];
+    for (i, row) in data.chunks_exact(c).enumerate() {
         for (j, &v) in row.iter().enumerate() {
-            data[j * r + i] = v;
+            out[j * r + i] = v;
         }
     }
-    Tensor::from_data(TensorData::new(data, [c, r]), device)
+    out
 }

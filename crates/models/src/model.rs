@@ -78,8 +78,11 @@ impl Model {
 
     /// [`Model::load`] with the linear layers' weights (projections, LM
     /// head) in `dtype`: on `flex` stored as `dtype` and widened in
-    /// registers (a bf16 model reads half the bytes per step); embeddings,
-    /// norms, activations, the KV cache and every sum stay f32. The same
+    /// registers (a bf16 model reads half the bytes per step); on a GPU
+    /// backend stored and multiplied as f16 / bf16 where the device has
+    /// the type (`linear::device_half`), the activations cast to it for
+    /// each product and back to f32 after. Embeddings, norms, activations
+    /// between products, the KV cache and every sum stay f32. The same
     /// `dtype` goes to a drafter loaded for this target.
     ///
     /// # Errors
@@ -325,15 +328,11 @@ impl Model {
     }
 
     /// Bytes a forward reads per linear-layer weight: the dtype's on `flex`
-    /// (the packed kernels read the stored dtype), 4 on the other backends,
-    /// whose f32 tensors hold the values rounded to the dtype (no memory or
-    /// bandwidth saved there yet).
+    /// (the packed kernels read the stored dtype) and where the device
+    /// holds bf16 / f16 tensors (`wgpu` f16, `cuda`); 4 where a device
+    /// without the half type holds f32 tensors of the rounded values.
     pub fn stored_bytes_per_weight(&self) -> f64 {
-        if self.host_cache {
-            self.weight_dtype.bytes_per_weight()
-        } else {
-            4.0
-        }
+        self.lm_head.stored_bytes_per_weight(self.weight_dtype)
     }
 
     /// The hidden size `H`.

@@ -5,10 +5,15 @@
 //! adapter into a failure instead of a skip.
 #![cfg(feature = "wgpu")]
 
-use bastion_models::{load_model, Model, TreeAttentionMode};
+use bastion_models::{load_model, load_model_as, Model, TreeAttentionMode, WeightDtype};
 use bastion_testkit::{fixture_dir, max_abs_diff, root_path, tree_with_distinct_siblings};
-use burn::tensor::{Device, DeviceType};
+use burn::tensor::{DType, Device, DeviceType};
 use proptest::prelude::*;
+
+/// Largest |f16-product logit − f32-product logit| allowed, relative to
+/// the largest |logit|. Measured on lavapipe: 3.1e-3 (tiny-qwen3, 0.020
+/// of 6.48) and 1.6e-3 (tiny-llama, 0.011 of 6.82).
+const F16_LOGIT_TOLERANCE: f32 = 1e-2;
 
 fn device() -> Option<Device> {
     let found = Device::enumerate(DeviceType::Wgpu).into_iter().next();
@@ -92,6 +97,45 @@ proptest! {
         for k in 0..tail.len() {
             let d = max_abs_diff(after.row(k), plain.row(plain_len + k));
             prop_assert!(d < 1e-4, "continuation {k}: {d}");
+        }
+    }
+}
+
+/// With `WeightDtype::F16` on wgpu the linear weights are f16 device
+/// tensors (2 bytes a weight, half the f32 tensors' memory and reads) and
+/// the products run in f16 with f32 accumulation: every logit row of a
+/// prefill stays within f16 rounding of the f32 products of the same
+/// f16-rounded weights on `flex`, and picks the same token. Lavapipe has
+/// f16, so `BASTION_REQUIRE_WGPU=1` (CI) requires the half path.
+#[test]
+fn f16_weights_are_half_tensors_within_f16_rounding_of_f32_products() {
+    let Some(device) = device() else { return };
+    if !device.supports_dtype(DType::F16) {
+        assert!(std::env::var("BASTION_REQUIRE_WGPU").as_deref() != Ok("1"), "BASTION_REQUIRE_WGPU=1: no f16");
+        eprintln!("the adapter has no f16: skipped");
+        return;
+    }
+    for name in ["tiny-qwen3", "tiny-llama"] {
+        let half = load_model_as(fixture_dir(name), &device, WeightDtype::F16).unwrap();
+        assert_eq!(half.stored_bytes_per_weight(), 2.0, "{name}: f16 tensors on the device");
+        let reference = load_model_as(fixture_dir(name), &Device::flex(), WeightDtype::F16).unwrap();
+        let prompt: Vec<u32> = (0..24).map(|i| (i * 37 + 5) % 250).collect();
+        let got = half.session().prefill_all_logits(&prompt, &[]).unwrap();
+        let want = reference.session().prefill_all_logits(&prompt, &[]).unwrap();
+        let scale = want.logits.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let diff = max_abs_diff(&got.logits, &want.logits);
+        eprintln!("{name}: f16 products on wgpu vs f32 products on flex: max |Δ logit| {diff:e} (max |logit| {scale})");
+        assert!(diff <= F16_LOGIT_TOLERANCE * scale.max(1.0), "{name}: {diff} against {scale}");
+        assert!(diff > 0.0, "{name}: identical logits: the products did not run in f16");
+        for r in 0..want.rows {
+            let (g, w) = (got.row(r), want.row(r));
+            let top = |row: &[f32]| row.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0;
+            // Where the f32 top two are further apart than the tolerance, f16 picks the same token.
+            let mut sorted = w.to_vec();
+            sorted.sort_by(|a, b| b.total_cmp(a));
+            if sorted[0] - sorted[1] > 2.0 * F16_LOGIT_TOLERANCE * scale.max(1.0) {
+                assert_eq!(top(g), top(w), "{name}: row {r}");
+            }
         }
     }
 }

@@ -36,8 +36,10 @@ pub struct TargetArgs {
     pub backend: BackendKind,
     /// How the linear layers' weights are stored: f32, bf16, f16 or q8_0 (ggml's 8-bit blocks of
     /// 32 with an f16 scale, exact for a Q8_0 GGUF). On flex they are read at half (bf16, f16) or
-    /// about a quarter (q8_0) of the f32 bytes and widened in registers; activations, KV cache
-    /// and sums stay f32. The drafter follows the target.
+    /// about a quarter (q8_0) of the f32 bytes and widened in registers; on wgpu / cuda, f16
+    /// (and bf16 where the device has it) weights are half-type tensors multiplied in that type
+    /// with f32 accumulation (other dtypes: f32 tensors of the rounded values). Activations
+    /// between the products, the KV cache and the sums stay f32. The drafter follows the target.
     #[arg(long, default_value = "f32")]
     pub dtype: WeightDtype,
     /// Draw the target's weights in memory, seeded, instead of reading them: --model then names
