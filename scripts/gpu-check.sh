@@ -88,7 +88,7 @@ secs=$(( $(date +%s) - start ))
   echo "\`scripts/gpu-check.sh$([ "$SMALL" = 1 ] && echo ' --small')\`, $(date -u +%Y-%m-%d), backend $BACKEND, weights $DTYPE, $secs s in all."
   echo "Random-weight models of the shapes in \`experiments/shapes/\` (seed 0); verification latency per tree size N"
   echo "(median of $REPS after $WARMUP warm-ups) at contexts $CONTEXTS, with the tree-attention kernel and with the dense mask."
-  [ "$BACKEND" = flex ] || echo "On $BACKEND, $DTYPE weights are $DTYPE device tensors multiplied in $DTYPE with f32 accumulation where the adapter has the type (each profile's header line says \"stored as f32 tensors\" where it has not)."
+  case "$BACKEND/$DTYPE" in flex/*) ;; */f16|*/bf16) echo "On $BACKEND, $DTYPE weights are $DTYPE device tensors multiplied in $DTYPE with f32 accumulation where the adapter has the type (each profile's header line says \"stored as f32 tensors\" where it has not)." ;; */q8_0) echo "On $BACKEND, q8_0 weights are f32 device tensors of the de-quantised values." ;; esac
   echo
   for shape in "${SHAPES[@]}"; do
     echo "## $shape"

@@ -15,6 +15,10 @@ use proptest::prelude::*;
 /// of 6.48) and 1.6e-3 (tiny-llama, 0.011 of 6.82).
 const F16_LOGIT_TOLERANCE: f32 = 1e-2;
 
+/// Smallest shift of the f16-product logits (relative to the largest
+/// |logit|) that tells f16 products from f32 ones summed in another order.
+const F16_MIN_SHIFT: f32 = 1e-4;
+
 fn device() -> Option<Device> {
     let found = Device::enumerate(DeviceType::Wgpu).into_iter().next();
     if found.is_none() {
@@ -126,7 +130,9 @@ fn f16_weights_are_half_tensors_within_f16_rounding_of_f32_products() {
         let diff = max_abs_diff(&got.logits, &want.logits);
         eprintln!("{name}: f16 products on wgpu vs f32 products on flex: max |Δ logit| {diff:e} (max |logit| {scale})");
         assert!(diff <= F16_LOGIT_TOLERANCE * scale.max(1.0), "{name}: {diff} against {scale}");
-        assert!(diff > 0.0, "{name}: identical logits: the products did not run in f16");
+        // f32 products on wgpu differ from flex's only by summation order (about 1e-6 of the
+        // largest logit); f16 products move them by about 1e-3.
+        assert!(diff > F16_MIN_SHIFT * scale, "{name}: logits within f32 reordering: the products did not run in f16");
         for r in 0..want.rows {
             let (g, w) = (got.row(r), want.row(r));
             let top = |row: &[f32]| row.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0;
