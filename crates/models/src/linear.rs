@@ -205,10 +205,6 @@ struct HostNorms {
 /// that type.
 pub(crate) struct Linear {
     w: LinearWeight,
-    /// The dtype the Burn weight is stored and multiplied in when it is not
-    /// f32 ([`device_half`]): activations are cast to it before the matmul
-    /// and the product back to f32 after it.
-    half: Option<DType>,
     pub(crate) in_features: usize,
     pub(crate) out_features: usize,
 }
@@ -237,8 +233,13 @@ pub(crate) fn device_half(device: &Device, dtype: WeightDtype) -> Option<DType> 
 enum LinearWeight {
     Packed(crate::cpu_matmul::PackedMatrix),
     /// `[in, out_i]` tensors, the output features split into parts of at
-    /// most the bound of [`rows_per_part`] (one part unless the layer is that large).
-    Burn(Vec<Tensor<2>>),
+    /// most the bound of [`rows_per_part`] (one part unless the layer is that large),
+    /// stored and multiplied in `half` when set ([`device_half`]; activations are cast
+    /// to it before the matmul and the product back to f32 after it), else f32.
+    Burn {
+        parts: Vec<Tensor<2>>,
+        half: Option<DType>,
+    },
 }
 
 /// The largest tensor (bytes) a model places in one device buffer by
@@ -292,7 +293,6 @@ impl Linear {
         let in_features = ws[0].shape[1];
         assert!(ws.iter().all(|w| w.shape.len() == 2 && w.shape[1] == in_features), "stacked weights share `in`");
         let out_features = ws.iter().map(|w| w.shape[0]).sum();
-        let half = device_half(device, dtype);
         let w = if *device == Device::flex() && !device.is_autodiff() {
             let parts: Vec<&[f32]> = ws.iter().map(|w| w.data.as_slice()).collect();
             LinearWeight::Packed(crate::cpu_matmul::PackedMatrix::pack_stacked_as(&parts, in_features, dtype))
@@ -300,28 +300,29 @@ impl Linear {
             let data: Vec<f32> =
                 ws.iter().flat_map(|w| w.data.chunks(in_features).flat_map(|r| dtype.round_row(r))).collect();
             let part = rows_per_part(in_features) * in_features;
-            LinearWeight::Burn(
-                data.chunks(part)
-                    .map(|rows| {
-                        let shape = vec![rows.len() / in_features, in_features];
-                        let t = HostTensor { data: rows.to_vec(), shape };
-                        match half {
-                            Some(dt) => to_half_tensor2_transposed(t, dt, device),
-                            None => to_tensor2_transposed(t, device),
-                        }
-                    })
-                    .collect(),
-            )
+            let half = device_half(device, dtype);
+            let parts = data
+                .chunks(part)
+                .map(|rows| {
+                    let (r, c) = (rows.len() / in_features, in_features);
+                    let t = transpose(rows, r, c);
+                    match half {
+                        Some(dt) => half_tensor(t, [c, r], dt, device),
+                        None => Tensor::from_data(TensorData::new(t, [c, r]), device),
+                    }
+                })
+                .collect();
+            LinearWeight::Burn { parts, half }
         };
-        Self { w, half, in_features, out_features }
+        Self { w, in_features, out_features }
     }
 
     /// Bytes per weight as stored: the dtype's when packed on `flex` or
     /// held as a half-type device tensor, 4 for an f32 tensor.
     pub(crate) fn stored_bytes_per_weight(&self, dtype: WeightDtype) -> f64 {
-        match (&self.w, self.half) {
-            (LinearWeight::Packed(_), _) | (_, Some(_)) => dtype.bytes_per_weight(),
-            (LinearWeight::Burn(_), None) => 4.0,
+        match &self.w {
+            LinearWeight::Packed(_) | LinearWeight::Burn { half: Some(_), .. } => dtype.bytes_per_weight(),
+            LinearWeight::Burn { half: None, .. } => 4.0,
         }
     }
 
@@ -329,7 +330,7 @@ impl Linear {
     pub(crate) fn parts(&self) -> usize {
         match &self.w {
             LinearWeight::Packed(_) => 1,
-            LinearWeight::Burn(parts) => parts.len(),
+            LinearWeight::Burn { parts, .. } => parts.len(),
         }
     }
 
@@ -342,8 +343,8 @@ impl Linear {
                 let xs = x.into_data().try_into_vec::<f32>().expect("activations are f32 tensors");
                 Tensor::from_data(TensorData::new(w.matmul(&xs, m), [m, self.out_features]), &device)
             }
-            LinearWeight::Burn(parts) => {
-                let x = match self.half {
+            LinearWeight::Burn { parts, half } => {
+                let x = match *half {
                     Some(dt) => x.cast(dt),
                     None => x,
                 };
@@ -352,7 +353,7 @@ impl Linear {
                 } else {
                     Tensor::cat(parts.iter().map(|w| x.clone().matmul(w.clone())).collect(), 1)
                 };
-                match self.half {
+                match half {
                     Some(_) => y.cast(DType::F32),
                     None => y,
                 }
@@ -368,7 +369,7 @@ impl Linear {
     pub(crate) fn forward_host(&self, x: &[f32], rows: usize) -> Vec<f32> {
         match &self.w {
             LinearWeight::Packed(w) => w.matmul(x, rows),
-            LinearWeight::Burn(_) => unreachable!("host layers run only on flex, where weights are packed"),
+            LinearWeight::Burn { .. } => unreachable!("host layers run only on flex, where weights are packed"),
         }
     }
 
@@ -384,7 +385,7 @@ impl Linear {
         let inp = self.in_features;
         let data = match &self.w {
             LinearWeight::Packed(w) => ids.iter().flat_map(|&j| w.row(j as usize)).collect(),
-            LinearWeight::Burn(parts) => {
+            LinearWeight::Burn { parts, .. } => {
                 // `[in, out_i]` parts: gather the columns, then transpose on the host.
                 let per = rows_per_part(inp);
                 let mut host_parts: Vec<Option<Vec<f32>>> = vec![None; parts.len()];
@@ -408,7 +409,7 @@ impl Linear {
     /// half type).
     pub(crate) fn weight_t(&self, device: &Device) -> Tensor<2> {
         match &self.w {
-            LinearWeight::Burn(parts) => Tensor::cat(parts.clone(), 1).cast(DType::F32),
+            LinearWeight::Burn { parts, .. } => Tensor::cat(parts.clone(), 1).cast(DType::F32),
             LinearWeight::Packed(w) => to_tensor2_transposed(
                 HostTensor { data: w.unpack(), shape: vec![self.out_features, self.in_features] },
                 device,
@@ -430,14 +431,12 @@ pub(crate) fn to_tensor2_transposed(t: HostTensor, device: &Device) -> Tensor<2>
     Tensor::from_data(TensorData::new(transpose(&t.data, r, c), [c, r]), device)
 }
 
-/// [`to_tensor2_transposed`] stored as the half type `dt` (f16 or bf16):
-/// the values are converted on the host, so no f32 copy reaches the device.
-fn to_half_tensor2_transposed(t: HostTensor, dt: DType, device: &Device) -> Tensor<2> {
-    let (r, c) = (t.shape[0], t.shape[1]);
-    let data = transpose(&t.data, r, c);
+/// `data` (row-major, `shape`) as a device tensor of the half type `dt`
+/// (f16 or bf16), converted on the host so that no f32 copy reaches the device.
+fn half_tensor(data: Vec<f32>, shape: [usize; 2], dt: DType, device: &Device) -> Tensor<2> {
     let data = match dt {
-        DType::BF16 => TensorData::new(data.into_iter().map(half::bf16::from_f32).collect::<Vec<_>>(), [c, r]),
-        _ => TensorData::new(data.into_iter().map(half::f16::from_f32).collect::<Vec<_>>(), [c, r]),
+        DType::BF16 => TensorData::new(data.into_iter().map(half::bf16::from_f32).collect::<Vec<_>>(), shape),
+        _ => TensorData::new(data.into_iter().map(half::f16::from_f32).collect::<Vec<_>>(), shape),
     };
     // The dtype must be named: `from_data` otherwise converts to the device's default (f32).
     Tensor::from_data(data, (device, dt))
