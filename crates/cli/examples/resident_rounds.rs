@@ -3,14 +3,14 @@
 //! layers (`experiments/shapes/qwen3-8b-2-layers.json`, bf16) and a random
 //! 1-layer DFlash drafter of its width (block 16), loads both on the
 //! `wgpu` backend (f16 weights), and runs DDTree rounds at budgets
-//! `BUDGETS` (default 1024), T = 0 and T = 1, printing each round's
-//! `read_back_bytes` next to the bytes of the logits a host round would
-//! have copied (`(1 + N) · vocab · 4`). The T = 0 outputs are checked
+//! `BUDGETS` (default 1024) at temperatures `TEMPS` (default `0,1`),
+//! printing each round's `read_back_bytes` next to the bytes of the
+//! logits a host round would have copied (`(1 + N) · vocab · 4`). The T = 0 outputs are checked
 //! against AR. A benchmark, not a test: on lavapipe one verification of
 //! 1025 nodes takes minutes.
 //!
 //! ```sh
-//! cargo run --release -p bastion-cli --features wgpu --example resident_rounds -- [DIR] [TOKENS] [BUDGETS]
+//! cargo run --release -p bastion-cli --features wgpu --example resident_rounds -- [DIR] [TOKENS] [BUDGETS] [TEMPS]
 //! ```
 
 use std::time::Instant;
@@ -26,6 +26,8 @@ fn main() {
     let tokens: usize = args.get(2).and_then(|t| t.parse().ok()).unwrap_or(1);
     let budgets: Vec<usize> =
         args.get(3).map_or(vec![1024], |b| b.split(',').map(|n| n.trim().parse().expect("BUDGETS: N,N,…")).collect());
+    let temperatures: Vec<f64> =
+        args.get(4).map_or(vec![0.0, 1.0], |t| t.split(',').map(|x| x.trim().parse().expect("TEMPS: T,T,…")).collect());
     let shape =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments/shapes/qwen3-8b-2-layers.json");
     let cfg: serde_json::Value =
@@ -54,7 +56,7 @@ fn main() {
     let prompt: Vec<u32> = (0..8).map(|i| 1000 + i * 37).collect();
     println!("| N | T | round | tree nodes | read back (bytes) | logits of the tree (bytes) | draft s | verify s | commit s |");
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for temperature in [0.0, 1.0] {
+    for &temperature in &temperatures {
         let gcfg = GenerateConfig { max_new_tokens: tokens, temperature, seed: 3, ..GenerateConfig::default() };
         let ar = (temperature == 0.0).then(|| generate(&target, None, &prompt, &gcfg).expect("AR"));
         for &budget in &budgets {
