@@ -31,9 +31,13 @@
 //! does not depend on the other rows of the call: a draft-tree node gets
 //! the same bits verified alone or in a tree of 64, which is what keeps
 //! greedy speculative decoding token-for-token equal to AR.
+//!
+//! Q8_0 weights take another path, `cpu_matmul_q8`: int8 × int8 block dot
+//! products (as ggml does) with the same per-row independence.
 
 use rayon::prelude::*;
 
+use crate::cpu_matmul_q8 as q8;
 use crate::weight_dtype::q8_block;
 pub use crate::weight_dtype::{WeightDtype, Q8_BLOCK};
 
@@ -107,9 +111,10 @@ enum Store {
     F32(Vec<f32>),
     Bf16(Vec<half::bf16>),
     F16(Vec<half::f16>),
-    /// Int8 weights in the panel layout, and per panel, per block of
-    /// [`Q8_BLOCK`] steps along `k`, the [`NR`] features' f16 scales
-    /// (`[panels, ceil(k / 32), NR]`).
+    /// Int8 weights in the integer kernel's panel layout
+    /// (`cpu_matmul_q8`: `k` padded to whole blocks, groups of 4 steps per
+    /// feature), and per panel, per block of [`Q8_BLOCK`] steps along `k`,
+    /// the [`NR`] features' f16 scales (`[panels, ceil(k / 32), NR]`).
     Q8 {
         q: Vec<i8>,
         d: Vec<half::f16>,
@@ -212,17 +217,17 @@ impl PackedMatrix {
             WeightDtype::F16 => Store::F16(panels(out, inp, &row, half::f16::from_f32)),
             WeightDtype::Q8_0 => {
                 let (panels, blocks) = (out.div_ceil(NR), inp.div_ceil(Q8_BLOCK));
-                let mut q = vec![0i8; panels * NR * inp];
+                let mut q = vec![0i8; panels * blocks * q8::PANEL_BLOCK];
                 let mut d = vec![half::f16::ZERO; panels * blocks * NR];
                 if inp > 0 {
-                    q.par_chunks_mut(NR * inp).zip(d.par_chunks_mut(blocks * NR)).enumerate().for_each(
+                    q.par_chunks_mut(blocks * q8::PANEL_BLOCK).zip(d.par_chunks_mut(blocks * NR)).enumerate().for_each(
                         |(p, (qp, dp))| {
                             for j in 0..NR.min(out - p * NR) {
                                 for (b, w) in row(p * NR + j).chunks(Q8_BLOCK).enumerate() {
                                     let (scale, qs) = q8_block(w);
                                     dp[b * NR + j] = scale;
                                     for (t, &v) in qs.iter().take(w.len()).enumerate() {
-                                        qp[(b * Q8_BLOCK + t) * NR + j] = v;
+                                        qp[q8::index(b * Q8_BLOCK + t, j)] = v;
                                     }
                                 }
                             }
@@ -265,7 +270,8 @@ impl PackedMatrix {
             Store::F16(d) => d[i].to_f32(),
             Store::Q8 { q, d } => {
                 let blocks = self.in_features.div_ceil(Q8_BLOCK);
-                f32::from(q[i]) * d[(p * blocks + k / Q8_BLOCK) * NR + j].to_f32()
+                f32::from(q[p * blocks * q8::PANEL_BLOCK + q8::index(k, j)])
+                    * d[(p * blocks + k / Q8_BLOCK) * NR + j].to_f32()
             }
         }
     }
@@ -319,19 +325,11 @@ impl PackedMatrix {
             y.fill(0.0);
             return;
         }
-        let blocks = k.div_ceil(Q8_BLOCK);
         match &self.data {
             Store::F32(d) => product(|p| Plain(&d[p * NR * k..(p + 1) * NR * k]), x, m, n, k, y),
             Store::Bf16(d) => product(|p| Plain(&d[p * NR * k..(p + 1) * NR * k]), x, m, n, k, y),
             Store::F16(d) => product(|p| Plain(&d[p * NR * k..(p + 1) * NR * k]), x, m, n, k, y),
-            Store::Q8 { q, d } => product(
-                |p| Q8Panel { q: &q[p * NR * k..(p + 1) * NR * k], d: &d[p * blocks * NR..(p + 1) * blocks * NR] },
-                x,
-                m,
-                n,
-                k,
-                y,
-            ),
+            Store::Q8 { q, d } => q8::product(Isa::get(), q, d, x, m, n, k, y),
         }
     }
 }
@@ -383,45 +381,6 @@ impl<E: Element> PanelRead for Plain<'_, E> {
     }
 }
 
-/// A Q8_0 panel: int8 weights `[k, NR]` and f16 scales `[ceil(k / 32), NR]`.
-#[derive(Clone, Copy)]
-struct Q8Panel<'a> {
-    q: &'a [i8],
-    d: &'a [half::f16],
-}
-
-impl PanelRead for Q8Panel<'_> {
-    #[inline(always)]
-    fn steps(&self) -> usize {
-        self.q.len() / NR
-    }
-    #[inline(always)]
-    fn get(&self, kk: usize, j: usize) -> f32 {
-        f32::from(self.q[kk * NR + j]) * self.d[kk / Q8_BLOCK * NR + j].to_f32()
-    }
-    #[inline(always)]
-    fn addr(&self, kk: usize) -> *const i8 {
-        self.q.as_ptr().wrapping_add(kk * NR)
-    }
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn load16(&self, kk: usize) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m256) {
-        use std::arch::x86_64::*;
-        debug_assert!(kk < self.steps());
-        // SAFETY: kk < steps: 16 int8 at kk·NR and 16 scales at
-        // (kk / 32)·NR lie in the panel (caller); AVX2 + F16C (caller).
-        unsafe {
-            let q = _mm_loadu_si128(self.q.as_ptr().add(kk * NR).cast());
-            let d = self.d.as_ptr().add(kk / Q8_BLOCK * NR);
-            let (d0, d1) =
-                (_mm256_cvtph_ps(_mm_loadu_si128(d.cast())), _mm256_cvtph_ps(_mm_loadu_si128(d.add(8).cast())));
-            let q0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
-            let q1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(q)));
-            (_mm256_mul_ps(q0, d0), _mm256_mul_ps(q1, d1))
-        }
-    }
-}
-
 /// `y = x · Wᵀ` over the panels `panel(0..ceil(n / NR))` of any stored
 /// type (see [`PackedMatrix::matmul_into`]; shapes checked there).
 fn product<'a, P: PanelRead + 'a>(
@@ -435,28 +394,34 @@ fn product<'a, P: PanelRead + 'a>(
     let panels = n.div_ceil(NR);
     let isa = Isa::get();
     let out = OutPtr(y.as_mut_ptr());
-    let run = |p: usize| {
+    for_each_panel(panels, m * n * k, |p: usize| {
         let next = (p + 1 < panels).then(|| panel(p + 1));
         let cols = NR.min(n - p * NR);
         // SAFETY: panel `p` writes only columns p·NR .. p·NR + cols of
         // each of the m rows of `y` (length m · n, checked by the caller),
         // and every panel index is visited by exactly one task.
         unsafe { panel_product(isa, panel(p), next, x, m, k, out, n, p * NR, cols) };
-    };
-    if m * n * k <= SERIAL_WORK || rayon::current_num_threads() == 1 {
+    });
+}
+
+/// Runs `run(p)` once for every panel `p < panels`: on the calling thread
+/// when the product is small (`work` multiply-adds ≤ `SERIAL_WORK`), else
+/// split across rayon's threads, a few contiguous runs of panels per thread.
+pub(crate) fn for_each_panel(panels: usize, work: usize, run: impl Fn(usize) + Sync) {
+    if work <= SERIAL_WORK || rayon::current_num_threads() == 1 {
         (0..panels).for_each(run);
     } else {
         // A few tasks per thread: even split, little scheduling.
         let per_task = panels.div_ceil(rayon::current_num_threads() * 4).max(1);
         (0..panels.div_ceil(per_task)).into_par_iter().for_each(|t| {
-            (t * per_task..((t + 1) * per_task).min(panels)).for_each(run);
+            (t * per_task..((t + 1) * per_task).min(panels)).for_each(&run);
         });
     }
 }
 
 /// The output buffer, shared by the panel tasks (each writes its own columns).
 #[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
+pub(crate) struct OutPtr(pub(crate) *mut f32);
 // SAFETY: tasks write disjoint elements (see `matmul_into`).
 unsafe impl Send for OutPtr {}
 // SAFETY: as above.

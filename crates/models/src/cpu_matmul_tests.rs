@@ -113,13 +113,43 @@ proptest! {
     }
 }
 
-/// Q8_0: the product is the f32 kernel's on the de-quantised weight
-/// (what `unpack` and `round_row` give), on odd shapes with partial
-/// blocks and panels, at 34 bytes per 32 weights plus padding; the
-/// quantisation error is at most half a step (`d / 2`) per weight.
+/// The Q8_0 product as `cpu_matmul_q8`'s module doc defines it, written
+/// independently of the kernel: each activation block of 32 quantised to
+/// int8 with scale `max|x| / 127`, exact integer sums per block, then
+/// `acc += sum · (dw · dx)` over blocks in order, fused when `fused`.
+fn q8_reference(w: &[f32], x: &[f32], m: usize, n: usize, k: usize, fused: bool) -> Vec<f32> {
+    let mut y = vec![0.0f32; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            let mut acc = 0.0f32;
+            for (xb, wb) in x[i * k..(i + 1) * k].chunks(Q8_BLOCK).zip(w[j * k..(j + 1) * k].chunks(Q8_BLOCK)) {
+                let (dw, qw) = q8_block(wb);
+                let amax = xb.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+                let dx = amax / 127.0;
+                let qx: Vec<i64> = xb
+                    .iter()
+                    .map(|&v| if dx > 0.0 { (v / dx).round().clamp(-127.0, 127.0) as i64 } else { 0 })
+                    .collect();
+                let sum: i64 = qx.iter().zip(qw).map(|(&a, b)| a * i64::from(b)).sum();
+                let s = dw.to_f32() * dx;
+                acc = if fused { (sum as f32).mul_add(s, acc) } else { acc + sum as f32 * s };
+            }
+            y[i * n + j] = acc;
+        }
+    }
+    y
+}
+
+/// Q8_0: weights unpack to their de-quantised values (at most half a
+/// step, `d / 2`, from the input) at 34 bytes per 32 weights plus padding,
+/// and the product is exactly the int8 × int8 product of
+/// [`q8_reference`] (activations quantised per block of 32), on the AVX2
+/// and the portable kernel, on odd shapes with partial blocks and panels.
+/// It stays within the bound activation rounding allows of the exact
+/// product of the de-quantised weight: `Σ_b dx_b / 2 · Σ_t |w|`.
 #[test]
-fn q8_0_weights_equal_the_f32_product_of_the_dequantised_weight() {
-    for (m, n, k) in [(1, 130, 576), (3, 67, 13), (16, 65, 100), (7, 1, 8), (64, 33, 17), (2, 16, 64)] {
+fn q8_0_weights_multiply_int8_activations_exactly_as_specified() {
+    for (m, n, k) in [(1, 130, 576), (3, 67, 13), (16, 65, 100), (7, 1, 8), (64, 33, 17), (2, 16, 64), (5, 40, 96)] {
         let w = values(n * k, 21);
         let x = values(m * k, 22);
         let q = PackedMatrix::pack_as(&w, n, k, WeightDtype::Q8_0);
@@ -127,8 +157,31 @@ fn q8_0_weights_equal_the_f32_product_of_the_dequantised_weight() {
         assert_eq!(q.dtype(), WeightDtype::Q8_0);
         assert_eq!(q.unpack(), deq, "{n}x{k}");
         assert_eq!(q.row(n - 1), deq[(n - 1) * k..]);
-        assert_eq!(q.bytes(), n.div_ceil(NR) * NR * (k + 2 * k.div_ceil(Q8_BLOCK)));
-        assert_eq!(q.matmul(&x, m), PackedMatrix::pack(&deq, n, k).matmul(&x, m), "{m}x{n}x{k}");
+        let blocks = k.div_ceil(Q8_BLOCK);
+        assert_eq!(q.bytes(), n.div_ceil(NR) * NR * blocks * (Q8_BLOCK + 2));
+        let y = q.matmul(&x, m);
+        assert_eq!(y, q8_reference(&w, &x, m, n, k, Isa::get() != Isa::Portable), "{m}x{n}x{k}");
+        let Store::Q8 { q: qs, d } = &q.data else { unreachable!("packed as Q8_0") };
+        let mut portable = vec![0.0f32; m * n];
+        crate::cpu_matmul_q8::product(Isa::Portable, qs, d, &x, m, n, k, &mut portable);
+        assert_eq!(portable, q8_reference(&w, &x, m, n, k, false), "portable {m}x{n}x{k}");
+        for i in 0..m {
+            let xr = &x[i * k..(i + 1) * k];
+            for j in 0..n {
+                let wr = &deq[j * k..(j + 1) * k];
+                let exact: f64 = xr.iter().zip(wr).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum();
+                let bound: f64 = xr
+                    .chunks(Q8_BLOCK)
+                    .zip(wr.chunks(Q8_BLOCK))
+                    .map(|(xb, wb)| {
+                        let dx = f64::from(xb.iter().fold(0.0f32, |a, v| a.max(v.abs()))) / 127.0;
+                        dx / 2.0 * wb.iter().map(|v| f64::from(v.abs())).sum::<f64>()
+                    })
+                    .sum();
+                let err = (f64::from(y[i * n + j]) - exact).abs();
+                assert!(err <= bound * 1.001 + 1e-5, "{m}x{n}x{k} [{i},{j}]: error {err} above {bound}");
+            }
+        }
         for (row, drow) in w.chunks(k).zip(deq.chunks(k)) {
             for (b, db) in row.chunks(Q8_BLOCK).zip(drow.chunks(Q8_BLOCK)) {
                 let d = b.iter().fold(0.0f32, |a, v| a.max(v.abs())) / 127.0;
@@ -145,6 +198,23 @@ fn q8_0_weights_equal_the_f32_product_of_the_dequantised_weight() {
     let (d, q) = q8_block(&[0.5, -1.27, 0.01]);
     assert_eq!((d.to_f32(), q[1]), (half::f16::from_f32(0.01).to_f32(), -127));
     assert_eq!("q8_0".parse::<WeightDtype>(), Ok(WeightDtype::Q8_0));
+}
+
+/// Q8_0 activations: a zero row gives zeros; a NaN or an infinity in an
+/// activation block makes that row's outputs NaN (as the f32 product
+/// would), and leaves the other rows alone.
+#[test]
+fn q8_0_products_of_zero_and_non_finite_rows() {
+    let (n, k) = (20, 70);
+    let w = PackedMatrix::pack_as(&values(n * k, 31), n, k, WeightDtype::Q8_0);
+    let mut x = values(3 * k, 32);
+    x[..k].fill(0.0);
+    x[2 * k + 40] = f32::INFINITY;
+    let y = w.matmul(&x, 3);
+    assert!(y[..n].iter().all(|&v| v == 0.0));
+    assert!(y[2 * n..].iter().all(|v| v.is_nan()));
+    assert_eq!(&y[n..2 * n], &w.matmul(&x[k..2 * k], 1)[..]);
+    assert!(y[n..2 * n].iter().all(|v| v.is_finite() && *v != 0.0));
 }
 
 /// Values that came from Q8_0 blocks (`q · d`, d an f16, max |q| = 127)
@@ -172,10 +242,12 @@ fn dequantised_q8_0_blocks_round_trip_exactly() {
 fn threads_do_not_change_the_bits() {
     let (m, n, k) = (9, 700, 300);
     assert!(m * n * k > SERIAL_WORK, "large enough for the parallel path");
-    let w = PackedMatrix::pack(&values(n * k, 7), n, k);
-    let x = values(m * k, 8);
-    let pool = |t| rayon::ThreadPoolBuilder::new().num_threads(t).build().unwrap();
-    let serial = pool(1).install(|| w.matmul(&x, m));
-    let parallel = pool(3).install(|| w.matmul(&x, m));
-    assert_eq!(serial, parallel);
+    for dtype in [WeightDtype::F32, WeightDtype::Q8_0] {
+        let w = PackedMatrix::pack_as(&values(n * k, 7), n, k, dtype);
+        let x = values(m * k, 8);
+        let pool = |t| rayon::ThreadPoolBuilder::new().num_threads(t).build().unwrap();
+        let serial = pool(1).install(|| w.matmul(&x, m));
+        let parallel = pool(3).install(|| w.matmul(&x, m));
+        assert_eq!(serial, parallel, "{dtype}");
+    }
 }

@@ -16,6 +16,7 @@ pub mod config;
 mod cpu_attention;
 mod cpu_layer;
 pub mod cpu_matmul;
+mod cpu_matmul_q8;
 pub mod draft_vocab;
 pub mod drafter;
 pub mod error;

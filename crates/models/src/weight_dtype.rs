@@ -20,10 +20,13 @@ pub enum WeightDtype {
     F16,
     /// ggml's Q8_0: each run of 32 weights along a row (the input axis)
     /// shares one f16 scale `d = max |w| / 127`, each weight is the int8
-    /// `round(w / d)`; 34 bytes per 32 weights. The kernel widens `q · d`
-    /// to f32 in registers, so the product is the f32 product of the
-    /// de-quantised weight. A GGUF Q8_0 tensor survives the round trip
-    /// through f32 exactly (its largest value per block is `±127 · d`).
+    /// `round(w / d)`; 34 bytes per 32 weights. On `flex` the product
+    /// quantises each activation row to Q8_0 blocks too (f32 scale) and
+    /// multiplies int8 by int8 with exact i32 block sums, as ggml does
+    /// (`crate::cpu_matmul_q8` gives the formula and its error bound);
+    /// the GPU backends de-quantise to f32 at load. A GGUF Q8_0 tensor
+    /// survives the round trip through f32 exactly (its largest value per
+    /// block is `±127 · d`).
     Q8_0,
 }
 

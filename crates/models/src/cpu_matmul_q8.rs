@@ -1,0 +1,250 @@
+//! The Q8_0 product on the `flex` backend: int8 weights times int8
+//! activations with integer dot products, as ggml multiplies Q8_0 weights
+//! (llama.cpp `ggml-quants.c`, `ggml_vec_dot_q8_0_q8_0`: the activations are
+//! quantised to Q8_0 blocks first, `vec_dot_type = Q8_0`).
+//!
+//! **Why.** Widening each int8 weight to f32 and scaling it costs about
+//! ten instructions per 16 weights; amortised over a few rows that made
+//! a 2–16-row verification as slow in Q8_0 as in f32 (72.5 against 74.8 ms
+//! for 16 rows in the default-q8_0 sweep) although it reads a quarter of
+//! the bytes. With both operands int8, one `vpmaddubsw` + `vpmaddwd` pair
+//! does 32 multiply-adds, and the weights are never widened.
+//!
+//! **What is computed.** Each activation row `x` `[k]` is quantised per
+//! block of [`Q8_BLOCK`] along `k`: `dx = max|x| / 127` (f32),
+//! `xq = round(x / dx)` clamped to ±127 (zeros when `dx` is 0; `dx` is NaN,
+//! so the outputs are NaN, when the block holds a NaN or an infinity). Then
+//! for output feature `j` with Q8_0 weight blocks `(dw, qw)`:
+//!
+//! `y[j] = Σ_b (dw[j, b] · dx[b]) · Σ_t qw[j, 32b + t] · xq[32b + t]`
+//!
+//! The inner sum is exact in i32 (|sum| ≤ 32 · 127² < 2²⁴, so it also
+//! converts to f32 exactly); the outer sum runs over blocks in order, one
+//! fused multiply-add per block on the AVX2 path (a multiply and an add on
+//! the portable one; the choice is made once per process). A row's result
+//! therefore depends on that row alone, as in every other dtype (row
+//! invariance), and differs from the f32 product of the de-quantised weight
+//! by at most `Σ_b dx[b] / 2 · Σ_t |w[j, 32b + t]|` plus f32 rounding.
+//!
+//! **Layout.** A panel of [`NR`] output features holds, per block of 32
+//! along `k`, 8 groups of 4 steps; a group stores, for each feature `j`,
+//! its 4 weights at `j · 4 ..= j · 4 + 3` (64 bytes: one cache line, two
+//! AVX2 vectors of 8 features). One broadcast of 4 activation bytes then
+//! meets 8 features × 4 steps per vector. `k` is zero-padded to whole
+//! blocks; the scales are `[ceil(k / 32), NR]` per panel.
+
+use crate::cpu_matmul::{for_each_panel, Isa, OutPtr, NR};
+use crate::weight_dtype::Q8_BLOCK;
+
+/// Rows per micro-kernel pass (2 i32 accumulators per row; the f32 totals
+/// live in memory and are touched once per block).
+const MR: usize = 4;
+/// Steps along `k` per group (the bytes `vpmaddubsw` + `vpmaddwd` sum).
+const GROUP: usize = 4;
+/// Bytes of one block of one panel.
+pub(crate) const PANEL_BLOCK: usize = Q8_BLOCK * NR;
+
+/// Offset, within a panel, of weight (`k`, feature `j`).
+#[inline(always)]
+pub(crate) fn index(k: usize, j: usize) -> usize {
+    let (b, t) = (k / Q8_BLOCK, k % Q8_BLOCK);
+    b * PANEL_BLOCK + (t / GROUP) * NR * GROUP + j * GROUP + t % GROUP
+}
+
+/// Activations `x` `[m, k]` as Q8_0 blocks: int8 values `[m, blocks · 32]`
+/// (zero-padded) and f32 scales `[m, blocks]` (see the module doc).
+pub(crate) fn quantize_rows(x: &[f32], m: usize, k: usize) -> (Vec<i8>, Vec<f32>) {
+    let blocks = k.div_ceil(Q8_BLOCK);
+    let kp = blocks * Q8_BLOCK;
+    let mut xq = vec![0i8; m * kp];
+    let mut dx = vec![0.0f32; m * blocks];
+    for r in 0..m {
+        for (b, v) in x[r * k..(r + 1) * k].chunks(Q8_BLOCK).enumerate() {
+            let q = &mut xq[r * kp + b * Q8_BLOCK..][..v.len()];
+            dx[r * blocks + b] = quantize_block(v, q);
+        }
+    }
+    (xq, dx)
+}
+
+/// One block: writes `round(v / d)` into `q` and returns `d = max|v| / 127`
+/// (0 for a block of zeros, NaN when `v` holds a NaN or an infinity).
+fn quantize_block(v: &[f32], q: &mut [i8]) -> f32 {
+    if !v.iter().all(|v| v.is_finite()) {
+        return f32::NAN;
+    }
+    let d = v.iter().fold(0.0f32, |a, v| a.max(v.abs())) / 127.0;
+    if d > 0.0 {
+        for (q, &v) in q.iter_mut().zip(v) {
+            *q = (v / d).round().clamp(-127.0, 127.0) as i8;
+        }
+    }
+    d
+}
+
+/// `y = x · Wᵀ` for Q8_0 weights `q` (panels in the layout above) and
+/// scales `d` `[panels, blocks, NR]`; `x` `[m, k]`, `y` `[m, n]` (checked
+/// by the caller).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn product(isa: Isa, q: &[i8], d: &[half::f16], x: &[f32], m: usize, n: usize, k: usize, y: &mut [f32]) {
+    let blocks = k.div_ceil(Q8_BLOCK);
+    let (xq, dx) = quantize_rows(x, m, k);
+    let panels = n.div_ceil(NR);
+    let out = OutPtr(y.as_mut_ptr());
+    let panel =
+        |p: usize| (&q[p * blocks * PANEL_BLOCK..][..blocks * PANEL_BLOCK], &d[p * blocks * NR..][..blocks * NR]);
+    for_each_panel(panels, m * n * k, |p| {
+        // Capture the whole `OutPtr` (which is Sync), not its raw field.
+        let out = &out;
+        let next = (p + 1 < panels).then(|| panel(p + 1).0);
+        let (qp, dp) = panel(p);
+        let cols = NR.min(n - p * NR);
+        let mut i = 0;
+        while i < m {
+            let rows = MR.min(m - i);
+            let mut acc = [[0.0f32; NR]; MR];
+            let (xs, ds) =
+                (&xq[i * blocks * Q8_BLOCK..(i + rows) * blocks * Q8_BLOCK], &dx[i * blocks..(i + rows) * blocks]);
+            match isa {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: Isa::Avx2Fma is only chosen when the CPU has AVX2, FMA and F16C.
+                Isa::Avx2Fma => unsafe { block_avx2(qp, dp, if i == 0 { next } else { None }, xs, ds, rows, &mut acc) },
+                Isa::Portable => block_portable(qp, dp, xs, ds, rows, &mut acc),
+            }
+            for (r, a) in acc.iter().enumerate().take(rows) {
+                // SAFETY: panel `p` writes only columns p·NR .. p·NR + cols
+                // of row i + r < m of `y` (`[m, n]`), and each panel index is
+                // visited by exactly one task.
+                let dst = unsafe { std::slice::from_raw_parts_mut(out.0.add((i + r) * n + p * NR), cols) };
+                dst.copy_from_slice(&a[..cols]);
+            }
+            i += rows;
+        }
+    });
+}
+
+/// `acc[r][j] = Σ_b (dw[b, j] · dx[r, b]) · Σ_t qw · xq` for `r < rows`, portable.
+fn block_portable(qp: &[i8], dp: &[half::f16], xq: &[i8], dx: &[f32], rows: usize, acc: &mut [[f32; NR]; MR]) {
+    let blocks = dp.len() / NR;
+    let kp = blocks * Q8_BLOCK;
+    for (r, a) in acc.iter_mut().enumerate().take(rows) {
+        for b in 0..blocks {
+            let s = dx[r * blocks + b];
+            for (j, aj) in a.iter_mut().enumerate() {
+                let isum: i32 = (0..Q8_BLOCK)
+                    .map(|t| i32::from(qp[index(b * Q8_BLOCK + t, j)]) * i32::from(xq[r * kp + b * Q8_BLOCK + t]))
+                    .sum();
+                *aj += isum as f32 * (dp[b * NR + j].to_f32() * s);
+            }
+        }
+    }
+}
+
+/// As [`block_portable`] with AVX2, `rows` dispatched to a fixed-size block
+/// so that the accumulators live in registers.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn block_avx2(
+    qp: &[i8],
+    dp: &[half::f16],
+    next: Option<&[i8]>,
+    xq: &[i8],
+    dx: &[f32],
+    rows: usize,
+    acc: &mut [[f32; NR]; MR],
+) {
+    // SAFETY (all arms): same CPU features as this function.
+    unsafe {
+        match (rows, next) {
+            (1, None) => block_avx2_n::<1, false>(qp, dp, qp, xq, dx, acc),
+            (1, Some(n)) => block_avx2_n::<1, true>(qp, dp, n, xq, dx, acc),
+            (2, None) => block_avx2_n::<2, false>(qp, dp, qp, xq, dx, acc),
+            (2, Some(n)) => block_avx2_n::<2, true>(qp, dp, n, xq, dx, acc),
+            (3, None) => block_avx2_n::<3, false>(qp, dp, qp, xq, dx, acc),
+            (3, Some(n)) => block_avx2_n::<3, true>(qp, dp, n, xq, dx, acc),
+            (_, None) => block_avx2_n::<MR, false>(qp, dp, qp, xq, dx, acc),
+            (_, Some(n)) => block_avx2_n::<MR, true>(qp, dp, n, xq, dx, acc),
+        }
+    }
+}
+
+/// `R` rows × [`NR`] features. Per group of 4 steps: two weight vectors
+/// (8 features × 4 steps each), their absolute values once, and per row one
+/// broadcast of 4 activation bytes, `vpsignb` (the weight's sign moved onto
+/// the activation, since `vpmaddubsw` takes one unsigned operand),
+/// `vpmaddubsw` (pairs to i16: at most 2 · 127² < 2¹⁵, no saturation),
+/// `vpmaddwd` by ones (to i32) and an add. Per block, each row's i32 sums
+/// become f32 and are added to its totals with one FMA by `dw · dx`. With
+/// `PREFETCH`, the next panel's group at the same offset is prefetched.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C; `qp` and `next` hold
+/// `blocks · 32 · NR` bytes, `dp` `blocks · NR` scales, `xq` `R · blocks · 32`
+/// values and `dx` `R · blocks` scales.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn block_avx2_n<const R: usize, const PREFETCH: bool>(
+    qp: &[i8],
+    dp: &[half::f16],
+    next: &[i8],
+    xq: &[i8],
+    dx: &[f32],
+    acc: &mut [[f32; NR]; MR],
+) {
+    use std::arch::x86_64::*;
+    let blocks = dp.len() / NR;
+    let kp = blocks * Q8_BLOCK;
+    assert!(
+        qp.len() >= blocks * PANEL_BLOCK
+            && next.len() >= blocks * PANEL_BLOCK
+            && xq.len() >= R * kp
+            && dx.len() >= R * blocks
+            && R <= MR
+    );
+    let ones = _mm256_set1_epi16(1);
+    for b in 0..blocks {
+        let mut lo = [_mm256_setzero_si256(); R];
+        let mut hi = [_mm256_setzero_si256(); R];
+        for g in 0..Q8_BLOCK / GROUP {
+            let off = b * PANEL_BLOCK + g * NR * GROUP;
+            // SAFETY: off + 64 ≤ blocks · 32 · NR ≤ the panels' lengths, and
+            // r·kp + b·32 + 4g + 4 ≤ R·kp ≤ xq.len() (asserted above).
+            unsafe {
+                if PREFETCH {
+                    _mm_prefetch::<_MM_HINT_T0>(next.as_ptr().add(off));
+                }
+                let w0 = _mm256_loadu_si256(qp.as_ptr().add(off).cast());
+                let w1 = _mm256_loadu_si256(qp.as_ptr().add(off + 32).cast());
+                let (a0, a1) = (_mm256_abs_epi8(w0), _mm256_abs_epi8(w1));
+                for r in 0..R {
+                    let x4 = xq.as_ptr().add(r * kp + b * Q8_BLOCK + g * GROUP).cast::<i32>().read_unaligned();
+                    let xb = _mm256_set1_epi32(x4);
+                    let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(xb, w0)), ones);
+                    let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(xb, w1)), ones);
+                    lo[r] = _mm256_add_epi32(lo[r], p0);
+                    hi[r] = _mm256_add_epi32(hi[r], p1);
+                }
+            }
+        }
+        // SAFETY: b · NR + 16 ≤ dp.len(); each row of acc holds NR = 16 floats.
+        unsafe {
+            let s = dp.as_ptr().add(b * NR);
+            let (d0, d1) =
+                (_mm256_cvtph_ps(_mm_loadu_si128(s.cast())), _mm256_cvtph_ps(_mm_loadu_si128(s.add(8).cast())));
+            for (r, a) in acc.iter_mut().enumerate().take(R) {
+                let sx = _mm256_set1_ps(dx[r * blocks + b]);
+                let t0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo[r]), _mm256_mul_ps(d0, sx), _mm256_loadu_ps(a.as_ptr()));
+                let t1 = _mm256_fmadd_ps(
+                    _mm256_cvtepi32_ps(hi[r]),
+                    _mm256_mul_ps(d1, sx),
+                    _mm256_loadu_ps(a.as_ptr().add(8)),
+                );
+                _mm256_storeu_ps(a.as_mut_ptr(), t0);
+                _mm256_storeu_ps(a.as_mut_ptr().add(8), t1);
+            }
+        }
+    }
+}
