@@ -1,7 +1,9 @@
 //! The Q8_0 product on the `flex` backend: int8 weights times int8
-//! activations with integer dot products, as ggml multiplies Q8_0 weights
-//! (llama.cpp `ggml-quants.c`, `ggml_vec_dot_q8_0_q8_0`: the activations are
-//! quantised to Q8_0 blocks first, `vec_dot_type = Q8_0`).
+//! activations with integer dot products, the scheme ggml uses for Q8_0
+//! weights (llama.cpp `ggml-quants.c`, `ggml_vec_dot_q8_0_q8_0`: the
+//! activations are quantised to Q8_0 blocks first, `vec_dot_type = Q8_0`).
+//! Unlike ggml, the activation scale stays f32 (ggml rounds it to f16), so
+//! the results are close to llama.cpp's, not bit-identical.
 //!
 //! **Why.** Widening each int8 weight to f32 and scaling it costs about
 //! ten instructions per 16 weights; amortised over a few rows that made
@@ -28,8 +30,8 @@
 //!
 //! **Layout.** A panel of [`NR`] output features holds, per block of 32
 //! along `k`, 8 groups of 4 steps; a group stores, for each feature `j`,
-//! its 4 weights at `j · 4 ..= j · 4 + 3` (64 bytes: one cache line, two
-//! AVX2 vectors of 8 features). One broadcast of 4 activation bytes then
+//! its 4 weights at `j · 4 ..= j · 4 + 3` (64 bytes: two AVX2 vectors of
+//! 8 features). One broadcast of 4 activation bytes then
 //! meets 8 features × 4 steps per vector. `k` is zero-padded to whole
 //! blocks; the scales are `[ceil(k / 32), NR]` per panel.
 
@@ -88,8 +90,11 @@ fn quantize_block(v: &[f32], q: &mut [i8]) -> f32 {
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn product(isa: Isa, q: &[i8], d: &[half::f16], x: &[f32], m: usize, n: usize, k: usize, y: &mut [f32]) {
     let blocks = k.div_ceil(Q8_BLOCK);
-    let (xq, dx) = quantize_rows(x, m, k);
     let panels = n.div_ceil(NR);
+    // The raw writes below rely on these lengths.
+    assert!(x.len() == m * k && y.len() == m * n, "x [{m}, {k}], y [{m}, {n}]");
+    assert!(q.len() >= panels * blocks * PANEL_BLOCK && d.len() >= panels * blocks * NR, "Q8_0 panels of [{n}, {k}]");
+    let (xq, dx) = quantize_rows(x, m, k);
     let out = OutPtr(y.as_mut_ptr());
     let panel =
         |p: usize| (&q[p * blocks * PANEL_BLOCK..][..blocks * PANEL_BLOCK], &d[p * blocks * NR..][..blocks * NR]);
@@ -175,7 +180,8 @@ unsafe fn block_avx2(
 /// (8 features × 4 steps each), their absolute values once, and per row one
 /// broadcast of 4 activation bytes, `vpsignb` (the weight's sign moved onto
 /// the activation, since `vpmaddubsw` takes one unsigned operand),
-/// `vpmaddubsw` (pairs to i16: at most 2 · 127² < 2¹⁵, no saturation),
+/// `vpmaddubsw` (pairs to i16; activations lie in ±127 by the clamp and
+/// weights in −128 ..= 127, so |pair| ≤ 2 · 128 · 127 < 2¹⁵: no saturation),
 /// `vpmaddwd` by ones (to i32) and an add. Per block, each row's i32 sums
 /// become f32 and are added to its totals with one FMA by `dw · dx`. With
 /// `PREFETCH`, the next panel's group at the same offset is prefetched.

@@ -201,8 +201,8 @@ fn q8_0_weights_multiply_int8_activations_exactly_as_specified() {
 }
 
 /// Q8_0 activations: a zero row gives zeros; a NaN or an infinity in an
-/// activation block makes that row's outputs NaN (as the f32 product
-/// would), and leaves the other rows alone.
+/// activation block makes that row's outputs NaN (the block has no
+/// scale), and leaves the other rows alone.
 #[test]
 fn q8_0_products_of_zero_and_non_finite_rows() {
     let (n, k) = (20, 70);
@@ -215,6 +215,66 @@ fn q8_0_products_of_zero_and_non_finite_rows() {
     assert!(y[2 * n..].iter().all(|v| v.is_nan()));
     assert_eq!(&y[n..2 * n], &w.matmul(&x[k..2 * k], 1)[..]);
     assert!(y[n..2 * n].iter().all(|v| v.is_finite() && *v != 0.0));
+}
+
+/// The extremes of the int8 operands: weights of −128 (which a file may
+/// hold, though quantisers write ±127) and ±127 against activations that
+/// quantise to ±127, so every `vpmaddubsw` pair is at its largest
+/// (2 · 128 · 127). The product equals the exact integer sums per block,
+/// scaled as specified, on both kernels.
+#[test]
+fn q8_0_extreme_int8_operands_do_not_saturate() {
+    let (m, n, k) = (3, NR + 3, 2 * Q8_BLOCK);
+    let blocks = k / Q8_BLOCK;
+    let panels = n.div_ceil(NR);
+    // Weight (j, t): −128 in feature 0, alternating ±127 or −128 elsewhere.
+    let w = |j: usize, t: usize| -> i8 {
+        match (j, t % 3) {
+            (0, _) => -128,
+            (_, 0) => 127,
+            (_, 1) => -128,
+            _ => -127,
+        }
+    };
+    let mut q = vec![0i8; panels * blocks * crate::cpu_matmul_q8::PANEL_BLOCK];
+    for j in 0..n {
+        for t in 0..k {
+            q[(j / NR) * blocks * crate::cpu_matmul_q8::PANEL_BLOCK + crate::cpu_matmul_q8::index(t, j % NR)] = w(j, t);
+        }
+    }
+    let dw = [half::f16::from_f32(0.5), half::f16::from_f32(0.25)];
+    let d: Vec<half::f16> = (0..panels * blocks * NR).map(|i| dw[(i / NR) % blocks]).collect();
+    // Row 0: all −1 (quantises to −127); row 1: ±2 by sign of the step; row 2: all 3.
+    let xv = |i: usize, t: usize| -> f32 {
+        match i {
+            0 => -1.0,
+            1 if t % 2 == 0 => 2.0,
+            1 => -2.0,
+            _ => 3.0,
+        }
+    };
+    let x: Vec<f32> = (0..m * k).map(|e| xv(e / k, e % k)).collect();
+    for isa in [Isa::get(), Isa::Portable] {
+        let mut y = vec![0.0f32; m * n];
+        crate::cpu_matmul_q8::product(isa, &q, &d, &x, m, n, k, &mut y);
+        for i in 0..m {
+            let dx = xv(i, 0).abs() / 127.0;
+            for j in 0..n {
+                let mut acc = 0.0f32;
+                for (b, scale) in dw.iter().enumerate() {
+                    let sum: i64 = (b * Q8_BLOCK..(b + 1) * Q8_BLOCK)
+                        .map(|t| i64::from(w(j, t)) * (127 * xv(i, t).signum() as i64))
+                        .sum();
+                    let s = scale.to_f32() * dx;
+                    acc = if isa == Isa::Portable { acc + sum as f32 * s } else { (sum as f32).mul_add(s, acc) };
+                }
+                assert_eq!(y[i * n + j], acc, "row {i}, feature {j}");
+            }
+        }
+        // Feature 0 against row 0: every product is (−128)(−127), the pair maximum.
+        let top = 0.5 * f64::from(1.0f32 / 127.0) * 32.0 * 128.0 * 127.0 * 1.5;
+        assert!((f64::from(y[0]) - top).abs() < 1e-3 * top, "{} vs {top}", y[0]);
+    }
 }
 
 /// Values that came from Q8_0 blocks (`q · d`, d an f16, max |q| = 127)

@@ -22,7 +22,7 @@ pub enum WeightDtype {
     /// shares one f16 scale `d = max |w| / 127`, each weight is the int8
     /// `round(w / d)`; 34 bytes per 32 weights. On `flex` the product
     /// quantises each activation row to Q8_0 blocks too (f32 scale) and
-    /// multiplies int8 by int8 with exact i32 block sums, as ggml does
+    /// multiplies int8 by int8 with exact i32 block sums, like ggml
     /// (`crate::cpu_matmul_q8` gives the formula and its error bound);
     /// the GPU backends de-quantise to f32 at load. A GGUF Q8_0 tensor
     /// survives the round trip through f32 exactly (its largest value per
