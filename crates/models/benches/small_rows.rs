@@ -10,8 +10,10 @@
 //! `max(2·m·n·k / FLOP/s, bytes / (bytes/s))` with the weight, the
 //! activations and the output each moved once. Columns: median time per
 //! call, GFLOP/s, GB/s, share of the roof reached, GEMM time and GEMM /
-//! kernel. The last table sums one decoder layer (all its projections) and
-//! gives the marginal cost of one more row.
+//! kernel. The same product with the weight stored in bf16 and in Q8_0
+//! (int8 × int8 block dot products, `cpu_matmul_q8`) is timed in the same
+//! run, with f32 time / that time. The last table sums one decoder layer
+//! (all its projections) and gives the marginal cost of one more row.
 //!
 //! `cargo bench -p bastion-models --bench small_rows`; with
 //! `BASTION_BENCH_OUT=FILE` (relative to the repository root) the tables are
@@ -21,7 +23,7 @@
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use bastion_models::cpu_matmul::PackedMatrix;
+use bastion_models::cpu_matmul::{PackedMatrix, WeightDtype};
 use bastion_models::{measure_peak, PeakOptions};
 use burn::tensor::{Device, Tensor, TensorData};
 
@@ -76,12 +78,19 @@ fn main() {
         bw / 1e9
     )
     .unwrap();
-    writeln!(md, "| product | n × k | m | kernel ms | GFLOP/s | GB/s | of roof | GEMM ms | GEMM / kernel |").unwrap();
-    writeln!(md, "|---|---|---:|---:|---:|---:|---:|---:|---:|").unwrap();
-    let mut layer = vec![(0.0f64, 0.0f64, 0.0f64); rows.len()];
+    writeln!(
+        md,
+        "| product | n × k | m | kernel ms | GFLOP/s | GB/s | of roof | GEMM ms | GEMM / kernel | bf16 ms | f32 / bf16 | q8_0 ms | f32 / q8_0 |"
+    )
+    .unwrap();
+    writeln!(md, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|").unwrap();
+    // Per row count: f32 kernel, roof, GEMM, bf16 kernel, q8_0 kernel (seconds).
+    let mut layer = vec![[0.0f64; 5]; rows.len()];
     for (name, n, k) in shapes {
         let w = values(n * k, n as u64);
         let packed = PackedMatrix::pack(&w, n, k);
+        let bf16 = PackedMatrix::pack_as(&w, n, k, WeightDtype::Bf16);
+        let q8 = PackedMatrix::pack_as(&w, n, k, WeightDtype::Q8_0);
         let wt = {
             let mut t = vec![0.0f32; n * k];
             for j in 0..n {
@@ -95,6 +104,8 @@ fn main() {
             let x = values(m * k, m as u64 + 7);
             let mut y = vec![0.0f32; m * n];
             let t_kernel = time(budget, || packed.matmul_into(&x, m, &mut y));
+            let t_bf16 = time(budget, || bf16.matmul_into(&x, m, &mut y));
+            let t_q8 = time(budget, || q8.matmul_into(&x, m, &mut y));
             let xt = Tensor::<2>::from_data(TensorData::new(x.clone(), [m, k]), &device);
             let t_gemm = time(budget, || {
                 let out = xt.clone().matmul(wt.clone()).into_data();
@@ -105,19 +116,23 @@ fn main() {
             let roof = (f / flops).max(bytes / bw);
             writeln!(
                 md,
-                "| {name} | {n} × {k} | {m} | {:.3} | {:.1} | {:.1} | {:.0} % | {:.3} | {:.2} |",
+                "| {name} | {n} × {k} | {m} | {:.3} | {:.1} | {:.1} | {:.0} % | {:.3} | {:.2} | {:.3} | {:.2} | {:.3} | {:.2} |",
                 t_kernel * 1e3,
                 f / t_kernel / 1e9,
                 bytes / t_kernel / 1e9,
                 100.0 * roof / t_kernel,
                 t_gemm * 1e3,
-                t_gemm / t_kernel
+                t_gemm / t_kernel,
+                t_bf16 * 1e3,
+                t_kernel / t_bf16,
+                t_q8 * 1e3,
+                t_kernel / t_q8
             )
             .unwrap();
             if name != "LM head" {
-                layer[ri].0 += t_kernel;
-                layer[ri].1 += roof;
-                layer[ri].2 += t_gemm;
+                for (sum, t) in layer[ri].iter_mut().zip([t_kernel, roof, t_gemm, t_bf16, t_q8]) {
+                    *sum += t;
+                }
             }
         }
     }
@@ -126,26 +141,33 @@ fn main() {
         "\nOne decoder layer's projections (q/k/v, o, gate/up, down), and the cost of each row beyond the first:\n"
     )
     .unwrap();
-    writeln!(md, "| m | kernel ms | roof ms | of roof | GEMM ms | kernel ms per extra row | roof ms per extra row |")
-        .unwrap();
-    writeln!(md, "|---:|---:|---:|---:|---:|---:|---:|").unwrap();
+    writeln!(
+        md,
+        "| m | kernel ms | roof ms | of roof | GEMM ms | kernel ms per extra row | roof ms per extra row | bf16 ms | q8_0 ms | q8_0 ms per extra row |"
+    )
+    .unwrap();
+    writeln!(md, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|").unwrap();
     for (ri, &m) in rows.iter().enumerate() {
-        let (t, roof, gemm) = layer[ri];
-        let (marginal, roof_marginal) = if m > 1 {
-            (
-                format!("{:.4}", (t - layer[0].0) / (m - 1) as f64 * 1e3),
-                format!("{:.4}", (roof - layer[0].1) / (m - 1) as f64 * 1e3),
-            )
-        } else {
-            ("–".into(), "–".into())
+        let [t, roof, gemm, t_bf16, t_q8] = layer[ri];
+        let per_row = |v: f64, first: f64| {
+            if m > 1 {
+                format!("{:.4}", (v - first) / (m - 1) as f64 * 1e3)
+            } else {
+                "–".into()
+            }
         };
         writeln!(
             md,
-            "| {m} | {:.3} | {:.3} | {:.0} % | {:.3} | {marginal} | {roof_marginal} |",
+            "| {m} | {:.3} | {:.3} | {:.0} % | {:.3} | {} | {} | {:.3} | {:.3} | {} |",
             t * 1e3,
             roof * 1e3,
             100.0 * roof / t,
-            gemm * 1e3
+            gemm * 1e3,
+            per_row(t, layer[0][0]),
+            per_row(roof, layer[0][1]),
+            t_bf16 * 1e3,
+            t_q8 * 1e3,
+            per_row(t_q8, layer[0][4]),
         )
         .unwrap();
     }
