@@ -248,7 +248,7 @@ fn q8_0_extreme_int8_operands_do_not_saturate() {
     let xv = |i: usize, t: usize| -> f32 {
         match i {
             0 => -1.0,
-            1 if t % 2 == 0 => 2.0,
+            1 if t.is_multiple_of(2) => 2.0,
             1 => -2.0,
             _ => 3.0,
         }
