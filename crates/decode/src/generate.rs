@@ -461,4 +461,11 @@ impl DraftRows for RoundRows<'_> {
             RoundRows::Device(r) => r.top_k(depths, k),
         }
     }
+
+    fn top_k_ranks(&self, depths: &[usize], from: usize, k: usize) -> bastion_tree::Result<Vec<CandidateList>> {
+        match self {
+            RoundRows::Host(r) => r.top_k_ranks(depths, from, k),
+            RoundRows::Device(r) => r.top_k_ranks(depths, from, k),
+        }
+    }
 }

@@ -327,6 +327,12 @@ impl DraftRows for DeviceRows {
     }
 
     fn top_k(&self, depths: &[usize], k: usize) -> bastion_tree::Result<Vec<CandidateList>> {
+        self.top_k_ranks(depths, 0, k)
+    }
+
+    /// Ranks `from..k` of each row's top-`k`, sliced on the device: only
+    /// those `k − from` pairs per row come back.
+    fn top_k_ranks(&self, depths: &[usize], from: usize, k: usize) -> bastion_tree::Result<Vec<CandidateList>> {
         let depth = self.depth();
         if let Some(&bad) = depths.iter().find(|&&d| d == 0 || d > depth) {
             return Err(TreeError::Shape {
@@ -336,6 +342,9 @@ impl DraftRows for DeviceRows {
             });
         }
         let k = k.clamp(1, self.vocab());
+        if from >= k {
+            return Ok(vec![Vec::new(); depths.len()]);
+        }
         let rows = if depths.len() == depth {
             self.logits.clone()
         } else {
@@ -343,7 +352,13 @@ impl DraftRows for DeviceRows {
             let n = idx.len();
             self.logits.clone().select(0, Tensor::<1, Int>::from_data(TensorData::new(idx, [n]), &self.logits.device()))
         };
-        let (values, columns) = log_softmax(rows, 1).topk_with_indices(k, 1);
+        let n = depths.len();
+        let (mut values, mut columns) = log_softmax(rows, 1).topk_with_indices(k, 1);
+        if from > 0 {
+            values = values.slice([0..n, from..k]);
+            columns = columns.slice([0..n, from..k]);
+        }
+        let k = k - from;
         let mut bytes = self.read_back.get();
         let values = read_f32(values, &mut bytes).map_err(|e| TreeError::Source(e.to_string()))?;
         let columns = read_ids(columns, &mut bytes).map_err(|e| TreeError::Source(e.to_string()))?;

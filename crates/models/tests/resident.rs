@@ -159,6 +159,23 @@ fn device_candidate_lists_equal_the_host_lists() {
         let bytes = rows.read_back() - before;
         assert!(bytes <= (depth * 32 * 12) as u64 && bytes >= (depth * 32 * 8) as u64, "{name}: {bytes} bytes");
         assert!(rows.top_k(&[0], 4).is_err() && rows.top_k(&[6], 4).is_err(), "{name}: depths are 1..=5");
+        // A list lengthened from 32 to 64: ranks 32..64 only, equal to the host's, and only they come back.
+        let before = rows.read_back();
+        let more = rows.top_k_ranks(&[2, 4], 32, 64).unwrap();
+        let bytes = rows.read_back() - before;
+        assert!(
+            bytes <= (2 * 32 * 12) as u64 && bytes >= (2 * 32 * 8) as u64,
+            "{name}: {bytes} bytes for 2 × 32 ranks"
+        );
+        for (g, w) in more.iter().zip(host.top_k(&[2, 4], 64).unwrap()) {
+            assert_eq!(g.len(), 32, "{name}");
+            assert_eq!(
+                g.iter().map(|x| x.1).collect::<Vec<_>>(),
+                w[32..].iter().map(|x| x.1).collect::<Vec<_>>(),
+                "{name}"
+            );
+        }
+        assert!(rows.top_k_ranks(&[1], 40, 40).unwrap()[0].is_empty(), "{name}: no ranks asked for");
         // A row holding NaN is refused, as on the host.
         let mut bad = values.clone();
         bad[vocab + 3] = f32::NAN;

@@ -113,7 +113,8 @@ pub const FIRST_TOP_K: usize = 32;
 /// policy asks for up to 1024, while its trees hold a handful of nodes per
 /// depth, and selecting 1024 of 49K logits per row cost milliseconds);
 /// only when the tree reaches the end of such a list is that depth's list
-/// taken in full and the tree grown again ([`DraftCandidates`]). A policy
+/// doubled (up to the policy's top-k) and the tree grown again
+/// ([`DraftCandidates`]). A policy
 /// starts each round afresh in [`BudgetPolicy::begin_round`], so the last
 /// growth is the same as if it were the only one.
 ///

@@ -61,6 +61,21 @@ pub trait DraftRows {
     /// finite (the host refuses any NaN or ±inf in the row); a source's own
     /// errors as [`TreeError::Source`].
     fn top_k(&self, depths: &[usize], k: usize) -> Result<Vec<CandidateList>>;
+
+    /// Ranks `from..k` of [`DraftRows::top_k`] for each of `depths`: the
+    /// part of a longer list that a shorter one did not hold. The default
+    /// takes the top-`k` and drops the first `from`; a device source slices
+    /// on the device, so that only the new ranks are read back.
+    ///
+    /// # Errors
+    /// As [`DraftRows::top_k`].
+    fn top_k_ranks(&self, depths: &[usize], from: usize, k: usize) -> Result<Vec<CandidateList>> {
+        let mut rows = self.top_k(depths, k)?;
+        for row in &mut rows {
+            row.drain(..from.min(row.len()));
+        }
+        Ok(rows)
+    }
 }
 
 /// A row-major `[depth, vocab]` draft-logit matrix in host memory.
@@ -153,8 +168,13 @@ impl CandidateLists for Lists {
 }
 
 /// One round's candidate lists: the top-`min(top_k, FIRST_TOP_K)` of every
-/// drafted row first; a depth's full top-`top_k` list only when a tree
-/// reaches the end of its short one. Splitting this step from growing the
+/// drafted row first; a depth's list twice as long (up to `top_k`) each
+/// time a tree reaches the end of it, with only the new ranks taken from
+/// the source. A depth's list so holds at most `max(FIRST_TOP_K, 2 · r)`
+/// candidates when the tree uses `r` ranks there, and the ranks a tree of
+/// `N` nodes uses sum to at most `N` over its depths: a GPU round reads
+/// back `O(N)` candidates whatever `top_k` is (issue #19: ≤ 64 KB at
+/// N = 1024). Splitting this step from growing the
 /// tree lets the decoding loop count it as drafting (the drafter's output,
 /// as the draft LM head is) and the growth alone as tree building.
 #[derive(Debug)]
@@ -204,17 +224,19 @@ impl<'m, S: DraftRows> DraftCandidates<'m, S> {
         let depths: Vec<usize> = (1..=source.depth()).collect();
         let k = top_k.min(FIRST_TOP_K).min(vocab);
         let mut this = Self { source, token_map, top_k, lists: Lists { rows: Vec::new(), complete: Vec::new() } };
-        this.lists.rows = this.fetch(&depths, k)?;
+        this.lists.rows = this.fetch(&depths, 0, k)?;
         this.lists.complete = vec![k >= top_k.min(vocab); depths.len()];
         Ok(this)
     }
 
-    /// Lists of `depths` from the source, columns mapped to token ids.
-    fn fetch(&self, depths: &[usize], k: usize) -> Result<Vec<CandidateList>> {
+    /// Ranks `from..k` of the lists of `depths` from the source, columns
+    /// mapped to token ids.
+    fn fetch(&self, depths: &[usize], from: usize, k: usize) -> Result<Vec<CandidateList>> {
         if depths.is_empty() {
             return Ok(Vec::new());
         }
-        let mut rows = self.source.top_k(depths, k)?;
+        let mut rows =
+            if from == 0 { self.source.top_k(depths, k)? } else { self.source.top_k_ranks(depths, from, k)? };
         if let Some(map) = self.token_map {
             for (_, t) in rows.iter_mut().flatten() {
                 *t = *map.get(*t as usize).ok_or_else(|| TreeError::Shape {
@@ -233,11 +255,12 @@ impl<'m, S: DraftRows> DraftCandidates<'m, S> {
     }
 
     /// Grows the draft tree (best-first, [`crate::build_tree`]) from the
-    /// lists taken so far; while it reaches the end of a short list, takes
-    /// the full top-`top_k` lists of those depths and grows it again. The
+    /// lists taken so far; while it reaches the end of a short list, doubles
+    /// those depths' lists (at most to `top_k`) and grows it again. The
     /// result is the tree the full lists of every depth give whenever each
     /// short list is a prefix of its full list (always for [`HostRows`];
-    /// a device source may order exact ties differently between calls).
+    /// a device source may order exact ties differently between calls: a
+    /// tied candidate already held is then not added twice).
     /// `policy.top_k()` should be the `top_k` these candidates were taken
     /// for.
     ///
@@ -252,21 +275,37 @@ impl<'m, S: DraftRows> DraftCandidates<'m, S> {
         let full = self.top_k.min(self.source.vocab());
         loop {
             let (tree, reached_end) = grow(&self.lists, root_token, context_len, policy);
-            let more: Vec<usize> = reached_end
-                .iter()
-                .enumerate()
-                .filter(|&(i, &end)| end && !self.lists.complete[i])
-                .map(|(i, _)| i + 1)
-                .collect();
+            // Depths to lengthen, grouped by their current length (one source call per group).
+            let mut more: std::collections::BTreeMap<usize, Vec<usize>> = std::collections::BTreeMap::new();
+            for (i, _) in reached_end.iter().enumerate().filter(|&(i, &end)| end && !self.lists.complete[i]) {
+                more.entry(self.lists.rows[i].len()).or_default().push(i + 1);
+            }
             if more.is_empty() {
                 return Ok(tree);
             }
-            for (d, list) in more.iter().zip(self.fetch(&more, full)?) {
-                self.lists.rows[d - 1] = list;
-                self.lists.complete[d - 1] = true;
+            for (len, depths) in more {
+                let k = (2 * len).clamp(1, full);
+                for (&d, extra) in depths.iter().zip(self.fetch(&depths, len, k)?) {
+                    let list = &mut self.lists.rows[d - 1];
+                    append_ranks(list, extra);
+                    // A list that did not grow is all the source gives.
+                    self.lists.complete[d - 1] = k >= full || list.len() == len;
+                }
             }
         }
     }
+}
+
+/// Appends the next ranks of a list, leaving out a candidate tied with the
+/// list's last one that the list already holds (a source that orders exact
+/// ties differently between calls).
+fn append_ranks(list: &mut CandidateList, extra: CandidateList) {
+    let Some(&(last, _)) = list.last() else {
+        list.extend(extra);
+        return;
+    };
+    let tied: Vec<u32> = list.iter().rev().take_while(|&&(v, _)| v == last).map(|&(_, t)| t).collect();
+    list.extend(extra.into_iter().filter(|&(v, t)| v != last || !tied.contains(&t)));
 }
 
 #[cfg(test)]
@@ -295,7 +334,7 @@ mod tests {
     }
 
     #[test]
-    fn only_depths_whose_short_list_ran_out_are_taken_in_full() {
+    fn only_depths_whose_short_list_ran_out_are_lengthened() {
         // Depth 1 flat over 200 columns (a wide tree needs its whole list),
         // depths 2 and 3 peaked on one column (a few candidates suffice).
         let vocab = 200;
@@ -311,8 +350,27 @@ mod tests {
         assert_eq!(tree, want);
         assert_eq!(
             *cands.source().asked.borrow(),
-            vec![(vec![1, 2, 3], FIRST_TOP_K), (vec![1], 100)],
-            "first lists of every depth, then depth 1 in full"
+            vec![(vec![1, 2, 3], FIRST_TOP_K), (vec![1], 64)],
+            "first lists of every depth, then depth 1 doubled"
+        );
+        // Each list holds at most max(FIRST_TOP_K, 2 · the ranks the tree uses there).
+        for d in 1..=3 {
+            let used = (1..tree.len()).filter(|&i| tree.depth(i) == d).map(|i| tree.rank(i) + 1).max().unwrap_or(0);
+            let held = cands.lists.rows[d - 1].len();
+            assert!(held <= FIRST_TOP_K.max(2 * used), "depth {d}: {held} held, {used} used");
+        }
+        // Every depth flat: depths 1 and 2 run to the policy's top-k (100, the cap).
+        let flat = vec![0.0f32; 3 * vocab];
+        let source = Counting { rows: HostRows::new(&flat, 3, vocab).unwrap(), asked: RefCell::new(Vec::new()) };
+        let mut cands = DraftCandidates::from_rows(source, None, 100).unwrap();
+        let tree = cands.build_tree(7, 0, &mut FixedBudget::new(150)).unwrap();
+        let want =
+            crate::build_tree(&TopK::from_logits(&flat, 3, vocab, 100).unwrap(), 7, 0, &mut FixedBudget::new(150));
+        assert_eq!(tree, want);
+        assert_eq!(
+            *cands.source().asked.borrow(),
+            vec![(vec![1, 2, 3], FIRST_TOP_K), (vec![1, 2], 64), (vec![1, 2], 100)],
+            "depths of one length lengthened in one call, capped at the policy's top-k"
         );
         // A pruned vocabulary's columns become token ids; a map of the wrong length is refused.
         let map: Vec<u32> = (0..vocab as u32).map(|c| 1000 + c).collect();
