@@ -33,7 +33,7 @@
 //! greedy speculative decoding token-for-token equal to AR.
 //!
 //! Q8_0 weights take another path, `cpu_matmul_q8`: int8 × int8 block dot
-//! products (as ggml does) with the same per-row independence.
+//! products (like ggml's) with the same per-row independence.
 
 use rayon::prelude::*;
 

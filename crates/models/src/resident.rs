@@ -345,14 +345,13 @@ impl DraftRows for DeviceRows {
         if from >= k {
             return Ok(vec![Vec::new(); depths.len()]);
         }
-        let rows = if depths.len() == depth {
+        let n = depths.len();
+        let rows = if n == depth {
             self.logits.clone()
         } else {
             let idx: Vec<i64> = depths.iter().map(|&d| d as i64 - 1).collect();
-            let n = idx.len();
             self.logits.clone().select(0, Tensor::<1, Int>::from_data(TensorData::new(idx, [n]), &self.logits.device()))
         };
-        let n = depths.len();
         let (mut values, mut columns) = log_softmax(rows, 1).topk_with_indices(k, 1);
         if from > 0 {
             values = values.slice([0..n, from..k]);

@@ -235,8 +235,7 @@ impl<'m, S: DraftRows> DraftCandidates<'m, S> {
         if depths.is_empty() {
             return Ok(Vec::new());
         }
-        let mut rows =
-            if from == 0 { self.source.top_k(depths, k)? } else { self.source.top_k_ranks(depths, from, k)? };
+        let mut rows = self.source.top_k_ranks(depths, from, k)?;
         if let Some(map) = self.token_map {
             for (_, t) in rows.iter_mut().flatten() {
                 *t = *map.get(*t as usize).ok_or_else(|| TreeError::Shape {
@@ -342,33 +341,30 @@ mod tests {
         for d in 1..3 {
             logits[d * vocab + d] = 20.0;
         }
-        let source = Counting { rows: HostRows::new(&logits, 3, vocab).unwrap(), asked: RefCell::new(Vec::new()) };
-        let mut cands = DraftCandidates::from_rows(source, None, 100).unwrap();
-        let tree = cands.build_tree(7, 0, &mut FixedBudget::new(100)).unwrap();
-        let want =
-            crate::build_tree(&TopK::from_logits(&logits, 3, vocab, 100).unwrap(), 7, 0, &mut FixedBudget::new(100));
-        assert_eq!(tree, want);
+        // Grows a tree of `budget` nodes from counted lists of `rows` (3 depths, top-k 100),
+        // checks it against the tree of the full lists and each list's length against
+        // max(FIRST_TOP_K, 2 · the ranks the tree uses there), and returns what was asked.
+        let grow_counted = |rows: &[f32], budget: usize| {
+            let source = Counting { rows: HostRows::new(rows, 3, vocab).unwrap(), asked: RefCell::new(Vec::new()) };
+            let mut cands = DraftCandidates::from_rows(source, None, 100).unwrap();
+            let tree = cands.build_tree(7, 0, &mut FixedBudget::new(budget)).unwrap();
+            let full = TopK::from_logits(rows, 3, vocab, 100).unwrap();
+            assert_eq!(tree, crate::build_tree(&full, 7, 0, &mut FixedBudget::new(budget)));
+            for d in 1..=3 {
+                let used = (1..tree.len()).filter(|&i| tree.depth(i) == d).map(|i| tree.rank(i) + 1).max().unwrap_or(0);
+                let held = cands.lists.rows[d - 1].len();
+                assert!(held <= FIRST_TOP_K.max(2 * used), "depth {d}: {held} held, {used} used");
+            }
+            cands.source().asked.take()
+        };
         assert_eq!(
-            *cands.source().asked.borrow(),
+            grow_counted(&logits, 100),
             vec![(vec![1, 2, 3], FIRST_TOP_K), (vec![1], 64)],
             "first lists of every depth, then depth 1 doubled"
         );
-        // Each list holds at most max(FIRST_TOP_K, 2 · the ranks the tree uses there).
-        for d in 1..=3 {
-            let used = (1..tree.len()).filter(|&i| tree.depth(i) == d).map(|i| tree.rank(i) + 1).max().unwrap_or(0);
-            let held = cands.lists.rows[d - 1].len();
-            assert!(held <= FIRST_TOP_K.max(2 * used), "depth {d}: {held} held, {used} used");
-        }
         // Every depth flat: depths 1 and 2 run to the policy's top-k (100, the cap).
-        let flat = vec![0.0f32; 3 * vocab];
-        let source = Counting { rows: HostRows::new(&flat, 3, vocab).unwrap(), asked: RefCell::new(Vec::new()) };
-        let mut cands = DraftCandidates::from_rows(source, None, 100).unwrap();
-        let tree = cands.build_tree(7, 0, &mut FixedBudget::new(150)).unwrap();
-        let want =
-            crate::build_tree(&TopK::from_logits(&flat, 3, vocab, 100).unwrap(), 7, 0, &mut FixedBudget::new(150));
-        assert_eq!(tree, want);
         assert_eq!(
-            *cands.source().asked.borrow(),
+            grow_counted(&vec![0.0f32; 3 * vocab], 150),
             vec![(vec![1, 2, 3], FIRST_TOP_K), (vec![1, 2], 64), (vec![1, 2], 100)],
             "depths of one length lengthened in one call, capped at the policy's top-k"
         );
