@@ -194,6 +194,13 @@ pub struct DrafterRecord {
     pub non_verify_runs: Vec<f64>,
     /// Tree size of the probe rounds (tokens, root included).
     pub probe_tree_tokens: usize,
+    /// The pruned draft vocabulary the probe drafted over (tokens;
+    /// `bastion draft-vocab`), `None` for the full vocabulary. The draft LM
+    /// head's cost scales with it, so `T_d` measured over one size is wrong
+    /// for another ([`Calibration::check_drafter`] refuses it). Files written
+    /// before this field existed were measured with the full vocabulary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft_vocab: Option<usize>,
 }
 
 /// One grid point of verification.
@@ -297,22 +304,28 @@ fn slug(s: &str) -> String {
 
 impl Calibration {
     /// Where the calibration of (`device_name`, target at `model_path`,
-    /// `backend`, weights in `dtype`) lives under `dir` (normally
+    /// `backend`, weights in `dtype`, drafting over a pruned vocabulary of
+    /// `draft_vocab` tokens or the full one) lives under `dir` (normally
     /// `results/calibration`): `<device>__<model file or folder
-    /// name>__<backend>.json`, with `__<dtype>` before `.json` for bf16 / f16
-    /// weights (their verification costs differ; the target shape recorded
-    /// in the file holds the bytes per weight, so a file of another dtype is
-    /// refused).
+    /// name>__<backend>.json`, with `__<dtype>` before `.json` for weights
+    /// other than f32 (their verification costs differ; the target shape
+    /// recorded in the file holds the bytes per weight, so a file of another
+    /// dtype is refused) and then `__v<N>` for a pruned draft vocabulary of N
+    /// tokens (the drafter's round cost differs).
     pub fn default_path(
         dir: &Path,
         device_name: &str,
         model_path: &Path,
         backend: BackendKind,
         dtype: WeightDtype,
+        draft_vocab: Option<usize>,
     ) -> PathBuf {
         let model = model_path.file_name().map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned());
         let model = model.strip_suffix(".gguf").unwrap_or(&model);
-        let suffix = if dtype == WeightDtype::F32 { String::new() } else { format!("__{dtype}") };
+        let mut suffix = if dtype == WeightDtype::F32 { String::new() } else { format!("__{dtype}") };
+        if let Some(n) = draft_vocab {
+            suffix.push_str(&format!("__v{n}"));
+        }
         dir.join(format!("{}__{}__{}{suffix}.json", slug(device_name), slug(model), backend.as_str()))
     }
 
@@ -469,7 +482,8 @@ impl Calibration {
     }
 
     /// Checks that the drafter's round constants were measured for a
-    /// drafter like `drafter` (block size, layers, target layers).
+    /// drafter like `drafter` (block size, layers, target layers) drafting
+    /// over a vocabulary of the same size (full or pruned).
     ///
     /// # Errors
     /// [`DecodeError::Calibration`] naming the file and field when the
@@ -496,6 +510,20 @@ impl Calibration {
                 ours.0,
                 ours.1,
                 ours.2
+            )));
+        }
+        let vocab = drafter.draft_vocab().map(<[u32]>::len);
+        if vocab != d.draft_vocab {
+            let size =
+                |v: Option<usize>| v.map_or_else(|| "the full vocabulary".to_string(), |n| format!("{n} tokens"));
+            let flag = vocab.map_or_else(String::new, |n| format!(" --draft-vocab {n}"));
+            return Err(DecodeError::Calibration(format!(
+                "calibration {} was measured drafting over {}, but this run drafts over {} (field \
+                 drafter.draft_vocab): the draft LM head's cost differs; measure one with `bastion profile \
+                 --drafter ...{flag}`",
+                file.display(),
+                size(d.draft_vocab),
+                size(vocab)
             )));
         }
         Ok(d)
@@ -559,11 +587,15 @@ mod tests {
             Path::new("models/SmolLM2-135M-Instruct.Q4_1.gguf"),
             BackendKind::Flex,
             WeightDtype::F32,
+            None,
         );
         assert_eq!(p, Path::new("results/calibration/nvidia-h200__smollm2-135m-instruct.q4-1__flex.json"));
-        let p =
-            Calibration::default_path(Path::new("c"), "x", Path::new("m.gguf"), BackendKind::Flex, WeightDtype::Bf16);
-        assert_eq!(p, Path::new("c/x__m__flex__bf16.json"));
+        let path = |dtype, vocab| {
+            Calibration::default_path(Path::new("c"), "x", Path::new("m.gguf"), BackendKind::Flex, dtype, vocab)
+        };
+        assert_eq!(path(WeightDtype::Bf16, None), Path::new("c/x__m__flex__bf16.json"));
+        assert_eq!(path(WeightDtype::Q8_0, Some(1024)), Path::new("c/x__m__flex__q8_0__v1024.json"));
+        assert_eq!(path(WeightDtype::F32, Some(4096)), Path::new("c/x__m__flex__v4096.json"));
     }
 
     #[test]

@@ -44,11 +44,13 @@ pub enum CalibrationSource {
 
 impl CalibrationSource {
     /// The file this source names for the target at `target` on `backend`
-    /// with weights in `dtype` (this device's name decides the default file).
-    pub fn path(&self, target: &Path, backend: BackendKind, dtype: WeightDtype) -> PathBuf {
+    /// with weights in `dtype`, drafting over a pruned vocabulary of
+    /// `draft_vocab` tokens or the full one (this device's name decides the
+    /// default file).
+    pub fn path(&self, target: &Path, backend: BackendKind, dtype: WeightDtype, draft_vocab: Option<usize>) -> PathBuf {
         match self {
             CalibrationSource::Default(dir) => {
-                Calibration::default_path(dir, &backend.device_name(), target, backend, dtype)
+                Calibration::default_path(dir, &backend.device_name(), target, backend, dtype, draft_vocab)
             }
             CalibrationSource::File(path) | CalibrationSource::Pinned(path) => path.clone(),
         }
@@ -230,7 +232,7 @@ impl LoadedPair {
             None => PolicyInputs::default(),
             Some(source) => {
                 let (b, d) = (spec.backend, drafter.as_ref());
-                let path = source.path(&spec.target, b, spec.dtype);
+                let path = source.path(&spec.target, b, spec.dtype, spec.draft_vocab);
                 let cal = match source {
                     CalibrationSource::Pinned(_) => Calibration::load_pinned(&path, &target, b, d)?,
                     _ => Calibration::load_for(&path, &target, b, d)?,

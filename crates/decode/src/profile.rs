@@ -196,6 +196,7 @@ fn probe_drafter(
         non_verify_seconds,
         non_verify_runs,
         probe_tree_tokens: budget + 1,
+        draft_vocab: drafter.draft_vocab().map(<[u32]>::len),
     })
 }
 

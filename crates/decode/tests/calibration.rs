@@ -117,6 +117,7 @@ fn calibration_file_round_trips_and_drives_lossless_policies() {
         &fixture_dir("tiny-qwen3"),
         BackendKind::Flex,
         bastion_models::WeightDtype::F32,
+        None,
     );
     cal.save(&path).unwrap();
     assert!(path.file_name().unwrap().to_string_lossy().ends_with("__tiny-qwen3__flex.json"));
@@ -258,4 +259,73 @@ fn calibrations_of_other_setups_and_broken_files_are_refused() {
     std::fs::write(&p, br#"{"format": 1, "device": 3}"#).unwrap();
     let e = err(Calibration::load(&p));
     assert!(e.contains("not a valid calibration"), "{e}");
+}
+
+/// A pruned draft vocabulary changes the drafter's round cost (its LM head
+/// has N rows instead of the vocabulary's): the profile records N, the
+/// default file is named for it, and a calibration of the other size is
+/// refused, both ways.
+#[test]
+fn calibration_is_tied_to_the_draft_vocabulary_size() {
+    use std::collections::HashMap;
+    let dir = tempfile::tempdir().unwrap();
+    let drafter_dir = dir.path().join("tiny-dflash");
+    std::fs::create_dir(&drafter_dir).unwrap();
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(fixture_dir("tiny-dflash").join(f), drafter_dir.join(f)).unwrap();
+    }
+    let counts: HashMap<u32, u64> = (0..24u32).map(|t| (t * 3, 100 - u64::from(t))).collect();
+    let vocab = bastion_models::DraftVocabFile::from_counts("test counts", &counts);
+    vocab.write(&drafter_dir.join(bastion_models::DRAFT_VOCAB_FILE)).unwrap();
+
+    let mut spec = PairSpec::new(fixture_dir("tiny-qwen3"), BackendKind::Flex);
+    spec.drafter = Some(drafter_dir.clone());
+    spec.draft_vocab = Some(8);
+    let pair = LoadedPair::open(spec.clone()).unwrap();
+    assert_eq!(pair.drafter().unwrap().draft_vocab().map(<[u32]>::len), Some(8));
+    let pruned = profile(&pair, &options(), &mut |_| {}).unwrap();
+    assert_eq!(pruned.drafter.as_ref().unwrap().draft_vocab, Some(8));
+    let (full, _) = measure(true);
+    assert_eq!(full.drafter.as_ref().unwrap().draft_vocab, None);
+    // An older file without the field reads as the full vocabulary.
+    let json = serde_json::to_value(&full).unwrap();
+    assert!(json["drafter"].get("draft_vocab").is_none());
+    let old: Calibration = serde_json::from_value(json).unwrap();
+    assert_eq!(old.drafter.unwrap().draft_vocab, None);
+
+    // Each size only fits a drafter drafting over that size.
+    let file = Path::new("results/calibration/x.json");
+    let e = err(full.check_drafter(pair.drafter().unwrap(), file));
+    assert!(
+        e.contains("drafting over the full vocabulary")
+            && e.contains("this run drafts over 8 tokens")
+            && e.contains("field drafter.draft_vocab")
+            && e.contains("--draft-vocab 8"),
+        "{e}"
+    );
+    let (_, full_drafter) = tiny();
+    let e = err(pruned.check_drafter(&full_drafter, file));
+    assert!(e.contains("drafting over 8 tokens") && e.contains("drafts over the full vocabulary"), "{e}");
+    pruned.check_drafter(pair.drafter().unwrap(), file).unwrap();
+
+    // The default file carries the size, and a run with the pruned
+    // vocabulary finds it there (and only there).
+    let cal_dir = dir.path().join("calibration");
+    let source = bastion_decode::CalibrationSource::Default(cal_dir.clone());
+    let dtype = bastion_models::WeightDtype::F32;
+    let path = source.path(&fixture_dir("tiny-qwen3"), BackendKind::Flex, dtype, Some(8));
+    assert!(path.to_string_lossy().ends_with("__tiny-qwen3__flex__v8.json"), "{}", path.display());
+    assert_ne!(path, source.path(&fixture_dir("tiny-qwen3"), BackendKind::Flex, dtype, None));
+    pruned.save(&path).unwrap();
+    let mut with_cal = spec.clone();
+    with_cal.calibration = Some(source.clone());
+    LoadedPair::open(with_cal).unwrap();
+    let mut full_spec = PairSpec::new(fixture_dir("tiny-qwen3"), BackendKind::Flex);
+    full_spec.drafter = Some(drafter_dir);
+    full_spec.calibration = Some(source);
+    let e = match LoadedPair::open(full_spec) {
+        Ok(_) => panic!("the pruned calibration was used for the full vocabulary"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains("cannot read calibration") && e.contains("__tiny-qwen3__flex.json"), "{e}");
 }

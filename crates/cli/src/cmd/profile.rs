@@ -80,13 +80,15 @@ pub fn calibrate(pair: &PairArgs, out: Option<PathBuf>, figure: Option<PathBuf>,
     }
     let TargetArgs { model, backend, dtype, random_weights } = &pair.target;
     let device = backend.device_name();
-    let out =
-        out.unwrap_or_else(|| CalibrationSource::Default(DEFAULT_CALIBRATION_DIR.into()).path(model, *backend, *dtype));
+    let out = out.unwrap_or_else(|| {
+        CalibrationSource::Default(DEFAULT_CALIBRATION_DIR.into()).path(model, *backend, *dtype, pair.draft_vocab)
+    });
     let figure = figure.unwrap_or_else(|| out.with_extension("svg"));
     let mut spec = bastion_decode::PairSpec::new(model, *backend);
     spec.drafter = pair.drafter.clone();
     spec.dtype = *dtype;
     spec.random_weights = *random_weights;
+    spec.draft_vocab = pair.draft_vocab.filter(|_| pair.drafter.is_some());
     let pair = LoadedPair::open(spec)?;
     options.validate(pair.target().config().max_position_embeddings, pair.block_size())?;
     eprintln!("profiling {} on {device} ({backend}) -> {}", model.display(), out.display());

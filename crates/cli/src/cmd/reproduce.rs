@@ -35,7 +35,7 @@ pub fn run(a: Args) -> Result {
     let cost_aware = exp.methods.iter().any(|m| m.method.needs_calibration());
     for pair in exp.models.iter().filter(|_| cost_aware) {
         let source = pair.calibration_source(false, Path::new(DEFAULT_CALIBRATION_DIR));
-        let path = source.path(&pair.target, exp.backend, pair.dtype);
+        let path = source.path(&pair.target, exp.backend, pair.dtype, pair.draft_vocab);
         if !path.is_file() {
             eprintln!("no calibration of this machine for {}: running `bastion profile` first", pair.name);
             let target = TargetArgs {
