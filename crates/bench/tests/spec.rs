@@ -209,10 +209,11 @@ fn shipped_experiments_validate() {
     assert!(default.methods.iter().any(|m| *m == Method::Bastion { skip_draft: true }));
     assert_eq!(default.datasets.len(), 4);
     assert_eq!(default.temperatures, [0.0]);
-    // The pruned-vocabulary comparison: the same pair twice, the second over the drafter's
-    // draft_vocab.json (its file must hold the 1,024 tokens asked for).
+    // The pruned-vocabulary comparison in q8_0: the same pair three times, the others over the
+    // drafter's draft_vocab.json (its file must hold the 1,024 and 4,096 tokens asked for).
     let vocab = Experiment::load(&r.join("experiments/draft-vocab.toml"), &r).unwrap();
-    assert_eq!(vocab.models.iter().map(|m| m.draft_vocab).collect::<Vec<_>>(), [None, Some(1024)]);
+    assert_eq!(vocab.models.iter().map(|m| m.draft_vocab).collect::<Vec<_>>(), [None, Some(1024), Some(4096)]);
+    assert!(vocab.models.iter().all(|m| m.dtype == bastion_models::WeightDtype::Q8_0));
     // The default sweep in q8_0, and the GPU check's slice (wgpu, f16).
     let q8 = Experiment::load(&r.join("experiments/default-q8_0.toml"), &r).unwrap();
     assert_eq!((q8.methods.len(), q8.models[0].dtype), (11, bastion_models::WeightDtype::Q8_0));
