@@ -294,12 +294,14 @@ impl Datasets {
 
 /// A prompt for drafter training (self-distillation), never an evaluation
 /// prompt: GSM8K's train split (`datasets/train/gsm8k-train.jsonl`, with
-/// the math template) and the MBPP sanitized tasks outside the test split
-/// (task ids outside 11–510, from `mbpp-sanitized-all.jsonl`, raw prompt).
+/// the math template), the MBPP sanitized tasks outside the test split
+/// (task ids outside 11–510, from `mbpp-sanitized-all.jsonl`, raw prompt)
+/// and the prompts the target wrote ([`SELF_INSTRUCT_FILES`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TrainPrompt {
-    /// Stable id: `gsm8k-train:{line}`, `mbpp-train:{task_id}` or
-    /// `chat-self:{n}`.
+    /// Stable id: `gsm8k-train:{line}`, `mbpp-train:{task_id}`, or
+    /// `chat-self:{n}`, `math-self:{n}`, `code-self:{n}` (the id in the
+    /// self-instruct file).
     pub id: String,
     /// The user message, templated as the matching evaluation set is (chat
     /// prompts as written).
@@ -308,6 +310,40 @@ pub struct TrainPrompt {
 
 /// The chat-style training prompts the target wrote (`bastion self-instruct`).
 pub const CHAT_TRAIN_FILE: &str = "train/chat-self-instruct.jsonl";
+
+/// Competition-style math problems the target wrote (`bastion self-instruct --domain math`).
+pub const MATH_TRAIN_FILE: &str = "train/math-self-instruct.jsonl";
+
+/// Function-writing code tasks the target wrote (`bastion self-instruct --domain code`).
+pub const CODE_TRAIN_FILE: &str = "train/code-self-instruct.jsonl";
+
+/// Every self-instruct prompt file, each used when the dataset folder's
+/// `SHA256SUMS` lists it.
+pub const SELF_INSTRUCT_FILES: [&str; 3] = [CHAT_TRAIN_FILE, MATH_TRAIN_FILE, CODE_TRAIN_FILE];
+
+/// The training domains, in the order [`Datasets::load_train`] interleaves
+/// them ([`train_domain`]).
+pub const TRAIN_DOMAINS: [&str; 4] = ["math", "competition", "code", "chat"];
+
+/// The training domain of a [`TrainPrompt`] id, as the drafter recipes
+/// report held-out τ per domain: `math` (GSM8K train), `competition`
+/// (competition-style math), `code` (MBPP and code tasks) or `chat`.
+pub fn train_domain(id: &str) -> &'static str {
+    match id.split(':').next().unwrap_or("") {
+        "gsm8k-train" => "math",
+        "math-self" => "competition",
+        "mbpp-train" | "code-self" => "code",
+        _ => "chat",
+    }
+}
+
+/// HumanEval's prompt template, applied to its `prompt` field (a function
+/// header with its docstring).
+fn humaneval_template(header: &str) -> String {
+    format!(
+        "Write a solution to the following problem and make sure that it passes the tests:\n```python\n{header}\n```"
+    )
+}
 
 /// Lower-cased text with runs of whitespace collapsed: the form in which
 /// training and evaluation prompts are compared.
@@ -320,10 +356,12 @@ const MBPP_TEST_IDS: std::ops::RangeInclusive<u64> = 11..=510;
 
 impl Datasets {
     /// The drafter-training prompts: GSM8K train problems, MBPP non-test
-    /// tasks and the self-instruct chat prompts ([`CHAT_TRAIN_FILE`], when
-    /// the folder has it), interleaved (one MBPP task after every four GSM8K
-    /// problems and one chat prompt after every two, while they last), so
-    /// any prefix mixes math, code and chat. At most `max` prompts.
+    /// tasks and the self-instruct prompts ([`SELF_INSTRUCT_FILES`], those
+    /// the folder's checksums list), each templated as its evaluation
+    /// counterpart is (math problems with the math suffix, code headers with
+    /// HumanEval's wrapper), interleaved one per domain in turn (GSM8K,
+    /// competition math, code, chat) while they last, so any prefix mixes
+    /// the domains. At most `max` prompts.
     ///
     /// # Errors
     /// As [`Datasets::load`]: checksum mismatch, malformed record.
@@ -383,33 +421,37 @@ impl Datasets {
                 eval.extend(p.turns.iter().map(|t| normalize(t)));
             }
         }
-        let mut chat_prompts = Vec::new();
-        if self.expected.contains_key(CHAT_TRAIN_FILE) {
-            for (i, v) in records(CHAT_TRAIN_FILE)? {
-                chat_prompts.push(TrainPrompt {
-                    id: field(CHAT_TRAIN_FILE, i, &v, "id")?,
-                    text: field(CHAT_TRAIN_FILE, i, &v, "text")?,
-                });
+        let own = |file: &str| -> Result<Vec<TrainPrompt>> {
+            if !self.expected.contains_key(file) {
+                return Ok(Vec::new());
             }
-        }
+            records(file)?
+                .into_iter()
+                .map(|(i, v)| {
+                    let text = field(file, i, &v, "text")?;
+                    let text = match (file, v.get("kind").and_then(Value::as_str)) {
+                        (MATH_TRAIN_FILE, _) => format!("{text}{MATH_SUFFIX}"),
+                        (CODE_TRAIN_FILE, Some("signature")) => humaneval_template(&text),
+                        _ => text,
+                    };
+                    Ok(TrainPrompt { id: field(file, i, &v, "id")?, text })
+                })
+                .collect()
+        };
+        let chat = own(CHAT_TRAIN_FILE)?;
+        let competition = own(MATH_TRAIN_FILE)?;
+        let code_self = own(CODE_TRAIN_FILE)?;
         let fresh = |p: &TrainPrompt| !eval.contains(&normalize(&p.text));
-        let mbpp: Vec<TrainPrompt> = mbpp.into_iter().filter(fresh).collect();
-        let gsm: Vec<TrainPrompt> = gsm.into_iter().filter(fresh).collect();
-        let chat_prompts: Vec<TrainPrompt> = chat_prompts.into_iter().filter(fresh).collect();
-        let mut out = Vec::with_capacity(gsm.len() + mbpp.len() + chat_prompts.len());
-        let mut code = mbpp.into_iter();
-        let mut chat = chat_prompts.into_iter();
-        for (i, p) in gsm.into_iter().enumerate() {
-            out.push(p);
-            if i % 4 == 3 {
-                out.extend(code.next());
-            }
-            if i % 2 == 1 {
-                out.extend(chat.next());
-            }
+        let mut code: Vec<TrainPrompt> = mbpp.into_iter().filter(fresh).collect();
+        code.extend(code_self.into_iter().filter(fresh));
+        let mut streams: Vec<std::vec::IntoIter<TrainPrompt>> = [gsm, competition, code, chat]
+            .into_iter()
+            .map(|d| d.into_iter().filter(fresh).collect::<Vec<_>>().into_iter())
+            .collect();
+        let mut out = Vec::with_capacity(streams.iter().map(ExactSizeIterator::len).sum());
+        while streams.iter().any(|s| s.len() > 0) {
+            out.extend(streams.iter_mut().filter_map(Iterator::next));
         }
-        out.extend(code);
-        out.extend(chat);
         out.truncate(max.unwrap_or(usize::MAX));
         Ok(out)
     }
@@ -497,13 +539,7 @@ fn template(name: DatasetName, index: usize, r: &Value) -> std::result::Result<P
         DatasetName::Gsm8k => (None, vec![format!("{}{MATH_SUFFIX}", text("question")?)]),
         DatasetName::Math500 => (id_of("unique_id"), vec![format!("{}{MATH_SUFFIX}", text("problem")?)]),
         DatasetName::Aime25 => (id_of("id"), vec![format!("{}{MATH_SUFFIX}", text("problem")?)]),
-        DatasetName::Humaneval => (
-            id_of("task_id"),
-            vec![format!(
-                "Write a solution to the following problem and make sure that it passes the tests:\n```python\n{}\n```",
-                text("prompt")?
-            )],
-        ),
+        DatasetName::Humaneval => (id_of("task_id"), vec![humaneval_template(&text("prompt")?)]),
         DatasetName::Mbpp => (id_of("task_id"), vec![text("prompt")?]),
         DatasetName::MtBench => {
             let turns = r

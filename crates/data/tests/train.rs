@@ -2,7 +2,9 @@
 
 use std::collections::HashSet;
 
-use bastion_data::{DatasetName, Datasets, Selection};
+use bastion_data::{
+    train_domain, DatasetName, Datasets, Selection, CODE_TRAIN_FILE, MATH_TRAIN_FILE, SELF_INSTRUCT_FILES,
+};
 
 fn sets() -> Datasets {
     Datasets::open(concat!(env!("CARGO_MANIFEST_DIR"), "/../../datasets")).unwrap()
@@ -25,11 +27,17 @@ fn no_evaluation_prompt_is_a_training_prompt() {
     let sets = sets();
     let train = sets.load_train(None).unwrap();
     // 7473 GSM8K train problems + the MBPP non-test tasks (170) whose text
-    // is not also a test prompt + the self-instruct chat prompts.
-    let chat = train.iter().filter(|p| p.id.starts_with("chat-self:")).count();
-    assert!(chat >= 3000, "{chat} chat prompts");
-    let rest = train.len() - chat;
-    assert!(rest > 7473 + 150 && rest <= 7473 + 170, "{rest}");
+    // is not also a test prompt + the self-instruct prompts.
+    let count = |prefix: &str| train.iter().filter(|p| p.id.starts_with(prefix)).count();
+    assert_eq!(count("gsm8k-train:"), 7473);
+    let mbpp = count("mbpp-train:");
+    assert!(mbpp > 150 && mbpp <= 170, "{mbpp}");
+    assert!(count("chat-self:") >= 3000, "{} chat prompts", count("chat-self:"));
+    assert_eq!(
+        train.len(),
+        7473 + mbpp + count("chat-self:") + count("math-self:") + count("code-self:"),
+        "no other prompts"
+    );
     let ids: HashSet<&str> = train.iter().map(|p| p.id.as_str()).collect();
     assert_eq!(ids.len(), train.len(), "ids are unique");
     let train_texts: HashSet<String> = train.iter().map(|p| norm(&p.text)).collect();
@@ -49,11 +57,14 @@ fn no_evaluation_prompt_is_a_training_prompt() {
     assert!(checked > 3000, "{checked}");
 }
 
-/// The chat prompts the target wrote share no run of 8 words with any
-/// evaluation prompt (the filter `bastion self-instruct` applies), and
-/// none repeats another.
+/// The prompts the target wrote (every self-instruct file the folder
+/// lists) share no run of 8 words with any evaluation prompt (the filter
+/// `bastion self-instruct` applies), none repeats another, and each is
+/// a training prompt, templated as its evaluation counterpart.
 #[test]
-fn chat_training_prompts_share_no_long_run_with_evaluation_prompts() {
+fn self_instruct_prompts_share_no_long_run_with_evaluation_prompts() {
+    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../datasets"));
+    let sums = std::fs::read_to_string(root.join("SHA256SUMS")).unwrap();
     let sets = sets();
     let words = |t: &str| -> Vec<String> {
         t.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
@@ -66,47 +77,58 @@ fn chat_training_prompts_share_no_long_run_with_evaluation_prompts() {
             }
         }
     }
-    let chat: Vec<_> = sets.load_train(None).unwrap().into_iter().filter(|p| p.id.starts_with("chat-self:")).collect();
-    assert!(chat.len() >= 3000, "{}", chat.len());
-    let mut seen = HashSet::new();
-    for p in &chat {
-        assert!(seen.insert(norm(&p.text)), "{} repeats an earlier prompt", p.id);
-        let ws = words(&p.text);
-        assert!(ws.len() >= 4, "{}: {:?}", p.id, p.text);
-        for run in ws.windows(8) {
-            assert!(
-                !eval_runs.contains(&run.join(" ")),
-                "{} shares «{}» with an evaluation prompt",
-                p.id,
-                run.join(" ")
-            );
+    let train: std::collections::HashMap<String, String> =
+        sets.load_train(None).unwrap().into_iter().map(|p| (p.id, p.text)).collect();
+    let mut files = 0;
+    for file in SELF_INSTRUCT_FILES.into_iter().filter(|f| sums.contains(&format!("  {f}\n"))) {
+        files += 1;
+        let text = std::fs::read_to_string(root.join(file)).unwrap();
+        let mut seen = HashSet::new();
+        for line in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            let (id, raw) = (v["id"].as_str().unwrap(), v["text"].as_str().unwrap());
+            assert!(seen.insert(norm(raw)), "{file}: {id} repeats an earlier prompt");
+            let ws = words(raw);
+            assert!(ws.len() >= 4, "{id}: {raw:?}");
+            for run in ws.windows(8) {
+                assert!(
+                    !eval_runs.contains(&run.join(" ")),
+                    "{id} shares «{}» with an evaluation prompt",
+                    run.join(" ")
+                );
+            }
+            let templated = &train[id];
+            assert!(templated.contains(raw), "{id}: the training prompt holds the request");
+            match (file, v["kind"].as_str()) {
+                (MATH_TRAIN_FILE, _) => assert!(templated.ends_with("within \\boxed{}."), "{id}"),
+                (CODE_TRAIN_FILE, Some("signature")) => {
+                    assert!(raw.starts_with("def ") && templated.starts_with("Write a solution"), "{id}")
+                }
+                _ => assert_eq!(templated, raw, "{id}"),
+            }
         }
+        assert!(seen.len() >= 1000, "{file}: {} prompts", seen.len());
     }
+    assert!(files >= 1, "the chat prompts are committed");
 }
 
 #[test]
-fn training_prompts_mix_math_and_code() {
-    let train = sets().load_train(Some(10)).unwrap();
-    assert_eq!(train.len(), 10);
+fn training_prompts_take_one_domain_after_another() {
+    let train = sets().load_train(None).unwrap();
     assert_eq!(train[0].id, "gsm8k-train:0");
     assert!(train[0].text.ends_with("put your final answer within \\boxed{}."));
-    // gsm 0, gsm 1, chat 0, gsm 2, gsm 3, mbpp, chat 1, gsm 4, …
-    let kinds: Vec<&str> = train.iter().map(|p| p.id.split(':').next().unwrap()).collect();
-    assert_eq!(
-        kinds,
-        [
-            "gsm8k-train",
-            "gsm8k-train",
-            "chat-self",
-            "gsm8k-train",
-            "gsm8k-train",
-            "mbpp-train",
-            "chat-self",
-            "gsm8k-train",
-            "gsm8k-train",
-            "chat-self"
-        ]
-    );
-    let task: u64 = train[5].id["mbpp-train:".len()..].parse().unwrap();
+    assert_eq!(sets().load_train(Some(10)).unwrap(), train[..10]);
+    // Every domain present comes once in each turn (math word problems,
+    // competition math, code, chat) while all last.
+    let domains: Vec<&str> = train.iter().map(|p| train_domain(&p.id)).collect();
+    let order = ["math", "competition", "code", "chat"];
+    let present: Vec<&str> = order.into_iter().filter(|d| domains.contains(d)).collect();
+    assert!(present.len() >= 3, "{present:?}");
+    let turns = present.iter().map(|d| domains.iter().filter(|x| x == &d).count()).min().unwrap();
+    for (i, d) in domains[..turns * present.len()].iter().enumerate() {
+        assert_eq!(*d, present[i % present.len()], "prompt {i}");
+    }
+    let task: u64 =
+        train.iter().find(|p| p.id.starts_with("mbpp-train:")).unwrap().id["mbpp-train:".len()..].parse().unwrap();
     assert!(!(11..=510).contains(&task));
 }

@@ -329,3 +329,43 @@ fn calibration_is_tied_to_the_draft_vocabulary_size() {
     };
     assert!(e.contains("cannot read calibration") && e.contains("__tiny-qwen3__flex.json"), "{e}");
 }
+
+/// A drafter's block size comes from its own config: the tiny drafter's
+/// weights saved with block size 4 instead of 8 (its layers do not depend on
+/// it) draft blocks of 4, are profiled and calibrated as such, and every
+/// method, the cost-aware ones with that calibration, equals AR at T = 0.
+#[test]
+fn a_drafter_of_another_block_size_works_in_every_method() {
+    let dir = tempfile::tempdir().unwrap();
+    let drafter_dir = dir.path().join("tiny-dflash-b4");
+    std::fs::create_dir(&drafter_dir).unwrap();
+    std::fs::copy(fixture_dir("tiny-dflash").join("model.safetensors"), drafter_dir.join("model.safetensors")).unwrap();
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(fixture_dir("tiny-dflash").join("config.json")).unwrap()).unwrap();
+    assert_eq!(config["block_size"], 8);
+    config["block_size"] = 4.into();
+    std::fs::write(drafter_dir.join("config.json"), serde_json::to_vec(&config).unwrap()).unwrap();
+
+    let mut spec = PairSpec::new(fixture_dir("tiny-qwen3"), BackendKind::Flex);
+    spec.drafter = Some(drafter_dir);
+    let pair = LoadedPair::open(spec.clone()).unwrap();
+    assert_eq!(pair.block_size(), 4);
+    let cal = profile(&pair, &options(), &mut |_| {}).unwrap();
+    let file = dir.path().join("calibration.json");
+    cal.save(&file).unwrap();
+    spec.calibration = Some(bastion_decode::CalibrationSource::File(file));
+    let pair = LoadedPair::open(spec).unwrap();
+    let cfg = GenerateConfig { max_new_tokens: 24, ..GenerateConfig::default() };
+    let prompt = [11, 13, 15, 17, 19, 174, 23, 25];
+    let ar = pair.generate(&mut pair.speculator(Method::Ar).unwrap(), &prompt, &cfg).unwrap().tokens;
+    assert_eq!(ar.len(), 24);
+    for m in
+        ["dflash", "ddtree:2", "ddtree:16", "caddtree", "bastion", "bastion-paper", "caddtree+skip", "bastion+skip"]
+    {
+        let method: Method = m.parse().unwrap();
+        let g = pair.generate(&mut pair.speculator(method).unwrap(), &prompt, &cfg).unwrap();
+        assert_eq!(g.tokens, ar, "{m}");
+        // No round verifies deeper than the block allows (the root plus 3 drafted tokens).
+        assert!(g.rounds.iter().all(|r| r.accepted <= 4), "{m}: {:?}", g.rounds);
+    }
+}

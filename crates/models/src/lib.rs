@@ -51,7 +51,8 @@ pub use gguf::{GgufFile, GgufValue};
 pub use layer::{decoder_layer, key_values, LayerShape, LayerWeights, Proj};
 pub use linear::{MAX_BUFFER_BYTES, MAX_BUFFER_ENV};
 pub use loader::{
-    load_config, load_gguf, load_gguf_as, load_model, load_model_as, load_random_model_as, load_tokenizer,
+    load_config, load_gguf, load_gguf_as, load_layer_weights, load_model, load_model_as, load_random_model_as,
+    load_tokenizer,
 };
 pub use model::{ForwardOutput, Model, Session, TREE_ATTENTION_ENV};
 pub use peak::{measure_peak, PeakMeasurement, PeakOptions};

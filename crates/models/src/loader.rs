@@ -10,7 +10,7 @@ use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
 use crate::model::Model;
 use crate::tokenizer::Tokenizer;
-use crate::weights::{GgufSource, RandomSource, SafetensorsSource, WeightSource};
+use crate::weights::{GgufSource, HostTensor, RandomSource, SafetensorsSource, WeightSource};
 
 /// Loads a target from `path`: a `.gguf` file, or a Hugging Face folder
 /// holding `config.json` and `model.safetensors` (or shards with
@@ -60,6 +60,59 @@ pub fn load_random_model_as(config: impl AsRef<Path>, device: &Device, dtype: We
     let file = if config.is_dir() { config.join("config.json") } else { config.to_path_buf() };
     let cfg = ModelConfig::from_hf_json(&file)?;
     Model::load_as(cfg, &RandomSource::new(seed, &file), device, dtype)
+}
+
+/// The weights of decoder layer `layer` of the model at `path` (a `.gguf`
+/// file or a Hugging Face folder), by their Hugging Face names without the
+/// `model.layers.{layer}.` prefix (`self_attn.q_proj.weight` `[out, in]`,
+/// `input_layernorm.weight` `[hidden]`, …; GGUF weights dequantized to f32,
+/// Llama q/k rows in Hugging Face order). Qwen3's `q_norm` / `k_norm` are
+/// there only when the model has them. What a drafter layer is initialised
+/// from when its training starts from the target's layers.
+///
+/// # Errors
+/// As [`load_model`]; [`ModelError::Usage`] for `layer` ≥ the model's layers;
+/// [`ModelError::Tensor`] naming a missing tensor.
+pub fn load_layer_weights(path: impl AsRef<Path>, layer: usize) -> Result<Vec<(String, HostTensor)>> {
+    let path = path.as_ref();
+    let read = |cfg: &ModelConfig, src: &dyn WeightSource| -> Result<Vec<(String, HostTensor)>> {
+        if layer >= cfg.num_layers {
+            return Err(ModelError::Usage(format!(
+                "{}: layer {layer} requested, the model has {} layers (0–{})",
+                path.display(),
+                cfg.num_layers,
+                cfg.num_layers.saturating_sub(1)
+            )));
+        }
+        let mut out = Vec::new();
+        for name in crate::weights::LAYER_TENSORS {
+            let full = format!("model.layers.{layer}.{name}");
+            match src.get(&full)? {
+                Some(t) => out.push((name.to_string(), t)),
+                None if name.contains("_norm.weight") && name.starts_with("self_attn.") => {}
+                None => {
+                    return Err(ModelError::Tensor { path: src.path_for(&full), tensor: full, what: "missing".into() })
+                }
+            }
+        }
+        Ok(out)
+    };
+    if path.is_file() && path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
+        let file = GgufFile::open(path)?;
+        let cfg = ModelConfig::from_gguf(&file)?;
+        return read(&cfg, &GgufSource::new(&file, &cfg));
+    }
+    if path.is_dir() {
+        let cfg = ModelConfig::from_hf_json(path.join("config.json"))?;
+        return read(&cfg, &SafetensorsSource::open(path)?);
+    }
+    Err(ModelError::Io {
+        path: path.to_path_buf(),
+        source: std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "expected a .gguf file or a folder with config.json and model.safetensors",
+        ),
+    })
 }
 
 /// The configuration of the model at `path` (a `.gguf` file or a Hugging

@@ -221,6 +221,18 @@ const GGUF_FIXED: [(&str, &str); 3] = [
     ("lm_head.weight", "output.weight"),
 ];
 
+/// The Hugging Face names of a decoder layer's tensors, without the
+/// `model.layers.N.` prefix (`q_norm` / `k_norm`: Qwen3 only).
+pub(crate) const LAYER_TENSORS: [&str; 11] = {
+    let mut out = [""; 11];
+    let mut i = 0;
+    while i < 11 {
+        out[i] = GGUF_LAYER[i].0;
+        i += 1;
+    }
+    out
+};
+
 /// Hugging Face ↔ GGUF names of a layer's tensors (`model.layers.N.` ↔ `blk.N.`).
 const GGUF_LAYER: [(&str, &str); 11] = [
     ("input_layernorm.weight", "attn_norm.weight"),

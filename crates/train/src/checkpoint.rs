@@ -154,6 +154,12 @@ pub(crate) fn settings_of(cfg: &TrainConfig) -> serde_json::Value {
     if cfg.step_vocab {
         settings["sampled_vocab_scope"] = "step".into();
     }
+    if let Some(soft) = cfg.soft_targets {
+        settings["soft_targets"] = serde_json::json!({"top_k": soft.top_k, "weight": soft.weight});
+    }
+    if !cfg.warm_start_layers.is_empty() {
+        settings["warm_start_layers"] = cfg.warm_start_layers.clone().into();
+    }
     settings
 }
 

@@ -14,6 +14,12 @@
 //! one file serves any data that shares a prefix with it: a training set that
 //! grew (distillation resumed) extends the file, and a run on its first N
 //! sequences (a recipe comparison) reads the first N without building anything.
+//!
+//! For soft-target training ([`crate::TrainConfig::soft_targets`]) a file can
+//! also keep the target's own next-token distribution at every position, as
+//! its top-k tokens and their log-probabilities (over the whole vocabulary),
+//! in a companion file (`.topk`, `k` × (u32 id, f32 log-probability) per
+//! row, 64 bytes per token at k = 8), computed by the same target forward.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
@@ -41,6 +47,10 @@ struct Index {
     /// For each sequence written, the fingerprint of the sequences up to and including it
     /// ([`prefix_fingerprints`], hex).
     prefix: Vec<String>,
+    /// Top-k tokens of the target's distribution kept per row in the `.topk` file (0: none;
+    /// absent in indexes written before soft targets existed).
+    #[serde(default)]
+    top_k: usize,
 }
 
 const FORMAT: u32 = 2;
@@ -48,6 +58,11 @@ const FORMAT: u32 = 2;
 /// Bytes of f16 data that sequences of `rows` rows of `width` values take.
 fn data_bytes(rows: &[usize], width: usize) -> u64 {
     rows.iter().map(|&r| (r * width) as u64 * 2).sum()
+}
+
+/// Bytes of `.topk` data that sequences of `rows` rows take at `k` per row.
+fn top_k_bytes(rows: &[usize], k: usize) -> u64 {
+    rows.iter().map(|&r| (r * k) as u64 * 8).sum()
 }
 
 /// Removes `path` if it is there.
@@ -78,6 +93,8 @@ pub struct FeatureFile {
     width: usize,
     /// Offset (values) and rows of each sequence.
     spans: Vec<(u64, usize)>,
+    /// The `.topk` companion and its k, when the file keeps the target's top-k.
+    top_k: Option<(File, PathBuf, usize)>,
     /// The lock file, held shared while this is open: no other run rewrites the data.
     _lock: File,
 }
@@ -113,6 +130,24 @@ impl FeatureFile {
         cfg: &DrafterConfig,
         sequences: &[Vec<u32>],
         dir: &Path,
+        on_progress: impl FnMut(usize, usize),
+    ) -> Result<Self> {
+        Self::build_with_top_k(target, cfg, sequences, dir, 0, on_progress)
+    }
+
+    /// [`FeatureFile::build`] that also keeps the target's top-`top_k`
+    /// next-token distribution at every position ([`FeatureFile::top_k_rows`];
+    /// `top_k` = 0: none). A file with top-k is another file (its name ends
+    /// in `-k{top_k}`), built and extended like one without.
+    ///
+    /// # Errors
+    /// As [`FeatureFile::build`].
+    pub fn build_with_top_k(
+        target: &Model,
+        cfg: &DrafterConfig,
+        sequences: &[Vec<u32>],
+        dir: &Path,
+        top_k: usize,
         mut on_progress: impl FnMut(usize, usize),
     ) -> Result<Self> {
         let width = cfg.target_layer_ids.len() * target.config().hidden_size;
@@ -123,12 +158,28 @@ impl FeatureFile {
         // prefix shares the file.
         let first = prefix.first().cloned().unwrap_or_else(|| format!("{FNV_BASIS:016x}"));
         let layer_list = layers.iter().map(usize::to_string).collect::<Vec<_>>().join("_");
-        let stem = format!("features-l{layer_list}-{model}-{first}");
+        let soft = if top_k > 0 { format!("-k{top_k}") } else { String::new() };
+        let stem = format!("features-l{layer_list}-{model}-{first}{soft}");
         std::fs::create_dir_all(dir).map_err(io_err(dir))?;
         let path = dir.join(format!("{stem}.f16"));
         let index_path = dir.join(format!("{stem}.json"));
         let lock_path = dir.join(format!("{stem}.lock"));
-        let expected = Index { format: FORMAT, width, layers, target: model, rows: Vec::new(), prefix: Vec::new() };
+        let top_path = dir.join(format!("{stem}.topk"));
+        let expected =
+            Index { format: FORMAT, width, layers, target: model, rows: Vec::new(), prefix: Vec::new(), top_k };
+        let open_top = |need: u64| -> Result<Option<(File, PathBuf, usize)>> {
+            if top_k == 0 {
+                return Ok(None);
+            }
+            let file = File::open(&top_path).map_err(io_err(&top_path))?;
+            if file.metadata().map_err(io_err(&top_path))?.len() < need {
+                return Err(TrainError::Format {
+                    path: top_path.clone(),
+                    what: "shorter than its index claims: remove it and its index to rebuild".into(),
+                });
+            }
+            Ok(Some((file, top_path.clone(), top_k)))
+        };
         let lock = OpenOptions::new()
             .create(true)
             .read(true)
@@ -159,8 +210,11 @@ impl FeatureFile {
             // A data file lost or shorter than its index claims is rebuilt below.
             let need = data_bytes(&index.rows, width);
             let file = File::open(&path).and_then(|f| Ok((f.metadata()?.len() >= need).then_some(f)));
-            if let (Some(spans), Ok(Some(file))) = (spans_for(&index, sequences, &prefix), file) {
-                return Ok(Self { path, file, width, spans, _lock: lock });
+            let top_ok =
+                top_k == 0 || std::fs::metadata(&top_path).is_ok_and(|m| m.len() >= top_k_bytes(&index.rows, top_k));
+            if let (Some(spans), Ok(Some(file)), true) = (spans_for(&index, sequences, &prefix), file, top_ok) {
+                let top_k = open_top(top_k_bytes(&index.rows, top_k))?;
+                return Ok(Self { path, file, width, spans, top_k, _lock: lock });
             }
         }
 
@@ -170,7 +224,9 @@ impl FeatureFile {
         let mut index = match read_index(&index_path, &expected)? {
             Some(index) => index,
             None => {
-                adopt_v1(dir, &expected, (&path, &index_path), sequences, &prefix)?;
+                if top_k == 0 {
+                    adopt_v1(dir, &expected, (&path, &index_path), sequences, &prefix)?;
+                }
                 read_index(&index_path, &expected)?.unwrap_or_else(|| expected.clone())
             }
         };
@@ -194,7 +250,24 @@ impl FeatureFile {
             .truncate(false)
             .open(&path)
             .map_err(io_err(&path))?;
-        if file.metadata().map_err(io_err(&path))?.len() < data_bytes(&index.rows, width) {
+        let top_file = if top_k > 0 {
+            Some(
+                OpenOptions::new()
+                    .create(true)
+                    .read(true)
+                    .write(true)
+                    .truncate(false)
+                    .open(&top_path)
+                    .map_err(io_err(&top_path))?,
+            )
+        } else {
+            None
+        };
+        let top_short = match &top_file {
+            Some(f) => f.metadata().map_err(io_err(&top_path))?.len() < top_k_bytes(&index.rows, top_k),
+            None => false,
+        };
+        if file.metadata().map_err(io_err(&path))?.len() < data_bytes(&index.rows, width) || top_short {
             // The data the index describes is not all there: start over.
             index.rows.clear();
             index.prefix.clear();
@@ -204,14 +277,37 @@ impl FeatureFile {
         // Drop whatever a crash wrote past the last indexed sequence, or the rows of
         // sequences this data parts from.
         file.set_len(data_bytes(&index.rows, width)).map_err(io_err(&path))?;
+        if let Some(f) = &top_file {
+            f.set_len(top_k_bytes(&index.rows, top_k)).map_err(io_err(&top_path))?;
+        }
         let hidden = cfg.hidden_indices();
+        let vocab = target.config().vocab_size;
         let total = sequences.len();
         if index.rows.len() < total {
             let mut out = BufWriter::new(OpenOptions::new().append(true).open(&path).map_err(io_err(&path))?);
+            let mut top_out = match top_k {
+                0 => None,
+                _ => Some(BufWriter::new(OpenOptions::new().append(true).open(&top_path).map_err(io_err(&top_path))?)),
+            };
             let mut since_sync = 0usize;
             for (i, tokens) in sequences.iter().enumerate().skip(index.rows.len()) {
                 let bad = |e: String| TrainError::Usage(format!("features of training sequence {i}: {e}"));
-                let fwd = target.session().prefill(tokens, &hidden).map_err(|e| bad(e.to_string()))?;
+                let fwd = if top_k > 0 {
+                    target.session().prefill_all_logits(tokens, &hidden)
+                } else {
+                    target.session().prefill(tokens, &hidden)
+                }
+                .map_err(|e| bad(e.to_string()))?;
+                if let Some(top_out) = &mut top_out {
+                    let rows = top_k_of(&fwd.logits, tokens.len(), vocab, top_k).map_err(bad)?;
+                    let bytes: Vec<u8> = rows
+                        .0
+                        .iter()
+                        .zip(&rows.1)
+                        .flat_map(|(id, lp)| id.to_le_bytes().into_iter().chain(lp.to_le_bytes()))
+                        .collect();
+                    top_out.write_all(&bytes).map_err(io_err(&top_path))?;
+                }
                 let feats =
                     context_features(&fwd, target.config().hidden_size, None).map_err(|e| bad(e.to_string()))?;
                 let halves: Vec<f16> = feats.iter().map(|&v| f16::from_f32(v)).collect();
@@ -233,6 +329,10 @@ impl FeatureFile {
                 if since_sync >= 16_384 || index.rows.len() == total {
                     out.flush().map_err(io_err(&path))?;
                     out.get_ref().sync_data().map_err(io_err(&path))?;
+                    if let Some(top_out) = &mut top_out {
+                        top_out.flush().map_err(io_err(&top_path))?;
+                        top_out.get_ref().sync_data().map_err(io_err(&top_path))?;
+                    }
                     write_index(&index_path, &index)?;
                     since_sync = 0;
                 }
@@ -247,7 +347,9 @@ impl FeatureFile {
             .and_then(|now| spans_for(&now, sequences, &prefix))
             .filter(|now| now[..] == spans_for(&index, sequences, &prefix).unwrap_or_default()[..])
             .ok_or_else(|| TrainError::Usage(format!("feature file {}: rewritten by another run", path.display())))?;
-        Ok(Self { path, file, width, spans, _lock: lock })
+        let need = spans.iter().map(|&(_, r)| (r * top_k) as u64 * 8).sum();
+        let top_k = open_top(need)?;
+        Ok(Self { path, file, width, spans, top_k, _lock: lock })
     }
 
     /// Number of sequences.
@@ -288,6 +390,65 @@ impl FeatureFile {
         read_exact_at(&self.file, &mut bytes, offset * 2).map_err(io_err(&self.path))?;
         Ok(bytes.chunks_exact(2).map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32()).collect())
     }
+}
+
+impl FeatureFile {
+    /// The target's top-k next-token distribution at the first `rows`
+    /// positions of sequence `i`: `(ids, log_probs)`, each `[rows, k]`
+    /// row-major, ranks in descending probability, log-probabilities over
+    /// the whole vocabulary (nats). Row `p` is the distribution of the token
+    /// at position `p + 1`.
+    ///
+    /// # Errors
+    /// [`TrainError::Usage`] when the file keeps no top-k or for a sequence
+    /// or row out of range; [`TrainError::Io`] naming the file.
+    pub fn top_k_rows(&self, i: usize, rows: usize) -> Result<(Vec<u32>, Vec<f32>)> {
+        let (file, path, k) = self.top_k.as_ref().ok_or_else(|| {
+            TrainError::Usage(format!("feature file {}: built without the target's top-k", self.path.display()))
+        })?;
+        let &(offset, have) = self.spans.get(i).ok_or_else(|| {
+            TrainError::Usage(format!("feature file {}: no sequence {i} (it holds {})", path.display(), self.len()))
+        })?;
+        if rows > have {
+            return Err(TrainError::Usage(format!(
+                "feature file {}: sequence {i} has {have} rows, {rows} asked for",
+                path.display()
+            )));
+        }
+        let mut bytes = vec![0u8; rows * k * 8];
+        read_exact_at(file, &mut bytes, offset / self.width as u64 * *k as u64 * 8).map_err(io_err(path))?;
+        let (mut ids, mut lps) = (Vec::with_capacity(rows * k), Vec::with_capacity(rows * k));
+        for c in bytes.chunks_exact(8) {
+            ids.push(u32::from_le_bytes([c[0], c[1], c[2], c[3]]));
+            lps.push(f32::from_le_bytes([c[4], c[5], c[6], c[7]]));
+        }
+        Ok((ids, lps))
+    }
+}
+
+/// The top-`k` of each row of `[rows, vocab]` logits as `(ids, log_probs)`,
+/// each `[rows, k]` (log-probabilities over the whole row, ties to the
+/// smaller id; [`bastion_tree::TopK`]).
+///
+/// # Errors
+/// A message for non-finite logits or a shape mismatch.
+pub(crate) fn top_k_of(
+    logits: &[f32],
+    rows: usize,
+    vocab: usize,
+    k: usize,
+) -> std::result::Result<(Vec<u32>, Vec<f32>), String> {
+    let top = bastion_tree::TopK::from_logits(logits, rows, vocab, k).map_err(|e| e.to_string())?;
+    let k = top.k();
+    let mut ids = Vec::with_capacity(rows * k);
+    let mut lps = Vec::with_capacity(rows * k);
+    for d in 1..=rows {
+        for r in 0..k {
+            ids.push(top.token(d, r));
+            lps.push(top.log_prob(d, r));
+        }
+    }
+    Ok((ids, lps))
 }
 
 #[cfg(unix)]
@@ -369,7 +530,7 @@ fn read_index(path: &Path, expected: &Index) -> Result<Option<Index>> {
     }
     let index: Index =
         serde_json::from_value(value).map_err(|e| bad(format!("not a feature index of format {FORMAT} ({e})")))?;
-    let key = |i: &Index| (i.format, i.width, i.layers.clone(), i.target.clone());
+    let key = |i: &Index| (i.format, i.width, i.layers.clone(), i.target.clone(), i.top_k);
     if key(&index) != key(expected) {
         return Err(bad(format!(
             "written for other features (format {}, width {}, layers {:?}, target {}); expected format {FORMAT}, \

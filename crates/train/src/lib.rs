@@ -4,8 +4,9 @@
 //! [`distill`] stores the target's own greedy responses to training prompts
 //! (never evaluation prompts, see `bastion_data::Datasets::load_train`),
 //! resumably, as token ids, one sequence at a time or many per forward
-//! ([`distill_batched`]); [`self_instruct`] has the target write chat-style
-//! training prompts.
+//! ([`distill_batched`]); [`self_instruct`] has the target write training
+//! prompts for the domains without an offline training set (chat,
+//! competition math, code).
 
 #![warn(missing_docs)]
 
@@ -22,10 +23,10 @@ pub use error::{Result, TrainError};
 pub use features::FeatureFile;
 pub use params::{DraftLayerParams, DraftParams, StoreDtype};
 pub use self_instruct::{
-    clean, instruction, self_instruct, write_chat_prompts, ChatPrompt, Novelty, SelfInstructConfig, EVAL_RUN, KINDS,
-    TOPICS,
+    clean, clean_signature, instruction, self_instruct, write_chat_prompts, ChatPrompt, Domain, Novelty,
+    SelfInstructConfig, CODE_KINDS, CODE_TOPICS, EVAL_RUN, KINDS, MATH_KINDS, MATH_TOPICS, TOPICS,
 };
 pub use trainer::{
-    chain_acceptance, default_drafter_config, train, ChainTau, HeldOutReport, HeldOutSet, StepReport, TrainConfig,
-    TrainEvent, TrainOptions,
+    chain_acceptance, default_drafter_config, train, ChainTau, HeldOutReport, HeldOutSet, SoftTargets, StepPhases,
+    StepReport, TrainConfig, TrainEvent, TrainOptions,
 };

@@ -110,6 +110,72 @@ impl DraftParams {
         Self { fc, hidden_norm: ones(h), layers, norm: ones(h) }
     }
 
+    /// Warm start: draft layer `layer` takes the weights of a target decoder
+    /// layer (`tensors`, Hugging Face names without the `model.layers.N.`
+    /// prefix, `[out, in]` matrices, as [`bastion_models::load_layer_weights`]
+    /// returns them): projections, input and post-attention norms, and
+    /// Qwen3's q/k norms when the target has them (a Llama target has none:
+    /// the drafter's stay at ones). The drafter's layer shape is the
+    /// target's, so every matrix fits.
+    ///
+    /// # Errors
+    /// [`TrainError::Usage`] for `layer` out of range, a missing tensor or a
+    /// shape that differs from the drafter's.
+    pub fn warm_start_layer(&mut self, layer: usize, tensors: &[(String, HostTensor)]) -> Result<()> {
+        let n = self.layers.len();
+        let l = self
+            .layers
+            .get_mut(layer)
+            .ok_or_else(|| TrainError::Usage(format!("warm start: draft layer {layer}, the drafter has {n}")))?;
+        let get = |name: &str| tensors.iter().find(|(n, _)| n == name).map(|(_, t)| t);
+        let need = |name: &str| get(name).ok_or_else(|| TrainError::Usage(format!("warm start: no tensor `{name}`")));
+        fn set2(p: &mut Param<Tensor<2>>, name: &str, t: &HostTensor) -> Result<()> {
+            let want = p.val().dims();
+            // Stored [in, out]; the source is [out, in].
+            if t.shape != [want[1], want[0]] {
+                return Err(TrainError::Usage(format!(
+                    "warm start: `{name}` is {:?}, the drafter's layer needs {:?}",
+                    t.shape,
+                    [want[1], want[0]]
+                )));
+            }
+            let device = p.val().device();
+            let w = Tensor::<2>::from_data(TensorData::new(t.data.clone(), [want[1], want[0]]), &device).transpose();
+            *p = Param::from_tensor(w);
+            Ok(())
+        }
+        fn set1(p: &mut Param<Tensor<1>>, name: &str, t: &HostTensor) -> Result<()> {
+            let want = p.val().dims();
+            if t.shape != want {
+                return Err(TrainError::Usage(format!(
+                    "warm start: `{name}` is {:?}, the drafter's layer needs {want:?}",
+                    t.shape
+                )));
+            }
+            *p = Param::from_tensor(Tensor::from_data(TensorData::new(t.data.clone(), want), &p.val().device()));
+            Ok(())
+        }
+        for (p, name) in [
+            (&mut l.q, "self_attn.q_proj.weight"),
+            (&mut l.k, "self_attn.k_proj.weight"),
+            (&mut l.v, "self_attn.v_proj.weight"),
+            (&mut l.o, "self_attn.o_proj.weight"),
+            (&mut l.gate, "mlp.gate_proj.weight"),
+            (&mut l.up, "mlp.up_proj.weight"),
+            (&mut l.down, "mlp.down_proj.weight"),
+        ] {
+            set2(p, name, need(name)?)?;
+        }
+        set1(&mut l.input_norm, "input_layernorm.weight", need("input_layernorm.weight")?)?;
+        set1(&mut l.post_norm, "post_attention_layernorm.weight", need("post_attention_layernorm.weight")?)?;
+        for (p, name) in [(&mut l.q_norm, "self_attn.q_norm.weight"), (&mut l.k_norm, "self_attn.k_norm.weight")] {
+            if let Some(t) = get(name) {
+                set1(p, name, t)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Replaces the final norm's weight (`norm.weight`, `[hidden]`) with
     /// `w`: the target's final norm (`model.norm.weight`) puts the drafter's
     /// states at the scale the shared LM head was trained on, which a norm

@@ -1,17 +1,19 @@
-//! Chat-style training prompts written by the target itself (self-instruct):
-//! the evaluation mix has chat questions (MT-Bench), and no offline chat
-//! training set ships with the project, so the target is asked, for every
-//! pair of a seed topic and a kind of request, to write one request a user
-//! might send to an assistant. The requests are sampled (T > 0, seeded),
-//! cleaned, de-duplicated and kept only when they share no long word run
-//! with any evaluation prompt.
+//! Training prompts written by the target itself (self-instruct), for the
+//! evaluation domains that have no offline training set: open chat
+//! (MT-Bench), competition-style math (MATH-500) and function-writing code
+//! tasks (HumanEval / MBPP). For every pair of a seed topic and a kind of
+//! request of a [`Domain`], the target continues a short document listing
+//! such requests; the continuation is sampled (T > 0, seeded), cleaned,
+//! de-duplicated and kept only when it shares no long word run with any
+//! evaluation prompt.
 //!
 //! Method: Wang et al., "Self-Instruct: Aligning Language Models with
 //! Self-Generated Instructions" (ACL 2023), §2: a model writes new
 //! instructions from a seed pool and near-duplicates are filtered. Here the
-//! seed pool is a list of topics and request kinds written for this project
-//! ([`TOPICS`], [`KINDS`]) rather than seed tasks, and the filter is word
-//! 3-gram Jaccard similarity instead of ROUGE-L.
+//! seed pool is a list of topics and request kinds per domain, written for
+//! this project ([`Domain::topics`], [`Domain::kinds`]) rather than seed
+//! tasks, and the filter is word 3-gram Jaccard similarity instead of
+//! ROUGE-L.
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -22,8 +24,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, TrainError};
 
-/// Seed topics, broad on purpose: the requests should cover what users ask
-/// chat assistants about.
+/// Seed topics of the chat domain, broad on purpose: the requests should
+/// cover what users ask chat assistants about.
 pub const TOPICS: &[&str] = &[
     "cooking and recipes",
     "personal finance and budgeting",
@@ -77,8 +79,9 @@ pub const TOPICS: &[&str] = &[
     "cars and transportation",
 ];
 
-/// Kinds of request, as `(label, opening words)`: the target continues
-/// the opening words, so each kind starts the way such requests do.
+/// Kinds of chat request, as `(label, opening words)`: the target
+/// continues the opening words, so each kind starts the way such requests
+/// do.
 pub const KINDS: &[(&str, &str)] = &[
     ("explain", "Can you explain"),
     ("how-to", "How do I"),
@@ -96,25 +99,262 @@ pub const KINDS: &[(&str, &str)] = &[
     ("recommend", "Can you recommend"),
 ];
 
-/// One chat prompt of `datasets/train/chat-self-instruct.jsonl`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ChatPrompt {
-    /// Stable id, `chat-self:<n>` in generation order.
-    pub id: String,
-    /// The seed topic it was written for ([`TOPICS`]).
-    pub topic: String,
-    /// The kind of request ([`KINDS`] label).
-    pub kind: String,
-    /// The request, as a user would send it.
-    pub text: String,
+/// Seed topics of the competition-math domain: the seven subjects of the
+/// MATH dataset (Hendrycks et al., 2021) and the topics inside them.
+pub const MATH_TOPICS: &[&str] = &[
+    "algebra",
+    "linear equations",
+    "quadratic equations",
+    "systems of equations",
+    "inequalities",
+    "absolute value",
+    "exponents and radicals",
+    "functions and their inverses",
+    "polynomials and their roots",
+    "rational functions",
+    "logarithms",
+    "arithmetic and geometric sequences",
+    "series and sums",
+    "number theory",
+    "prime numbers and factorization",
+    "divisibility and remainders",
+    "modular arithmetic",
+    "greatest common divisors and least common multiples",
+    "digits and number bases",
+    "counting and combinations",
+    "permutations and arrangements",
+    "probability",
+    "expected value",
+    "geometry",
+    "triangles and the Pythagorean theorem",
+    "circles, chords and arcs",
+    "areas and perimeters",
+    "volumes of solids",
+    "coordinate geometry",
+    "similar triangles",
+    "precalculus",
+    "trigonometry",
+    "complex numbers",
+    "vectors",
+    "matrices and determinants",
+    "prealgebra",
+    "fractions and decimals",
+    "percentages and ratios",
+    "rates, work and distance",
+    "averages",
+];
+
+/// Kinds of competition-math problem, as `(label, opening words)`.
+pub const MATH_KINDS: &[(&str, &str)] = &[
+    ("find", "Find the"),
+    ("compute", "Compute"),
+    ("how-many", "How many"),
+    ("what", "What is the"),
+    ("if", "If"),
+    ("let", "Let"),
+    ("solve", "Solve for"),
+    ("simplify", "Simplify"),
+    ("evaluate", "Evaluate"),
+    ("determine", "Determine"),
+    ("suppose", "Suppose that"),
+    ("largest", "What is the largest"),
+];
+
+/// Seed topics of the code domain: what short function-writing exercises
+/// (HumanEval, MBPP) are about.
+pub const CODE_TOPICS: &[&str] = &[
+    "lists",
+    "strings",
+    "dictionaries",
+    "sets",
+    "tuples",
+    "sorting",
+    "searching",
+    "prime numbers",
+    "digits of integers",
+    "matrices",
+    "binary numbers and bits",
+    "dates and times",
+    "text parsing",
+    "palindromes",
+    "anagrams",
+    "vowels and characters",
+    "geometry formulas",
+    "sequences such as Fibonacci",
+    "recursion",
+    "counting elements",
+    "maximum and minimum values",
+    "sums and products",
+    "regular expressions",
+    "list comprehensions",
+    "nested lists",
+    "intervals and ranges",
+    "stacks and queues",
+    "brackets and parentheses",
+    "words in a sentence",
+    "unit conversion",
+    "averages and statistics",
+    "duplicates",
+];
+
+/// Kinds of code task, as `(label, opening words)`. The `signature` kind
+/// writes a Python function header with its docstring (the HumanEval
+/// layout, [`Domain::Code`] templates it as HumanEval is); the others write
+/// one-line tasks (the MBPP layout).
+pub const CODE_KINDS: &[(&str, &str)] = &[
+    ("function-to", "Write a function to"),
+    ("python-function-to", "Write a python function to"),
+    ("function-that", "Write a function that"),
+    ("signature", "def "),
+    ("function-which", "Write a function which"),
+    ("check", "Write a function to check whether"),
+    ("signature", "def "),
+    ("count", "Write a python function to count"),
+    ("find", "Write a function to find the"),
+    ("signature", "def "),
+];
+
+/// Function headers shown before a code `signature` request, one per
+/// instruction (chosen by topic), so the target writes the HumanEval layout.
+const SIGNATURE_EXAMPLES: [&str; 4] = [
+    "def count_words(text: str) -> int:\n    \"\"\"Return the number of words in the string text.\"\"\"",
+    "def second_largest(numbers: list) -> int:\n    \"\"\"Return the second largest value in a list of at least two numbers.\"\"\"",
+    "def is_leap_year(year: int) -> bool:\n    \"\"\"Return True if year is a leap year in the Gregorian calendar.\"\"\"",
+    "def merge_counts(a: dict, b: dict) -> dict:\n    \"\"\"Return a dictionary with the keys of a and b and the sum of their values.\"\"\"",
+];
+
+/// A domain of self-instruct prompts: its seed lists, the document the
+/// target continues, and where its prompts are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Domain {
+    /// Open chat requests (MT-Bench's domain).
+    Chat,
+    /// Competition-style math problems (MATH-500's domain).
+    Math,
+    /// Function-writing programming tasks (HumanEval / MBPP's domain).
+    Code,
 }
 
-/// The text the target continues for one (topic, opening words) pair: a
-/// plain document (no chat template) listing user messages on the topic,
-/// ending with the opening words of the next one. The first line of the
-/// continuation completes the request.
+impl Domain {
+    /// Every domain.
+    pub const ALL: [Domain; 3] = [Domain::Chat, Domain::Math, Domain::Code];
+
+    /// Its name on the command line: `chat`, `math`, `code`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Domain::Chat => "chat",
+            Domain::Math => "math",
+            Domain::Code => "code",
+        }
+    }
+
+    /// The prefix of its prompt ids (`chat-self:<n>`, …).
+    pub fn id_prefix(self) -> &'static str {
+        match self {
+            Domain::Chat => "chat-self",
+            Domain::Math => "math-self",
+            Domain::Code => "code-self",
+        }
+    }
+
+    /// Its prompt file, relative to the dataset folder
+    /// (`bastion_data::SELF_INSTRUCT_FILES` lists the same).
+    pub fn file(self) -> &'static str {
+        match self {
+            Domain::Chat => "train/chat-self-instruct.jsonl",
+            Domain::Math => "train/math-self-instruct.jsonl",
+            Domain::Code => "train/code-self-instruct.jsonl",
+        }
+    }
+
+    /// Seed topics.
+    pub fn topics(self) -> &'static [&'static str] {
+        match self {
+            Domain::Chat => TOPICS,
+            Domain::Math => MATH_TOPICS,
+            Domain::Code => CODE_TOPICS,
+        }
+    }
+
+    /// Kinds of request, `(label, opening words)`.
+    pub fn kinds(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            Domain::Chat => KINDS,
+            Domain::Math => MATH_KINDS,
+            Domain::Code => CODE_KINDS,
+        }
+    }
+
+    /// The text the target continues for one (topic, opening words) pair: a
+    /// plain document (no chat template) listing requests on the topic,
+    /// ending with the opening words of the next one. For the one-line
+    /// kinds the first line of the continuation completes the request; for
+    /// the code `signature` kind the continuation completes a Python
+    /// function header and its docstring.
+    pub fn instruction(self, topic: &str, opening: &str) -> String {
+        match self {
+            Domain::Chat => {
+                format!("Messages that users sent to a helpful AI assistant about {topic}, one per line:\n- {opening}")
+            }
+            Domain::Math => format!("Problems from mathematics competitions about {topic}, one per line:\n- {opening}"),
+            Domain::Code if opening == "def " => {
+                // One worked header shows the layout (a 135M target writes no docstring
+                // without one); which one depends on the topic, so the copies vary.
+                let example = SIGNATURE_EXAMPLES[topic.len() % SIGNATURE_EXAMPLES.len()];
+                format!(
+                    "# Python exercises about {topic}. Each function has a docstring that says what it must \
+                     return.\n\n{example}\n\n\n{opening}"
+                )
+            }
+            Domain::Code => format!("Python programming exercises about {topic}, one per line:\n- {opening}"),
+        }
+    }
+
+    /// Whether a request of kind `opening` is a Python function header with
+    /// a docstring rather than one line.
+    fn is_signature(self, opening: &str) -> bool {
+        self == Domain::Code && opening == "def "
+    }
+}
+
+impl std::str::FromStr for Domain {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        Domain::ALL
+            .into_iter()
+            .find(|d| d.name() == s)
+            .ok_or_else(|| format!("unknown self-instruct domain `{s}`; expected one of: chat, math, code"))
+    }
+}
+
+impl std::fmt::Display for Domain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The chat domain's document (kept for the existing chat prompt file):
+/// [`Domain::instruction`] of [`Domain::Chat`].
 pub fn instruction(topic: &str, opening: &str) -> String {
-    format!("Messages that users sent to a helpful AI assistant about {topic}, one per line:\n- {opening}")
+    Domain::Chat.instruction(topic, opening)
+}
+
+/// One prompt of a self-instruct file (`datasets/train/*-self-instruct.jsonl`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatPrompt {
+    /// Stable id, `<domain prefix>:<n>` in generation order
+    /// ([`Domain::id_prefix`]).
+    pub id: String,
+    /// The seed topic it was written for ([`Domain::topics`]).
+    pub topic: String,
+    /// The kind of request ([`Domain::kinds`] label).
+    pub kind: String,
+    /// The request as written: a user message, a math problem, a one-line
+    /// code task, or (kind `signature`) a Python function header with its
+    /// docstring. The dataset loader templates it as the matching
+    /// evaluation set is.
+    pub text: String,
 }
 
 /// A generated request made usable, or `None` if it is not one: the first
@@ -147,6 +387,36 @@ pub fn clean(raw: &str) -> Option<String> {
     let words = t.split_whitespace().count();
     let chars = t.chars().count();
     ((20..=400).contains(&chars) && words >= 4 && t.chars().any(char::is_alphabetic)).then_some(t)
+}
+
+/// A generated Python function header made usable, or `None` if it is
+/// not one: `raw` is the text after `def ` up to (at least) the docstring's
+/// end. Kept: `def name(args):` (optionally with a return annotation), then
+/// a docstring of at least four words in triple quotes, nothing after it;
+/// 30–600 characters. Trailing spaces are trimmed from every line.
+pub fn clean_signature(raw: &str) -> Option<String> {
+    let text: String = format!("def {}", raw.trim_start()).lines().map(str::trim_end).collect::<Vec<_>>().join("\n");
+    let header_end = text.find(":\n")?;
+    let header = &text[..header_end];
+    let name = header.strip_prefix("def ")?.split('(').next()?;
+    let valid_name = !name.is_empty()
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !name.starts_with(|c: char| c.is_ascii_digit());
+    if !valid_name || !header.contains(')') || header.contains('\n') {
+        return None;
+    }
+    let body = &text[header_end + 2..];
+    let open = body.find("\"\"\"")?;
+    if !body[..open].trim().is_empty() {
+        return None; // code before the docstring
+    }
+    let close = body[open + 3..].find("\"\"\"")? + open + 3;
+    let doc = &body[open + 3..close];
+    if doc.split_whitespace().count() < 4 || !doc.chars().any(char::is_alphabetic) {
+        return None;
+    }
+    let kept = format!("{header}:\n{}", &body[..close + 3]);
+    (30..=600).contains(&kept.chars().count()).then_some(kept)
 }
 
 /// Lower-case words of letters and digits.
@@ -223,6 +493,8 @@ pub struct SelfInstructConfig {
     pub batch: usize,
     /// Near-duplicate threshold (word 3-gram Jaccard).
     pub max_similarity: f64,
+    /// What the prompts are ([`Domain`]).
+    pub domain: Domain,
 }
 
 impl Default for SelfInstructConfig {
@@ -235,16 +507,19 @@ impl Default for SelfInstructConfig {
             max_new_tokens: 80,
             batch: 32,
             max_similarity: 0.5,
+            domain: Domain::Chat,
         }
     }
 }
 
-/// Samples chat prompts from the target: candidate `i` asks for
-/// (`TOPICS[i mod T]`, `KINDS[(i / T) mod K]`) and is sampled with its own
-/// seed, so the result depends only on the model and `cfg`. Candidates go
-/// through [`clean`] and `novelty` in order; the first `cfg.count` kept
-/// are returned, numbered in that order. `on_candidate(kept, tried)`
-/// reports progress.
+/// Samples prompts of `cfg.domain` from the target: candidate `i` asks for
+/// (`topics[i mod T]`, `kinds[(i / T) mod K]`) of that domain and is
+/// sampled with its own seed, so the result depends only on the model and
+/// `cfg`. A one-line request ends at its line's end; a code `signature`
+/// ends with its docstring (at most twice `cfg.max_new_tokens` tokens).
+/// Candidates go through [`clean`] (or [`clean_signature`]) and `novelty`
+/// in order; the first `cfg.count` kept are returned, numbered in that
+/// order. `on_candidate(kept, tried)` reports progress.
 ///
 /// # Errors
 /// [`TrainError::Usage`] for `batch == 0` or `count == 0`; model, chat
@@ -266,7 +541,9 @@ pub fn self_instruct(
         .filter(|&t| tokenizer.decode(&[t], false).is_ok_and(|s| s.contains('\n')))
         .collect();
     let vocab = model.config().vocab_size;
-    let pair_of = |i: usize| (TOPICS[i % TOPICS.len()], KINDS[(i / TOPICS.len()) % KINDS.len()]);
+    let domain = cfg.domain;
+    let (topics, kinds) = (domain.topics(), domain.kinds());
+    let pair_of = |i: usize| (topics[i % topics.len()], kinds[(i / topics.len()) % kinds.len()]);
     let mut kept: Vec<ChatPrompt> = Vec::new();
     let mut next = 0;
     while kept.len() < cfg.count && next < cfg.max_attempts {
@@ -280,7 +557,7 @@ pub fn self_instruct(
             .iter()
             .map(|&i| {
                 let (topic, (_, opening)) = pair_of(i);
-                tokenizer.encode(&instruction(topic, opening), true)
+                tokenizer.encode(&domain.instruction(topic, opening), true)
             })
             .collect::<std::result::Result<_, _>>()?;
         // The instruction's shared head (chat template, first sentence) is
@@ -302,12 +579,33 @@ pub fn self_instruct(
             outs[b].push(samplers[b].sample(session.prefill(&prompt[shared..], &[])?.row(0)));
             sessions.push(session);
         }
-        // A request ends at its line's end.
-        let finished = |out: &[u32]| {
-            out.len() >= cfg.max_new_tokens || out.last().is_some_and(|t| stop.contains(t) || newline.contains(t))
+        // A one-line request ends at its line's end; a function header with
+        // the end of its docstring (or a blank line before one).
+        let finished = |b: usize, out: &[u32]| -> Result<bool> {
+            let signature = domain.is_signature(pair_of(ids[b]).1 .1);
+            let stopped = out.last().is_some_and(|t| stop.contains(t));
+            if !signature {
+                return Ok(stopped
+                    || out.len() >= cfg.max_new_tokens
+                    || out.last().is_some_and(|t| newline.contains(t)));
+            }
+            if stopped || out.len() >= 2 * cfg.max_new_tokens {
+                return Ok(true);
+            }
+            if !out.last().is_some_and(|t| newline.contains(t)) && !out.len().is_multiple_of(4) {
+                return Ok(false);
+            }
+            let text = tokenizer.decode(out, true)?;
+            Ok(text.matches("\"\"\"").count() >= 2 || text.contains("\n\n"))
         };
-        let (mut live, mut live_sessions): (Vec<usize>, Vec<_>) =
-            sessions.into_iter().enumerate().filter(|(b, _)| !finished(&outs[*b])).unzip();
+        let mut live = Vec::new();
+        let mut live_sessions = Vec::new();
+        for (b, session) in sessions.into_iter().enumerate() {
+            if !finished(b, &outs[b])? {
+                live.push(b);
+                live_sessions.push(session);
+            }
+        }
         while !live.is_empty() {
             let tokens: Vec<u32> = live.iter().map(|&b| *outs[b].last().expect("one token")).collect();
             let logits = model.decode_batch(&mut live_sessions, &tokens)?;
@@ -316,7 +614,7 @@ pub fn self_instruct(
                 outs[b].push(tok);
             }
             for r in (0..live.len()).rev() {
-                if finished(&outs[live[r]]) {
+                if finished(live[r], &outs[live[r]])? {
                     live.remove(r);
                     live_sessions.remove(r);
                 }
@@ -324,10 +622,12 @@ pub fn self_instruct(
         }
         for (b, &i) in ids.iter().enumerate() {
             let (topic, (label, opening)) = pair_of(i);
-            let text = format!("{opening}{}", tokenizer.decode(&outs[b], true)?);
-            if let Some(text) = clean(&text).filter(|t| kept.len() < cfg.count && novelty.admit(t)) {
+            let raw = tokenizer.decode(&outs[b], true)?;
+            let text =
+                if domain.is_signature(opening) { clean_signature(&raw) } else { clean(&format!("{opening}{raw}")) };
+            if let Some(text) = text.filter(|t| kept.len() < cfg.count && novelty.admit(t)) {
                 kept.push(ChatPrompt {
-                    id: format!("chat-self:{}", kept.len()),
+                    id: format!("{}:{}", domain.id_prefix(), kept.len()),
                     topic: topic.to_string(),
                     kind: label.to_string(),
                     text,
@@ -405,14 +705,54 @@ mod tests {
 
     #[test]
     fn every_instruction_names_its_topic_and_kind() {
-        for t in TOPICS {
-            for (_, k) in KINDS {
-                let s = instruction(t, k);
-                assert!(s.contains(t) && s.contains(k));
+        for d in Domain::ALL {
+            for t in d.topics() {
+                for (_, k) in d.kinds() {
+                    let s = d.instruction(t, k);
+                    assert!(s.contains(t) && s.ends_with(k), "{d}: {s}");
+                    if k == &"def " {
+                        // The worked example is itself a header the cleaner keeps.
+                        let example = s.split("\n\n").nth(1).unwrap();
+                        assert!(clean_signature(&example["def ".len()..]).is_some(), "{example}");
+                    }
+                }
             }
+            assert_eq!(d.topics().iter().collect::<HashSet<_>>().len(), d.topics().len(), "{d}: repeated topic");
+            assert_eq!(d.name().parse::<Domain>(), Ok(d));
+            assert!(d.file().contains(d.name()) && d.id_prefix().starts_with(d.name()));
         }
-        let labels: HashSet<&str> = KINDS.iter().map(|(l, _)| *l).collect();
-        assert_eq!(labels.len(), KINDS.len());
-        assert_eq!(TOPICS.iter().collect::<HashSet<_>>().len(), TOPICS.len());
+        // Labels are unique per opening (the code domain repeats its
+        // signature kind on purpose, to draw it more often).
+        for d in Domain::ALL {
+            let pairs: HashSet<_> = d.kinds().iter().collect();
+            let labels: HashSet<&str> = d.kinds().iter().map(|(l, _)| *l).collect();
+            assert_eq!(labels.len(), pairs.len(), "{d}");
+        }
+        // The chat document is the one the committed chat prompts were written with.
+        assert_eq!(
+            instruction("poetry", "Why does"),
+            "Messages that users sent to a helpful AI assistant about poetry, one per line:\n- Why does"
+        );
+        assert!("prose".parse::<Domain>().unwrap_err().contains("chat, math, code"));
+    }
+
+    #[test]
+    fn clean_signature_keeps_a_header_and_its_docstring_only() {
+        assert_eq!(
+            clean_signature("count_vowels(s: str) -> int:  \n    \"\"\"Return how many vowels the string s holds.\"\"\"\n    return 0\n").as_deref(),
+            Some("def count_vowels(s: str) -> int:\n    \"\"\"Return how many vowels the string s holds.\"\"\"")
+        );
+        let multi = "pairs(xs):\n    \"\"\"Given a list xs, return every pair\n    whose sum is zero.\n    >>> pairs([1, -1])\n    [(1, -1)]\n    \"\"\"\n";
+        let kept = clean_signature(multi).unwrap();
+        assert!(kept.starts_with("def pairs(xs):\n") && kept.ends_with("\"\"\""), "{kept}");
+        assert_eq!(clean_signature("f(x):\n    \"\"\"Add one.\"\"\""), None, "docstring under four words");
+        assert_eq!(
+            clean_signature("f(x):\n    return x\n    \"\"\"Return x plus one always.\"\"\""),
+            None,
+            "code first"
+        );
+        assert_eq!(clean_signature("2f(x):\n    \"\"\"Return x plus one always.\"\"\""), None, "bad name");
+        assert_eq!(clean_signature("f(x):\n    \"\"\"Return x plus one always and"), None, "unclosed");
+        assert_eq!(clean_signature("f x:\n    \"\"\"Return x plus one always.\"\"\""), None, "no parentheses");
     }
 }

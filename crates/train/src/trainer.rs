@@ -13,8 +13,10 @@ use std::path::{Path, PathBuf};
 
 use bastion_models::{context_features, Drafter, DrafterConfig, Model, ModelConfig};
 use bastion_tree::TopK;
-use burn::module::Module;
-use burn::optim::{AdamConfig, GradientsParams};
+use std::time::Instant;
+
+use burn::module::{Module, ModuleMapper, Param};
+use burn::optim::{AdamConfig, GradientsAccumulator, GradientsParams};
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Int, Tensor, TensorData};
 use rand::{Rng, SeedableRng};
@@ -67,6 +69,33 @@ pub struct TrainConfig {
     /// of the training responses. The LM head's share of a step then stays
     /// small as the data (and the set of tokens it uses) grows.
     pub step_vocab: bool,
+    /// Soft targets: mix the hard-label loss with a cross entropy against the
+    /// target's own top-k next-token distribution (knowledge distillation,
+    /// Hinton et al. 2015; the DFlash / EAGLE recipes train on hard labels).
+    /// `None`: hard labels only.
+    pub soft_targets: Option<SoftTargets>,
+    /// Warm start: the target layer each draft layer is initialised from
+    /// (one id per draft layer, weights in [`TrainOptions::warm_start`]);
+    /// empty = random initialisation. The extra q/k norms of a drafter over a
+    /// Llama target start at ones; `fc` and `hidden_norm` start as without.
+    pub warm_start_layers: Vec<usize>,
+}
+
+/// The soft-target part of the loss ([`TrainConfig::soft_targets`]).
+///
+/// Each drafted slot's loss becomes `(1 − weight) · (−log q(y)) + weight ·
+/// (−Σ_i p̂_i log q(t_i))`, where `y` is the target's greedy token, `t_1..t_k`
+/// the target's top-k tokens at that position and `p̂` their probabilities
+/// renormalised over the k (the cross entropy to the truncated target
+/// distribution, which is its KL divergence up to a constant). The target's
+/// top-k comes from the feature cache ([`FeatureFile::build_with_top_k`]) or,
+/// without one, from the same target forward that computes the features.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SoftTargets {
+    /// Tokens of the target's distribution kept per position (≥ 1).
+    pub top_k: usize,
+    /// The soft part's weight in `[0, 1]`.
+    pub weight: f64,
 }
 
 /// A drafter shape for `target`: one Qwen3 layer of the target's width
@@ -94,6 +123,8 @@ struct Sequence {
     tokens: Vec<u32>,
     prompt_len: usize,
     features: Vec<f32>,
+    /// The target's top-k at every position (`(ids, log-probabilities)`, `[T, k]`), when asked for.
+    top: Option<(Vec<u32>, Vec<f32>)>,
 }
 
 /// Prompt + response of each record usable for training (a response of two
@@ -127,17 +158,27 @@ fn sequences(target: &Model, records: &[DistillRecord]) -> Result<Vec<(Vec<u32>,
 ///
 /// # Errors
 /// As [`sequences`]; model errors naming the record.
-fn prepare(target: &Model, cfg: &DrafterConfig, records: &[DistillRecord]) -> Result<Vec<Sequence>> {
+fn prepare(target: &Model, cfg: &DrafterConfig, records: &[DistillRecord], top_k: usize) -> Result<Vec<Sequence>> {
     let hidden = cfg.hidden_indices();
+    let vocab = target.config().vocab_size;
     let usable = records.iter().filter(|r| r.response_ids.len() >= 2);
     sequences(target, records)?
         .into_iter()
         .zip(usable)
         .map(|((tokens, prompt_len), r)| {
             let bad = |what: String| TrainError::Usage(format!("distilled record {}: {what}", r.id));
-            let out = target.session().prefill(&tokens, &hidden).map_err(|e| bad(e.to_string()))?;
+            let out = if top_k > 0 {
+                target.session().prefill_all_logits(&tokens, &hidden)
+            } else {
+                target.session().prefill(&tokens, &hidden)
+            }
+            .map_err(|e| bad(e.to_string()))?;
             let features = context_features(&out, target.config().hidden_size, None).map_err(|e| bad(e.to_string()))?;
-            Ok(Sequence { tokens, prompt_len, features })
+            let top = (top_k > 0)
+                .then(|| crate::features::top_k_of(&out.logits, tokens.len(), vocab, top_k))
+                .transpose()
+                .map_err(bad)?;
+            Ok(Sequence { tokens, prompt_len, features, top })
         })
         .collect()
 }
@@ -150,8 +191,8 @@ struct TrainingData {
 }
 
 enum FeatureSource {
-    /// f32, one vector per sequence.
-    Memory(Vec<Vec<f32>>),
+    /// f32, one vector per sequence (and the target's top-k, when asked for).
+    Memory(Vec<Vec<f32>>, Vec<Option<(Vec<u32>, Vec<f32>)>>),
     /// f16 on disk ([`TrainOptions::feature_dir`]).
     Disk(FeatureFile),
 }
@@ -162,27 +203,44 @@ impl TrainingData {
         cfg: &DrafterConfig,
         records: &[DistillRecord],
         feature_dir: Option<&Path>,
+        top_k: usize,
         on_progress: impl FnMut(usize, usize),
     ) -> Result<Self> {
         Ok(match feature_dir {
             None => {
-                let (seqs, features) =
-                    prepare(target, cfg, records)?.into_iter().map(|s| ((s.tokens, s.prompt_len), s.features)).unzip();
-                Self { seqs, features: FeatureSource::Memory(features) }
+                let (mut seqs, mut features, mut tops) = (Vec::new(), Vec::new(), Vec::new());
+                for s in prepare(target, cfg, records, top_k)? {
+                    seqs.push((s.tokens, s.prompt_len));
+                    features.push(s.features);
+                    tops.push(s.top);
+                }
+                Self { seqs, features: FeatureSource::Memory(features, tops) }
             }
             Some(dir) => {
                 let seqs = sequences(target, records)?;
                 let tokens: Vec<Vec<u32>> = seqs.iter().map(|(t, _)| t.clone()).collect();
-                let file = FeatureFile::build(target, cfg, &tokens, dir, on_progress)?;
+                let file = FeatureFile::build_with_top_k(target, cfg, &tokens, dir, top_k, on_progress)?;
                 Self { seqs, features: FeatureSource::Disk(file) }
             }
         })
     }
 
+    /// The target's top-k at the first `rows` positions of sequence `i`
+    /// (`(ids, log-probabilities)`, `[rows, k]`).
+    fn top_k(&self, i: usize, rows: usize, k: usize) -> Result<(Vec<u32>, Vec<f32>)> {
+        match &self.features {
+            FeatureSource::Memory(_, tops) => {
+                let (ids, lps) = tops[i].as_ref().ok_or_else(|| TrainError::Usage("no top-k kept".into()))?;
+                Ok((ids[..rows * k].to_vec(), lps[..rows * k].to_vec()))
+            }
+            FeatureSource::Disk(file) => file.top_k_rows(i, rows),
+        }
+    }
+
     /// The first `rows` feature rows of sequence `i`.
     fn features(&self, i: usize, rows: usize, width: usize) -> Result<std::borrow::Cow<'_, [f32]>> {
         Ok(match &self.features {
-            FeatureSource::Memory(f) => std::borrow::Cow::Borrowed(&f[i][..rows * width]),
+            FeatureSource::Memory(f, _) => std::borrow::Cow::Borrowed(&f[i][..rows * width]),
             FeatureSource::Disk(file) => std::borrow::Cow::Owned(file.rows(i, rows)?),
         })
     }
@@ -223,6 +281,37 @@ pub struct StepReport {
     pub learning_rate: f64,
     /// Target tokens predicted so far, this step included (the x axis of a τ-vs-data curve).
     pub tokens: u64,
+    /// Where the step's time went.
+    pub phases: StepPhases,
+}
+
+/// Seconds one training step spent in each phase. The shard phases
+/// (features to backward) are summed over the step's data-parallel shards,
+/// so with two threads they add up to about twice the wall time: their sum
+/// over `wall` is the step's parallelism.
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize)]
+pub struct StepPhases {
+    /// Reading the context features (memory or the f16 cache) and embedding the blocks.
+    pub features: f64,
+    /// The drafter's forward (fc, draft layers, final norm).
+    pub drafter_forward: f64,
+    /// The target's LM head on the drafted slots, log-softmax and the weighted loss (forward).
+    pub lm_head: f64,
+    /// Backward through LM head and drafter, gradients collected.
+    pub backward: f64,
+    /// Summing the shards' gradients and the Adam step.
+    pub optimizer: f64,
+    /// The step's wall time.
+    pub wall: f64,
+}
+
+impl StepPhases {
+    fn add(&mut self, o: &StepPhases) {
+        self.features += o.features;
+        self.drafter_forward += o.drafter_forward;
+        self.lm_head += o.lm_head;
+        self.backward += o.backward;
+    }
 }
 
 /// The held-out τ estimate after a step.
@@ -234,6 +323,9 @@ pub struct HeldOutReport {
     pub tokens: u64,
     /// The estimate (see [`HeldOutSet::tau`]).
     pub tau: ChainTau,
+    /// The estimate per training domain (`bastion_data::TRAIN_DOMAINS`,
+    /// in that order; `None` where no held-out sequence is of that domain).
+    pub by_domain: [Option<ChainTau>; 4],
 }
 
 /// What [`train`] reports to its caller.
@@ -294,6 +386,25 @@ pub struct TrainOptions {
     /// (K·H · 4 bytes per token: 6.9 KB for SmolLM2). The held-out
     /// sequences stay in memory, in f32.
     pub feature_dir: Option<PathBuf>,
+    /// Threads for the data-parallel shards of a step (0: as many as the
+    /// machine has cores, at most the shard count). The trained weights do
+    /// not depend on it.
+    pub threads: usize,
+    /// The weights of the target layers named by
+    /// [`TrainConfig::warm_start_layers`], in that order
+    /// ([`bastion_models::load_layer_weights`]). Used only when a run starts
+    /// (a resumed run takes its checkpoint's weights).
+    pub warm_start: Vec<Vec<(String, bastion_models::HostTensor)>>,
+}
+
+impl TrainOptions {
+    /// [`TrainOptions::threads`] resolved (0 → the available parallelism).
+    fn threads(&self) -> usize {
+        match self.threads {
+            0 => std::thread::available_parallelism().map_or(1, usize::from),
+            n => n,
+        }
+    }
 }
 
 /// Mean acceptance of the greedy DFlash chain on known target outputs.
@@ -311,6 +422,8 @@ pub struct ChainTau {
 /// Held-out sequences with their context features, for the τ estimate.
 pub struct HeldOutSet {
     seqs: Vec<Sequence>,
+    /// Each sequence's training domain (an index into `bastion_data::TRAIN_DOMAINS`).
+    domains: Vec<usize>,
 }
 
 impl HeldOutSet {
@@ -319,7 +432,15 @@ impl HeldOutSet {
     /// # Errors
     /// Model errors.
     pub fn new(target: &Model, cfg: &DrafterConfig, records: &[DistillRecord]) -> Result<Self> {
-        Ok(Self { seqs: prepare(target, cfg, records)? })
+        let domains = records
+            .iter()
+            .filter(|r| r.response_ids.len() >= 2)
+            .map(|r| {
+                let d = bastion_data::train_domain(&r.id);
+                bastion_data::TRAIN_DOMAINS.iter().position(|&x| x == d).expect("a known domain")
+            })
+            .collect();
+        Ok(Self { seqs: prepare(target, cfg, records, 0)?, domains })
     }
 
     /// Number of sequences (records with responses of two tokens or more).
@@ -344,17 +465,35 @@ impl HeldOutSet {
     /// # Errors
     /// Model errors.
     pub fn tau(&self, target: &Model, drafter: &Drafter) -> Result<ChainTau> {
-        let mut out = ChainTau::default();
-        let mut means = Vec::with_capacity(self.seqs.len());
-        for s in &self.seqs {
+        Ok(self.tau_by_domain(target, drafter)?.0)
+    }
+
+    /// [`HeldOutSet::tau`] over all sequences and over those of each
+    /// training domain (`bastion_data::TRAIN_DOMAINS` order; `None` for a
+    /// domain without held-out sequences).
+    ///
+    /// # Errors
+    /// Model errors.
+    pub fn tau_by_domain(&self, target: &Model, drafter: &Drafter) -> Result<(ChainTau, [Option<ChainTau>; 4])> {
+        let mut parts: [Vec<(usize, usize)>; 4] = Default::default();
+        for (s, &d) in self.seqs.iter().zip(&self.domains) {
             let acc = chain_acceptance(target, drafter, &s.tokens, s.prompt_len, &s.features)?;
-            let committed = acc.iter().sum::<usize>();
-            means.push(committed as f64 / acc.len().max(1) as f64);
-            out.rounds += acc.len();
-            out.tokens += committed;
+            parts[d].push((acc.len(), acc.iter().sum::<usize>()));
         }
-        out.tau = if means.is_empty() { 0.0 } else { means.iter().sum::<f64>() / means.len() as f64 };
-        Ok(out)
+        let summary = |seqs: &[(usize, usize)]| {
+            let mut out = ChainTau::default();
+            let mut sum = 0.0;
+            for &(rounds, committed) in seqs {
+                sum += committed as f64 / rounds.max(1) as f64;
+                out.rounds += rounds;
+                out.tokens += committed;
+            }
+            out.tau = if seqs.is_empty() { 0.0 } else { sum / seqs.len() as f64 };
+            out
+        };
+        let all: Vec<(usize, usize)> = parts.iter().flatten().copied().collect();
+        let by_domain = std::array::from_fn(|d| (!parts[d].is_empty()).then(|| summary(&parts[d])));
+        Ok((summary(&all), by_domain))
     }
 }
 
@@ -434,6 +573,16 @@ pub fn train(
     if cfg.norm_from_target {
         params.set_final_norm(target.final_norm_weight().autodiff());
     }
+    if opts.warm_start.len() != cfg.warm_start_layers.len() {
+        return Err(TrainError::Usage(format!(
+            "warm start from target layers {:?} needs their weights ({} given)",
+            cfg.warm_start_layers,
+            opts.warm_start.len()
+        )));
+    }
+    for (layer, tensors) in opts.warm_start.iter().enumerate() {
+        params.warm_start_layer(layer, tensors)?;
+    }
     let mut optim = AdamConfig::new().init();
     let (mut first, mut tokens) = (0usize, 0u64);
     let ckpt = opts.checkpoint_dir.as_deref();
@@ -459,10 +608,12 @@ pub fn train(
         return Ok(params);
     }
     // The target's features, once (the expensive part of starting a run).
-    let train_data = TrainingData::new(target, &cfg.drafter, records, opts.feature_dir.as_deref(), |done, total| {
-        // Progress only: the build is resumable, a stop is taken at the first step.
-        let _ = on_event(&TrainEvent::Features { done, total });
-    })?;
+    let top_k = cfg.soft_targets.map_or(0, |t| t.top_k);
+    let train_data =
+        TrainingData::new(target, &cfg.drafter, records, opts.feature_dir.as_deref(), top_k, |done, total| {
+            // Progress only: the build is resumable, a stop is taken at the first step.
+            let _ = on_event(&TrainEvent::Features { done, total });
+        })?;
     let held_out = HeldOutSet::new(target, &cfg.drafter, &opts.held_out)?;
     let b = cfg.drafter.block_size;
     let width = cfg.drafter.target_layer_ids.len() * target.config().hidden_size;
@@ -505,6 +656,17 @@ pub fn train(
                         step_targets(seqs.iter().map(|(i, a)| (&train_data.seqs[*i].0[..], &a[..])), b, vocab)
                     }
                 };
+                // The target's top-k at every drafted slot of the step (soft targets need
+                // their columns; validate() makes soft targets use the step's scope).
+                if let (Some(seqs), Some(soft)) = (&drawn, cfg.soft_targets) {
+                    for (i, anchors) in seqs {
+                        let n = train_data.seqs[*i].0.len();
+                        let rows = soft_rows(anchors, b, n);
+                        for id in train_data.top_k(*i, rows, soft.top_k)?.0 {
+                            keep[id as usize] = true;
+                        }
+                    }
+                }
                 for _ in 0..k {
                     keep[rng.random_range(0..vocab)] = true;
                 }
@@ -517,58 +679,75 @@ pub fn train(
                 (lm_head.clone().select(1, Tensor::<1, Int>::from_data(TensorData::new(cols, [n]), &device)), column)
             }
         };
-        let (mut losses, mut step_weight) = (Vec::new(), 0.0f32);
         let seqs = drawn.take().unwrap_or_else(|| draw(&mut rng));
-        for (i, anchors) in seqs {
-            let ids = &train_data.seqs[i].0;
-            let n = ids.len();
-            let t = *anchors.iter().max().expect("at least one anchor");
-            let rows = train_data.features(i, t, width)?.into_owned();
-            let feats = Tensor::<2>::from_data(TensorData::new(rows, [t, width]), &device);
-            let mut block_ids = Vec::with_capacity(anchors.len() * b);
-            let mut targets = Vec::new();
-            let mut weights = Vec::new();
-            for &a in &anchors {
-                block_ids.push(ids[a] as i64);
-                block_ids.extend(std::iter::repeat_n(cfg.drafter.mask_token_id as i64, b - 1));
-                for j in 1..b {
-                    let valid = a + j < n;
-                    targets.push(if valid { column[ids[a + j] as usize] as i64 } else { 0 });
-                    weights.push(if valid { slot_weight[j - 1] } else { 0.0 });
-                    tokens += u64::from(valid);
+        // The loss's normaliser Σ w over the whole step, known before any forward.
+        let mut step_weight = 0.0f32;
+        for (i, anchors) in &seqs {
+            let n = train_data.seqs[*i].0.len();
+            for &a in anchors {
+                for j in 1..b.min(n - a) {
+                    step_weight += slot_weight[j - 1];
+                    tokens += 1;
                 }
             }
-            let idx = Tensor::<1, Int>::from_data(TensorData::new(block_ids, [anchors.len() * b]), &embed.device());
-            let block = embed.clone().select(0, idx).autodiff();
-            let out = params.forward(&cfg.drafter, feats, block, &anchors);
-            // Slots 1..B of each block.
-            let keep: Vec<i64> = (0..anchors.len()).flat_map(|i| (1..b).map(move |j| (i * b + j) as i64)).collect();
-            let rows = keep.len();
-            let out = out.select(0, Tensor::<1, Int>::from_data(TensorData::new(keep, [rows]), &device));
-            let logp = log_softmax(out.matmul(head.clone()), 1);
-            let tgt = Tensor::<2, Int>::from_data(TensorData::new(targets, [rows, 1]), &device);
-            let picked = logp.gather(1, tgt).reshape([rows]);
-            step_weight += weights.iter().sum::<f32>();
-            let w = Tensor::<1>::from_data(TensorData::new(weights, [rows]), &device);
-            losses.push(picked.mul(w).sum().neg());
         }
-        // Σ w·nll / Σ w over the whole step.
-        let loss = Tensor::cat(losses, 0).sum().div_scalar(step_weight.max(1e-6));
-        let value = f64::from(loss.clone().into_scalar::<f32>());
+        let shared = ShardInputs {
+            cfg,
+            data: &train_data,
+            width,
+            embed: &embed,
+            head: &head,
+            column: &column,
+            slot_weight: &slot_weight,
+            step_weight: step_weight.max(1e-6),
+        };
+        // Data parallel: the step's sequences in SHARDS contiguous parts, each
+        // part's forward and backward on its own thread (its own autodiff graph
+        // over its own leaves of the same parameters), gradients summed in shard
+        // order, so the result does not depend on how many threads ran them.
+        let started = Instant::now();
+        let per = seqs.len().div_ceil(SHARDS);
+        let parts: Vec<&[(usize, Vec<usize>)]> = seqs.chunks(per).collect();
+        let threads = opts.threads().min(parts.len());
+        let results: Vec<Result<ShardOut>> = if threads <= 1 {
+            parts.iter().map(|part| shard_step(&params, part, &shared)).collect()
+        } else {
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = parts
+                    .iter()
+                    .map(|part| {
+                        let (params, shared) = (&params, &shared);
+                        scope.spawn(move || shard_step(params, part, shared))
+                    })
+                    .collect();
+                handles.into_iter().map(|h| h.join().expect("a training shard panicked")).collect()
+            })
+        };
+        let mut phases = StepPhases::default();
+        let mut value = 0.0f64;
+        let mut acc = GradientsAccumulator::<DraftParams>::new();
+        let optimizer_started = Instant::now();
+        for r in results {
+            let r = r?;
+            value += r.loss;
+            phases.add(&r.phases);
+            acc.accumulate(&params, r.grads);
+        }
         if !value.is_finite() {
             return Err(TrainError::Usage(format!(
                 "step {step}: the loss is {value} (learning rate {lr:.3e}); training diverged, try a lower learning rate"
             )));
         }
-        let grads = GradientsParams::from_grads(loss.backward(), &params);
-        params = optim.step(lr, params, grads);
+        params = optim.step(lr, params, acc.grads());
+        phases.optimizer = optimizer_started.elapsed().as_secs_f64();
+        phases.wall = started.elapsed().as_secs_f64();
         let done = step + 1;
         let mut stop =
-            on_event(&TrainEvent::Step(StepReport { step, loss: value, learning_rate: lr, tokens })).is_break();
+            on_event(&TrainEvent::Step(StepReport { step, loss: value, learning_rate: lr, tokens, phases })).is_break();
         let last = done == cfg.steps;
         if !held_out.is_empty() && (last || (opts.eval_every > 0 && done % opts.eval_every == 0)) {
-            let tau = held_out.tau(target, &params.valid().to_drafter(&cfg.drafter, target)?)?;
-            stop |= on_event(&TrainEvent::HeldOut(HeldOutReport { steps: done, tokens, tau })).is_break();
+            let (tau, by_domain) = held_out.tau_by_domain(target, &params.valid().to_drafter(&cfg.drafter, target)?)?;
+            stop |= on_event(&TrainEvent::HeldOut(HeldOutReport { steps: done, tokens, tau, by_domain })).is_break();
         }
         if let Some(dir) = ckpt {
             if last || stop || (opts.checkpoint_every > 0 && done % opts.checkpoint_every == 0) {
@@ -583,6 +762,137 @@ pub fn train(
         }
     }
     Ok(params)
+}
+
+/// Parts a step's sequences are split into for data-parallel training
+/// (each part's forward and backward on a thread of its own when the
+/// machine has the cores). Fixed, so that a run's numbers do not depend on
+/// the number of threads.
+const SHARDS: usize = 2;
+
+/// What every shard of a step reads.
+struct ShardInputs<'a> {
+    cfg: &'a TrainConfig,
+    data: &'a TrainingData,
+    width: usize,
+    embed: &'a Tensor<2>,
+    /// The LM head's columns this step `[H, V']`.
+    head: &'a Tensor<2>,
+    /// Each token's column in `head`.
+    column: &'a [u32],
+    slot_weight: &'a [f32],
+    /// Σ w over the whole step (the loss's normaliser).
+    step_weight: f32,
+}
+
+/// One shard's share of a step.
+struct ShardOut {
+    /// Its part of the step's loss (Σ w·nll over its predictions / the step's Σ w).
+    loss: f64,
+    grads: GradientsParams,
+    phases: StepPhases,
+}
+
+/// Parameters as fresh autodiff leaves (same [`burn::module::ParamId`]s,
+/// values shared): a shard's graph then has no node in common with another
+/// shard's, so both run without waiting on one graph lock.
+struct FreshLeaves;
+
+impl ModuleMapper for FreshLeaves {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+        param.map(|t| t.detach().require_grad())
+    }
+}
+
+/// Forward and backward of one shard: the sequences `part` (index, anchors).
+fn shard_step(params: &DraftParams, part: &[(usize, Vec<usize>)], s: &ShardInputs<'_>) -> Result<ShardOut> {
+    let params = params.clone().map(&mut FreshLeaves);
+    let cfg = s.cfg;
+    let b = cfg.drafter.block_size;
+    let device = s.head.device();
+    let mut phases = StepPhases::default();
+    let mut losses = Vec::with_capacity(part.len());
+    for (i, anchors) in part {
+        let clock = Instant::now();
+        let ids = &s.data.seqs[*i].0;
+        let n = ids.len();
+        let t = *anchors.iter().max().expect("at least one anchor");
+        let rows = s.data.features(*i, t, s.width)?.into_owned();
+        let feats = Tensor::<2>::from_data(TensorData::new(rows, [t, s.width]), &device);
+        let mut block_ids = Vec::with_capacity(anchors.len() * b);
+        let mut targets = Vec::new();
+        let mut weights = Vec::new();
+        for &a in anchors {
+            block_ids.push(ids[a] as i64);
+            block_ids.extend(std::iter::repeat_n(cfg.drafter.mask_token_id as i64, b - 1));
+            for j in 1..b {
+                let valid = a + j < n;
+                targets.push(if valid { s.column[ids[a + j] as usize] as i64 } else { 0 });
+                weights.push(if valid { s.slot_weight[j - 1] } else { 0.0 });
+            }
+        }
+        let idx = Tensor::<1, Int>::from_data(TensorData::new(block_ids, [anchors.len() * b]), &s.embed.device());
+        let block = s.embed.clone().select(0, idx).autodiff();
+        phases.features += clock.elapsed().as_secs_f64();
+        let clock = Instant::now();
+        let out = params.forward(&cfg.drafter, feats, block, anchors);
+        phases.drafter_forward += clock.elapsed().as_secs_f64();
+        let clock = Instant::now();
+        // Slots 1..B of each block.
+        let keep: Vec<i64> = (0..anchors.len()).flat_map(|i| (1..b).map(move |j| (i * b + j) as i64)).collect();
+        let rows = keep.len();
+        let out = out.select(0, Tensor::<1, Int>::from_data(TensorData::new(keep, [rows]), &device));
+        let logp = log_softmax(out.matmul(s.head.clone()), 1);
+        let tgt = Tensor::<2, Int>::from_data(TensorData::new(targets, [rows, 1]), &device);
+        let mut picked = logp.clone().gather(1, tgt).reshape([rows]);
+        if let Some(soft) = cfg.soft_targets {
+            // Σ_i p̂_i log q(t_i) per slot, p̂ the target's top-k renormalised.
+            let k = soft.top_k;
+            let (top_ids, top_lps) = s.data.top_k(*i, soft_rows(anchors, b, n), k)?;
+            let (mut cols, mut probs) = (Vec::with_capacity(rows * k), Vec::with_capacity(rows * k));
+            for &a in anchors {
+                for j in 1..b {
+                    if a + j < n {
+                        let r = (a + j - 1) * k;
+                        let top = top_lps[r..r + k].iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+                        let e: Vec<f32> = top_lps[r..r + k].iter().map(|&x| (x - top).exp()).collect();
+                        let z: f32 = e.iter().sum();
+                        for (&id, p) in top_ids[r..r + k].iter().zip(e) {
+                            let c = s.column[id as usize];
+                            if c == u32::MAX {
+                                return Err(TrainError::Usage(format!("soft target token {id} has no softmax column")));
+                            }
+                            cols.push(i64::from(c));
+                            probs.push(p / z);
+                        }
+                    } else {
+                        cols.extend(std::iter::repeat_n(0, k));
+                        probs.extend(std::iter::repeat_n(0.0, k));
+                    }
+                }
+            }
+            let cols = Tensor::<2, Int>::from_data(TensorData::new(cols, [rows, k]), &device);
+            let probs = Tensor::<2>::from_data(TensorData::new(probs, [rows, k]), &device);
+            let soft_part = logp.gather(1, cols).mul(probs).sum_dim(1).reshape([rows]);
+            picked = picked.mul_scalar(1.0 - soft.weight).add(soft_part.mul_scalar(soft.weight));
+        }
+        let w = Tensor::<1>::from_data(TensorData::new(weights, [rows]), &device);
+        losses.push(picked.mul(w).sum().neg());
+        phases.lm_head += clock.elapsed().as_secs_f64();
+    }
+    let clock = Instant::now();
+    let loss = Tensor::cat(losses, 0).sum().div_scalar(s.step_weight);
+    let value = f64::from(loss.clone().into_scalar::<f32>());
+    let grads = GradientsParams::from_grads(loss.backward(), &params);
+    phases.backward += clock.elapsed().as_secs_f64();
+    Ok(ShardOut { loss: value, grads, phases })
+}
+
+/// Rows of the target's top-k a sequence of `n` tokens needs for blocks at
+/// `anchors`: slot `j` of the block at `a` predicts token `a + j`, whose
+/// distribution is row `a + j − 1`.
+fn soft_rows(anchors: &[usize], b: usize, n: usize) -> usize {
+    anchors.iter().map(|&a| (a + b - 1).min(n - 1)).max().unwrap_or(0)
 }
 
 /// The tokens a step predicts, as a vocabulary mask: for each drawn
@@ -625,6 +935,32 @@ fn validate(target: &Model, cfg: &TrainConfig) -> Result<()> {
     }
     if !(cfg.loss_decay >= 0.0 && cfg.loss_decay.is_finite()) {
         return bad(format!("loss decay γ {} must be ≥ 0 (0 = uniform weights)", cfg.loss_decay));
+    }
+    if !cfg.warm_start_layers.is_empty() && cfg.warm_start_layers.len() != d.model.num_layers {
+        return bad(format!(
+            "warm start names {} target layers {:?} for {} draft layers (one per draft layer)",
+            cfg.warm_start_layers.len(),
+            cfg.warm_start_layers,
+            d.model.num_layers
+        ));
+    }
+    if let Some(id) = cfg.warm_start_layers.iter().find(|&&id| id >= target.config().num_layers) {
+        return bad(format!("warm start: target layer {id} ≥ the target's {} layers", target.config().num_layers));
+    }
+    if let Some(soft) = cfg.soft_targets {
+        if soft.top_k == 0 || !(0.0..=1.0).contains(&soft.weight) {
+            return bad(format!(
+                "soft targets need top-k ≥ 1 and a weight in [0, 1] (got top-k {}, weight {})",
+                soft.top_k, soft.weight
+            ));
+        }
+        if cfg.sampled_vocab.is_some() && !cfg.step_vocab {
+            return bad(
+                "soft targets with a sampled softmax need its step scope (--sampled-vocab-scope step), which adds the \
+                 target's top-k tokens to the step's columns"
+                    .into(),
+            );
+        }
     }
     if cfg.step_vocab && cfg.sampled_vocab.is_none() {
         return bad("the step-scoped sampled softmax needs a sampled vocabulary (--sampled-vocab N)".into());

@@ -58,6 +58,8 @@ fn training_from_scratch_reaches_tau_3() {
         sampled_vocab: None,
         norm_from_target: false,
         step_vocab: false,
+        soft_targets: None,
+        warm_start_layers: Vec::new(),
     };
     let held_records = distilled(&target, 8, 999);
     let opts = TrainOptions { held_out: held_records.clone(), eval_every: 100, ..TrainOptions::default() };
@@ -73,6 +75,10 @@ fn training_from_scratch_reaches_tau_3() {
     .unwrap();
     assert_eq!(estimates.iter().map(|h| h.steps).collect::<Vec<_>>(), [100, 200, 300]);
     assert!(estimates.windows(2).all(|w| w[0].tokens < w[1].tokens));
+    // Every held-out id here (`s{i}`) is of no named source: the chat domain holds them all.
+    for h in &estimates {
+        assert_eq!(h.by_domain, [None, None, None, Some(h.tau)]);
+    }
     let first: f64 = losses[..10].iter().sum::<f64>() / 10.0;
     let last: f64 = losses[losses.len() - 10..].iter().sum::<f64>() / 10.0;
     eprintln!("loss {first:.3} → {last:.3}");
@@ -140,6 +146,8 @@ fn small(target: &Model, steps: usize) -> TrainConfig {
         sampled_vocab: Some(16),
         norm_from_target: false,
         step_vocab: false,
+        soft_targets: None,
+        warm_start_layers: Vec::new(),
     }
 }
 
@@ -215,6 +223,84 @@ fn resumed_run_equals_uninterrupted_run() {
     assert!(e.to_string().contains("already holds a run"), "{e}");
 }
 
+/// A step's two data-parallel shards give the same weights whether they run
+/// on one thread or two, and every step reports where its time went.
+#[test]
+fn threads_do_not_change_the_trained_weights() {
+    let target = target();
+    let records = distilled(&target, 16, 7);
+    let cfg = TrainConfig { sequences_per_step: 5, ..small(&target, 4) };
+    let mut phases = Vec::new();
+    let mut run = |threads: usize| {
+        let opts = TrainOptions { threads, ..TrainOptions::default() };
+        let params = train(&target, &records, &cfg, &opts, |e| {
+            if let TrainEvent::Step(r) = e {
+                phases.push(r.phases);
+            }
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        params.save(&cfg.drafter, dir.path()).unwrap();
+        std::fs::read(dir.path().join("model.safetensors")).unwrap()
+    };
+    let (one, two) = (run(1), run(2));
+    assert!(one == two, "weights trained on 1 and 2 threads differ");
+    assert_eq!(phases.len(), 8);
+    for p in &phases {
+        let shards = p.features + p.drafter_forward + p.lm_head + p.backward;
+        assert!(p.drafter_forward > 0.0 && p.lm_head > 0.0 && p.backward > 0.0 && p.optimizer > 0.0, "{p:?}");
+        // One thread: the shard phases fit in the wall time.
+        assert!(p.wall > 0.0 && (p.wall >= p.optimizer), "{p:?}");
+        assert!(shards.is_finite());
+    }
+    for p in &phases[..4] {
+        assert!(p.features + p.drafter_forward + p.lm_head + p.backward + p.optimizer <= p.wall * 1.0001, "{p:?}");
+    }
+}
+
+/// Warm start: a draft layer starts as a copy of the target layer it names
+/// (projections and norms), and a run refuses ids it cannot honour.
+#[test]
+fn warm_start_copies_target_layers() {
+    let target = target();
+    let dir = fixture_dir("tiny-qwen3");
+    let layers: Vec<_> = [1, 0].iter().map(|&l| bastion_models::load_layer_weights(&dir, l).unwrap()).collect();
+    let cfg = TrainConfig { drafter: default_drafter_config(target.config(), 2, 8, 255), ..small(&target, 1) };
+    let mut params = bastion_train::DraftParams::init(&cfg.drafter, 0, &Device::flex().autodiff());
+    for (i, t) in layers.iter().enumerate() {
+        params.warm_start_layer(i, t).unwrap();
+    }
+    let out = tempfile::tempdir().unwrap();
+    params.save(&cfg.drafter, out.path()).unwrap();
+    let saved = SafetensorsSource::open(out.path()).unwrap();
+    let original = SafetensorsSource::open(&dir).unwrap();
+    use bastion_models::WeightSource;
+    for (draft, from) in [(0, 1), (1, 0)] {
+        for name in
+            ["self_attn.q_proj.weight", "mlp.down_proj.weight", "input_layernorm.weight", "self_attn.k_norm.weight"]
+        {
+            let a = saved.get(&format!("layers.{draft}.{name}")).unwrap().unwrap();
+            let b = original.get(&format!("model.layers.{from}.{name}")).unwrap().unwrap();
+            assert_eq!(a, b, "draft layer {draft} {name} is target layer {from}'s");
+        }
+    }
+    assert!(bastion_models::load_layer_weights(&dir, 99).unwrap_err().to_string().contains("layer 99"));
+    // A run needs one id per draft layer, and the weights of each.
+    let records = distilled(&target, 4, 1);
+    let warm = TrainConfig { warm_start_layers: vec![1, 0], ..cfg.clone() };
+    let opts = TrainOptions { warm_start: layers.clone(), ..TrainOptions::default() };
+    train(&target, &records, &warm, &opts, |_| ControlFlow::Continue(())).unwrap();
+    let one = TrainConfig { warm_start_layers: vec![1], ..cfg.clone() };
+    let e = train(&target, &records, &one, &opts, |_| ControlFlow::Continue(())).err().unwrap().to_string();
+    assert!(e.contains("one per draft layer"), "{e}");
+    let e = train(&target, &records, &warm, &TrainOptions::default(), |_| ControlFlow::Continue(()))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("needs their weights"), "{e}");
+}
+
 #[test]
 fn bad_settings_are_errors_and_rope_scaling_is_saved() {
     let target = target();
@@ -231,6 +317,8 @@ fn bad_settings_are_errors_and_rope_scaling_is_saved() {
         sampled_vocab: None,
         norm_from_target: false,
         step_vocab: false,
+        soft_targets: None,
+        warm_start_layers: Vec::new(),
     };
     let cases: Vec<(TrainConfig, &str)> = vec![
         (TrainConfig { anchors_per_sequence: 0, ..base.clone() }, "anchors per sequence must be ≥ 1"),
@@ -524,4 +612,97 @@ fn step_scoped_sampled_softmax_resumes_exactly() {
     assert!(straight == weights(&go(&cfg, &opts, None).unwrap()), "resumed weights differ");
     let Err(e) = go(&data_scope, &opts, None) else { panic!("another scope must not resume") };
     assert!(e.to_string().contains("sampled_vocab_scope"), "{e}");
+}
+
+/// The feature cache can keep the target's top-k next-token distribution:
+/// ids and log-probabilities equal those of the target's own logits, a
+/// reopened file reads the same, and a file without it says so.
+#[test]
+fn feature_file_keeps_the_targets_top_k() {
+    let target = target();
+    let records = distilled(&target, 4, 21);
+    let cfg = small(&target, 2);
+    let seqs = whole_sequences(&records);
+    let dir = tempfile::tempdir().unwrap();
+    let k = 4;
+    let file = FeatureFile::build_with_top_k(&target, &cfg.drafter, &seqs, dir.path(), k, |_, _| {}).unwrap();
+    let vocab = target.config().vocab_size;
+    for (i, s) in seqs.iter().enumerate() {
+        let out = target.session().prefill_all_logits(s, &[]).unwrap();
+        let (ids, lps) = file.top_k_rows(i, s.len()).unwrap();
+        assert_eq!(ids.len(), s.len() * k);
+        for p in 0..s.len() {
+            let row = &out.logits[p * vocab..(p + 1) * vocab];
+            let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+            let lse = max + row.iter().map(|&x| (x - max).exp()).sum::<f32>().ln();
+            let mut order: Vec<u32> = (0..vocab as u32).collect();
+            order.sort_by(|&a, &b| row[b as usize].total_cmp(&row[a as usize]).then(a.cmp(&b)));
+            assert_eq!(&ids[p * k..(p + 1) * k], &order[..k], "sequence {i} position {p}");
+            for r in 0..k {
+                let want = row[order[r] as usize] - lse;
+                assert!((lps[p * k + r] - want).abs() < 1e-4, "{} vs {want}", lps[p * k + r]);
+            }
+            // The greedy response token is the target's argmax.
+            if p + 1 < s.len() && p + 1 >= records[i].prompt_ids.len() {
+                assert_eq!(ids[p * k], s[p + 1], "sequence {i}: greedy token at {}", p + 1);
+            }
+        }
+    }
+    drop(file);
+    let again =
+        FeatureFile::build_with_top_k(&target, &cfg.drafter, &seqs, dir.path(), k, |_, _| panic!("rebuilt")).unwrap();
+    let first = again.top_k_rows(1, 3).unwrap();
+    assert_eq!(first.0.len(), 3 * k);
+    let plain = FeatureFile::build(&target, &cfg.drafter, &seqs, dir.path(), |_, _| {}).unwrap();
+    assert!(plain.top_k_rows(0, 1).unwrap_err().to_string().contains("without the target's top-k"));
+}
+
+/// Soft targets: training on the target's top-k distribution mixed with the
+/// hard labels learns (its loss falls), from memory or from the cache, and
+/// bad settings are refused.
+#[test]
+fn soft_targets_train_from_memory_and_from_the_cache() {
+    use bastion_train::SoftTargets;
+    let target = target();
+    let records = distilled(&target, 24, 5);
+    let cfg = TrainConfig {
+        steps: 40,
+        sequences_per_step: 4,
+        sampled_vocab: None,
+        soft_targets: Some(SoftTargets { top_k: 4, weight: 0.5 }),
+        ..small(&target, 40)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut first_losses = Vec::new();
+    for feature_dir in [None, Some(dir.path().to_path_buf())] {
+        let mut losses = Vec::new();
+        let opts = TrainOptions { feature_dir, ..TrainOptions::default() };
+        train(&target, &records, &cfg, &opts, |e| {
+            if let TrainEvent::Step(r) = e {
+                losses.push(r.loss);
+            }
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+        let first: f64 = losses[..5].iter().sum::<f64>() / 5.0;
+        let last: f64 = losses[losses.len() - 5..].iter().sum::<f64>() / 5.0;
+        // The soft part's floor is the entropy of the target's top-k, so the loss falls less
+        // far than a hard-label run's.
+        assert!(last < 0.85 * first, "loss {first} → {last}");
+        first_losses.push(losses[0]);
+    }
+    // The same soft targets from memory and from the cache (only the features' f16 rounding differs).
+    assert!((first_losses[0] - first_losses[1]).abs() < 1e-2 * first_losses[0], "{first_losses:?}");
+    // The step-scoped sampled softmax takes the top-k columns; the data scope is refused.
+    let step = TrainConfig { sampled_vocab: Some(8), step_vocab: true, steps: 2, ..cfg.clone() };
+    train(&target, &records, &step, &TrainOptions::default(), |_| ControlFlow::Continue(())).unwrap();
+    for (bad, want) in [
+        (TrainConfig { sampled_vocab: Some(8), ..cfg.clone() }, "--sampled-vocab-scope step"),
+        (TrainConfig { soft_targets: Some(SoftTargets { top_k: 0, weight: 0.5 }), ..cfg.clone() }, "top-k ≥ 1"),
+        (TrainConfig { soft_targets: Some(SoftTargets { top_k: 4, weight: 1.5 }), ..cfg.clone() }, "weight in [0, 1]"),
+    ] {
+        let e = train(&target, &records, &bad, &TrainOptions::default(), |_| ControlFlow::Continue(()));
+        let e = e.expect_err(want).to_string();
+        assert!(e.contains(want), "{e}");
+    }
 }

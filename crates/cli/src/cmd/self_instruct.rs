@@ -1,27 +1,33 @@
-//! `bastion self-instruct`: chat-style training prompts written by the target.
+//! `bastion self-instruct`: training prompts written by the target (chat, competition math, code).
 
 use std::path::PathBuf;
 
 use bastion_data::{DatasetName, Datasets, Selection};
 use bastion_decode::{LoadedPair, PairSpec};
-use bastion_train::{Novelty, SelfInstructConfig};
+use bastion_train::{Domain, Novelty, SelfInstructConfig};
 use sha2::{Digest, Sha256};
 
 use super::{progress_bar, Result, TargetArgs};
 
-/// Chat-style training prompts for drafter distillation, written by the target itself
-/// (self-instruct): for each pair of a seed topic and a kind of request (lists in
-/// `crates/train/src/self_instruct.rs`), the target is asked to write one message a user might
-/// send to an assistant; samples are cleaned, near-duplicates dropped, and any prompt sharing a
-/// run of 8 words with an evaluation prompt is refused. Writes JSON lines (id, topic, kind,
-/// text) and prints the file's SHA256SUMS line. Deterministic for a model, seed and settings.
+/// Training prompts for drafter distillation written by the target (self-instruct).
+///
+/// For each pair of a seed topic and a kind of request of the domain (lists in
+/// `crates/train/src/self_instruct.rs`) the target writes one request: a chat message, a
+/// competition math problem, or a code task (one line, or a Python header with a docstring).
+/// Samples are cleaned, near-duplicates dropped, and any prompt sharing a run of 8 words with an
+/// evaluation prompt is refused. Writes JSON lines (id, topic, kind, text) and prints the file's
+/// SHA256SUMS line. Deterministic for a model, domain, seed and settings.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     #[command(flatten)]
     target: TargetArgs,
-    /// Output file.
-    #[arg(long, default_value = "datasets/train/chat-self-instruct.jsonl")]
-    out: PathBuf,
+    /// What the prompts are: chat, math (competition style) or code (function-writing tasks).
+    #[arg(long, default_value = "chat")]
+    domain: Domain,
+    /// Output file [default: the domain's file under --datasets, e.g.
+    /// datasets/train/math-self-instruct.jsonl].
+    #[arg(long)]
+    out: Option<PathBuf>,
     /// Prompts to keep.
     #[arg(long, default_value_t = 3000)]
     count: usize,
@@ -59,6 +65,7 @@ pub fn run(a: Args) -> Result {
         temperature: a.temperature,
         seed: a.seed,
         batch: a.batch,
+        domain: a.domain,
         ..defaults
     };
     let mut novelty = Novelty::new(eval.iter().map(String::as_str), cfg.max_similarity);
@@ -72,14 +79,15 @@ pub fn run(a: Args) -> Result {
         }
     })?;
     bar.finish();
-    bastion_train::write_chat_prompts(&a.out, &prompts)?;
-    let bytes = std::fs::read(&a.out).map_err(|e| format!("{}: {e}", a.out.display()))?;
+    let out = a.out.unwrap_or_else(|| a.datasets.join(a.domain.file()));
+    bastion_train::write_chat_prompts(&out, &prompts)?;
+    let bytes = std::fs::read(&out).map_err(|e| format!("{}: {e}", out.display()))?;
     let digest: String = Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect();
-    eprintln!("wrote {} prompts to {}", prompts.len(), a.out.display());
+    eprintln!("wrote {} prompts to {}", prompts.len(), out.display());
     if prompts.len() < cfg.count {
         eprintln!("only {} of the {} asked for: raise --max-attempts", prompts.len(), cfg.count);
     }
-    let rel = a.out.strip_prefix(&a.datasets).unwrap_or(&a.out);
+    let rel = out.strip_prefix(&a.datasets).unwrap_or(&out);
     println!("{digest}  {}", rel.display());
     Ok(())
 }

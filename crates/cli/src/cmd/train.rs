@@ -89,9 +89,27 @@ pub struct TrainSettings {
     /// states at the scale the LM head expects from the first step.
     #[arg(long, value_enum, default_value_t = NormInit::Ones)]
     norm_init: NormInit,
+    /// Soft targets: also learn the target's top-K next-token distribution (computed with the
+    /// features; kept in the feature cache), mixed with the hard labels by --soft-weight. With
+    /// --sampled-vocab it needs --sampled-vocab-scope step.
+    #[arg(long, value_name = "K")]
+    soft_targets: Option<usize>,
+    /// Weight of the soft-target cross entropy in each slot's loss (the hard label gets 1 − W).
+    #[arg(long, default_value_t = 0.5, value_name = "W")]
+    soft_weight: f64,
+    /// Warm start: initialise each draft layer from a target decoder layer (comma-separated
+    /// target layer ids, one per draft layer, e.g. `28,29`; or `last`, the target's last
+    /// layers in order). Projections and norms are copied; the drafter's q/k norms start at ones
+    /// when the target (Llama) has none. Default: random initialisation.
+    #[arg(long, value_name = "IDS|last")]
+    warm_start: Option<String>,
     /// The first N distilled sequences are held out (never trained on) for the τ estimate.
     #[arg(long, default_value_t = 16)]
     held_out: usize,
+    /// Also hold out the first N distilled sequences of each training domain (math word problems,
+    /// competition math, code, chat), so that held-out τ is reported per domain.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    held_out_per_domain: usize,
     /// Steps between held-out τ estimates (0 = only at the end).
     #[arg(long, default_value_t = 100)]
     eval_every: usize,
@@ -111,6 +129,10 @@ pub struct TrainSettings {
     /// as f32. Needed when the data is large: SmolLM2's features take 6.9 KB per token in f32.
     #[arg(long, value_name = "DIR")]
     feature_cache: Option<PathBuf>,
+    /// Threads for a step's two data-parallel shards (0 = one per core, at most 2). The trained
+    /// weights are the same at any count.
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
     /// Element type of the saved drafter's weights: `f32`, or `bf16` (half the bytes, as the
     /// z-lab drafters ship; training and checkpoints stay f32).
     #[arg(long, value_enum, default_value_t = SaveDtype::F32)]
@@ -144,9 +166,10 @@ pub enum VocabScope {
     Step,
 }
 
-/// Trains a drafter; writes it to `out` with `training_log.jsonl` (one line
-/// per reported step: step, target tokens, EMA loss, learning rate, held-out
-/// τ when estimated; appended, so a resumed run continues the file).
+/// Trains a drafter; writes it to `out` with `training_log.jsonl` (a line
+/// every 10 steps: step, target tokens, EMA loss, learning rate and the mean
+/// seconds per step in each phase (shard phases summed over threads); a line
+/// per held-out τ estimate; appended, so a resumed run continues the file).
 fn train_drafter(model: &Path, data: &Path, out: &Path, checkpoint_dir: &Path, s: &TrainSettings) -> Result {
     use bastion_train::TrainEvent;
     use std::ops::ControlFlow;
@@ -162,8 +185,27 @@ fn train_drafter(model: &Path, data: &Path, out: &Path, checkpoint_dir: &Path, s
         )
         .into());
     }
-    // The first N: the file only grows at its end, so they stay held out as distillation continues.
-    let held: Vec<_> = records.drain(..s.held_out).collect();
+    // The first N, and the first N of each domain: the file only grows at its end, so they stay
+    // held out as distillation continues.
+    let mut held: Vec<_> = records.drain(..s.held_out).collect();
+    if s.held_out_per_domain > 0 {
+        let mut taken = std::collections::HashMap::<&str, usize>::new();
+        let (mut keep, mut more) = (Vec::new(), Vec::new());
+        for r in records {
+            let n = taken.entry(bastion_data::train_domain(&r.id)).or_default();
+            if *n < s.held_out_per_domain {
+                *n += 1;
+                more.push(r);
+            } else {
+                keep.push(r);
+            }
+        }
+        records = keep;
+        held.extend(more);
+        if records.is_empty() {
+            return Err(format!("{}: --held-out-per-domain leaves no sequence to train on", data.display()).into());
+        }
+    }
     let mut drafter = bastion_train::default_drafter_config(target.config(), s.layers, s.block_size, s.mask_token);
     if let Some(ids) = &s.target_layers {
         if ids.is_empty() {
@@ -171,6 +213,22 @@ fn train_drafter(model: &Path, data: &Path, out: &Path, checkpoint_dir: &Path, s
         }
         drafter.target_layer_ids = ids.clone();
     }
+    let warm_start_layers: Vec<usize> = match s.warm_start.as_deref() {
+        None => Vec::new(),
+        Some("last") => {
+            let n = target.config().num_layers;
+            (n.saturating_sub(s.layers)..n).collect()
+        }
+        Some(list) => list
+            .split(',')
+            .map(|x| x.trim().parse::<usize>())
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|_| format!("--warm-start {list}: expected `last` or comma-separated target layer ids"))?,
+    };
+    let warm_start = warm_start_layers
+        .iter()
+        .map(|&l| bastion_models::load_layer_weights(model, l))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
     let cfg = bastion_train::TrainConfig {
         drafter,
         steps: s.steps,
@@ -183,6 +241,8 @@ fn train_drafter(model: &Path, data: &Path, out: &Path, checkpoint_dir: &Path, s
         sampled_vocab: s.sampled_vocab,
         norm_from_target: s.norm_init == NormInit::Target,
         step_vocab: s.sampled_vocab_scope == VocabScope::Step,
+        soft_targets: s.soft_targets.map(|top_k| bastion_train::SoftTargets { top_k, weight: s.soft_weight }),
+        warm_start_layers,
     };
     let opts = bastion_train::TrainOptions {
         checkpoint_dir: Some(checkpoint_dir.to_path_buf()),
@@ -191,6 +251,8 @@ fn train_drafter(model: &Path, data: &Path, out: &Path, checkpoint_dir: &Path, s
         held_out: held,
         eval_every: s.eval_every,
         feature_dir: s.feature_cache.clone(),
+        threads: s.threads,
+        warm_start,
     };
     let usable = |r: &[bastion_train::DistillRecord]| r.iter().filter(|r| r.response_ids.len() >= 2).count();
     eprintln!(
@@ -222,6 +284,8 @@ fn train_drafter(model: &Path, data: &Path, out: &Path, checkpoint_dir: &Path, s
     let bar = progress_bar(s.steps as u64, "{bar:30} step {pos}/{len}, {msg}, eta {eta}");
     let started = Instant::now();
     let (mut avg, mut tau, mut last, mut resumed) = (None::<f64>, None::<f64>, None, None);
+    // Phase seconds summed over the steps since the last log line.
+    let mut window = (bastion_train::StepPhases::default(), 0usize);
     let mut stop = false;
     let mut log_err = None;
     let params = bastion_train::train(&target, &records, &cfg, &opts, |e| {
@@ -252,13 +316,31 @@ fn train_drafter(model: &Path, data: &Path, out: &Path, checkpoint_dir: &Path, s
                 if s.stop_after.is_some_and(|n| r.step + 1 >= n) {
                     stop = true;
                 }
+                let p = &mut window.0;
+                p.features += r.phases.features;
+                p.drafter_forward += r.phases.drafter_forward;
+                p.lm_head += r.phases.lm_head;
+                p.backward += r.phases.backward;
+                p.optimizer += r.phases.optimizer;
+                p.wall += r.phases.wall;
+                window.1 += 1;
                 ((r.step + 1) % 10 == 0).then(|| {
+                    let (sum, n) = std::mem::take(&mut window);
+                    let per_step = |x: f64| x / n.max(1) as f64;
                     serde_json::json!({"step": r.step + 1, "tokens": r.tokens, "loss_ema": a, "lr": r.learning_rate,
-                        "seconds": started.elapsed().as_secs_f64()})
+                        "seconds": started.elapsed().as_secs_f64(),
+                        "step_seconds": {"features": per_step(sum.features), "drafter_forward": per_step(sum.drafter_forward),
+                            "lm_head": per_step(sum.lm_head), "backward": per_step(sum.backward),
+                            "optimizer": per_step(sum.optimizer), "wall": per_step(sum.wall)}})
                 })
             }
             TrainEvent::HeldOut(h) => {
                 tau = Some(h.tau.tau);
+                let by_domain: serde_json::Map<String, serde_json::Value> = bastion_data::TRAIN_DOMAINS
+                    .iter()
+                    .zip(&h.by_domain)
+                    .filter_map(|(d, t)| t.map(|t| (d.to_string(), serde_json::json!(t.tau))))
+                    .collect();
                 say(
                     &bar,
                     format!(
@@ -267,7 +349,8 @@ fn train_drafter(model: &Path, data: &Path, out: &Path, checkpoint_dir: &Path, s
                     ),
                 );
                 Some(serde_json::json!({"step": h.steps, "tokens": h.tokens, "held_out_tau": h.tau.tau,
-                    "held_out_rounds": h.tau.rounds, "loss_ema": avg, "seconds": started.elapsed().as_secs_f64()}))
+                    "held_out_rounds": h.tau.rounds, "held_out_tau_by_domain": by_domain, "loss_ema": avg,
+                    "seconds": started.elapsed().as_secs_f64()}))
             }
             TrainEvent::Checkpoint { .. } => None,
             TrainEvent::Features { done, total } => {
