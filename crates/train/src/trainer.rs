@@ -702,26 +702,20 @@ pub fn train(
             step_weight: step_weight.max(1e-6),
         };
         // Data parallel: the step's sequences in SHARDS contiguous parts, each
-        // part's forward and backward on its own thread (its own autodiff graph
+        // part's forward and backward a task of its own (its own autodiff graph
         // over its own leaves of the same parameters), gradients summed in shard
         // order, so the result does not depend on how many threads ran them.
         let started = Instant::now();
         let per = seqs.len().div_ceil(SHARDS);
         let parts: Vec<&[(usize, Vec<usize>)]> = seqs.chunks(per).collect();
         let threads = opts.threads().min(parts.len());
+        // The shards are tasks of rayon's pool (one thread per core), the pool Burn's CPU
+        // kernels already split their work over: no more threads than cores.
         let results: Vec<Result<ShardOut>> = if threads <= 1 {
             parts.iter().map(|part| shard_step(&params, part, &shared)).collect()
         } else {
-            std::thread::scope(|scope| {
-                let handles: Vec<_> = parts
-                    .iter()
-                    .map(|part| {
-                        let (params, shared) = (&params, &shared);
-                        scope.spawn(move || shard_step(params, part, shared))
-                    })
-                    .collect();
-                handles.into_iter().map(|h| h.join().expect("a training shard panicked")).collect()
-            })
+            use rayon::prelude::*;
+            parts.par_iter().map(|part| shard_step(&params, part, &shared)).collect()
         };
         let mut phases = StepPhases::default();
         let mut value = 0.0f64;
