@@ -8,6 +8,17 @@
 #   scripts/drafter-recipes.sh                      # 2000 sequences, 600 steps, all variants
 #   SEQS=40 STEPS=4 EVAL=2 VARIANTS="base layers2" scripts/drafter-recipes.sh   # smoke run
 #
+# Equal CPU time instead of equal steps: BUDGET=SECONDS gives every variant
+# that many seconds of training steps. A PILOT-step run (default 20) of the
+# variant measures its seconds per step (the median 10-step interval of the
+# pilot's log), and the variant then runs BUDGET / that many steps, its
+# schedule (warm-up, cosine decay) spread over them. With PER_DOMAIN=N the
+# first N sequences of each training domain are held out too, and the table
+# gives the final held-out τ per domain (math word problems, competition
+# math, code, chat). The levers of the drafter-data work:
+#
+#   BUDGET=1800 PER_DOMAIN=16 VARIANTS="today warm block8 soft today-l3" scripts/drafter-recipes.sh
+#
 # Needs a release build, the default model and distilled data
 # (`bastion distill`). Target features are computed once per set of target
 # layers into FEATURES (f16, reused across variants and reruns).
@@ -22,6 +33,20 @@ EVAL=${EVAL:-200}
 HELD_OUT=${HELD_OUT:-16}
 RUNS=${RUNS:-results/drafter-recipes}
 FEATURES=${FEATURES:-results/features}
+BUDGET=${BUDGET:-}
+PILOT=${PILOT:-20}
+PER_DOMAIN=${PER_DOMAIN:-0}
+
+# The median 10-step interval of a training log, in seconds per step.
+seconds_per_step() {
+  python3 -c '
+import json, statistics, sys
+t = [json.loads(l) for l in open(sys.argv[1])]
+t = [(r["step"], r["seconds"]) for r in t if "seconds" in r and "loss_ema" in r]
+d = [(b[1] - a[1]) / (b[0] - a[0]) for a, b in zip(t, t[1:]) if b[0] > a[0]]
+w = [r["step_seconds"]["wall"] for r in map(json.loads, open(sys.argv[1])) if "step_seconds" in r]
+print(f"{statistics.median(d):.3f}" if d else (f"{statistics.median(w):.3f}" if w else "–"))' "$1"
+}
 
 # name | arguments that differ from the base recipe (the shipped drafter's)
 declare -A RECIPE=(
@@ -41,6 +66,12 @@ declare -A RECIPE=(
   [lr4e-3]="--layers 1 --target-layers 2,15,27 --loss-decay 7 --learning-rate 4e-3 --warmup-steps 100"
   [l2-d4-step-lr4e-3]="--layers 2 --target-layers 2,15,27 --loss-decay 4 --learning-rate 4e-3 --warmup-steps 100 --sampled-vocab-scope step"
   [l3-d4-step-lr4e-3]="--layers 3 --target-layers 2,15,27 --loss-decay 4 --learning-rate 4e-3 --warmup-steps 100 --sampled-vocab-scope step"
+  # The shipped drafter's recipe and one lever each.
+  [today]="--layers 2 --target-layers 2,15,27 --loss-decay 4 --learning-rate 4e-3 --warmup-steps 100 --sampled-vocab-scope step"
+  [warm]="--layers 2 --target-layers 2,15,27 --loss-decay 4 --learning-rate 4e-3 --warmup-steps 100 --sampled-vocab-scope step --warm-start last"
+  [block8]="--layers 2 --target-layers 2,15,27 --loss-decay 4 --learning-rate 4e-3 --warmup-steps 100 --sampled-vocab-scope step --block-size 8"
+  [soft]="--layers 2 --target-layers 2,15,27 --loss-decay 4 --learning-rate 4e-3 --warmup-steps 100 --sampled-vocab-scope step --soft-targets 8 --soft-weight 0.5"
+  [today-l3]="--layers 3 --target-layers 2,15,27 --loss-decay 4 --learning-rate 4e-3 --warmup-steps 100 --sampled-vocab-scope step"
 )
 VARIANTS=${VARIANTS:-"base norm-target layers2 step-vocab anchors8 decay4 layers2-decay4-step lr4e-3 layers3 targets-late l2-d4-step-lr4e-3 l3-d4-step-lr4e-3 layers2-step uniform lr1e-3 targets5"}
 
@@ -49,10 +80,33 @@ for name in $VARIANTS; do
   args=${RECIPE[$name]:?unknown variant $name}
   out="$RUNS/$name"
   mkdir -p "$RUNS"
+  block=(--block-size 16)
+  [[ "$args" == *--block-size* ]] && block=()
+  held=(--held-out "$HELD_OUT")
+  [ "$PER_DOMAIN" -gt 0 ] && held+=(--held-out-per-domain "$PER_DOMAIN")
+  steps=$STEPS
+  if [ -n "$BUDGET" ]; then
+    # Equal CPU time: a pilot run measures this variant's seconds per step (kept, so a
+    # rerun takes the same number of steps).
+    pilot="$RUNS/$name.pilot"
+    if [ ! -s "$pilot.sps" ]; then
+      rm -rf "$pilot"
+      # shellcheck disable=SC2086 # the recipe is a list of arguments
+      "$BIN" train-drafter --model "$MODEL" --data "$DATA" --max-sequences "$SEQS" --out "$pilot" \
+        --mask-token 5 "${block[@]}" --steps "$PILOT" --sampled-vocab 2048 "${held[@]}" --eval-every 0 \
+        --checkpoint-every 0 --seed 0 --feature-cache "$FEATURES" $args 2>>"$pilot.log" \
+        || { echo "pilot of $name failed: $pilot.log" >&2; exit 1; }
+      seconds_per_step "$pilot/training_log.jsonl" >"$pilot.sps"
+      rm -rf "$pilot"
+    fi
+    steps=$(python3 -c "import sys; print(max(1, int(float(sys.argv[1]) / float(sys.argv[2]))))" "$BUDGET" "$(cat "$pilot.sps")")
+  fi
   # A variant finished with these settings by an earlier (interrupted) run is
   # reused: the script resumes across sessions. Its log and stamp are committed
   # (the weights are not), so a fresh clone skips it too.
-  stamp="MODEL=$MODEL SEQS=$SEQS STEPS=$STEPS EVAL=$EVAL HELD_OUT=$HELD_OUT DATA=$DATA $args"
+  stamp="MODEL=$MODEL SEQS=$SEQS STEPS=$steps EVAL=$EVAL HELD_OUT=$HELD_OUT DATA=$DATA $args"
+  [ -n "$BUDGET" ] && stamp="$stamp BUDGET=$BUDGET"
+  [ "$PER_DOMAIN" -gt 0 ] && stamp="$stamp PER_DOMAIN=$PER_DOMAIN"
   if [ -f "$out/training_log.jsonl" ] && [ -f "$out.done" ] && [ "$(head -1 "$out.done")" = "$stamp" ]; then
     secs=$(sed -n 2p "$out.done")
     load=$(sed -n 3p "$out.done")
@@ -71,8 +125,8 @@ for name in $VARIANTS; do
     echo "$stamp" >"$out.stamp"
     # shellcheck disable=SC2086 # the recipe is a list of arguments
     "$BIN" train-drafter --model "$MODEL" --data "$DATA" --max-sequences "$SEQS" --out "$out" \
-      --mask-token 5 --block-size 16 --steps "$STEPS" \
-      --sampled-vocab 2048 --held-out "$HELD_OUT" --eval-every "$EVAL" --checkpoint-every 100 \
+      --mask-token 5 "${block[@]}" --steps "$steps" \
+      --sampled-vocab 2048 "${held[@]}" --eval-every "$EVAL" --checkpoint-every 100 \
       --seed 0 --feature-cache "$FEATURES" "${resume[@]}" $args 2>>"$out.log" || { echo "variant $name failed: $out.log" >&2; exit 1; }
     secs=$(( $(date +%s) - start ))
     # The machine's 15-minute load average at the end: above the thread count, the
@@ -83,16 +137,39 @@ for name in $VARIANTS; do
   taus=$(grep -o '"held_out_tau":[0-9.]*' "$out/training_log.jsonl" | cut -d: -f2 | awk '{ printf "%s%.3f", (NR > 1 ? " / " : ""), $1 }')
   # Seconds per step: the median over the log's 10-step intervals (robust to held-out
   # estimates and checkpoints, which the seconds column includes).
-  per_step=$(python3 -c '
-import json, statistics, sys
-t = [json.loads(l) for l in open(sys.argv[1])]
-t = [(r["step"], r["seconds"]) for r in t if "seconds" in r and "loss_ema" in r]
-d = [(b[1] - a[1]) / (b[0] - a[0]) for a, b in zip(t, t[1:]) if b[0] > a[0]]
-print(f"{statistics.median(d):.2f}" if d else "–")' "$out/training_log.jsonl")
-  rows+=("| $name | \`$args\` | $taus | $per_step | $secs | ${load:-–} |")
+  per_step=$(seconds_per_step "$out/training_log.jsonl")
+  if [ -n "$BUDGET" ]; then
+    # The last held-out estimate, overall and per domain.
+    domains=$(python3 -c '
+import json, sys
+h = [r for r in map(json.loads, open(sys.argv[1])) if "held_out_tau" in r][-1]
+d = h.get("held_out_tau_by_domain", {})
+tau = h["held_out_tau"]
+print(" | ".join([f"{tau:.3f}"] + [f"{d[k]:.3f}" if k in d else "–" for k in ("math", "competition", "code", "chat")]))' "$out/training_log.jsonl")
+    rows+=("| $name | \`$args\` | $steps | $per_step | $domains | $secs | ${load:-–} |")
+  else
+    rows+=("| $name | \`$args\` | $taus | $per_step | $secs | ${load:-–} |")
+  fi
   echo "$name: held-out τ $taus (${secs} s)" >&2
 done
 
+if [ -n "$BUDGET" ]; then
+  table=$(
+    echo "# Drafter recipes at equal CPU time"
+    echo
+    echo "\`BUDGET=$BUDGET PILOT=$PILOT PER_DOMAIN=$PER_DOMAIN SEQS=$SEQS EVAL=$EVAL HELD_OUT=$HELD_OUT VARIANTS=\"$VARIANTS\" scripts/drafter-recipes.sh\`,"
+    echo "$(date -u +%Y-%m-%d), $(nproc) threads, release build. Every variant: the first $SEQS distilled sequences of"
+    echo "\`$DATA\`, the first $HELD_OUT and the first $PER_DOMAIN of each domain held out; $BUDGET s of training steps"
+    echo "(steps = $BUDGET / the s / step of a $PILOT-step pilot run), 16 sequences × 4 anchors per step, block 16 unless"
+    echo "the variant says otherwise, sampled softmax (+2048), seed 0. Held-out τ: DFlash chain at T = 0 with the"
+    echo "variant's own block size, at the last step; per domain: math word problems (GSM8K train), competition math,"
+    echo "code, chat. seconds: the whole run, held-out estimates and, on first use, the target's features included."
+    echo
+    echo "| variant | differs in | steps | s / step | held-out τ | math | competition | code | chat | seconds | load |"
+    echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    printf '%s\n' "${rows[@]}"
+  )
+else
 table=$(
   echo "# Drafter recipes on a fixed budget"
   echo
@@ -110,6 +187,7 @@ table=$(
   echo "|---|---|---|---:|---:|---:|"
   printf '%s\n' "${rows[@]}"
 )
+fi
 echo "$table"
 if [ -n "${OUT:-}" ]; then
   mkdir -p "$(dirname "$OUT")"
