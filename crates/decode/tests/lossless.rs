@@ -501,3 +501,46 @@ fn smollm2_round_edges_and_second_turns() {
         }
     }
 }
+
+/// One greedy rule everywhere (the first index on exact ties): a tiny target
+/// whose LM head has two equal rows (token `lo` gets the row of a token `hi`
+/// AR emits often, `lo < hi`) ties them exactly at every position; AR,
+/// every method, the target's own greedy loop and batched greedy decoding
+/// all pick `lo`, never `hi`, and agree token for token.
+#[test]
+fn exact_ties_resolve_to_the_first_index_on_every_path() {
+    use bastion_models::{HostTensor, MemorySource, WeightSource};
+    let dir = fixture_dir("tiny-qwen3");
+    let cfg = ModelConfig::from_hf_json(dir.join("config.json")).unwrap();
+    let st = SafetensorsSource::open(&dir).unwrap();
+    let plain = target();
+    let prompt: Vec<u32> = vec![11, 13, 15, 17, 19, 174, 23, 25];
+    let plain_out = plain.greedy(&prompt, 32, &[]).unwrap();
+    // The most frequent token of the plain output, and a smaller id that it never emits.
+    let hi = *plain_out.iter().max_by_key(|t| plain_out.iter().filter(|x| x == t).count()).unwrap();
+    let lo = (1..hi).rev().find(|t| !plain_out.contains(t)).expect("a smaller id the output never holds");
+    let mut tensors: std::collections::BTreeMap<String, HostTensor> =
+        st.names().map(|n| (n.to_string(), st.get(n).unwrap().unwrap())).collect();
+    let head = tensors.get_mut("lm_head.weight").unwrap();
+    let h = head.shape[1];
+    let row: Vec<f32> = head.data[hi as usize * h..(hi as usize + 1) * h].to_vec();
+    head.data[lo as usize * h..(lo as usize + 1) * h].copy_from_slice(&row);
+    let src = MemorySource { tensors, label: "tiny-qwen3 with a duplicated LM-head row".into() };
+    let tied = Model::load(cfg, &src, &Device::flex()).unwrap();
+    // The two logits are bitwise equal.
+    let logits = tied.session().prefill(&prompt, &[]).unwrap();
+    let last = logits.row(0);
+    assert_eq!(last[lo as usize].to_bits(), last[hi as usize].to_bits());
+
+    let drafter = Drafter::load(fixture_dir("tiny-dflash"), &tied).unwrap();
+    let gen = GenerateConfig { max_new_tokens: 32, ..GenerateConfig::default() };
+    let ar = run(&tied, &drafter, Method::Ar, &prompt, &gen);
+    assert!(ar.contains(&lo) && !ar.contains(&hi), "{ar:?}: ties go to {lo}, never {hi}");
+    assert_eq!(tied.greedy(&prompt, 32, &[]).unwrap(), ar, "Model::greedy");
+    let batched = tied.greedy_batch(&[&prompt[..], &prompt[2..]], 32, &[]).unwrap();
+    assert_eq!(batched[0], ar, "greedy_batch");
+    assert_eq!(batched[1], tied.greedy(&prompt[2..], 32, &[]).unwrap(), "greedy_batch, second prompt");
+    for m in TREE_METHODS {
+        assert_eq!(run(&tied, &drafter, m, &prompt, &gen), ar, "{m}");
+    }
+}

@@ -21,12 +21,14 @@ use std::str::FromStr;
 use bastion_tree::AncestorMask;
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 
+mod argmax;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod ext;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod kernel;
 pub mod reference;
 
+pub use argmax::{argmax, argmax_rows};
 pub use reference::attention;
 
 /// Largest head dimension the kernel takes (one unit per dimension).

@@ -370,3 +370,24 @@ fn half_precision_where_the_adapter_has_it() {
         assert!(err <= tol, "{dtype:?}: max error {err:e}");
     }
 }
+
+/// The device greedy rule on wgpu: first index on exact ties, as on the host,
+/// over a vocabulary-sized row with ties planted on both sides of a reduction
+/// block.
+#[test]
+fn device_argmax_takes_the_first_of_ties_on_wgpu() {
+    let Some(device) = device() else { return };
+    let (rows, vocab) = (3, 49_152);
+    let mut rng = Rng(11);
+    let mut data = rng.values(rows * vocab);
+    for (r, cols) in [[5, 40_000], [32_767, 32_768], [1, 49_151]].iter().enumerate() {
+        for &c in cols {
+            data[r * vocab + c] = 10.0;
+        }
+    }
+    let want: Vec<i64> = data.chunks_exact(vocab).map(|row| i64::from(bastion_kernels::argmax(row))).collect();
+    assert_eq!(want, [5, 32_767, 1]);
+    let x = Tensor::<2>::from_data(TensorData::new(data, [rows, vocab]), &device);
+    let got: Vec<i64> = bastion_kernels::argmax_rows(x).into_data().convert::<i64>().into_vec().unwrap();
+    assert_eq!(got, want);
+}

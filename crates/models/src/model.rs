@@ -291,13 +291,13 @@ impl Model {
     }
 
     /// Greedy autoregressive decoding: prefill `prompt`, then append the
-    /// argmax token until `max_new_tokens` are generated or a token of `stop`
+    /// argmax token ([`bastion_kernels::argmax`]: the first on exact ties) until `max_new_tokens` are generated or a token of `stop`
     /// is emitted (kept in the output). Returns the new tokens only.
     ///
     /// # Errors
     /// As [`Session::prefill`].
     pub fn greedy(&self, prompt: &[u32], max_new_tokens: usize, stop: &[u32]) -> Result<Vec<u32>> {
-        let argmax = last_max;
+        let argmax = bastion_kernels::argmax;
         let mut session = self.session();
         let mut out = Vec::with_capacity(max_new_tokens);
         if max_new_tokens == 0 {
@@ -392,12 +392,6 @@ pub fn rope(x: Tensor<3>, cos: &Tensor<2>, sin: &Tensor<2>) -> Tensor<3> {
     let x2 = x.clone().narrow(2, half, half);
     let rotated = Tensor::cat(vec![x2.neg(), x1], 2);
     x * cos.clone().unsqueeze::<3>() + rotated * sin.clone().unsqueeze::<3>()
-}
-
-/// The index of the largest logit (the last one on ties, `total_cmp`
-/// order), as [`Model::greedy`] has always chosen.
-pub(crate) fn last_max(row: &[f32]) -> u32 {
-    row.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map_or(0, |(i, _)| i as u32)
 }
 
 /// A tensor's values in host memory, row-major.

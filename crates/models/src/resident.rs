@@ -88,15 +88,24 @@ pub struct DeviceOutput {
 }
 
 impl DeviceOutput {
-    /// The index of the largest logit of every row (`[rows]`), computed on
-    /// the device; one id per row comes back.
+    /// The index of the largest logit of every row (`[rows]`), the first on
+    /// exact ties, computed on the device ([`bastion_kernels::argmax_rows`],
+    /// the host's rule); one id per row comes back.
     ///
     /// # Errors
     /// [`ModelError::Device`] / [`ModelError::ReadBack`] when the device's data cannot be read.
     pub fn argmax(&self, read_back: &mut u64) -> Result<Vec<u32>> {
         let mut ids = Vec::with_capacity(self.rows);
         for part in &self.logits {
-            ids.extend(read_ids(part.clone().argmax(1), read_back)?);
+            let vocab = part.dims()[1] as u32;
+            // A row without a number gives `vocab`: 0, as on the host.
+            ids.extend(read_ids(bastion_kernels::argmax_rows(part.clone()), read_back)?.into_iter().map(|i| {
+                if i >= vocab {
+                    0
+                } else {
+                    i
+                }
+            }));
         }
         Ok(ids)
     }

@@ -11,7 +11,7 @@ use crate::cpu_attention::{HostKv, Visible};
 use crate::cpu_layer::{rms_norm_rows, HostRope};
 use crate::error::{ModelError, Result};
 use crate::layer::{decoder_layer, LayerShape};
-use crate::model::{attention, host, last_max, ForwardOutput, Model};
+use crate::model::{attention, host, ForwardOutput, Model};
 use crate::resident::{DeviceOutput, Resident};
 
 impl Model {
@@ -31,7 +31,7 @@ impl Model {
         let mut live: Vec<(usize, Session<'_>)> = Vec::new();
         for (i, p) in prompts.iter().enumerate() {
             let mut session = self.session();
-            outs[i].push(last_max(session.prefill(p, &[])?.row(0)));
+            outs[i].push(bastion_kernels::argmax(session.prefill(p, &[])?.row(0)));
             live.push((i, session));
         }
         let done = |out: &[u32]| out.len() == max_new_tokens || out.last().is_some_and(|t| stop.contains(t));
@@ -42,7 +42,7 @@ impl Model {
             let logits = self.decode_batch(&mut sessions, &tokens)?;
             let vocab = self.cfg.vocab_size;
             for (b, (i, session)) in ids.into_iter().zip(sessions).enumerate() {
-                outs[i].push(last_max(&logits[b * vocab..(b + 1) * vocab]));
+                outs[i].push(bastion_kernels::argmax(&logits[b * vocab..(b + 1) * vocab]));
                 if !done(&outs[i]) {
                     live.push((i, session));
                 }
