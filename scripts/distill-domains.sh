@@ -38,8 +38,15 @@ for spec in "math:$MATH" "code:$CODE"; do
     grep -v "  $file\$" datasets/SHA256SUMS >datasets/SHA256SUMS.tmp || true
     echo "$sum" >>datasets/SHA256SUMS.tmp
     mv datasets/SHA256SUMS.tmp datasets/SHA256SUMS
+    rebuilt=no
   fi
 done
+# The binary carries the dataset checksums (compiled in from datasets/SHA256SUMS): a new
+# prompt file is only read by a binary built after its line was added.
+if [ "${rebuilt:-}" = no ]; then
+  echo "== rebuilding $BIN: new checksums" >&2
+  cargo build --release -p bastion-cli
+fi
 
 if [ -f "$DATA.xz" ]; then
   scripts/distill-data.sh unpack
