@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Bastion's autoregressive decode rate next to llama.cpp's (issue #19 item 7):
+# Bastion's autoregressive decode rate next to llama.cpp's:
 # the same GGUF, the same prompt token ids, the same thread count, greedy, in
 # one run (the engines alternate per prompt). Prints a Markdown table; with
 # OUT=FILE also writes it.

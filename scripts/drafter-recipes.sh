@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Drafter recipe comparison on a fixed budget (issue #18, item 3): the same
+# Drafter recipe comparison on a fixed budget: the same
 # distilled sequences, the same steps and seed for every variant; one
 # `bastion train-drafter` run per variant, its held-out τ every EVAL steps
 # (DFlash chain, T = 0, block 16, on the first HELD_OUT sequences, never

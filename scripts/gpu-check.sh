@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check (issue #19 item 5): what Bastion's verification costs on this
+# The GPU check: what Bastion's verification costs on this
 # machine's GPU, for models of SmolLM2-135M's and Qwen3-8B's shape with weights
 # drawn in memory (seeded; no model download, nothing written but results).
 #

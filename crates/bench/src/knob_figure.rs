@@ -1,4 +1,4 @@
-//! The ablation figure (issue #20): for every knob swept alone in a table
+//! The ablation figure: for every knob swept alone in a table
 //! (the rows labelled `name[knob=value]` by `sweep.<knob> = [...]`;
 //! variants sweeping several knobs have no figure), speedup against the knob's value with its 95 % bootstrap
 //! interval, one series per dataset, AR's 1× dashed.

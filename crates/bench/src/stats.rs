@@ -1,4 +1,4 @@
-//! Confidence intervals for the result tables (issue #20): a seeded
+//! Confidence intervals for the result tables: a seeded
 //! percentile bootstrap over prompts (Efron & Tibshirani, *An Introduction
 //! to the Bootstrap*, 1993, §13.3). The prompt is the resampling unit: at
 //! T > 0 a prompt's value is its mean over seeds, and a speedup resamples

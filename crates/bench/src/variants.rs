@@ -1,4 +1,4 @@
-//! Method variants of an experiment file (issue #20): `[[variants]]`
+//! Method variants of an experiment file: `[[variants]]`
 //! tables that name a method with some of its knobs set, and `sweep.<knob>
 //! = [...]` lists that expand one variant per value.
 //!

@@ -1,4 +1,4 @@
-//! Real-size shapes without the download (issue #19): writes a random-weight
+//! Real-size shapes without the download: writes a random-weight
 //! checkpoint of a Hugging Face configuration (default: Qwen3-4B's, bf16,
 //! sharded at 2 GB) and a random DFlash drafter of matching shape (1 layer,
 //! block 16), loads the target in bf16 on `flex`, and generates a few tokens

@@ -1,4 +1,4 @@
-//! Bytes a round reads back from the device (issue #19, item 2): writes a
+//! Bytes a round reads back from the device: writes a
 //! random-weight checkpoint of Qwen3-8B's width and vocabulary with 2
 //! layers (`experiments/shapes/qwen3-8b-2-layers.json`, bf16) and a random
 //! 1-layer DFlash drafter of its width (block 16), loads both on the

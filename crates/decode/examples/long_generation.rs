@@ -1,4 +1,4 @@
-//! A long generation on the default model (issue #21's round edges, the
+//! A long generation on the default model (the round edges at a stop token and the token limit, the
 //! benchmark part): SmolLM2-135M with the shipped drafter decodes 1,000
 //! tokens of a repetitive answer with every method at T = 0. The decoding
 //! loop asserts after every round that the drafter's cached context equals

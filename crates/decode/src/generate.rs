@@ -49,7 +49,7 @@ pub struct GenerateConfig {
     #[serde(default)]
     pub skip_draft: bool,
     /// Draft only the first `b` positions of a block (trees at most `b`
-    /// deep); `None`: the whole block (an ablation knob, issue #20).
+    /// deep); `None`: the whole block (an ablation knob).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub draft_depth: Option<usize>,
     /// Keep every round's draft logits, tree and accepted indices in

@@ -1,4 +1,4 @@
-//! Method variants: a method with its knobs set, for ablations (issue #20).
+//! Method variants: a method with its knobs set, for ablation sweeps.
 //!
 //! A plain method name (`bastion`, `ddtree:16`) runs with the defaults of
 //! docs/algorithms.md. A variant names a method and overrides some of the
@@ -189,7 +189,7 @@ impl MethodParams {
 }
 
 /// A method as one row of a sweep: a label, the method and its knobs
-/// (issue #20). A plain method name is the variant labelled by that name
+/// (an ablation row). A plain method name is the variant labelled by that name
 /// with every knob at its default; records and store keys carry the label,
 /// so two variants of one method never mix.
 #[derive(Debug, Clone, PartialEq)]

@@ -155,7 +155,7 @@ fn assert_accounting(g: &bastion_decode::Generation, label: &str) {
     }
 }
 
-/// The edges of a round (issue #21), every method on the tiny pair at
+/// The edges of a round, every method on the tiny pair at
 /// T = 0 (block 8; trees up to 7 deep): generations of 1, 2 and 3 tokens
 /// are exactly AR's prefix; a stop token ends the output right after it,
 /// wherever it falls in an accepted block, also in the last round before
@@ -413,7 +413,7 @@ fn output_logprob_is_the_sum_of_next_token_log_probabilities() {
 }
 
 /// The round edges and MT-Bench's second turn on SmolLM2 with the shipped
-/// drafter (block 16; issue #21), every method at T = 0: 1, 2 and 3 new
+/// drafter (block 16), every method at T = 0: 1, 2 and 3 new
 /// tokens are AR's prefix; a stop token ends the output right after it
 /// wherever it falls in an accepted block, also with the limit right after
 /// it; and turn 2's prompt (`LoadedPair::generate_turns`, the runner's path)

@@ -148,7 +148,7 @@ fn shipped_drafter_is_lossless_and_accepts_drafts() {
     assert!(tau >= TAU_FLOOR, "τ {tau:.2} < {TAU_FLOOR}");
 }
 
-/// A prompt whose answer repeats one line (issue #21): with the shipped
+/// A prompt whose answer repeats one line: with the shipped
 /// drafter every method's 120 tokens equal AR's (no token emitted twice or
 /// dropped at a round boundary) and the rounds account for every token.
 #[test]
@@ -222,7 +222,7 @@ fn chain_tau(target: &Model, drafter: &Drafter, ids: &[u32], cfg: &GenerateConfi
 /// Issue #18's check that the drafter relies on the target's features: with
 /// the feature projection zeroed, the DFlash chain's τ on two GSM8K prompts
 /// falls by at least 30 %. Both drafters stay lossless. The repetition prompt
-/// of issue #18 is measured and printed too (the model card reports it); the
+/// of the drafter-quality goals is measured and printed too (the model card reports it); the
 /// shipped drafter does not yet copy a repeated line from the features, so
 /// no bound is put on it.
 #[test]

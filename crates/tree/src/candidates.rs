@@ -173,7 +173,7 @@ impl CandidateLists for Lists {
 /// the source. A depth's list so holds at most `max(FIRST_TOP_K, 2 · r)`
 /// candidates when the tree uses `r` ranks there, and the ranks a tree of
 /// `N` nodes uses sum to at most `N` over its depths: a GPU round reads
-/// back `O(N)` candidates whatever `top_k` is (issue #19: ≤ 64 KB at
+/// back `O(N)` candidates whatever `top_k` is (the read-back goal: ≤ 64 KB at
 /// N = 1024). Splitting this step from growing the
 /// tree lets the decoding loop count it as drafting (the drafter's output,
 /// as the draft LM head is) and the growth alone as tree building.
