@@ -13,9 +13,13 @@
 mod checkpoint;
 mod distill;
 mod error;
+mod events;
 mod features;
+mod held_out;
 mod params;
+mod seeds;
 mod self_instruct;
+mod shard;
 mod trainer;
 
 pub use distill::{chat_jobs, distill, distill_batched, DistillJob, DistillRecord, DistillStore};

@@ -11,13 +11,11 @@
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
-use bastion_models::{context_features, Drafter, DrafterConfig, Model, ModelConfig};
-use bastion_tree::TopK;
+use bastion_models::{context_features, DrafterConfig, Model, ModelConfig};
 use std::time::Instant;
 
-use burn::module::{Module, ModuleMapper, Param};
-use burn::optim::{AdamConfig, GradientsAccumulator, GradientsParams};
-use burn::tensor::activation::log_softmax;
+use burn::module::Module;
+use burn::optim::{AdamConfig, GradientsAccumulator};
 use burn::tensor::{Int, Tensor, TensorData};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -26,7 +24,9 @@ use crate::checkpoint::{load_checkpoint, save_checkpoint, settings_of, Checkpoin
 use crate::distill::DistillRecord;
 use crate::error::{Result, TrainError};
 use crate::features::FeatureFile;
+pub use crate::held_out::{chain_acceptance, ChainTau, HeldOutSet};
 use crate::params::DraftParams;
+use crate::shard::{shard_step, soft_rows, ShardInputs, ShardOut, SHARDS};
 
 /// Settings of a training run.
 #[derive(Debug, Clone, PartialEq)]
@@ -119,12 +119,12 @@ pub fn default_drafter_config(
 }
 
 /// One training sequence: token ids and the target's context features `[T, K·H]`.
-struct Sequence {
-    tokens: Vec<u32>,
-    prompt_len: usize,
-    features: Vec<f32>,
+pub(crate) struct Sequence {
+    pub(crate) tokens: Vec<u32>,
+    pub(crate) prompt_len: usize,
+    pub(crate) features: Vec<f32>,
     /// The target's top-k at every position (`(ids, log-probabilities)`, `[T, k]`), when asked for.
-    top: Option<(Vec<u32>, Vec<f32>)>,
+    pub(crate) top: Option<(Vec<u32>, Vec<f32>)>,
 }
 
 /// Prompt + response of each record usable for training (a response of two
@@ -158,7 +158,12 @@ fn sequences(target: &Model, records: &[DistillRecord]) -> Result<Vec<(Vec<u32>,
 ///
 /// # Errors
 /// As [`sequences`]; model errors naming the record.
-fn prepare(target: &Model, cfg: &DrafterConfig, records: &[DistillRecord], top_k: usize) -> Result<Vec<Sequence>> {
+pub(crate) fn prepare(
+    target: &Model,
+    cfg: &DrafterConfig,
+    records: &[DistillRecord],
+    top_k: usize,
+) -> Result<Vec<Sequence>> {
     let hidden = cfg.hidden_indices();
     let vocab = target.config().vocab_size;
     let usable = records.iter().filter(|r| r.response_ids.len() >= 2);
@@ -184,9 +189,9 @@ fn prepare(target: &Model, cfg: &DrafterConfig, records: &[DistillRecord], top_k
 }
 
 /// The training sequences and where their features are.
-struct TrainingData {
+pub(crate) struct TrainingData {
     /// Token ids and prompt length of each sequence.
-    seqs: Vec<(Vec<u32>, usize)>,
+    pub(crate) seqs: Vec<(Vec<u32>, usize)>,
     features: FeatureSource,
 }
 
@@ -227,7 +232,7 @@ impl TrainingData {
 
     /// The target's top-k at the first `rows` positions of sequence `i`
     /// (`(ids, log-probabilities)`, `[rows, k]`).
-    fn top_k(&self, i: usize, rows: usize, k: usize) -> Result<(Vec<u32>, Vec<f32>)> {
+    pub(crate) fn top_k(&self, i: usize, rows: usize, k: usize) -> Result<(Vec<u32>, Vec<f32>)> {
         match &self.features {
             FeatureSource::Memory(_, tops) => {
                 let (ids, lps) = tops[i].as_ref().ok_or_else(|| TrainError::Usage("no top-k kept".into()))?;
@@ -238,7 +243,7 @@ impl TrainingData {
     }
 
     /// The first `rows` feature rows of sequence `i`.
-    fn features(&self, i: usize, rows: usize, width: usize) -> Result<std::borrow::Cow<'_, [f32]>> {
+    pub(crate) fn features(&self, i: usize, rows: usize, width: usize) -> Result<std::borrow::Cow<'_, [f32]>> {
         Ok(match &self.features {
             FeatureSource::Memory(f, _) => std::borrow::Cow::Borrowed(&f[i][..rows * width]),
             FeatureSource::Disk(file) => std::borrow::Cow::Owned(file.rows(i, rows)?),
@@ -266,101 +271,7 @@ fn data_fingerprint(records: &[DistillRecord]) -> String {
     format!("{} records, fnv1a {h:016x}", records.len())
 }
 
-/// Progress of a training run, reported every step.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct StepReport {
-    /// Step index (0-based).
-    pub step: usize,
-    /// Weighted mean cross entropy over the step's predictions (nats);
-    /// with [`TrainConfig::sampled_vocab`] over the sampled columns, so not
-    /// comparable with a full-vocabulary run's (nor, with
-    /// [`TrainConfig::step_vocab`], with a data-wide sampled run's: fewer
-    /// columns, a lower loss).
-    pub loss: f64,
-    /// Learning rate used.
-    pub learning_rate: f64,
-    /// Target tokens predicted so far, this step included (the x axis of a τ-vs-data curve).
-    pub tokens: u64,
-    /// Where the step's time went.
-    pub phases: StepPhases,
-}
-
-/// Seconds one training step spent in each phase. The shard phases
-/// (features to backward) are summed over the step's data-parallel shards,
-/// so with two threads they add up to about twice the wall time: their sum
-/// over `wall` is the step's parallelism.
-#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize)]
-pub struct StepPhases {
-    /// Reading the context features (memory or the f16 cache) and embedding the blocks.
-    pub features: f64,
-    /// The drafter's forward (fc, draft layers, final norm).
-    pub drafter_forward: f64,
-    /// The target's LM head on the drafted slots, log-softmax and the weighted loss (forward).
-    pub lm_head: f64,
-    /// Backward through LM head and drafter, gradients collected.
-    pub backward: f64,
-    /// Summing the shards' gradients and the Adam step.
-    pub optimizer: f64,
-    /// The step's wall time.
-    pub wall: f64,
-}
-
-impl StepPhases {
-    fn add(&mut self, o: &StepPhases) {
-        self.features += o.features;
-        self.drafter_forward += o.drafter_forward;
-        self.lm_head += o.lm_head;
-        self.backward += o.backward;
-    }
-}
-
-/// The held-out τ estimate after a step.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct HeldOutReport {
-    /// Steps done.
-    pub steps: usize,
-    /// Target tokens predicted so far.
-    pub tokens: u64,
-    /// The estimate (see [`HeldOutSet::tau`]).
-    pub tau: ChainTau,
-    /// The estimate per training domain (`bastion_data::TRAIN_DOMAINS`,
-    /// in that order; `None` where no held-out sequence is of that domain).
-    pub by_domain: [Option<ChainTau>; 4],
-}
-
-/// What [`train`] reports to its caller.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum TrainEvent<'a> {
-    /// Continuing from a checkpoint with this many steps done.
-    Resumed {
-        /// Steps already done.
-        steps: usize,
-        /// Target tokens already predicted.
-        tokens: u64,
-        /// The checkpoint.
-        dir: &'a Path,
-    },
-    /// Context features of `done` of `total` training sequences computed
-    /// (with [`TrainOptions::feature_dir`]; the returned flow is ignored).
-    Features {
-        /// Sequences done.
-        done: usize,
-        /// Sequences in all.
-        total: usize,
-    },
-    /// One optimiser step done.
-    Step(StepReport),
-    /// A held-out τ estimate (every `eval_every` steps and at the end).
-    HeldOut(HeldOutReport),
-    /// A checkpoint written (every `checkpoint_every` steps, at the end, and
-    /// where the caller stops the run).
-    Checkpoint {
-        /// Steps done.
-        steps: usize,
-        /// Its folder.
-        dir: &'a Path,
-    },
-}
+pub use crate::events::{HeldOutReport, StepPhases, StepReport, TrainEvent};
 
 /// Checkpointing and held-out evaluation of a run.
 #[derive(Debug, Clone, Default)]
@@ -399,145 +310,12 @@ pub struct TrainOptions {
 
 impl TrainOptions {
     /// [`TrainOptions::threads`] resolved (0 → the available parallelism).
-    fn threads(&self) -> usize {
+    pub(crate) fn threads(&self) -> usize {
         match self.threads {
             0 => std::thread::available_parallelism().map_or(1, usize::from),
             n => n,
         }
     }
-}
-
-/// Mean acceptance of the greedy DFlash chain on known target outputs.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct ChainTau {
-    /// τ: tokens committed per round, bonus included; the mean of the
-    /// sequences' means (docs/algorithms.md §7).
-    pub tau: f64,
-    /// Rounds simulated.
-    pub rounds: usize,
-    /// Tokens committed.
-    pub tokens: usize,
-}
-
-/// Held-out sequences with their context features, for the τ estimate.
-pub struct HeldOutSet {
-    seqs: Vec<Sequence>,
-    /// Each sequence's training domain (an index into `bastion_data::TRAIN_DOMAINS`).
-    domains: Vec<usize>,
-}
-
-impl HeldOutSet {
-    /// Runs the frozen target over each record once (features for `cfg`'s layers).
-    ///
-    /// # Errors
-    /// Model errors.
-    pub fn new(target: &Model, cfg: &DrafterConfig, records: &[DistillRecord]) -> Result<Self> {
-        let domains = records
-            .iter()
-            .filter(|r| r.response_ids.len() >= 2)
-            .map(|r| {
-                let d = bastion_data::train_domain(&r.id);
-                bastion_data::TRAIN_DOMAINS.iter().position(|&x| x == d).expect("a known domain")
-            })
-            .collect();
-        Ok(Self { seqs: prepare(target, cfg, records, 0)?, domains })
-    }
-
-    /// Number of sequences (records with responses of two tokens or more).
-    pub fn len(&self) -> usize {
-        self.seqs.len()
-    }
-
-    /// Whether there is no sequence.
-    pub fn is_empty(&self) -> bool {
-        self.seqs.is_empty()
-    }
-
-    /// The DFlash chain's τ at T = 0 on these sequences, without running
-    /// the target again: because the target's greedy output is known (it
-    /// is the distilled response), each round drafts from the root exactly
-    /// as `bastion_decode::generate` does (same draft session, same
-    /// context features), accepts the longest prefix of the top-1 chain
-    /// that matches the response, and commits it plus the bonus token.
-    /// Per round this equals the decoding loop's acceptance, except in the
-    /// last round, where the response ends (see [`chain_acceptance`]).
-    ///
-    /// # Errors
-    /// Model errors.
-    pub fn tau(&self, target: &Model, drafter: &Drafter) -> Result<ChainTau> {
-        Ok(self.tau_by_domain(target, drafter)?.0)
-    }
-
-    /// [`HeldOutSet::tau`] over all sequences and over those of each
-    /// training domain (`bastion_data::TRAIN_DOMAINS` order; `None` for a
-    /// domain without held-out sequences).
-    ///
-    /// # Errors
-    /// Model errors.
-    pub fn tau_by_domain(&self, target: &Model, drafter: &Drafter) -> Result<(ChainTau, [Option<ChainTau>; 4])> {
-        let mut parts: [Vec<(usize, usize)>; 4] = Default::default();
-        for (s, &d) in self.seqs.iter().zip(&self.domains) {
-            let acc = chain_acceptance(target, drafter, &s.tokens, s.prompt_len, &s.features)?;
-            parts[d].push((acc.len(), acc.iter().sum::<usize>()));
-        }
-        let summary = |seqs: &[(usize, usize)]| {
-            let mut out = ChainTau::default();
-            let mut sum = 0.0;
-            for &(rounds, committed) in seqs {
-                sum += committed as f64 / rounds.max(1) as f64;
-                out.rounds += rounds;
-                out.tokens += committed;
-            }
-            out.tau = if seqs.is_empty() { 0.0 } else { sum / seqs.len() as f64 };
-            out
-        };
-        let all: Vec<(usize, usize)> = parts.iter().flatten().copied().collect();
-        let by_domain = std::array::from_fn(|d| (!parts[d].is_empty()).then(|| summary(&parts[d])));
-        Ok((summary(&all), by_domain))
-    }
-}
-
-/// Per-round acceptance lengths (bonus included) of the greedy DFlash chain
-/// on a known greedy output: `tokens` = prompt (`prompt_len` tokens) +
-/// the target's greedy response, `features` `[tokens.len(), K·H]` the
-/// target's context features of all of them. Rounds run while the root is
-/// not the last token; the last round's acceptance is cut where the
-/// response ends.
-///
-/// # Errors
-/// Model errors; [`TrainError::Usage`] when `features` does not cover `tokens`.
-pub fn chain_acceptance(
-    target: &Model,
-    drafter: &Drafter,
-    tokens: &[u32],
-    prompt_len: usize,
-    features: &[f32],
-) -> Result<Vec<usize>> {
-    let width = drafter.config().target_layer_ids.len() * target.config().hidden_size;
-    let n = tokens.len();
-    if features.len() < n.saturating_sub(1) * width || prompt_len == 0 || prompt_len >= n {
-        return Err(TrainError::Usage(format!(
-            "chain τ: {} feature values for {n} tokens of width {width}, prompt {prompt_len}",
-            features.len()
-        )));
-    }
-    let depth = drafter.block_size() - 1;
-    let vocab = target.config().vocab_size;
-    let mut session = drafter.session();
-    let (mut fed, mut root) = (0usize, prompt_len);
-    let mut out = Vec::new();
-    while root + 1 < n {
-        let logits = session.draft(target, &features[fed * width..root * width], tokens[root])?;
-        fed = root;
-        let chain = TopK::from_logits(&logits, depth, vocab, 1)
-            .map_err(|e| TrainError::Usage(format!("chain τ: {e}")))?
-            .argmax_tokens();
-        let accepted = chain.iter().zip(&tokens[root + 1..]).take_while(|(d, t)| d == t).count();
-        let committed = (accepted + 1).min(n - 1 - root);
-        out.push(committed);
-        root += committed;
-    }
-    Ok(out)
 }
 
 /// Trains a drafter for `target` on distilled `records` and returns its
@@ -756,137 +534,6 @@ pub fn train(
         }
     }
     Ok(params)
-}
-
-/// Parts a step's sequences are split into for data-parallel training
-/// (each part's forward and backward on a thread of its own when the
-/// machine has the cores). Fixed, so that a run's numbers do not depend on
-/// the number of threads.
-const SHARDS: usize = 2;
-
-/// What every shard of a step reads.
-struct ShardInputs<'a> {
-    cfg: &'a TrainConfig,
-    data: &'a TrainingData,
-    width: usize,
-    embed: &'a Tensor<2>,
-    /// The LM head's columns this step `[H, V']`.
-    head: &'a Tensor<2>,
-    /// Each token's column in `head`.
-    column: &'a [u32],
-    slot_weight: &'a [f32],
-    /// Σ w over the whole step (the loss's normaliser).
-    step_weight: f32,
-}
-
-/// One shard's share of a step.
-struct ShardOut {
-    /// Its part of the step's loss (Σ w·nll over its predictions / the step's Σ w).
-    loss: f64,
-    grads: GradientsParams,
-    phases: StepPhases,
-}
-
-/// Parameters as fresh autodiff leaves (same [`burn::module::ParamId`]s,
-/// values shared): a shard's graph then has no node in common with another
-/// shard's, so both run without waiting on one graph lock.
-struct FreshLeaves;
-
-impl ModuleMapper for FreshLeaves {
-    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
-        param.map(|t| t.detach().require_grad())
-    }
-}
-
-/// Forward and backward of one shard: the sequences `part` (index, anchors).
-fn shard_step(params: &DraftParams, part: &[(usize, Vec<usize>)], s: &ShardInputs<'_>) -> Result<ShardOut> {
-    let params = params.clone().map(&mut FreshLeaves);
-    let cfg = s.cfg;
-    let b = cfg.drafter.block_size;
-    let device = s.head.device();
-    let mut phases = StepPhases::default();
-    let mut losses = Vec::with_capacity(part.len());
-    for (i, anchors) in part {
-        let clock = Instant::now();
-        let ids = &s.data.seqs[*i].0;
-        let n = ids.len();
-        let t = *anchors.iter().max().expect("at least one anchor");
-        let rows = s.data.features(*i, t, s.width)?.into_owned();
-        let feats = Tensor::<2>::from_data(TensorData::new(rows, [t, s.width]), &device);
-        let mut block_ids = Vec::with_capacity(anchors.len() * b);
-        let mut targets = Vec::new();
-        let mut weights = Vec::new();
-        for &a in anchors {
-            block_ids.push(ids[a] as i64);
-            block_ids.extend(std::iter::repeat_n(cfg.drafter.mask_token_id as i64, b - 1));
-            for j in 1..b {
-                let valid = a + j < n;
-                targets.push(if valid { s.column[ids[a + j] as usize] as i64 } else { 0 });
-                weights.push(if valid { s.slot_weight[j - 1] } else { 0.0 });
-            }
-        }
-        let idx = Tensor::<1, Int>::from_data(TensorData::new(block_ids, [anchors.len() * b]), &s.embed.device());
-        let block = s.embed.clone().select(0, idx).autodiff();
-        phases.features += clock.elapsed().as_secs_f64();
-        let clock = Instant::now();
-        let out = params.forward(&cfg.drafter, feats, block, anchors);
-        phases.drafter_forward += clock.elapsed().as_secs_f64();
-        let clock = Instant::now();
-        // Slots 1..B of each block.
-        let keep: Vec<i64> = (0..anchors.len()).flat_map(|i| (1..b).map(move |j| (i * b + j) as i64)).collect();
-        let rows = keep.len();
-        let out = out.select(0, Tensor::<1, Int>::from_data(TensorData::new(keep, [rows]), &device));
-        let logp = log_softmax(out.matmul(s.head.clone()), 1);
-        let tgt = Tensor::<2, Int>::from_data(TensorData::new(targets, [rows, 1]), &device);
-        let mut picked = logp.clone().gather(1, tgt).reshape([rows]);
-        if let Some(soft) = cfg.soft_targets {
-            // Σ_i p̂_i log q(t_i) per slot, p̂ the target's top-k renormalised.
-            let k = soft.top_k;
-            let (top_ids, top_lps) = s.data.top_k(*i, soft_rows(anchors, b, n), k)?;
-            let (mut cols, mut probs) = (Vec::with_capacity(rows * k), Vec::with_capacity(rows * k));
-            for &a in anchors {
-                for j in 1..b {
-                    if a + j < n {
-                        let r = (a + j - 1) * k;
-                        let top = top_lps[r..r + k].iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-                        let e: Vec<f32> = top_lps[r..r + k].iter().map(|&x| (x - top).exp()).collect();
-                        let z: f32 = e.iter().sum();
-                        for (&id, p) in top_ids[r..r + k].iter().zip(e) {
-                            let c = s.column[id as usize];
-                            if c == u32::MAX {
-                                return Err(TrainError::Usage(format!("soft target token {id} has no softmax column")));
-                            }
-                            cols.push(i64::from(c));
-                            probs.push(p / z);
-                        }
-                    } else {
-                        cols.extend(std::iter::repeat_n(0, k));
-                        probs.extend(std::iter::repeat_n(0.0, k));
-                    }
-                }
-            }
-            let cols = Tensor::<2, Int>::from_data(TensorData::new(cols, [rows, k]), &device);
-            let probs = Tensor::<2>::from_data(TensorData::new(probs, [rows, k]), &device);
-            let soft_part = logp.gather(1, cols).mul(probs).sum_dim(1).reshape([rows]);
-            picked = picked.mul_scalar(1.0 - soft.weight).add(soft_part.mul_scalar(soft.weight));
-        }
-        let w = Tensor::<1>::from_data(TensorData::new(weights, [rows]), &device);
-        losses.push(picked.mul(w).sum().neg());
-        phases.lm_head += clock.elapsed().as_secs_f64();
-    }
-    let clock = Instant::now();
-    let loss = Tensor::cat(losses, 0).sum().div_scalar(s.step_weight);
-    let value = f64::from(loss.clone().into_scalar::<f32>());
-    let grads = GradientsParams::from_grads(loss.backward(), &params);
-    phases.backward += clock.elapsed().as_secs_f64();
-    Ok(ShardOut { loss: value, grads, phases })
-}
-
-/// Rows of the target's top-k a sequence of `n` tokens needs for blocks at
-/// `anchors`: slot `j` of the block at `a` predicts token `a + j`, whose
-/// distribution is row `a + j − 1`.
-fn soft_rows(anchors: &[usize], b: usize, n: usize) -> usize {
-    anchors.iter().map(|&a| (a + b - 1).min(n - 1)).max().unwrap_or(0)
 }
 
 /// The tokens a step predicts, as a vocabulary mask: for each drawn

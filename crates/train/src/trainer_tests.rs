@@ -1,7 +1,7 @@
 //! Unit tests of the trainer (`trainer.rs`).
 
 use super::*;
-use bastion_models::load_model;
+use bastion_models::{load_model, Drafter};
 use burn::tensor::Device;
 
 /// The trainer's forward and the inference drafter run the same layer

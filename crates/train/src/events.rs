@@ -1,0 +1,102 @@
+//! What a training run reports to its caller: every step (with where its
+//! time went), held-out estimates, checkpoints.
+
+use std::path::Path;
+
+use crate::held_out::ChainTau;
+
+/// Progress of a training run, reported every step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepReport {
+    /// Step index (0-based).
+    pub step: usize,
+    /// Weighted mean cross entropy over the step's predictions (nats);
+    /// with [`TrainConfig::sampled_vocab`] over the sampled columns, so not
+    /// comparable with a full-vocabulary run's (nor, with
+    /// [`TrainConfig::step_vocab`], with a data-wide sampled run's: fewer
+    /// columns, a lower loss).
+    pub loss: f64,
+    /// Learning rate used.
+    pub learning_rate: f64,
+    /// Target tokens predicted so far, this step included (the x axis of a τ-vs-data curve).
+    pub tokens: u64,
+    /// Where the step's time went.
+    pub phases: StepPhases,
+}
+
+/// Seconds one training step spent in each phase. The shard phases
+/// (features to backward) are summed over the step's data-parallel shards,
+/// so with two threads they add up to about twice the wall time: their sum
+/// over `wall` is the step's parallelism.
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize)]
+pub struct StepPhases {
+    /// Reading the context features (memory or the f16 cache) and embedding the blocks.
+    pub features: f64,
+    /// The drafter's forward (fc, draft layers, final norm).
+    pub drafter_forward: f64,
+    /// The target's LM head on the drafted slots, log-softmax and the weighted loss (forward).
+    pub lm_head: f64,
+    /// Backward through LM head and drafter, gradients collected.
+    pub backward: f64,
+    /// Summing the shards' gradients and the Adam step.
+    pub optimizer: f64,
+    /// The step's wall time.
+    pub wall: f64,
+}
+
+impl StepPhases {
+    pub(crate) fn add(&mut self, o: &StepPhases) {
+        self.features += o.features;
+        self.drafter_forward += o.drafter_forward;
+        self.lm_head += o.lm_head;
+        self.backward += o.backward;
+    }
+}
+
+/// The held-out τ estimate after a step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HeldOutReport {
+    /// Steps done.
+    pub steps: usize,
+    /// Target tokens predicted so far.
+    pub tokens: u64,
+    /// The estimate (see [`HeldOutSet::tau`]).
+    pub tau: ChainTau,
+    /// The estimate per training domain (`bastion_data::TRAIN_DOMAINS`,
+    /// in that order; `None` where no held-out sequence is of that domain).
+    pub by_domain: [Option<ChainTau>; 4],
+}
+
+/// What [`train`] reports to its caller.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum TrainEvent<'a> {
+    /// Continuing from a checkpoint with this many steps done.
+    Resumed {
+        /// Steps already done.
+        steps: usize,
+        /// Target tokens already predicted.
+        tokens: u64,
+        /// The checkpoint.
+        dir: &'a Path,
+    },
+    /// Context features of `done` of `total` training sequences computed
+    /// (with [`TrainOptions::feature_dir`]; the returned flow is ignored).
+    Features {
+        /// Sequences done.
+        done: usize,
+        /// Sequences in all.
+        total: usize,
+    },
+    /// One optimiser step done.
+    Step(StepReport),
+    /// A held-out τ estimate (every `eval_every` steps and at the end).
+    HeldOut(HeldOutReport),
+    /// A checkpoint written (every `checkpoint_every` steps, at the end, and
+    /// where the caller stops the run).
+    Checkpoint {
+        /// Steps done.
+        steps: usize,
+        /// Its folder.
+        dir: &'a Path,
+    },
+}
