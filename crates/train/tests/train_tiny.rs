@@ -248,12 +248,9 @@ fn threads_do_not_change_the_trained_weights() {
     assert!(one == two, "weights trained on 1 and 2 threads differ");
     assert_eq!(phases.len(), 8);
     for p in &phases {
-        let shards = p.features + p.drafter_forward + p.lm_head + p.backward;
         assert!(p.drafter_forward > 0.0 && p.lm_head > 0.0 && p.backward > 0.0 && p.optimizer > 0.0, "{p:?}");
-        // One thread: the shard phases fit in the wall time.
-        assert!(p.wall > 0.0 && (p.wall >= p.optimizer), "{p:?}");
-        assert!(shards.is_finite());
     }
+    // One thread: the phases, run one after another, fit in the step's wall time.
     for p in &phases[..4] {
         assert!(p.features + p.drafter_forward + p.lm_head + p.backward + p.optimizer <= p.wall * 1.0001, "{p:?}");
     }
