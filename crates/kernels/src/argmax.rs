@@ -167,7 +167,7 @@ mod tests {
         ];
         let flat: Vec<f32> = rows.iter().flat_map(|r| r.iter().copied()).collect();
         let x = Tensor::<2>::from_data(TensorData::new(flat, [5, 6]), &Device::flex());
-        let got: Vec<i64> = argmax_rows(x).into_data().convert::<i64>().into_vec().unwrap();
+        let got: Vec<i64> = argmax_rows(x).into_data().convert::<i64>().try_into_vec::<i64>().unwrap();
         let want: Vec<i64> = rows.iter().map(|r| i64::from(argmax(r))).collect();
         assert_eq!(got, want);
         assert_eq!(want, [1, 0, 0, 0, 5]);

@@ -388,6 +388,6 @@ fn device_argmax_takes_the_first_of_ties_on_wgpu() {
     let want: Vec<i64> = data.chunks_exact(vocab).map(|row| i64::from(bastion_kernels::argmax(row))).collect();
     assert_eq!(want, [5, 32_767, 1]);
     let x = Tensor::<2>::from_data(TensorData::new(data, [rows, vocab]), &device);
-    let got: Vec<i64> = bastion_kernels::argmax_rows(x).into_data().convert::<i64>().into_vec().unwrap();
+    let got: Vec<i64> = bastion_kernels::argmax_rows(x).into_data().convert::<i64>().try_into_vec::<i64>().unwrap();
     assert_eq!(got, want);
 }
