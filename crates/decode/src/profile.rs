@@ -122,7 +122,7 @@ pub fn profile(
     let drafter = pair.drafter().zip(pair.spec().drafter.as_deref());
     let cfg = target.config();
     options.validate(cfg.max_position_embeddings, pair.block_size())?;
-    let peak_runs = measure_peak(target.device(), &options.peak)?;
+    let peak_runs = measure_peak(target.device(), &options.peak).map_err(bastion_models::ModelError::from)?;
     let peak = peak_runs.peak();
     RooflineModel { shape: target.roofline_shape(), device: peak, calibration: RooflineCalibration::default() }
         .validate()

@@ -12,6 +12,25 @@ use serde_json::Value;
 
 use crate::error::{FormatError, Result};
 
+/// A file mapped read-only into memory ([`map`]).
+pub use memmap2::Mmap;
+
+/// Opens `path` and maps it read-only: the header is parsed from the map
+/// ([`parse`]) and tensors are read from the returned file by position, so
+/// a loaded checkpoint does not stay mapped into resident memory.
+///
+/// # Errors
+/// [`FormatError::Io`] naming the file when it cannot be opened or mapped.
+pub fn map(path: &Path) -> Result<(std::fs::File, Mmap)> {
+    let io = |source| FormatError::Io { path: path.to_path_buf(), source };
+    let file = std::fs::File::open(path).map_err(io)?;
+    // SAFETY: the map is only read, and weight files are not modified while
+    // a model is loaded from them (a file truncated under the map would be
+    // undefined behaviour, as with every memory-mapped reader).
+    let map = unsafe { Mmap::map(&file) }.map_err(io)?;
+    Ok((file, map))
+}
+
 /// The shard files named by a `model.safetensors.index.json` (`bytes`, read
 /// from `index`), as paths under `dir`, sorted and without repeats.
 ///

@@ -22,14 +22,17 @@ use bastion_tree::AncestorMask;
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 
 mod argmax;
+pub mod cpu;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-mod ext;
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
-mod kernel;
+mod gpu;
+pub mod peak;
 pub mod reference;
+mod weight_dtype;
 
 pub use argmax::{argmax, argmax_rows};
+pub use peak::{measure_peak, PeakMeasurement, PeakOptions};
 pub use reference::attention;
+pub use weight_dtype::{WeightDtype, Q8_BLOCK};
 
 /// Largest head dimension the kernel takes (one unit per dimension).
 pub const MAX_HEAD_DIM: usize = 128;
@@ -46,6 +49,12 @@ pub enum KernelError {
     /// An unknown [`TreeAttentionMode`] name.
     #[error("unknown tree attention mode `{0}`: expected auto, dense or kernel")]
     Mode(String),
+    /// Options out of range for a measurement ([`measure_peak`]).
+    #[error("{0}")]
+    Usage(String),
+    /// The device failed to execute queued work.
+    #[error("device: {0}")]
+    Device(String),
 }
 
 /// How verification computes tree attention.
@@ -136,7 +145,7 @@ pub fn default_variant(device: &Device) -> Option<KernelVariant> {
     }
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
     {
-        ext::default_variant(device)
+        gpu::ext::default_variant(device)
     }
     #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
     {
@@ -298,7 +307,7 @@ pub fn tree_attention(q: Tensor<3>, k: Tensor<3>, v: Tensor<3>, ix: &TreeIndex) 
         }
         #[cfg(any(feature = "wgpu", feature = "cuda"))]
         Prepared::Kernel { ancestors, words, variant } => {
-            let o = ext::launch(q, k, v, ancestors.clone(), *words, ix.past, *variant)?;
+            let o = gpu::ext::launch(q, k, v, ancestors.clone(), *words, ix.past, *variant)?;
             Ok(o.swap_dims(0, 1).reshape([t, nh * hd]))
         }
         #[cfg(not(any(feature = "wgpu", feature = "cuda")))]

@@ -8,13 +8,13 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::config::{cfg_err, Arch, ModelConfig};
-use crate::cpu_attention::{HostKv, Visible};
-use crate::cpu_layer::{rms_norm_rows, HostRope};
 use crate::error::{ModelError, Result};
 use crate::layer::{decoder_layer, key_values, LayerShape};
 use crate::model::{attention, host, rms_norm, rope_tables, ForwardOutput, Layer, Linear, Model};
 use crate::resident::{ContextFeatures, DraftLogits};
 use crate::weights::{HostTensor, SafetensorsSource, WeightSource};
+use bastion_kernels::cpu::attention::{HostKv, Visible};
+use bastion_kernels::cpu::rows::{rms_norm_rows, HostRope};
 
 /// A DFlash drafter's configuration (`config.json` of a z-lab checkpoint).
 #[derive(Debug, Clone, PartialEq)]
@@ -401,7 +401,7 @@ pub fn context_features(out: &ForwardOutput, hidden_size: usize, rows: Option<&[
 /// On the `flex` CPU backend the cache lives in host memory, preallocated:
 /// context rows are written in place, the block's rows after them are
 /// overwritten by the next block, and attention runs per query row
-/// ([`crate::cpu_attention`]).
+/// ([`bastion_kernels::cpu::attention`]).
 pub struct DraftSession<'d> {
     drafter: &'d Drafter,
     cache: DraftCache,

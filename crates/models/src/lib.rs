@@ -13,10 +13,6 @@
 pub mod backend;
 pub use bastion_formats::chat;
 pub mod config;
-mod cpu_attention;
-mod cpu_layer;
-pub mod cpu_matmul;
-mod cpu_matmul_q8;
 pub mod draft_vocab;
 pub mod drafter;
 pub mod error;
@@ -25,10 +21,8 @@ pub mod layer;
 mod linear;
 pub mod loader;
 pub mod model;
-pub mod peak;
 pub mod resident;
 mod session;
-mod weight_dtype;
 
 /// Tensor building blocks shared by the target, the drafter and drafter
 /// training (all Burn ops, so they differentiate on an autodiff device).
@@ -40,10 +34,11 @@ pub mod weights;
 
 pub use backend::BackendKind;
 pub use bastion_formats::FormatError;
+pub use bastion_kernels::WeightDtype;
 pub use bastion_kernels::{kernel_available, TreeAttentionMode};
+pub use bastion_kernels::{measure_peak, PeakMeasurement, PeakOptions};
 pub use chat::{ChatTemplate, Message};
 pub use config::{Arch, Llama3Scaling, ModelConfig};
-pub use cpu_matmul::WeightDtype;
 pub use draft_vocab::{DraftVocabFile, DRAFT_VOCAB_FILE};
 pub use drafter::{build_target_layer_ids, context_features, DraftSession, Drafter, DrafterConfig};
 pub use error::{ModelError, Result};
@@ -55,7 +50,6 @@ pub use loader::{
     load_tokenizer,
 };
 pub use model::{ForwardOutput, Model, Session, TREE_ATTENTION_ENV};
-pub use peak::{measure_peak, PeakMeasurement, PeakOptions};
 pub use resident::{ContextFeatures, DeviceOutput, DeviceRows, DraftLogits, Resident};
 pub use tokenizer::Tokenizer;
 pub use weights::{GgufSource, HostTensor, MemorySource, RandomSource, ReadLog, SafetensorsSource, WeightSource};

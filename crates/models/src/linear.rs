@@ -5,11 +5,11 @@
 use burn::tensor::{DType, Device, Tensor, TensorData};
 
 use crate::config::{Arch, ModelConfig};
-use crate::cpu_layer::{add_into, rms_norm_rows, silu_mul, split_heads, HostRope};
-use crate::cpu_matmul::WeightDtype;
 use crate::error::Result;
 use crate::layer::{LayerShape, LayerWeights, Proj};
 use crate::weights::{HostTensor, WeightSource};
+use bastion_kernels::cpu::rows::{add_into, rms_norm_rows, silu_mul, split_heads, HostRope};
+use bastion_kernels::WeightDtype;
 
 /// One decoder layer's weights. The projections that read the same input
 /// are fused: `q/k/v` (after `input_layernorm`) and `gate/up` (after
@@ -196,7 +196,7 @@ struct HostNorms {
 /// A linear layer without bias, `[in] → [out]`.
 ///
 /// On the `flex` CPU backend the weight is held once, packed for the CPU
-/// kernel of [`crate::cpu_matmul`], which computes every product (decode
+/// kernel of [`bastion_kernels::cpu::matmul`], which computes every product (decode
 /// steps, draft trees, prefill): one arithmetic for every row count, so a
 /// row's result never depends on how many rows share the call. Elsewhere
 /// (GPU backends, autodiff for drafter training) it is a Burn tensor
@@ -231,7 +231,7 @@ pub(crate) fn device_half(device: &Device, dtype: WeightDtype) -> Option<DType> 
 }
 
 enum LinearWeight {
-    Packed(crate::cpu_matmul::PackedMatrix),
+    Packed(bastion_kernels::cpu::matmul::PackedMatrix),
     /// `[in, out_i]` tensors, the output features split into parts of at
     /// most the bound of [`rows_per_part`] (one part unless the layer is that large),
     /// stored and multiplied in `half` when set ([`device_half`]; activations are cast
@@ -295,7 +295,11 @@ impl Linear {
         let out_features = ws.iter().map(|w| w.shape[0]).sum();
         let w = if *device == Device::flex() && !device.is_autodiff() {
             let parts: Vec<&[f32]> = ws.iter().map(|w| w.data.as_slice()).collect();
-            LinearWeight::Packed(crate::cpu_matmul::PackedMatrix::pack_stacked_as(&parts, in_features, dtype))
+            LinearWeight::Packed(bastion_kernels::cpu::matmul::PackedMatrix::pack_stacked_as(
+                &parts,
+                in_features,
+                dtype,
+            ))
         } else {
             let data: Vec<f32> =
                 ws.iter().flat_map(|w| w.data.chunks(in_features).flat_map(|r| dtype.round_row(r))).collect();

@@ -5,12 +5,12 @@ use std::path::Path;
 use burn::tensor::Device;
 
 use crate::config::ModelConfig;
-use crate::cpu_matmul::WeightDtype;
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
 use crate::model::Model;
 use crate::tokenizer::Tokenizer;
 use crate::weights::{GgufSource, HostTensor, RandomSource, SafetensorsSource, WeightSource};
+use bastion_kernels::WeightDtype;
 
 /// Loads a target from `path`: a `.gguf` file, or a Hugging Face folder
 /// holding `config.json` and `model.safetensors` (or shards with

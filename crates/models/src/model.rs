@@ -7,12 +7,12 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 use bastion_kernels::TreeAttentionMode;
 
 use crate::config::ModelConfig;
-use crate::cpu_layer::HostRope;
-use crate::cpu_matmul::WeightDtype;
 use crate::error::{ModelError, Result};
 use crate::linear::to_tensor1;
 pub(crate) use crate::linear::{Layer, Linear};
 use crate::weights::{HostTensor, WeightSource};
+use bastion_kernels::cpu::rows::HostRope;
+use bastion_kernels::WeightDtype;
 
 pub use crate::session::Session;
 pub use bastion_kernels::attention;

@@ -7,12 +7,12 @@ use burn::tensor::{Bool, Int, Tensor, TensorData};
 use bastion_kernels::{tree_attention, TreeIndex};
 use bastion_tree::DraftTree;
 
-use crate::cpu_attention::{HostKv, Visible};
-use crate::cpu_layer::{rms_norm_rows, HostRope};
 use crate::error::{ModelError, Result};
 use crate::layer::{decoder_layer, LayerShape};
 use crate::model::{attention, host, ForwardOutput, Model};
 use crate::resident::{DeviceOutput, Resident};
+use bastion_kernels::cpu::attention::{HostKv, Visible};
+use bastion_kernels::cpu::rows::{rms_norm_rows, HostRope};
 
 impl Model {
     /// [`Model::greedy`] for several prompts at once: each prompt is
@@ -162,7 +162,7 @@ impl Model {
 /// committed prefix until [`Session::commit`] keeps the accepted ones. On the
 /// `flex` CPU backend it lives in host memory, preallocated and written in
 /// place, with attention computed per query row over exactly the keys the
-/// row sees ([`crate::cpu_attention`]); on the other backends it is a Burn
+/// row sees ([`bastion_kernels::cpu::attention`]); on the other backends it is a Burn
 /// tensor per layer.
 pub struct Session<'m> {
     model: &'m Model,
@@ -464,7 +464,7 @@ impl<'m> Session<'m> {
 
 /// [`Session::forward`] on the `flex` CPU backend, all in host memory: the
 /// packed kernels for the projections and the LM head, the host element-wise
-/// steps of [`crate::cpu_layer`], attention over the in-place cache `kv`
+/// steps of [`bastion_kernels::cpu::rows`], attention over the in-place cache `kv`
 /// (rows `past..past + t` receive this pass's keys and values).
 #[allow(clippy::too_many_arguments)]
 fn host_forward(

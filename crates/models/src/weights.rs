@@ -4,8 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use bastion_formats::safetensors_file;
-use memmap2::Mmap;
+use bastion_formats::safetensors_file::{self, Mmap};
 use rayon::prelude::*;
 
 use crate::config::{Arch, ModelConfig};
@@ -125,9 +124,7 @@ impl SafetensorsSource {
         let mut files = Vec::new();
         let mut index = BTreeMap::new();
         for p in shard_paths {
-            let file = std::fs::File::open(&p).map_err(|source| ModelError::Io { path: p.clone(), source })?;
-            // SAFETY: the file is only read; weight files are not modified while loaded.
-            let map = unsafe { Mmap::map(&file) }.map_err(|source| ModelError::Io { path: p.clone(), source })?;
+            let (file, map) = safetensors_file::map(&p)?;
             let st = safetensors_file::parse(&p, &map)?;
             for name in st.names() {
                 index.insert(name.to_string(), files.len());

@@ -4,8 +4,9 @@
 //! K-quant and legacy types (as published Q4_K_M-style files do) loads and
 //! computes exactly what its de-quantised f32 twin computes.
 
-use bastion_models::cpu_matmul::{PackedMatrix, WeightDtype};
+use bastion_kernels::cpu::matmul::PackedMatrix;
 use bastion_models::gguf::write_gguf;
+use bastion_models::WeightDtype;
 use bastion_models::{load_gguf, GgufFile, GgufValue};
 use bastion_testkit::{f64s, fixture_dir};
 use burn::tensor::Device;

@@ -32,12 +32,12 @@
 //! the same bits verified alone or in a tree of 64, which is what keeps
 //! greedy speculative decoding token-for-token equal to AR.
 //!
-//! Q8_0 weights take another path, `cpu_matmul_q8`: int8 × int8 block dot
+//! Q8_0 weights take another path, `cpu::matmul_q8`: int8 × int8 block dot
 //! products (like ggml's) with the same per-row independence.
 
 use rayon::prelude::*;
 
-use crate::cpu_matmul_q8 as q8;
+use crate::cpu::matmul_q8 as q8;
 use crate::weight_dtype::q8_block;
 pub use crate::weight_dtype::{WeightDtype, Q8_BLOCK};
 
@@ -112,7 +112,7 @@ enum Store {
     Bf16(Vec<half::bf16>),
     F16(Vec<half::f16>),
     /// Int8 weights in the integer kernel's panel layout
-    /// (`cpu_matmul_q8`: `k` padded to whole blocks, groups of 4 steps per
+    /// (`cpu::matmul_q8`: `k` padded to whole blocks, groups of 4 steps per
     /// feature), and per panel, per block of [`Q8_BLOCK`] steps along `k`,
     /// the [`NR`] features' f16 scales (`[panels, ceil(k / 32), NR]`).
     Q8 {
@@ -589,5 +589,5 @@ unsafe fn block_avx2_n<P: PanelRead, const R: usize, const PREFETCH: bool>(
 }
 
 #[cfg(test)]
-#[path = "cpu_matmul_tests.rs"]
+#[path = "matmul_tests.rs"]
 pub(crate) mod tests;

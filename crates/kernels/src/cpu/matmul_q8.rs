@@ -35,7 +35,7 @@
 //! meets 8 features × 4 steps per vector. `k` is zero-padded to whole
 //! blocks; the scales are `[ceil(k / 32), NR]` per panel.
 
-use crate::cpu_matmul::{for_each_panel, Isa, OutPtr, NR};
+use crate::cpu::matmul::{for_each_panel, Isa, OutPtr, NR};
 use crate::weight_dtype::Q8_BLOCK;
 
 /// Rows per micro-kernel pass (2 i32 accumulators per row; the f32 totals

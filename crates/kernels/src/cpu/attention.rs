@@ -16,7 +16,7 @@
 //! the scores of eight keys accumulate in one AVX2 register, eight blocks
 //! at a time; values stay row-major and the weighted sum keeps up to 64
 //! output elements in registers. On AVX2 + FMA both are fused multiply-add
-//! chains, as in the matmul kernel ([`crate::cpu_matmul`]).
+//! chains, as in the matmul kernel ([`crate::cpu::matmul`]).
 //!
 //! **Row invariance.** A query row's output is computed from its visible
 //! keys in position order with fixed arithmetic (per key one multiply-add
@@ -30,7 +30,7 @@
 use bastion_tree::{exp_nonpositive, AncestorMask};
 use rayon::prelude::*;
 
-use crate::cpu_matmul::Isa;
+use crate::cpu::matmul::Isa;
 
 /// Rows allocated on the first write (then doubled as needed).
 const MIN_CAPACITY: usize = 256;
@@ -38,7 +38,7 @@ const MIN_CAPACITY: usize = 256;
 const SERIAL_WORK: usize = 1 << 15;
 
 /// Which of a pass's new rows query row `i` sees (besides the whole prefix).
-pub(crate) enum Visible<'a> {
+pub enum Visible<'a> {
     /// All new rows (a single token).
     All,
     /// Rows `0..=i` (a causal block).
@@ -65,7 +65,7 @@ const KB: usize = 8;
 /// head_dim, KB]`, so that one vector holds one element of `KB` consecutive
 /// keys and the scores of `KB` keys accumulate in one register.
 #[derive(Clone)]
-pub(crate) struct HostKv {
+pub struct HostKv {
     kv_heads: usize,
     head_dim: usize,
     capacity: usize,
@@ -75,13 +75,13 @@ pub(crate) struct HostKv {
 
 impl HostKv {
     /// An empty cache for `layers` layers.
-    pub(crate) fn new(layers: usize, kv_heads: usize, head_dim: usize) -> Self {
+    pub fn new(layers: usize, kv_heads: usize, head_dim: usize) -> Self {
         Self { kv_heads, head_dim, capacity: 0, keys: vec![Vec::new(); layers], values: vec![Vec::new(); layers] }
     }
 
     /// Rows the cache holds without growing.
     #[cfg(test)]
-    pub(crate) fn capacity(&self) -> usize {
+    pub fn capacity(&self) -> usize {
         self.capacity
     }
 
@@ -93,13 +93,13 @@ impl HostKv {
 
     /// Key row `r` of KV head `g` in layer `layer` (`[head_dim]`).
     #[cfg(test)]
-    pub(crate) fn key_row(&self, layer: usize, g: usize, r: usize) -> Vec<f32> {
+    pub fn key_row(&self, layer: usize, g: usize, r: usize) -> Vec<f32> {
         (0..self.head_dim).map(|d| self.keys[layer][self.key_at(g, r, d)]).collect()
     }
 
     /// Value row `r` of KV head `g` in layer `layer` (`[head_dim]`).
     #[cfg(test)]
-    pub(crate) fn value_row(&self, layer: usize, g: usize, r: usize) -> &[f32] {
+    pub fn value_row(&self, layer: usize, g: usize, r: usize) -> &[f32] {
         let at = (g * self.capacity + r) * self.head_dim;
         &self.values[layer][at..at + self.head_dim]
     }
@@ -107,7 +107,7 @@ impl HostKv {
     /// Makes room for `rows` rows per head, doubling the capacity (at least
     /// [`MIN_CAPACITY`], a multiple of [`KB`]); the first `keep` rows are
     /// carried over.
-    pub(crate) fn reserve(&mut self, rows: usize, keep: usize) {
+    pub fn reserve(&mut self, rows: usize, keep: usize) {
         if rows <= self.capacity {
             return;
         }
@@ -134,7 +134,7 @@ impl HostKv {
     /// # Panics
     /// When the rows do not fit (call [`HostKv::reserve`] first) or the
     /// slices are not `[kv_heads, t, head_dim]`.
-    pub(crate) fn write(&mut self, layer: usize, at: usize, k: &[f32], v: &[f32], t: usize) {
+    pub fn write(&mut self, layer: usize, at: usize, k: &[f32], v: &[f32], t: usize) {
         let (hd, cap) = (self.head_dim, self.capacity);
         assert!(at + t <= cap && k.len() == self.kv_heads * t * hd && v.len() == k.len());
         for g in 0..self.kv_heads {
@@ -153,7 +153,7 @@ impl HostKv {
     /// moves to row `at + i` in every layer. `accepted` must increase
     /// (a root-to-node path in tree order), so no row is overwritten before
     /// it moves.
-    pub(crate) fn commit_path(&mut self, at: usize, accepted: &[usize]) {
+    pub fn commit_path(&mut self, at: usize, accepted: &[usize]) {
         let (hd, cap) = (self.head_dim, self.capacity);
         debug_assert!(accepted.windows(2).all(|w| w[0] < w[1]));
         for layer in 0..self.keys.len() {
@@ -178,15 +178,7 @@ impl HostKv {
     /// written at rows `past..past + t`: row `i` attends to rows `0..past`
     /// and the new rows `vis` lets it see. Query head `h` reads KV head
     /// `h / (heads / kv_heads)`. Returns `[t, heads · head_dim]`.
-    pub(crate) fn attend(
-        &self,
-        layer: usize,
-        q: &[f32],
-        heads: usize,
-        t: usize,
-        past: usize,
-        vis: &Visible,
-    ) -> Vec<f32> {
+    pub fn attend(&self, layer: usize, q: &[f32], heads: usize, t: usize, past: usize, vis: &Visible) -> Vec<f32> {
         let (hd, nkv) = (self.head_dim, self.kv_heads);
         assert!(heads.is_multiple_of(nkv) && q.len() == heads * t * hd && past + t <= self.capacity);
         let group = heads / nkv;
@@ -422,7 +414,7 @@ fn weighted_sum_portable(weights: &[f32], values: &[f32], hd: usize, rows: &[usi
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu_matmul::tests::values;
+    use crate::cpu::matmul::tests::values;
     use bastion_tree::DraftTree;
 
     /// Softmax attention in f64 over the given rows, for one head.

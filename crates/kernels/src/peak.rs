@@ -15,7 +15,9 @@ use bastion_tree::DevicePeak;
 use burn::tensor::{Device, Distribution, Tensor};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{ModelError, Result};
+use crate::KernelError;
+
+type Result<T> = std::result::Result<T, KernelError>;
 
 /// Sizes of the peak microbenchmark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,17 +60,17 @@ impl PeakMeasurement {
 /// Runs the microbenchmark on `device`.
 ///
 /// # Errors
-/// [`ModelError::Usage`] for zero sizes or repeats, or when a kernel ran too
-/// fast to time (a non-finite rate: raise the sizes); [`ModelError::Device`]
+/// [`KernelError::Usage`] for zero sizes or repeats, or when a kernel ran too
+/// fast to time (a non-finite rate: raise the sizes); [`KernelError::Device`]
 /// when the device fails to execute.
 pub fn measure_peak(device: &Device, options: &PeakOptions) -> Result<PeakMeasurement> {
     let PeakOptions { matmul_size: n, stream_elements: m, repeats } = *options;
     if n == 0 || m == 0 || repeats == 0 {
-        return Err(ModelError::Usage(format!(
+        return Err(KernelError::Usage(format!(
             "peak microbenchmark: matmul_size, stream_elements and repeats must be ≥ 1, got {n}, {m}, {repeats}"
         )));
     }
-    let sync = || device.sync().map_err(|e| ModelError::Device(format!("execution failed: {e:?}")));
+    let sync = || device.sync().map_err(|e| KernelError::Device(format!("execution failed: {e:?}")));
     let time = |f: &dyn Fn() -> Result<f32>| -> Result<f64> {
         sync()?;
         let t = Instant::now();
@@ -77,7 +79,7 @@ pub fn measure_peak(device: &Device, options: &PeakOptions) -> Result<PeakMeasur
         let dt = t.elapsed().as_secs_f64();
         // Reading a value back both synchronises and keeps the work alive.
         if !v.is_finite() {
-            return Err(ModelError::Usage(format!("peak microbenchmark produced a non-finite value {v}")));
+            return Err(KernelError::Usage(format!("peak microbenchmark produced a non-finite value {v}")));
         }
         Ok(dt)
     };
@@ -85,7 +87,7 @@ pub fn measure_peak(device: &Device, options: &PeakOptions) -> Result<PeakMeasur
     // 256 MB) fails here with an error naming the option to lower.
     let read_back = |t: Tensor<1>, what: &str, size: usize| {
         t.try_into_scalar::<f32>().map_err(|e| {
-            ModelError::Device(format!(
+            KernelError::Device(format!(
                 "peak microbenchmark ({what} = {size}) failed on the device: {e:?}; lower {what}"
             ))
         })
@@ -106,7 +108,7 @@ pub fn measure_peak(device: &Device, options: &PeakOptions) -> Result<PeakMeasur
         for _ in 0..repeats {
             let rate = work / time(f)?;
             if !rate.is_finite() {
-                return Err(ModelError::Usage(format!(
+                return Err(KernelError::Usage(format!(
                     "peak microbenchmark: a run was too short to time; raise {what} (now {})",
                     if what == "matmul_size" { n } else { m }
                 )));

@@ -1,8 +1,8 @@
 //! How the linear layers' weights are stored ([`WeightDtype`]): f32, bf16,
 //! f16 or ggml's Q8_0 blocks, with the rounding each implies. The kernels
-//! that read them are in `cpu_matmul`.
+//! that read them are in `cpu::matmul`.
 
-/// How a [`crate::cpu_matmul::PackedMatrix`] stores its weights. The products are computed
+/// How a [`crate::cpu::matmul::PackedMatrix`] stores its weights. The products are computed
 /// in f32 either way: a bf16 or f16 weight is widened to f32 exactly, in
 /// registers, as it is read, so halving the bytes read halves the time of
 /// a memory-bound product (a decode step) without changing how a row's
@@ -23,7 +23,7 @@ pub enum WeightDtype {
     /// `round(w / d)`; 34 bytes per 32 weights. On `flex` the product
     /// quantises each activation row to Q8_0 blocks too (f32 scale) and
     /// multiplies int8 by int8 with exact i32 block sums, like ggml
-    /// (`crate::cpu_matmul_q8` gives the formula and its error bound);
+    /// (`crate::cpu::matmul_q8` gives the formula and its error bound);
     /// the GPU backends de-quantise to f32 at load. A GGUF Q8_0 tensor
     /// survives the round trip through f32 exactly (its largest value per
     /// block is `±127 · d`).
@@ -52,7 +52,7 @@ impl WeightDtype {
 
     /// A weight row `[in]` rounded to this dtype and widened back to f32:
     /// what the kernel multiplies by (Q8_0 quantises blocks of 32 along
-    /// the row, as [`crate::cpu_matmul::PackedMatrix::pack_as`] does).
+    /// the row, as [`crate::cpu::matmul::PackedMatrix::pack_as`] does).
     pub fn round_row(self, row: &[f32]) -> Vec<f32> {
         match self {
             WeightDtype::F32 => row.to_vec(),

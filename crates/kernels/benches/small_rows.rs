@@ -1,4 +1,4 @@
-//! The CPU linear-layer kernel (`bastion_models::cpu_matmul`, weights
+//! The CPU linear-layer kernel (`bastion_kernels::cpu::matmul`, weights
 //! pre-packed at load) against this machine's roof and against Burn's GEMM
 //! (burn-flex `matmul` on the transposed weight, what the CPU backend ran
 //! before), on SmolLM2-135M's projection shapes (fused q/k/v, o, fused
@@ -11,11 +11,11 @@
 //! activations and the output each moved once. Columns: median time per
 //! call, GFLOP/s, GB/s, share of the roof reached, GEMM time and GEMM /
 //! kernel. The same product with the weight stored in bf16 and in Q8_0
-//! (int8 × int8 block dot products, `cpu_matmul_q8`) is timed in the same
+//! (int8 × int8 block dot products, `cpu::matmul_q8`) is timed in the same
 //! run, with f32 time / that time. The last table sums one decoder layer
 //! (all its projections) and gives the marginal cost of one more row.
 //!
-//! `cargo bench -p bastion-models --bench small_rows`; with
+//! `cargo bench -p bastion-kernels --bench small_rows`; with
 //! `BASTION_BENCH_OUT=FILE` (relative to the repository root) the tables are
 //! also written there; `BASTION_BENCH_SECONDS` sets the time per point
 //! (default 0.5).
@@ -23,8 +23,9 @@
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use bastion_models::cpu_matmul::{PackedMatrix, WeightDtype};
-use bastion_models::{measure_peak, PeakOptions};
+use bastion_kernels::cpu::matmul::PackedMatrix;
+use bastion_kernels::WeightDtype;
+use bastion_kernels::{measure_peak, PeakOptions};
 use burn::tensor::{Device, Tensor, TensorData};
 
 /// Median seconds of `f` after one warm-up call.
@@ -179,11 +180,11 @@ fn main() {
         let dev = std::env::current_exe().is_ok_and(|p| p.components().any(|c| c.as_os_str() == "debug"));
         let (command, profile) = if dev {
             (
-                "cargo test -p bastion-models --bench small_rows",
+                "cargo test -p bastion-kernels --bench small_rows",
                 "dev profile: the roof and GEMM columns understate release",
             )
         } else {
-            ("cargo bench -p bastion-models --bench small_rows", "release profile")
+            ("cargo bench -p bastion-kernels --bench small_rows", "release profile")
         };
         let text = format!(
             "# CPU linear-layer kernel vs roof and GEMM\n\n`BASTION_BENCH_OUT={out} {command}` ({profile}).\n\n{md}"

@@ -119,7 +119,7 @@ fn launch_tiled(prepared: Prepared, words: usize, past: usize) -> Tensor<3> {
     // `AncestorMask` rows split into i32 words), so word `j / 32` of any node
     // `j < t` exists; and reads are guarded by `valid` / `< limit`.
     unsafe {
-        crate::kernel::tree_attention_tiled::launch_unchecked(
+        super::kernel::tree_attention_tiled::launch_unchecked(
             &client,
             CubeCount::Static((group * t).div_ceil(QUERY_TILE) as u32, nkv as u32, 1),
             CubeDim::new_1d(hd as u32),
@@ -157,7 +157,7 @@ fn launch_rows(prepared: Prepared, words: usize, past: usize) -> Tensor<3> {
     let vector = [4usize, 2, 1].into_iter().find(|&n| strides_ok(&k, n) && strides_ok(&v, n)).unwrap_or(1);
     // SAFETY: as in `launch_tiled`; padding rows are clamped into range and not written.
     unsafe {
-        crate::kernel::tree_attention_rows::launch_unchecked(
+        super::kernel::tree_attention_rows::launch_unchecked(
             &client,
             CubeCount::Static(t.div_ceil(NODES_PER_CUBE) as u32, nkv as u32, 1),
             CubeDim::new_1d(NODES_PER_CUBE as u32),

@@ -1,4 +1,4 @@
-//! Tests of the packed CPU kernels (`cpu_matmul`) in every weight dtype.
+//! Tests of the packed CPU kernels (`cpu::matmul`) in every weight dtype.
 
 use super::*;
 use proptest::prelude::*;
@@ -113,7 +113,7 @@ proptest! {
     }
 }
 
-/// The Q8_0 product as `cpu_matmul_q8`'s module doc defines it, written
+/// The Q8_0 product as `cpu::matmul_q8`'s module doc defines it, written
 /// independently of the kernel: each activation block of 32 quantised to
 /// int8 with scale `max|x| / 127`, exact integer sums per block, then
 /// `acc += sum · (dw · dx)` over blocks in order, fused when `fused`.
@@ -163,7 +163,7 @@ fn q8_0_weights_multiply_int8_activations_exactly_as_specified() {
         assert_eq!(y, q8_reference(&w, &x, m, n, k, Isa::get() != Isa::Portable), "{m}x{n}x{k}");
         let Store::Q8 { q: qs, d } = &q.data else { unreachable!("packed as Q8_0") };
         let mut portable = vec![0.0f32; m * n];
-        crate::cpu_matmul_q8::product(Isa::Portable, qs, d, &x, m, n, k, &mut portable);
+        crate::cpu::matmul_q8::product(Isa::Portable, qs, d, &x, m, n, k, &mut portable);
         assert_eq!(portable, q8_reference(&w, &x, m, n, k, false), "portable {m}x{n}x{k}");
         for i in 0..m {
             let xr = &x[i * k..(i + 1) * k];
@@ -236,10 +236,11 @@ fn q8_0_extreme_int8_operands_do_not_saturate() {
             _ => -127,
         }
     };
-    let mut q = vec![0i8; panels * blocks * crate::cpu_matmul_q8::PANEL_BLOCK];
+    let mut q = vec![0i8; panels * blocks * crate::cpu::matmul_q8::PANEL_BLOCK];
     for j in 0..n {
         for t in 0..k {
-            q[(j / NR) * blocks * crate::cpu_matmul_q8::PANEL_BLOCK + crate::cpu_matmul_q8::index(t, j % NR)] = w(j, t);
+            q[(j / NR) * blocks * crate::cpu::matmul_q8::PANEL_BLOCK + crate::cpu::matmul_q8::index(t, j % NR)] =
+                w(j, t);
         }
     }
     let dw = [half::f16::from_f32(0.5), half::f16::from_f32(0.25)];
@@ -256,7 +257,7 @@ fn q8_0_extreme_int8_operands_do_not_saturate() {
     let x: Vec<f32> = (0..m * k).map(|e| xv(e / k, e % k)).collect();
     for isa in [Isa::get(), Isa::Portable] {
         let mut y = vec![0.0f32; m * n];
-        crate::cpu_matmul_q8::product(isa, &q, &d, &x, m, n, k, &mut y);
+        crate::cpu::matmul_q8::product(isa, &q, &d, &x, m, n, k, &mut y);
         for i in 0..m {
             let dx = xv(i, 0).abs() / 127.0;
             for j in 0..n {

@@ -1,21 +1,21 @@
 //! The element-wise parts of the decoder layer on host memory, for the
 //! `flex` CPU backend: RMSNorm, RoPE, the split into heads, SwiGLU.
 //!
-//! On `flex` the projections run in [`crate::cpu_matmul`] and attention in
-//! [`crate::cpu_attention`], both on host slices; doing the few element-wise
+//! On `flex` the projections run in [`crate::cpu::matmul`] and attention in
+//! [`crate::cpu::attention`], both on host slices; doing the few element-wise
 //! steps between them in Burn ops cost a tensor round trip (allocation,
 //! dispatch, copy) per op, about twenty per layer and step, which on a
 //! 30-layer model was a large share of a decode step. Here they are plain
 //! loops over rows, with the same operations in the same order as the Burn
-//! versions in [`crate::model`] (Hugging Face's formulas), and every row
+//! versions in `bastion_models::ops` (Hugging Face's formulas), and every row
 //! computed on its own, so a row's result never depends on the other rows
-//! of the call (the row invariance [`crate::cpu_matmul`] documents).
+//! of the call (the row invariance [`crate::cpu::matmul`] documents).
 
 /// RoPE tables on the host: `cos`, `sin` `[rows, head_dim]` in Hugging
 /// Face's `rotate_half` layout (each frequency on both halves).
-pub(crate) struct HostRope {
-    pub(crate) cos: Vec<f32>,
-    pub(crate) sin: Vec<f32>,
+pub struct HostRope {
+    pub cos: Vec<f32>,
+    pub sin: Vec<f32>,
     head_dim: usize,
 }
 
@@ -23,7 +23,7 @@ impl HostRope {
     /// The tables for absolute `positions` with inverse frequencies
     /// `inv_freq` `[head_dim / 2]`: angle = position (f32) · inv_freq (f32),
     /// as `transformers` computes it.
-    pub(crate) fn new(inv_freq: &[f32], positions: &[usize]) -> Self {
+    pub fn new(inv_freq: &[f32], positions: &[usize]) -> Self {
         let hd = inv_freq.len() * 2;
         let mut cos = Vec::with_capacity(positions.len() * hd);
         let mut sin = Vec::with_capacity(positions.len() * hd);
@@ -55,7 +55,7 @@ impl HostRope {
 
 /// RMSNorm of each row of `x` `[rows, d]` with weight `w` `[d]`:
 /// `x · (1 / √(mean(x²) + eps)) · w`, the sum of squares taken in order.
-pub(crate) fn rms_norm_rows(x: &[f32], w: &[f32], eps: f64) -> Vec<f32> {
+pub fn rms_norm_rows(x: &[f32], w: &[f32], eps: f64) -> Vec<f32> {
     let mut out = x.to_vec();
     for row in out.chunks_exact_mut(w.len()) {
         norm_row(row, w, eps);
@@ -76,7 +76,7 @@ fn norm_row(row: &mut [f32], w: &[f32], eps: f64) {
 /// heads `[n, rows, head_dim]`, each head row normed by `norm`
 /// `[head_dim]` when given (Qwen3's `q_norm` / `k_norm`), then rotated by
 /// `rope` when given.
-pub(crate) fn split_heads(
+pub fn split_heads(
     y: &[f32],
     width: usize,
     col: usize,
@@ -105,7 +105,7 @@ pub(crate) fn split_heads(
 
 /// SwiGLU on the fused `[gate; up]` rows `gu` `[rows, 2 · f]`:
 /// `silu(gate) · up` `[rows, f]`, `silu(g) = g · sigmoid(g)`.
-pub(crate) fn silu_mul(gu: &[f32], f: usize) -> Vec<f32> {
+pub fn silu_mul(gu: &[f32], f: usize) -> Vec<f32> {
     let mut out = Vec::with_capacity(gu.len() / 2);
     for row in gu.chunks_exact(2 * f) {
         let (gate, up) = row.split_at(f);
@@ -115,7 +115,7 @@ pub(crate) fn silu_mul(gu: &[f32], f: usize) -> Vec<f32> {
 }
 
 /// `x += y`, element by element.
-pub(crate) fn add_into(x: &mut [f32], y: &[f32]) {
+pub fn add_into(x: &mut [f32], y: &[f32]) {
     for (a, &b) in x.iter_mut().zip(y) {
         *a += b;
     }
@@ -124,50 +124,7 @@ pub(crate) fn add_into(x: &mut [f32], y: &[f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{rms_norm, rms_norm3, rope, rope_tables};
-    use burn::tensor::{activation::silu, Device, Tensor, TensorData};
-
-    fn values(n: usize, seed: u32) -> Vec<f32> {
-        crate::cpu_matmul::tests::values(n, seed)
-    }
-
-    fn close(a: &[f32], b: &[f32], tol: f32) {
-        assert_eq!(a.len(), b.len());
-        for (i, (x, y)) in a.iter().zip(b).enumerate() {
-            assert!((x - y).abs() <= tol * (1.0 + y.abs()), "element {i}: host {x} vs Burn {y}");
-        }
-    }
-
-    /// The host steps compute what the Burn ops of `model.rs` compute.
-    #[test]
-    fn host_steps_match_the_burn_ops() {
-        let dev = Device::flex();
-        let (rows, d, heads, hd) = (5, 24, 3, 8);
-        let x = values(rows * d, 1);
-        let w = values(d, 2);
-        let tx = Tensor::<2>::from_data(TensorData::new(x.clone(), [rows, d]), &dev);
-        let tw = Tensor::<1>::from_data(TensorData::new(w.clone(), [d]), &dev);
-        let burn = rms_norm(tx, &tw, 1e-5).into_data().try_into_vec::<f32>().unwrap();
-        close(&rms_norm_rows(&x, &w, 1e-5), &burn, 1e-5);
-
-        // Heads with per-head norm and RoPE at positions 7..12.
-        let inv: Vec<f32> = (0..hd / 2).map(|i| 1.0 / 10000f32.powf(2.0 * i as f32 / hd as f32)).collect();
-        let pos: Vec<usize> = (7..7 + rows).collect();
-        let hw = values(hd, 3);
-        let host = split_heads(&x, d, 0, heads, hd, Some((&hw, 1e-6)), Some(&HostRope::new(&inv, &pos)));
-        let t3 = Tensor::<2>::from_data(TensorData::new(x.clone(), [rows, d]), &dev)
-            .reshape([rows, heads, hd])
-            .swap_dims(0, 1);
-        let t3 = rms_norm3(t3, &Tensor::from_data(TensorData::new(hw, [hd]), &dev), 1e-6);
-        let (cos, sin) = rope_tables(&inv, &pos, &dev);
-        let burn = rope(t3, &cos, &sin).into_data().try_into_vec::<f32>().unwrap();
-        close(&host, &burn, 1e-5);
-
-        let gu = values(rows * 2 * d, 4);
-        let tg = Tensor::<2>::from_data(TensorData::new(gu.clone(), [rows, 2 * d]), &dev);
-        let burn = (silu(tg.clone().narrow(1, 0, d)) * tg.narrow(1, d, d)).into_data().try_into_vec::<f32>().unwrap();
-        close(&silu_mul(&gu, d), &burn, 1e-5);
-    }
+    use crate::cpu::matmul::tests::values;
 
     /// A row's result does not depend on the other rows of the call.
     #[test]
