@@ -14,8 +14,15 @@
 # and 2048 with the tree-attention kernel and with the dense mask, f16 weights
 # (`bastion bench-target`). When models/ holds the SmolLM2 GGUF and drafters/
 # its drafter, it also calibrates the pair on this GPU and runs the GSM8K slice
-# of the default sweep (experiments/gpu-check.toml). Everything goes under
-# OUT/<device>/ (default results/gpu/), with a summary.md and the log.
+# of the default sweep (experiments/gpu-check.toml), the calibration and the
+# sweep together limited to SWEEP_SECONDS (default 300; the sweep resumes
+# when rerun). Everything goes under OUT/<device>/ (default results/gpu/),
+# with a summary.md, also when a step fails or is stopped part-way.
+#
+# On an NVIDIA machine without a Vulkan loader, bring Debian's libvulkan1
+# and libglvnd0 (the driver's ICD, libGLX_nvidia.so.0, needs libGLdispatch:
+# without it the loader finds the ICD but "Could not get vkCreateInstance")
+# and point VK_DRIVER_FILES at the driver's nvidia_icd.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BASTION:-target/release/bastion}
@@ -45,20 +52,60 @@ else
 fi
 
 start=$(date +%s)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+SWEEP_SECONDS=${SWEEP_SECONDS:-300}
+device=""
+dir=""
+sweep="not reached"
+
+# summary.md from whatever ran: called on every exit, a failed or stopped step included.
+summary() {
+  [ -n "$dir" ] || return 0
+  local secs=$(( $(date +%s) - start ))
+  {
+    echo "# GPU check: $device"
+    echo
+    echo "\`scripts/gpu-check.sh$([ "$SMALL" = 1 ] && echo ' --small')\`, $(date -u +%Y-%m-%d), backend $BACKEND, weights $DTYPE, $secs s in all."
+    echo "Random-weight models of the shapes in \`experiments/shapes/\` (seed 0); verification latency per tree size N"
+    echo "(median of $REPS after $WARMUP warm-ups) at contexts $CONTEXTS, with the tree-attention kernel and with the dense mask."
+    case "$BACKEND/$DTYPE" in flex/*) ;; */f16|*/bf16) echo "On $BACKEND, $DTYPE weights are $DTYPE device tensors multiplied in $DTYPE with f32 accumulation where the adapter has the type (each profile's header line says \"stored as f32 tensors\" where it has not)." ;; */q8_0) echo "On $BACKEND, q8_0 weights are f32 device tensors of the de-quantised values." ;; esac
+    echo
+    for shape in "${SHAPES[@]}"; do
+      echo "## $shape"
+      echo
+      if [ -s "$dir/bench-$shape.txt" ]; then
+        echo '```'
+        cat "$dir/bench-$shape.txt"
+        echo '```'
+      else
+        echo "not measured: the check stopped before it"
+      fi
+      echo
+    done
+    echo "## Default sweep, GSM8K slice"
+    echo
+    echo "$sweep"
+  } >"$dir/summary.md"
+  echo "wrote $dir/summary.md ($secs s)" >&2
+}
+trap summary EXIT
+
 # The device's name comes from the first benchmark's header line.
+tmp_bench=$(mktemp)
 for shape in "${SHAPES[@]}"; do
   echo "== $shape: verify latency, $DTYPE, contexts $CONTEXTS, N = $NODES, kernel and dense" >&2
   "$BIN" bench-target --model "experiments/shapes/$shape.json" --random-weights 0 --backend "$BACKEND" \
     --dtype "$DTYPE" --context "$CONTEXTS" --nodes "$NODES" --warmup "$WARMUP" --reps "$REPS" --attention kernel,dense "${PEAK[@]}" \
-    >"$tmp/bench-$shape.txt"
-  cat "$tmp/bench-$shape.txt" >&2
+    >"$tmp_bench"
+  cat "$tmp_bench" >&2
+  if [ -z "$dir" ]; then
+    device=$(sed -n '1s/.*| device \([^|]*\) |.*/\1/p' "$tmp_bench" | tr 'A-Z' 'a-z' | tr -cs 'a-z0-9' '-' | sed 's/^-//; s/-$//')
+    dir="$OUT/${device:-unknown-device}"
+    mkdir -p "$dir"
+  fi
+  mv "$tmp_bench" "$dir/bench-$shape.txt"
+  tmp_bench=$(mktemp)
 done
-device=$(sed -n '1s/.*| device \([^|]*\) |.*/\1/p' "$tmp/bench-${SHAPES[0]}.txt" | tr 'A-Z' 'a-z' | tr -cs 'a-z0-9' '-' | sed 's/^-//; s/-$//')
-dir="$OUT/${device:-unknown-device}"
-mkdir -p "$dir"
-cp "$tmp"/bench-*.txt "$dir/"
+rm -f "$tmp_bench"
 
 GGUF=models/SmolLM2-135M-Instruct.Q4_1.gguf
 DRAFTER=drafters/smollm2-135m-instruct-dflash
@@ -71,35 +118,17 @@ elif [ ! -f "$GGUF" ] || [ ! -d "$DRAFTER" ]; then
 else
   echo "== SmolLM2 + drafter: calibration and the GSM8K slice of the default sweep" >&2
   # A failure here still leaves the summary of what did run.
-  if "$BIN" profile --model "$GGUF" --drafter "$DRAFTER" --backend wgpu --dtype f16 \
+  deadline=$(( $(date +%s) + SWEEP_SECONDS ))
+  left() { echo $(( deadline - $(date +%s) > 1 ? deadline - $(date +%s) : 1 )); }
+  rc=0
+  timeout "$(left)" "$BIN" profile --model "$GGUF" --drafter "$DRAFTER" --backend wgpu --dtype f16 \
     --contexts 256,1024 --tokens 1,2,4,8,16,32,64,128 --repeats 3 >"$dir/profile.txt" 2>&1 &&
-    "$BIN" run experiments/gpu-check.toml --results "$dir/runs" --tables "$dir/tables" >"$dir/sweep.txt" 2>&1; then
-    sweep="\`experiments/gpu-check.toml\`: tables in \`tables/\`, records in \`runs/\`, calibration in \`profile.txt\`"
-  else
-    sweep="FAILED: see profile.txt and sweep.txt"
-  fi
+    timeout "$(left)" "$BIN" run experiments/gpu-check.toml --results "$dir/runs" --tables "$dir/tables" >"$dir/sweep.txt" 2>&1 ||
+    rc=$?
+  case $rc in
+    0) sweep="\`experiments/gpu-check.toml\`: tables in \`tables/\`, records in \`runs/\`, calibration in \`profile.txt\`" ;;
+    124) sweep="stopped after $SWEEP_SECONDS s (SWEEP_SECONDS): records so far in \`runs/\`, see profile.txt and sweep.txt; rerun to resume" ;;
+    *) sweep="FAILED (exit $rc): see profile.txt and sweep.txt" ;;
+  esac
   cp results/calibration/*__wgpu__f16.json "$dir/" 2>/dev/null || true
 fi
-secs=$(( $(date +%s) - start ))
-
-{
-  echo "# GPU check: $device"
-  echo
-  echo "\`scripts/gpu-check.sh$([ "$SMALL" = 1 ] && echo ' --small')\`, $(date -u +%Y-%m-%d), backend $BACKEND, weights $DTYPE, $secs s in all."
-  echo "Random-weight models of the shapes in \`experiments/shapes/\` (seed 0); verification latency per tree size N"
-  echo "(median of $REPS after $WARMUP warm-ups) at contexts $CONTEXTS, with the tree-attention kernel and with the dense mask."
-  case "$BACKEND/$DTYPE" in flex/*) ;; */f16|*/bf16) echo "On $BACKEND, $DTYPE weights are $DTYPE device tensors multiplied in $DTYPE with f32 accumulation where the adapter has the type (each profile's header line says \"stored as f32 tensors\" where it has not)." ;; */q8_0) echo "On $BACKEND, q8_0 weights are f32 device tensors of the de-quantised values." ;; esac
-  echo
-  for shape in "${SHAPES[@]}"; do
-    echo "## $shape"
-    echo
-    echo '```'
-    cat "$dir/bench-$shape.txt"
-    echo '```'
-    echo
-  done
-  echo "## Default sweep, GSM8K slice"
-  echo
-  echo "$sweep"
-} >"$dir/summary.md"
-echo "wrote $dir/summary.md ($secs s)" >&2

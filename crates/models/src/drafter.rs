@@ -9,12 +9,14 @@ use serde_json::Value;
 
 use crate::config::{cfg_err, Arch, ModelConfig};
 use crate::error::{ModelError, Result};
-use crate::layer::{decoder_layer, key_values, LayerShape};
-use crate::model::{attention, host, rms_norm, rope_tables, ForwardOutput, Layer, Linear, Model};
-use crate::resident::{ContextFeatures, DraftLogits};
+use crate::forward::{draft_block, BurnExec, BurnKv, DraftWeights, HostExec};
+use crate::inference_layer::HostRows;
+use crate::layer::LayerShape;
+use crate::linear::{runs_on_host, NormWeight};
+use crate::model::{host, ForwardOutput, Layer, Linear, Model};
+use crate::output::{ContextFeatures, DraftLogits};
 use crate::weights::{HostTensor, SafetensorsSource, WeightSource};
-use bastion_kernels::cpu::attention::{HostKv, Visible};
-use bastion_kernels::cpu::rows::{rms_norm_rows, HostRope};
+use bastion_kernels::cpu::attention::HostKv;
 
 /// A DFlash drafter's configuration (`config.json` of a z-lab checkpoint).
 #[derive(Debug, Clone, PartialEq)]
@@ -223,11 +225,10 @@ pub struct Drafter {
     layers: Vec<Layer>,
     /// `fc`: `[K·H] → [H]`.
     fc: Linear,
-    hidden_norm: Tensor<1>,
-    norm: Tensor<1>,
-    /// `hidden_norm` and `norm` in host memory (the host path on `flex`).
-    hidden_norm_host: Vec<f32>,
-    norm_host: Vec<f32>,
+    /// `hidden_norm` `[H]`, on the context rows after `fc`.
+    hidden_norm: NormWeight,
+    /// The final `norm` `[H]`.
+    norm: NormWeight,
     inv_freq: Vec<f32>,
     device: Device,
     /// A pruned draft vocabulary, when set ([`crate::draft_vocab`]).
@@ -275,10 +276,8 @@ impl Drafter {
         let fc = src.require("fc.weight", &[h, k * h])?;
         let dtype = target.weight_dtype();
         let fc = Linear::new(fc, &device, dtype);
-        let hidden_norm_host = src.require("hidden_norm.weight", &[h])?.data;
-        let norm_host = src.require("norm.weight", &[h])?.data;
-        let t1 = |w: &Vec<f32>| Tensor::<1>::from_data(TensorData::new(w.clone(), [h]), &device);
-        let (hidden_norm, norm) = (t1(&hidden_norm_host), t1(&norm_host));
+        let hidden_norm = NormWeight::new(src.require("hidden_norm.weight", &[h])?.data, &device);
+        let norm = NormWeight::new(src.require("norm.weight", &[h])?.data, &device);
         let layers = (0..m.num_layers)
             .map(|l| Layer::load(&src, &format!("layers.{l}."), m, &device, dtype))
             .collect::<Result<_>>()?;
@@ -286,18 +285,7 @@ impl Drafter {
             "a DFlash drafter with num_layers = {} (it drafts with its target's embedding and LM head)",
             m.num_layers
         ))?;
-        Ok(Self {
-            inv_freq: m.rope_inv_freq(),
-            cfg,
-            layers,
-            fc,
-            hidden_norm,
-            norm,
-            hidden_norm_host,
-            norm_host,
-            device,
-            vocab: None,
-        })
+        Ok(Self { inv_freq: m.rope_inv_freq(), cfg, layers, fc, hidden_norm, norm, device, vocab: None })
     }
 
     /// The configuration.
@@ -352,10 +340,10 @@ impl Drafter {
     /// A fresh draft session (empty context cache).
     pub fn session(&self) -> DraftSession<'_> {
         let m = &self.cfg.model;
-        let cache = if self.device == Device::flex() && !self.device.is_autodiff() {
+        let cache = if runs_on_host(&self.device) {
             DraftCache::Host(HostKv::new(self.layers.len(), m.num_kv_heads, m.head_dim))
         } else {
-            DraftCache::Burn { keys: vec![None; self.layers.len()], values: vec![None; self.layers.len()] }
+            DraftCache::Burn(BurnKv::new(self.layers.len()))
         };
         DraftSession { drafter: self, cache, len: 0 }
     }
@@ -413,7 +401,7 @@ enum DraftCache {
     /// Host memory, in place (`flex`); rows `len..len + B` hold the last block.
     Host(HostKv),
     /// One Burn tensor `[kv_heads, len, head_dim]` per layer, keys and values.
-    Burn { keys: Vec<Option<Tensor<3>>>, values: Vec<Option<Tensor<3>>> },
+    Burn(BurnKv),
 }
 
 impl DraftSession<'_> {
@@ -525,6 +513,7 @@ impl DraftSession<'_> {
         }
     }
 
+    /// One block ([`draft_block`]) on this session's execution and cache.
     fn run_block(&mut self, target: &Model, features: Feats<'_>, root: u32) -> Result<BlockOut> {
         let d = self.drafter;
         let m = &d.cfg.model;
@@ -542,69 +531,39 @@ impl DraftSession<'_> {
                 return Err(ModelError::Shape(format!("context features are {:?}, not [n, K·H = {width}]", t.dims())))
             }
         };
-        let b = d.cfg.block_size;
-        let start = self.len + n;
-        let mut block = vec![d.cfg.mask_token_id; b];
+        let mut block = vec![d.cfg.mask_token_id; d.cfg.block_size];
         block[0] = root;
-        let x = target.embed(&block)?;
-        let blk_pos: Vec<usize> = (start..start + b).collect();
-        let shape = LayerShape::of(m);
-        let (keys, values) = match &mut self.cache {
+        let w = DraftWeights {
+            layers: &d.layers,
+            fc: &d.fc,
+            hidden_norm: &d.hidden_norm,
+            norm: &d.norm,
+            inv_freq: &d.inv_freq,
+            shape: LayerShape::of(m),
+        };
+        let len = self.len;
+        let out = match &mut self.cache {
             DraftCache::Host(kv) => {
-                let read;
-                let features = match features {
-                    Feats::Host(f) => f,
-                    Feats::Device(t) => {
-                        read = host(t.clone())?;
-                        &read
-                    }
+                let feats = match (n, features) {
+                    (0, _) => None,
+                    (_, Feats::Host(f)) => Some(HostRows::new(f.to_vec(), width)),
+                    (_, Feats::Device(t)) => Some(HostRows::new(host(t.clone())?, width)),
                 };
-                let out = host_block(d, kv, host(x)?, features, self.len, n, &blk_pos, shape)?;
-                self.len = start;
-                return Ok(BlockOut::Host(out));
+                BlockOut::Host(draft_block(&HostExec, &w, target, kv, feats, len, n, &block)?.into_vec())
             }
-            DraftCache::Burn { keys, values } => (keys, values),
-        };
-        let mut x = x;
-        let (cos_b, sin_b) = rope_tables(&d.inv_freq, &blk_pos, &d.device);
-        let ctx = if n > 0 {
-            let ctx_pos: Vec<usize> = (self.len..start).collect();
-            let f = match features {
-                Feats::Host(f) => Tensor::<2>::from_data(TensorData::new(f.to_vec(), [n, width]), &d.device),
-                Feats::Device(t) => t.clone(),
-            };
-            Some((rms_norm(d.fc.forward(f), &d.hidden_norm, shape.eps), rope_tables(&d.inv_freq, &ctx_pos, &d.device)))
-        } else {
-            None
-        };
-        for (l, layer) in d.layers.iter().enumerate() {
-            // New context K/V (no per-layer norm on the context side), cached.
-            if let Some((c, (cos_c, sin_c))) = &ctx {
-                let [k, v] = key_values(layer, c.clone(), shape, (cos_c, sin_c));
-                keys[l] = Some(match keys[l].take() {
-                    Some(prev) => Tensor::cat(vec![prev, k], 1),
-                    None => k,
-                });
-                values[l] = Some(match values[l].take() {
-                    Some(prev) => Tensor::cat(vec![prev, v], 1),
-                    None => v,
-                });
-            }
-            // Attention over [cached context ; block]; the block K/V are not kept.
-            let (keys, values) = (&keys[l], &values[l]);
-            x = decoder_layer(layer, x, shape, (&cos_b, &sin_b), |q, k_blk, v_blk| {
-                let (k_all, v_all) = match (keys, values) {
-                    (Some(k), Some(v)) => {
-                        (Tensor::cat(vec![k.clone(), k_blk], 1), Tensor::cat(vec![v.clone(), v_blk], 1))
+            DraftCache::Burn(kv) => {
+                let feats = match (n, features) {
+                    (0, _) => None,
+                    (_, Feats::Host(f)) => {
+                        Some(Tensor::<2>::from_data(TensorData::new(f.to_vec(), [n, width]), &d.device))
                     }
-                    _ => (k_blk, v_blk),
+                    (_, Feats::Device(t)) => Some(t.clone()),
                 };
-                Ok::<_, std::convert::Infallible>(attention(q, k_all, v_all, None))
-            })
-            .unwrap_or_else(|never| match never {});
-        }
-        self.len = start;
-        Ok(BlockOut::Burn(Box::new(rms_norm(x, &d.norm, shape.eps))))
+                BlockOut::Burn(Box::new(draft_block(&BurnExec(&d.device), &w, target, kv, feats, len, n, &block)?))
+            }
+        };
+        self.len = len + n;
+        Ok(out)
     }
 }
 
@@ -623,43 +582,4 @@ enum BlockOut {
     Host(Vec<f32>),
     /// A Burn tensor (the other backends).
     Burn(Box<Tensor<2>>),
-}
-
-/// [`DraftSession::run_block`] on the `flex` CPU backend, all in host
-/// memory: the `n` new context rows `features` `[n, K·H]` (positions
-/// `len..len + n`) are projected, normed and written to the cache `kv`,
-/// then the block `x` `[B, hidden]` (positions `blk_pos`) runs through the
-/// draft layers, its keys and values written after the context (and
-/// overwritten by the next block). Returns the block's normed states.
-#[allow(clippy::too_many_arguments)]
-fn host_block(
-    d: &Drafter,
-    kv: &mut HostKv,
-    mut x: Vec<f32>,
-    features: &[f32],
-    len: usize,
-    n: usize,
-    blk_pos: &[usize],
-    shape: LayerShape,
-) -> Result<Vec<f32>> {
-    let (b, start) = (blk_pos.len(), len + n);
-    kv.reserve(start + b, len);
-    let ctx = (n > 0).then(|| {
-        let c = rms_norm_rows(&d.fc.forward_host(features, n), &d.hidden_norm_host, shape.eps);
-        let positions: Vec<usize> = (len..start).collect();
-        (c, HostRope::new(&d.inv_freq, &positions))
-    });
-    let rope = HostRope::new(&d.inv_freq, blk_pos);
-    for (l, layer) in d.layers.iter().enumerate() {
-        if let Some((c, ctx_rope)) = &ctx {
-            let [k, v] = layer.key_values_host(c, shape, ctx_rope);
-            kv.write(l, len, &k, &v, n);
-        }
-        // Block rows after the context; every block row sees every row.
-        layer.forward_host(&mut x, shape, &rope, |q, k, v| {
-            kv.write(l, start, &k, &v, b);
-            Ok::<_, ModelError>(kv.attend(l, &q, shape.heads, b, start, &Visible::All))
-        })?;
-    }
-    Ok(rms_norm_rows(&x, &d.norm_host, shape.eps))
 }

@@ -6,12 +6,15 @@
 //! the two residual adds (Hugging Face `LlamaDecoderLayer` /
 //! `Qwen3DecoderLayer`; docs/algorithms.md §2 for the drafter's variant).
 //!
-//! The three users differ only in where keys and values come from and how
-//! attention is masked, so [`decoder_layer`] takes attention as a closure
-//! that receives the layer's own `q`, `k`, `v` and returns the attended
-//! rows. They also hold their weights differently (inference: transposed
-//! tensors, or on the CPU packed for its kernel, with q/k/v and gate/up fused; training: Burn
-//! `Param`s in `bastion-train`), so the weights come through [`LayerWeights`].
+//! The users differ in where keys and values come from and how attention is
+//! masked, so [`layer_forward`] takes attention as a closure that receives
+//! the layer's own `q`, `k`, `v` and returns the attended rows. They differ
+//! in how the steps execute (host buffers and the CPU kernels on `flex`,
+//! Burn tensors elsewhere and in training), so the layer is written once
+//! over [`LayerExec`]; and in how they hold their weights (inference:
+//! transposed tensors, or packed for the CPU kernel, with q/k/v and gate/up
+//! fused; training: Burn `Param`s in `bastion-train`), which Burn execution
+//! reads through [`LayerWeights`].
 
 use burn::tensor::activation::silu;
 use burn::tensor::Tensor;
@@ -82,44 +85,158 @@ impl LayerShape {
 /// RoPE tables `(cos, sin)`, each `[rows, head_dim]`, for the rows of one call.
 pub type Rope<'a> = (&'a Tensor<2>, &'a Tensor<2>);
 
-/// `[rows, n · head_dim]` → heads `[n, rows, head_dim]`, then the per-head
-/// RMSNorm `norm` when there is one.
-fn heads(y: Tensor<2>, norm: Option<Tensor<1>>, n: usize, s: LayerShape) -> Tensor<3> {
-    let [rows, _] = y.dims();
-    let y = y.reshape([rows, n, s.head_dim]).swap_dims(0, 1);
-    match norm {
-        Some(nw) => rms_norm3(y, &nw, s.eps),
-        None => y,
+/// A norm weight of a decoder layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Norm {
+    /// `input_layernorm` `[hidden]`.
+    Input,
+    /// `post_attention_layernorm` `[hidden]`.
+    Post,
+    /// Qwen3's per-head `q_norm` `[head_dim]` (Llama has none).
+    Q,
+    /// Qwen3's per-head `k_norm` `[head_dim]` (Llama has none).
+    K,
+}
+
+/// How the steps of one decoder layer execute, with the layer's weights,
+/// head layout and RoPE tables for the rows of one call: on Burn tensors
+/// ([`BurnLayer`]: wgpu, CUDA, autodiff for drafter training) or on host
+/// buffers with the CPU kernels (the `flex` backend). [`layer_forward`]
+/// and [`layer_key_values`] are written once over it.
+pub trait LayerExec {
+    /// Activations `[rows, width]`.
+    type Rows;
+    /// Heads `[n, rows, head_dim]`.
+    type Heads;
+    /// The head layout and norm epsilon.
+    fn shape(&self) -> LayerShape;
+    /// RMSNorm of each row with the layer's `norm` (`Input` or `Post`).
+    fn rms_norm(&self, x: &Self::Rows, norm: Norm) -> Self::Rows;
+    /// Each of `ps` applied to the same rows `x` `[rows, in]`, one result
+    /// `[rows, out_p]` per projection, in order (one pass per fused weight).
+    fn project_many(&self, ps: &[Proj], x: &Self::Rows) -> Vec<Self::Rows>;
+    /// `[rows, n · head_dim]` → `[n, rows, head_dim]`, each head row normed
+    /// by the per-head `norm` when the layer has that weight, then rotated
+    /// by RoPE when `rotate`.
+    fn heads(&self, y: Self::Rows, n: usize, norm: Option<Norm>, rotate: bool) -> Self::Heads;
+    /// SwiGLU: `silu(gate) · up`, `silu(g) = g · sigmoid(g)`.
+    fn silu_mul(&self, gate: Self::Rows, up: Self::Rows) -> Self::Rows;
+    /// The residual add `x + y`.
+    fn add(&self, x: Self::Rows, y: Self::Rows) -> Self::Rows;
+
+    /// One projection of the rows `x`.
+    fn project(&self, p: Proj, x: &Self::Rows) -> Self::Rows {
+        self.project_many(&[p], x).pop().expect("one projection asked for")
     }
 }
 
-/// `k` (k_norm, RoPE at `rope_at`) and `v` as heads, from their projections.
-fn kv_heads<W: LayerWeights + ?Sized>(
-    w: &W,
-    k: Tensor<2>,
-    v: Tensor<2>,
-    s: LayerShape,
-    rope_at: Rope<'_>,
-) -> [Tensor<3>; 2] {
-    let k = rope(heads(k, w.k_norm(), s.kv_heads, s), rope_at.0, rope_at.1);
-    [k, heads(v, None, s.kv_heads, s)]
-}
-
-/// Keys and values `[kv_heads, rows, head_dim]` of the rows `x`
-/// (`[rows, hidden]`): `k_proj`, `k_norm` and RoPE at `rope`; `v_proj`.
-/// Used for a layer's own rows and for the drafter's context features.
-pub fn key_values<W: LayerWeights + ?Sized>(w: &W, x: Tensor<2>, s: LayerShape, rope_at: Rope<'_>) -> [Tensor<3>; 2] {
-    let [k, v]: [Tensor<2>; 2] = w.project_many(&[Proj::K, Proj::V], x).try_into().expect("two projections");
-    kv_heads(w, k, v, s, rope_at)
-}
-
-/// One decoder layer on `x` `[rows, hidden]` at RoPE tables `rope_at`:
+/// One decoder layer on `x` `[rows, hidden]`:
 /// `h = input_norm(x)`; `q`, `k`, `v` of `h` (q/k norms and RoPE applied);
 /// `x += o_proj(attend(q, k, v))`; `x += down(silu(gate(n)) · up(n))` with
-/// `n = post_norm(x)`. `attend` gets `q` `[heads, rows, head_dim]` and the
+/// `n = post_norm(x)` (Hugging Face `LlamaDecoderLayer` /
+/// `Qwen3DecoderLayer`). `attend` gets `q` `[heads, rows, head_dim]` and the
 /// rows' own `k`, `v` `[kv_heads, rows, head_dim]`, joins them with whatever
 /// keys the caller's attention sees (a KV cache, drafter context) and
 /// returns `[rows, heads · head_dim]`.
+///
+/// # Errors
+/// Whatever `attend` returns.
+pub fn layer_forward<E: LayerExec, Er>(
+    e: &E,
+    x: E::Rows,
+    attend: impl FnOnce(E::Heads, E::Heads, E::Heads) -> Result<E::Rows, Er>,
+) -> Result<E::Rows, Er> {
+    let s = e.shape();
+    let h = e.rms_norm(&x, Norm::Input);
+    let [q, k, v]: [E::Rows; 3] = take(e.project_many(&[Proj::Q, Proj::K, Proj::V], &h));
+    let q = e.heads(q, s.heads, Some(Norm::Q), true);
+    let k = e.heads(k, s.kv_heads, Some(Norm::K), true);
+    let v = e.heads(v, s.kv_heads, None, false);
+    let attended = attend(q, k, v)?;
+    let x = e.add(x, e.project(Proj::O, &attended));
+    let n = e.rms_norm(&x, Norm::Post);
+    let [gate, up]: [E::Rows; 2] = take(e.project_many(&[Proj::Gate, Proj::Up], &n));
+    let act = e.silu_mul(gate, up);
+    Ok(e.add(x, e.project(Proj::Down, &act)))
+}
+
+/// Keys and values `[kv_heads, rows, head_dim]` of the rows `x`
+/// `[rows, hidden]`: `k_proj`, `k_norm` and RoPE; `v_proj`. For a layer's
+/// own rows and for the drafter's context features.
+pub fn layer_key_values<E: LayerExec>(e: &E, x: &E::Rows) -> [E::Heads; 2] {
+    let s = e.shape();
+    let [k, v]: [E::Rows; 2] = take(e.project_many(&[Proj::K, Proj::V], x));
+    [e.heads(k, s.kv_heads, Some(Norm::K), true), e.heads(v, s.kv_heads, None, false)]
+}
+
+/// The `N` results of a `project_many` asked for `N` projections.
+fn take<T, const N: usize>(v: Vec<T>) -> [T; N] {
+    v.try_into().unwrap_or_else(|v: Vec<T>| panic!("{N} projections asked for, {} returned", v.len()))
+}
+
+/// A decoder layer on Burn tensors: weights `w` (the inference layer, or
+/// the trainer's parameters), RoPE tables `rope` for the rows of the call.
+pub struct BurnLayer<'a, W: LayerWeights + ?Sized> {
+    /// The weights.
+    pub w: &'a W,
+    /// Head layout and epsilon.
+    pub shape: LayerShape,
+    /// RoPE tables `[rows, head_dim]`.
+    pub rope: Rope<'a>,
+}
+
+impl<W: LayerWeights + ?Sized> LayerExec for BurnLayer<'_, W> {
+    type Rows = Tensor<2>;
+    type Heads = Tensor<3>;
+
+    fn shape(&self) -> LayerShape {
+        self.shape
+    }
+    fn rms_norm(&self, x: &Tensor<2>, norm: Norm) -> Tensor<2> {
+        let w = match norm {
+            Norm::Input => self.w.input_norm(),
+            Norm::Post => self.w.post_norm(),
+            Norm::Q | Norm::K => unreachable!("per-head norms apply to heads"),
+        };
+        rms_norm(x.clone(), &w, self.shape.eps)
+    }
+    fn project_many(&self, ps: &[Proj], x: &Tensor<2>) -> Vec<Tensor<2>> {
+        self.w.project_many(ps, x.clone())
+    }
+    fn heads(&self, y: Tensor<2>, n: usize, norm: Option<Norm>, rotate: bool) -> Tensor<3> {
+        let [rows, _] = y.dims();
+        let y = y.reshape([rows, n, self.shape.head_dim]).swap_dims(0, 1);
+        let weight = match norm {
+            Some(Norm::Q) => self.w.q_norm(),
+            Some(Norm::K) => self.w.k_norm(),
+            _ => None,
+        };
+        let y = match weight {
+            Some(nw) => rms_norm3(y, &nw, self.shape.eps),
+            None => y,
+        };
+        if rotate {
+            rope(y, self.rope.0, self.rope.1)
+        } else {
+            y
+        }
+    }
+    fn silu_mul(&self, gate: Tensor<2>, up: Tensor<2>) -> Tensor<2> {
+        silu(gate) * up
+    }
+    fn add(&self, x: Tensor<2>, y: Tensor<2>) -> Tensor<2> {
+        x + y
+    }
+}
+
+/// [`layer_key_values`] on Burn tensors: `x` `[rows, hidden]` at RoPE
+/// tables `rope_at`.
+pub fn key_values<W: LayerWeights + ?Sized>(w: &W, x: Tensor<2>, s: LayerShape, rope_at: Rope<'_>) -> [Tensor<3>; 2] {
+    layer_key_values(&BurnLayer { w, shape: s, rope: rope_at }, &x)
+}
+
+/// [`layer_forward`] on Burn tensors: `x` `[rows, hidden]` at RoPE tables
+/// `rope_at`.
 ///
 /// # Errors
 /// Whatever `attend` returns.
@@ -130,13 +247,5 @@ pub fn decoder_layer<W: LayerWeights + ?Sized, E>(
     rope_at: Rope<'_>,
     attend: impl FnOnce(Tensor<3>, Tensor<3>, Tensor<3>) -> Result<Tensor<2>, E>,
 ) -> Result<Tensor<2>, E> {
-    let h = rms_norm(x.clone(), &w.input_norm(), s.eps);
-    let [q, k, v]: [Tensor<2>; 3] =
-        w.project_many(&[Proj::Q, Proj::K, Proj::V], h).try_into().expect("three projections");
-    let q = rope(heads(q, w.q_norm(), s.heads, s), rope_at.0, rope_at.1);
-    let [k, v] = kv_heads(w, k, v, s, rope_at);
-    let x = x + w.project(Proj::O, attend(q, k, v)?);
-    let n = rms_norm(x.clone(), &w.post_norm(), s.eps);
-    let [gate, up]: [Tensor<2>; 2] = w.project_many(&[Proj::Gate, Proj::Up], n).try_into().expect("two projections");
-    Ok(x + w.project(Proj::Down, silu(gate) * up))
+    layer_forward(&BurnLayer { w, shape: s, rope: rope_at }, x, attend)
 }

@@ -17,11 +17,13 @@ pub mod draft_vocab;
 pub mod drafter;
 pub mod error;
 pub use bastion_formats::gguf;
+mod forward;
+mod inference_layer;
 pub mod layer;
 mod linear;
 pub mod loader;
 pub mod model;
-pub mod resident;
+pub mod output;
 mod session;
 
 /// Tensor building blocks shared by the target, the drafter and drafter
@@ -50,6 +52,6 @@ pub use loader::{
     load_tokenizer,
 };
 pub use model::{ForwardOutput, Model, Session, TREE_ATTENTION_ENV};
-pub use resident::{ContextFeatures, DeviceOutput, DeviceRows, DraftLogits, Resident};
+pub use output::{ContextFeatures, DeviceOutput, DeviceRows, DraftLogits, Resident};
 pub use tokenizer::Tokenizer;
 pub use weights::{GgufSource, HostTensor, MemorySource, RandomSource, ReadLog, SafetensorsSource, WeightSource};

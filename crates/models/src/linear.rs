@@ -1,197 +1,59 @@
-//! The weights of the inference decoder layer ([`Layer`]) and its linear
-//! layers ([`Linear`]): packed for the CPU kernel on `flex`, Burn tensors on
-//! the other backends; q/k/v and gate/up fused.
+//! Linear layers without bias ([`Linear`]): packed for the CPU kernel on
+//! `flex`, Burn tensors (split into buffer-sized parts, half types where
+//! the device computes in them) on the other backends.
 
 use burn::tensor::{DType, Device, Tensor, TensorData};
 use rayon::prelude::*;
 
-use crate::config::{Arch, ModelConfig};
 use crate::error::Result;
-use crate::layer::{LayerShape, LayerWeights, Proj};
-use crate::weights::{HostTensor, WeightSource};
-use bastion_kernels::cpu::rows::{add_into, rms_norm_rows, silu_mul, split_heads, HostRope};
+use crate::weights::HostTensor;
 use bastion_kernels::WeightDtype;
 
-/// One decoder layer's weights. The projections that read the same input
-/// are fused: `q/k/v` (after `input_layernorm`) and `gate/up` (after
-/// `post_attention_layernorm`), each one matrix with the outputs stacked,
-/// so a layer makes four passes over its weights, not seven.
-pub(crate) struct Layer {
-    pub(crate) input_norm: Tensor<1>,
-    /// `[q; k; v]` stacked: `[hidden] → [q_dim + 2 · kv_dim]`.
-    pub(crate) qkv: Linear,
-    pub(crate) o: Linear,
-    pub(crate) q_norm: Option<Tensor<1>>,
-    pub(crate) k_norm: Option<Tensor<1>>,
-    pub(crate) post_norm: Tensor<1>,
-    /// `[gate; up]` stacked: `[hidden] → [2 · intermediate]`.
-    pub(crate) gate_up: Linear,
-    pub(crate) down: Linear,
-    /// The norm weights in host memory, for the host layer on `flex`.
-    host_norms: HostNorms,
-    /// `q_dim`, `kv_dim`, `intermediate`: where the stacked outputs split.
-    q_dim: usize,
-    kv_dim: usize,
-    ffn: usize,
+/// Whether a model on `device` runs on the host with the CPU kernels
+/// (packed weights, host KV caches): the `flex` backend without autodiff.
+/// Every other device (wgpu, cuda, autodiff for training) runs Burn ops.
+pub(crate) fn runs_on_host(device: &Device) -> bool {
+    *device == Device::flex() && !device.is_autodiff()
 }
 
-impl Layer {
-    /// Loads `{prefix}input_layernorm.weight`, `{prefix}self_attn.*`,
-    /// `{prefix}mlp.*`, …; `q_norm` / `k_norm` for Qwen3.
-    pub(crate) fn load(
-        src: &dyn WeightSource,
-        prefix: &str,
-        cfg: &ModelConfig,
-        device: &Device,
-        dtype: WeightDtype,
-    ) -> Result<Self> {
-        let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
-        let (qd, kd) = (cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim);
-        let p = |s: &str| format!("{prefix}{s}");
-        let w = |s: &str, shape: [usize; 2]| src.require(&p(s), &shape);
-        let vec1 = |s: &str, n: usize| src.require(&p(s), &[n]);
-        let qk_norm = cfg.arch == Arch::Qwen3;
-        let host_norms = HostNorms {
-            input: vec1("input_layernorm.weight", h)?.data,
-            post: vec1("post_attention_layernorm.weight", h)?.data,
-            q: if qk_norm { Some(vec1("self_attn.q_norm.weight", cfg.head_dim)?.data) } else { None },
-            k: if qk_norm { Some(vec1("self_attn.k_norm.weight", cfg.head_dim)?.data) } else { None },
-        };
-        let t1 = |v: &Vec<f32>| to_tensor1(HostTensor { data: v.clone(), shape: vec![v.len()] }, device);
-        let qkv = [
-            w("self_attn.q_proj.weight", [qd, h])?,
-            w("self_attn.k_proj.weight", [kd, h])?,
-            w("self_attn.v_proj.weight", [kd, h])?,
-        ];
-        let gate_up = [w("mlp.gate_proj.weight", [i, h])?, w("mlp.up_proj.weight", [i, h])?];
-        Ok(Layer {
-            input_norm: t1(&host_norms.input),
-            qkv: Linear::stacked(&qkv, device, dtype),
-            o: Linear::new(w("self_attn.o_proj.weight", [h, qd])?, device, dtype),
-            q_norm: host_norms.q.as_ref().map(t1),
-            k_norm: host_norms.k.as_ref().map(t1),
-            post_norm: t1(&host_norms.post),
-            gate_up: Linear::stacked(&gate_up, device, dtype),
-            down: Linear::new(w("mlp.down_proj.weight", [h, i])?, device, dtype),
-            host_norms,
-            q_dim: qd,
-            kv_dim: kd,
-            ffn: i,
-        })
-    }
+/// A norm weight `[n]`, stored once, where the forward reads it: host
+/// memory when the model [`runs_on_host`], a Burn tensor otherwise.
+#[derive(Debug, Clone)]
+pub(crate) enum NormWeight {
+    /// In host memory (`flex`).
+    Host(Vec<f32>),
+    /// On the device.
+    Device(Box<Tensor<1>>),
+}
 
-    /// The fused matrix holding `p` and the column range of `p` in its output.
-    fn locate(&self, p: Proj) -> (&Linear, usize, usize) {
-        let (q, kv, f) = (self.q_dim, self.kv_dim, self.ffn);
-        match p {
-            Proj::Q => (&self.qkv, 0, q),
-            Proj::K => (&self.qkv, q, kv),
-            Proj::V => (&self.qkv, q + kv, kv),
-            Proj::O => (&self.o, 0, self.o.out_features),
-            Proj::Gate => (&self.gate_up, 0, f),
-            Proj::Up => (&self.gate_up, f, f),
-            Proj::Down => (&self.down, 0, self.down.out_features),
+impl NormWeight {
+    /// `data` `[n]` for a model on `device`.
+    pub(crate) fn new(data: Vec<f32>, device: &Device) -> Self {
+        if runs_on_host(device) {
+            NormWeight::Host(data)
+        } else {
+            let n = data.len();
+            NormWeight::Device(Box::new(Tensor::from_data(TensorData::new(data, [n]), device)))
         }
     }
-}
 
-impl Layer {
-    /// [`crate::layer::decoder_layer`] on host memory (`flex`, where the
-    /// weights are packed): `x` `[rows, hidden]` is updated in place.
-    /// `attend` gets `q` `[heads, rows, head_dim]` and the rows' own `k`,
-    /// `v` `[kv_heads, rows, head_dim]` and returns `[rows, heads · head_dim]`.
-    ///
-    /// # Errors
-    /// Whatever `attend` returns.
-    pub(crate) fn forward_host<E>(
-        &self,
-        x: &mut [f32],
-        s: LayerShape,
-        rope: &HostRope,
-        attend: impl FnOnce(Vec<f32>, Vec<f32>, Vec<f32>) -> std::result::Result<Vec<f32>, E>,
-    ) -> std::result::Result<(), E> {
-        let n = &self.host_norms;
-        let rows = x.len() / self.qkv.in_features;
-        let h = rms_norm_rows(x, &n.input, s.eps);
-        let qkv = self.qkv.forward_host(&h, rows);
-        let width = self.qkv.out_features;
-        let q = split_heads(&qkv, width, 0, s.heads, s.head_dim, n.q.as_deref().map(|w| (w, s.eps)), Some(rope));
-        let [k, v] = self.kv_heads_host(&qkv, width, self.q_dim, s, rope);
-        let attended = attend(q, k, v)?;
-        add_into(x, &self.o.forward_host(&attended, rows));
-        let normed = rms_norm_rows(x, &n.post, s.eps);
-        let act = silu_mul(&self.gate_up.forward_host(&normed, rows), self.ffn);
-        add_into(x, &self.down.forward_host(&act, rows));
-        Ok(())
+    /// The values on the host (read back from a device tensor).
+    pub(crate) fn host(&self) -> std::borrow::Cow<'_, [f32]> {
+        match self {
+            NormWeight::Host(v) => std::borrow::Cow::Borrowed(v),
+            NormWeight::Device(t) => std::borrow::Cow::Owned(
+                t.clone().into_data().convert::<f32>().try_into_vec::<f32>().expect("norm weights are f32"),
+            ),
+        }
     }
 
-    /// [`crate::layer::key_values`] on host memory: keys and values
-    /// `[kv_heads, rows, head_dim]` of the rows `x` `[rows, hidden]`
-    /// (`k_proj`, `k_norm`, RoPE; `v_proj`).
-    pub(crate) fn key_values_host(&self, x: &[f32], s: LayerShape, rope: &HostRope) -> [Vec<f32>; 2] {
-        let rows = x.len() / self.qkv.in_features;
-        // Only k and v are wanted: their rows of the fused weight are the
-        // same bits as in the full product (row invariance holds per output).
-        let qkv = self.qkv.forward_host(x, rows);
-        self.kv_heads_host(&qkv, self.qkv.out_features, self.q_dim, s, rope)
+    /// The weight as a Burn tensor (a host weight goes to the `flex` device).
+    pub(crate) fn tensor(&self) -> Tensor<1> {
+        match self {
+            NormWeight::Host(v) => Tensor::from_data(TensorData::new(v.clone(), [v.len()]), &Device::flex()),
+            NormWeight::Device(t) => (**t).clone(),
+        }
     }
-
-    /// `k` (k_norm, RoPE) and `v` heads from fused `[q; k; v]` rows.
-    fn kv_heads_host(&self, qkv: &[f32], width: usize, k_col: usize, s: LayerShape, rope: &HostRope) -> [Vec<f32>; 2] {
-        let kn = self.host_norms.k.as_deref().map(|w| (w, s.eps));
-        let k = split_heads(qkv, width, k_col, s.kv_heads, s.head_dim, kn, Some(rope));
-        let v = split_heads(qkv, width, k_col + self.kv_dim, s.kv_heads, s.head_dim, None, None);
-        [k, v]
-    }
-}
-
-impl LayerWeights for Layer {
-    fn project(&self, p: Proj, x: Tensor<2>) -> Tensor<2> {
-        self.project_many(&[p], x).pop().expect("one projection asked for")
-    }
-    fn project_many(&self, ps: &[Proj], x: Tensor<2>) -> Vec<Tensor<2>> {
-        // One pass per fused matrix the projections live in (in practice
-        // all of `ps` share one), then the columns of each.
-        let mut done: Vec<(*const Linear, Tensor<2>)> = Vec::new();
-        ps.iter()
-            .map(|&p| {
-                let (lin, start, width) = self.locate(p);
-                let y = match done.iter().find(|(l, _)| std::ptr::eq(*l, lin)) {
-                    Some((_, y)) => y.clone(),
-                    None => {
-                        let y = lin.forward(x.clone());
-                        done.push((lin, y.clone()));
-                        y
-                    }
-                };
-                if start == 0 && width == lin.out_features {
-                    y
-                } else {
-                    y.narrow(1, start, width)
-                }
-            })
-            .collect()
-    }
-    fn input_norm(&self) -> Tensor<1> {
-        self.input_norm.clone()
-    }
-    fn post_norm(&self) -> Tensor<1> {
-        self.post_norm.clone()
-    }
-    fn q_norm(&self) -> Option<Tensor<1>> {
-        self.q_norm.clone()
-    }
-    fn k_norm(&self) -> Option<Tensor<1>> {
-        self.k_norm.clone()
-    }
-}
-
-/// The norm weights of a layer in host memory.
-struct HostNorms {
-    input: Vec<f32>,
-    post: Vec<f32>,
-    q: Option<Vec<f32>>,
-    k: Option<Vec<f32>>,
 }
 
 /// A linear layer without bias, `[in] → [out]`.
@@ -220,7 +82,7 @@ pub(crate) struct Linear {
 /// output to the half type (cubek-matmul 0.3 `MatmulElems::from_globals`:
 /// an f16 / bf16 output gets an f32 accumulator).
 pub(crate) fn device_half(device: &Device, dtype: WeightDtype) -> Option<DType> {
-    if *device == Device::flex() || device.is_autodiff() {
+    if runs_on_host(device) || device.is_autodiff() {
         return None;
     }
     let half = match dtype {
@@ -294,7 +156,7 @@ impl Linear {
         let in_features = ws[0].shape[1];
         assert!(ws.iter().all(|w| w.shape.len() == 2 && w.shape[1] == in_features), "stacked weights share `in`");
         let out_features = ws.iter().map(|w| w.shape[0]).sum();
-        let w = if *device == Device::flex() && !device.is_autodiff() {
+        let w = if runs_on_host(device) {
             let parts: Vec<&[f32]> = ws.iter().map(|w| w.data.as_slice()).collect();
             LinearWeight::Packed(bastion_kernels::cpu::matmul::PackedMatrix::pack_stacked_as(
                 &parts,
@@ -431,11 +293,6 @@ impl Linear {
             ),
         }
     }
-}
-
-pub(crate) fn to_tensor1(t: HostTensor, device: &Device) -> Tensor<1> {
-    let n = t.data.len();
-    Tensor::from_data(TensorData::new(t.data, [n]), device)
 }
 
 /// `[out, in]` weight → contiguous `[in, out]` tensor. Transposed on the

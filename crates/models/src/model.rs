@@ -8,8 +8,9 @@ use bastion_kernels::TreeAttentionMode;
 
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
-use crate::linear::to_tensor1;
-pub(crate) use crate::linear::{Layer, Linear};
+pub(crate) use crate::inference_layer::Layer;
+pub(crate) use crate::linear::Linear;
+use crate::linear::{runs_on_host, NormWeight};
 use crate::weights::{HostTensor, WeightSource};
 use bastion_kernels::cpu::rows::HostRope;
 use bastion_kernels::WeightDtype;
@@ -25,9 +26,8 @@ pub struct Model {
     /// [`crate::MAX_BUFFER_BYTES`] (see [`crate::MAX_BUFFER_ENV`]).
     pub(crate) embed: Vec<Tensor<2>>,
     pub(crate) layers: Vec<Layer>,
-    pub(crate) norm: Tensor<1>,
-    /// The final norm's weight in host memory (the host forward on `flex`).
-    pub(crate) norm_host: Vec<f32>,
+    /// The final norm `[hidden]`.
+    pub(crate) norm: NormWeight,
     pub(crate) lm_head: Linear,
     /// How the linear layers' weights are stored.
     pub(crate) weight_dtype: WeightDtype,
@@ -117,9 +117,8 @@ impl Model {
         for l in 0..cfg.num_layers {
             layers.push(Layer::load(src, &format!("model.layers.{l}."), &cfg, device, dtype)?);
         }
-        let norm_host = src.require("model.norm.weight", &[h])?.data;
+        let norm = NormWeight::new(src.require("model.norm.weight", &[h])?.data, device);
         log.check_all_read(&format!("a {:?} target with num_layers = {}", cfg.arch, cfg.num_layers))?;
-        let norm = to_tensor1(HostTensor { data: norm_host.clone(), shape: vec![h] }, device);
         let inv_freq = cfg.rope_inv_freq();
         let mode = match std::env::var(TREE_ATTENTION_ENV) {
             Ok(v) if !v.is_empty() => v
@@ -136,9 +135,8 @@ impl Model {
             embed,
             layers,
             norm,
-            norm_host,
             inv_freq,
-            host_cache: *device == Device::flex() && !device.is_autodiff(),
+            host_cache: runs_on_host(device),
             device: device.clone(),
             cfg,
             tree_kernel,
@@ -251,7 +249,7 @@ impl Model {
     /// before the LM head. A drafter that shares the LM head can start from
     /// it (`bastion train-drafter --norm-init target`).
     pub fn final_norm_weight(&self) -> Tensor<1> {
-        self.norm.clone()
+        self.norm.tensor()
     }
 
     /// Device buffers holding the embedding table and the LM head
@@ -311,15 +309,6 @@ impl Model {
             }
             next = argmax(session.prefill(&[next], &[])?.row(0));
         }
-    }
-
-    pub(crate) fn rms_norm(&self, x: Tensor<2>, w: &Tensor<1>) -> Tensor<2> {
-        rms_norm(x, w, self.cfg.rms_norm_eps)
-    }
-
-    /// `(cos, sin)` `[tokens, head_dim]` for absolute positions.
-    pub(crate) fn rope_tables(&self, positions: &[usize]) -> (Tensor<2>, Tensor<2>) {
-        rope_tables(&self.inv_freq, positions, &self.device)
     }
 
     /// How the linear layers' weights are stored ([`Model::load_as`]).

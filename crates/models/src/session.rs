@@ -2,17 +2,15 @@
 //! compaction to the accepted path, and batched decoding of independent
 //! sequences ([`Model::decode_batch`]).
 
-use burn::tensor::{Bool, Int, Tensor, TensorData};
+use burn::tensor::{Int, Tensor, TensorData};
 
-use bastion_kernels::{tree_attention, TreeIndex};
+use bastion_kernels::cpu::attention::HostKv;
 use bastion_tree::DraftTree;
 
 use crate::error::{ModelError, Result};
-use crate::layer::{decoder_layer, LayerShape};
-use crate::model::{attention, host, ForwardOutput, Model};
-use crate::resident::{DeviceOutput, Resident};
-use bastion_kernels::cpu::attention::{HostKv, Visible};
-use bastion_kernels::cpu::rows::{rms_norm_rows, HostRope};
+use crate::forward::{forward, BatchKv, BurnExec, BurnKv, HostExec, Visibility};
+use crate::model::{ForwardOutput, Model};
+use crate::output::Resident;
 
 impl Model {
     /// [`Model::greedy`] for several prompts at once: each prompt is
@@ -98,44 +96,17 @@ impl Model {
             }
             return Ok(logits);
         }
-        let cfg = &self.cfg;
-        let (bsz, nh, nkv, hd) = (tokens.len(), cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
         let pasts: Vec<usize> = sessions.iter().map(|s| s.len).collect();
-        let mut kvs: Vec<&mut HostKv> = sessions
+        let kvs: Vec<&mut HostKv> = sessions
             .iter_mut()
             .map(|s| match &mut s.cache {
                 Cache::Host(kv) => kv,
-                Cache::Burn { .. } => unreachable!("a host-cache model's sessions hold host caches"),
+                Cache::Burn(_) => unreachable!("a host-cache model's sessions hold host caches"),
             })
             .collect();
-        for (kv, &past) in kvs.iter_mut().zip(&pasts) {
-            kv.reserve(past + 1, past);
-        }
-        let rope = HostRope::new(&self.inv_freq, &pasts);
-        let shape = LayerShape::of(cfg);
-        let mut x = host(self.embed(tokens)?)?;
-        // Row `b` of a `[heads, B, hd]` tensor: `[heads, 1, hd]`.
-        let row_of = |t: &[f32], heads: usize, b: usize| -> Vec<f32> {
-            (0..heads).flat_map(|g| t[(g * bsz + b) * hd..(g * bsz + b + 1) * hd].iter().copied()).collect()
-        };
-        for (l, layer) in self.layers.iter().enumerate() {
-            layer.forward_host(&mut x, shape, &rope, |q, k, v| {
-                for (b, kv) in kvs.iter_mut().enumerate() {
-                    kv.write(l, pasts[b], &row_of(&k, nkv, b), &row_of(&v, nkv, b), 1);
-                }
-                let rows: Vec<Vec<f32>> = {
-                    use rayon::prelude::*;
-                    let kvs: Vec<&HostKv> = kvs.iter().map(|kv| &**kv).collect();
-                    kvs.par_iter()
-                        .enumerate()
-                        .map(|(b, kv)| kv.attend(l, &row_of(&q, nh, b), nh, 1, pasts[b], &Visible::All))
-                        .collect()
-                };
-                Ok::<_, ModelError>(rows.concat())
-            })?;
-        }
-        let normed = rms_norm_rows(&x, &self.norm_host, cfg.rms_norm_eps);
-        let logits = self.lm_head.forward_host(&normed, bsz);
+        let mut batch = BatchKv { kvs, pasts: pasts.clone() };
+        let out = forward(&HostExec, self, &mut batch, tokens, &pasts, 0, Visibility::All, &[], tokens.len())?;
+        let logits = out.logits;
         for s in sessions.iter_mut() {
             s.len += 1;
         }
@@ -148,7 +119,7 @@ impl Model {
         let cache = if self.host_cache {
             Cache::Host(HostKv::new(c.num_layers, c.num_kv_heads, c.head_dim))
         } else {
-            Cache::Burn { keys: vec![None; c.num_layers], values: vec![None; c.num_layers] }
+            Cache::Burn(BurnKv::new(c.num_layers))
         };
         Session { model: self, cache, len: 0, pending: None }
     }
@@ -177,25 +148,7 @@ enum Cache {
     /// Host memory, in place (`flex`).
     Host(HostKv),
     /// One Burn tensor `[kv_heads, len, head_dim]` per layer, keys and values.
-    Burn { keys: Vec<Option<Tensor<3>>>, values: Vec<Option<Tensor<3>>> },
-}
-
-/// How one forward pass computes attention (prepared once for all layers).
-enum AttnKind {
-    /// No mask: a single new token.
-    Plain,
-    /// A causal block: dense mask `[1, group · t, past + t]`.
-    Masked(Tensor<3, Bool>),
-    /// A draft tree: kernel or dense mask, see [`TreeIndex`].
-    Tree(TreeIndex),
-}
-
-/// Which earlier tokens each new token may attend to.
-enum Visibility<'a> {
-    /// Token `t` sees the cache and new tokens `0..=t`.
-    Causal,
-    /// Token `i` sees the cache and its tree ancestors (and itself).
-    Tree(&'a DraftTree),
+    Burn(BurnKv),
 }
 
 impl<'m> Session<'m> {
@@ -297,16 +250,11 @@ impl<'m> Session<'m> {
         }
         match &mut self.cache {
             Cache::Host(kv) => kv.commit_path(self.len, accepted),
-            Cache::Burn { keys, values } => {
+            Cache::Burn(kv) => {
                 let keep: Vec<i64> =
                     (0..self.len as i64).chain(accepted.iter().map(|&i| (self.len + i) as i64)).collect();
                 let count = keep.len();
-                let idx: Tensor<1, Int> = Tensor::from_data(TensorData::new(keep, [count]), &self.model.device);
-                for cache in keys.iter_mut().chain(values.iter_mut()) {
-                    if let Some(t) = cache.take() {
-                        *cache = Some(t.select(1, idx.clone()));
-                    }
-                }
+                kv.select(Tensor::<1, Int>::from_data(TensorData::new(keep, [count]), &self.model.device));
             }
         }
         self.len += accepted.len();
@@ -326,7 +274,7 @@ impl<'m> Session<'m> {
         self.check_idle()?;
         let cache = match &self.cache {
             Cache::Host(kv) => Cache::Host(kv.clone()),
-            Cache::Burn { keys, values } => Cache::Burn { keys: keys.clone(), values: values.clone() },
+            Cache::Burn(kv) => Cache::Burn(kv.clone()),
         };
         Ok(Session { model: self.model, cache, len: self.len, pending: None })
     }
@@ -335,12 +283,8 @@ impl<'m> Session<'m> {
     pub fn discard(&mut self) {
         if self.pending.take().is_some() {
             // Host cache: rows past `len` are simply overwritten later.
-            if let Cache::Burn { keys, values } = &mut self.cache {
-                for cache in keys.iter_mut().chain(values.iter_mut()) {
-                    if let Some(t) = cache.take() {
-                        *cache = Some(t.narrow(1, 0, self.len));
-                    }
-                }
+            if let Cache::Burn(kv) = &mut self.cache {
+                kv.truncate(self.len);
             }
         }
     }
@@ -352,6 +296,8 @@ impl<'m> Session<'m> {
         Ok(())
     }
 
+    /// One pass of `tokens` at `positions` after the committed cache
+    /// ([`forward`], on this session's execution and cache).
     fn forward(
         &mut self,
         tokens: &[u32],
@@ -361,160 +307,13 @@ impl<'m> Session<'m> {
         all_logits: bool,
     ) -> Result<Resident> {
         let m = self.model;
-        let cfg = &m.cfg;
-        if let Some(bad) = hidden.iter().find(|&&h| h > cfg.num_layers) {
-            return Err(ModelError::Shape(format!("hidden-state index {bad} > num_layers = {}", cfg.num_layers)));
-        }
-        let t = tokens.len();
-        let (nh, nkv) = (cfg.num_heads, cfg.num_kv_heads);
-        let group = nh / nkv;
-        let past = self.len;
-        let total = past + t;
-        let shape = LayerShape::of(cfg);
-        let (keys, values) = match &mut self.cache {
+        let rows = if all_logits { tokens.len() } else { 1 };
+        match &mut self.cache {
             Cache::Host(kv) => {
-                return host_forward(m, kv, tokens, positions, past, vis, hidden, all_logits).map(Resident::Host)
+                forward(&HostExec, m, kv, tokens, positions, self.len, vis, hidden, rows).map(Resident::Host)
             }
-            Cache::Burn { keys, values } => (keys, values),
-        };
-        let (cos, sin) = m.rope_tables(positions);
-        let mut x = m.embed(tokens)?;
-        let mut taps: Vec<(usize, Tensor<2>)> = Vec::new();
-        let mut tap = |idx: usize, x: &Tensor<2>| {
-            if hidden.contains(&idx) {
-                taps.push((idx, x.clone()));
-            }
-        };
-        tap(0, &x);
-        // A single new token sees everything: no mask. A causal block gets the
-        // mask `[group · t, total]` (true = masked), the `[t, total]` pattern
-        // repeated for the `group` query heads sharing a KV head. A tree gets
-        // a `TreeIndex`: the kernel's ancestor bitsets, or the same dense mask.
-        let attn_kind = if t == 1 {
-            AttnKind::Plain
-        } else {
-            match vis {
-                Visibility::Causal => {
-                    let mut mask = vec![false; t * total];
-                    for i in 0..t {
-                        mask[i * total + past + i + 1..(i + 1) * total].fill(true);
-                    }
-                    let mask = mask.repeat(group);
-                    AttnKind::Masked(
-                        Tensor::<2, Bool>::from_data(TensorData::new(mask, [group * t, total]), &m.device)
-                            .unsqueeze::<3>(),
-                    )
-                }
-                Visibility::Tree(tree) => AttnKind::Tree(
-                    TreeIndex::new(&tree.ancestor_mask(), past, group, m.tree_kernel, &m.device)
-                        .map_err(ModelError::Kernel)?,
-                ),
-            }
-        };
-        for (l, layer) in m.layers.iter().enumerate() {
-            x = decoder_layer(layer, x, shape, (&cos, &sin), |q, k, v| {
-                let k_all = match keys[l].take() {
-                    Some(prev) => Tensor::cat(vec![prev, k], 1),
-                    None => k,
-                };
-                let v_all = match values[l].take() {
-                    Some(prev) => Tensor::cat(vec![prev, v], 1),
-                    None => v,
-                };
-                keys[l] = Some(k_all.clone());
-                values[l] = Some(v_all.clone());
-                match &attn_kind {
-                    AttnKind::Plain => Ok(attention(q, k_all, v_all, None)),
-                    AttnKind::Masked(mask) => Ok(attention(q, k_all, v_all, Some(mask))),
-                    AttnKind::Tree(ix) => tree_attention(q, k_all, v_all, ix),
-                }
-            })
-            .map_err(|e| {
-                // Leave the cache as it was: drop the rows this pass appended.
-                for cache in keys.iter_mut().chain(values.iter_mut()) {
-                    *cache = match cache.take() {
-                        Some(c) if c.dims()[1] > past => (past > 0).then(|| c.narrow(1, 0, past)),
-                        other => other,
-                    };
-                }
-                ModelError::Kernel(e)
-            })?;
-            if l + 1 < cfg.num_layers {
-                tap(l + 1, &x);
-            }
-        }
-        let normed = m.rms_norm(x, &m.norm);
-        tap(cfg.num_layers, &normed);
-        let rows = if all_logits { t } else { 1 };
-        let last = if all_logits { normed } else { normed.narrow(0, t - 1, 1) };
-        // Logits larger than one device buffer are computed in row parts.
-        let per = crate::linear::rows_per_part(cfg.vocab_size);
-        let logits = if rows <= per {
-            vec![m.lm_head(last)]
-        } else {
-            (0..rows).step_by(per).map(|s| m.lm_head(last.clone().narrow(0, s, per.min(rows - s)))).collect()
-        };
-        let hidden = hidden
-            .iter()
-            .map(|want| taps.iter().find(|(i, _)| i == want).expect("every requested index was tapped").1.clone())
-            .collect();
-        Ok(Resident::Device(Box::new(DeviceOutput { logits, rows, hidden })))
-    }
-}
-
-/// [`Session::forward`] on the `flex` CPU backend, all in host memory: the
-/// packed kernels for the projections and the LM head, the host element-wise
-/// steps of [`bastion_kernels::cpu::rows`], attention over the in-place cache `kv`
-/// (rows `past..past + t` receive this pass's keys and values).
-#[allow(clippy::too_many_arguments)]
-fn host_forward(
-    m: &Model,
-    kv: &mut HostKv,
-    tokens: &[u32],
-    positions: &[usize],
-    past: usize,
-    vis: Visibility<'_>,
-    hidden: &[usize],
-    all_logits: bool,
-) -> Result<ForwardOutput> {
-    let cfg = &m.cfg;
-    let (t, h, nh) = (tokens.len(), cfg.hidden_size, cfg.num_heads);
-    let mask = match vis {
-        Visibility::Tree(tree) => Some(tree.ancestor_mask()),
-        Visibility::Causal => None,
-    };
-    let visible = match (&mask, t) {
-        (Some(mask), _) => Visible::Tree(mask),
-        (None, 1) => Visible::All,
-        (None, _) => Visible::Causal,
-    };
-    kv.reserve(past + t, past);
-    let rope = HostRope::new(&m.inv_freq, positions);
-    let shape = LayerShape::of(cfg);
-    let mut x = host(m.embed(tokens)?)?;
-    let mut taps: Vec<(usize, Vec<f32>)> = Vec::new();
-    let mut tap = |idx: usize, x: &[f32]| {
-        if hidden.contains(&idx) {
-            taps.push((idx, x.to_vec()));
-        }
-    };
-    tap(0, &x);
-    for (l, layer) in m.layers.iter().enumerate() {
-        layer.forward_host(&mut x, shape, &rope, |q, k, v| {
-            kv.write(l, past, &k, &v, t);
-            Ok::<_, ModelError>(kv.attend(l, &q, nh, t, past, &visible))
-        })?;
-        if l + 1 < cfg.num_layers {
-            tap(l + 1, &x);
+            Cache::Burn(kv) => forward(&BurnExec(&m.device), m, kv, tokens, positions, self.len, vis, hidden, rows)
+                .map(Resident::Device),
         }
     }
-    let normed = rms_norm_rows(&x, &m.norm_host, cfg.rms_norm_eps);
-    tap(cfg.num_layers, &normed);
-    let rows = if all_logits { t } else { 1 };
-    let logits = m.lm_head.forward_host(&normed[(t - rows) * h..], rows);
-    let hidden_out = hidden
-        .iter()
-        .map(|want| taps.iter().find(|(i, _)| i == want).expect("every requested index was tapped").1.clone())
-        .collect();
-    Ok(ForwardOutput { logits, rows, hidden: hidden_out })
 }

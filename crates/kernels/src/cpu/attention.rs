@@ -75,6 +75,16 @@ pub struct HostKv {
 
 impl HostKv {
     /// An empty cache for `layers` layers.
+    /// Key / value heads.
+    pub fn kv_heads(&self) -> usize {
+        self.kv_heads
+    }
+
+    /// Dimension per head.
+    pub fn head_dim(&self) -> usize {
+        self.head_dim
+    }
+
     pub fn new(layers: usize, kv_heads: usize, head_dim: usize) -> Self {
         Self { kv_heads, head_dim, capacity: 0, keys: vec![Vec::new(); layers], values: vec![Vec::new(); layers] }
     }
@@ -106,7 +116,7 @@ impl HostKv {
 
     /// Makes room for `rows` rows per head, doubling the capacity (at least
     /// [`MIN_CAPACITY`], a multiple of [`KB`]); the first `keep` rows are
-    /// carried over.
+    /// carried over (at most the rows there are).
     pub fn reserve(&mut self, rows: usize, keep: usize) {
         if rows <= self.capacity {
             return;
@@ -116,7 +126,7 @@ impl HostKv {
             cap *= 2;
         }
         // Whole key blocks (≤ the old capacity, a multiple of KB).
-        let (old, hd, keep) = (self.capacity, self.head_dim, keep.div_ceil(KB) * KB);
+        let (old, hd, keep) = (self.capacity, self.head_dim, keep.min(self.capacity).div_ceil(KB) * KB);
         for buf in self.keys.iter_mut().chain(self.values.iter_mut()) {
             let mut grown = vec![0.0f32; self.kv_heads * cap * hd];
             for g in 0..self.kv_heads {
@@ -482,6 +492,9 @@ mod tests {
         kv.commit_path(4, &[0, 2, 4]);
         let cap = kv.capacity();
         assert_eq!(cap, 4 * MIN_CAPACITY);
+        // Asking to keep more rows than there are keeps all of them.
+        kv.reserve(cap + 1, 2 * cap);
+        assert_eq!(kv.capacity(), 2 * cap);
         for g in 0..nkv {
             for r in 0..4 {
                 assert_eq!(kv.key_row(1, g, r), &k0[(g * 4 + r) * hd..(g * 4 + r + 1) * hd]);

@@ -1,4 +1,4 @@
-//! Forward outputs that stay where they were computed.
+//! A forward's outputs, kept where they were computed, and sampling from them.
 //!
 //! On the `flex` CPU backend a forward pass writes host memory and nothing
 //! crosses a device boundary. On the Burn backends (`wgpu`, `cuda`,

@@ -1,0 +1,287 @@
+//! The inference decoder layer ([`Layer`]): its weights, with q/k/v and
+//! gate/up fused (packed for the CPU kernels on `flex`, Burn tensors on the
+//! other backends), read by Burn execution through [`LayerWeights`], and
+//! its execution on host buffers with the CPU kernels ([`LayerExec`] for
+//! `flex`). The layer's steps themselves are written once, in
+//! [`crate::layer`].
+
+use std::rc::Rc;
+
+use burn::tensor::{Device, Tensor};
+
+use crate::config::{Arch, ModelConfig};
+use crate::error::Result;
+use crate::layer::{LayerExec, LayerShape, LayerWeights, Norm, Proj};
+use crate::linear::{Linear, NormWeight};
+use crate::weights::WeightSource;
+use bastion_kernels::cpu::rows::{add_into, rms_norm_rows, silu_mul, split_heads, HostRope};
+use bastion_kernels::WeightDtype;
+
+/// One decoder layer's weights. The projections that read the same input
+/// are fused: `q/k/v` (after `input_layernorm`) and `gate/up` (after
+/// `post_attention_layernorm`), each one matrix with the outputs stacked,
+/// so a layer makes four passes over its weights, not seven.
+pub(crate) struct Layer {
+    input_norm: NormWeight,
+    /// `[q; k; v]` stacked: `[hidden] → [q_dim + 2 · kv_dim]`.
+    pub(crate) qkv: Linear,
+    pub(crate) o: Linear,
+    /// Qwen3's per-head norms (Llama has none).
+    q_norm: Option<NormWeight>,
+    k_norm: Option<NormWeight>,
+    post_norm: NormWeight,
+    /// `[gate; up]` stacked: `[hidden] → [2 · intermediate]`.
+    pub(crate) gate_up: Linear,
+    pub(crate) down: Linear,
+    /// `q_dim`, `kv_dim`, `intermediate`: where the stacked outputs split.
+    q_dim: usize,
+    kv_dim: usize,
+    ffn: usize,
+}
+
+impl Layer {
+    /// Loads `{prefix}input_layernorm.weight`, `{prefix}self_attn.*`,
+    /// `{prefix}mlp.*`, …; `q_norm` / `k_norm` for Qwen3.
+    pub(crate) fn load(
+        src: &dyn WeightSource,
+        prefix: &str,
+        cfg: &ModelConfig,
+        device: &Device,
+        dtype: WeightDtype,
+    ) -> Result<Self> {
+        let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
+        let (qd, kd) = (cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim);
+        let p = |s: &str| format!("{prefix}{s}");
+        let w = |s: &str, shape: [usize; 2]| src.require(&p(s), &shape);
+        let vec1 = |s: &str, n: usize| src.require(&p(s), &[n]);
+        let qk_norm = cfg.arch == Arch::Qwen3;
+        let norm = |s: &str, n: usize| -> Result<NormWeight> { Ok(NormWeight::new(vec1(s, n)?.data, device)) };
+        let head_norm = |s: &str| -> Result<Option<NormWeight>> {
+            if qk_norm {
+                norm(s, cfg.head_dim).map(Some)
+            } else {
+                Ok(None)
+            }
+        };
+        let qkv = [
+            w("self_attn.q_proj.weight", [qd, h])?,
+            w("self_attn.k_proj.weight", [kd, h])?,
+            w("self_attn.v_proj.weight", [kd, h])?,
+        ];
+        let gate_up = [w("mlp.gate_proj.weight", [i, h])?, w("mlp.up_proj.weight", [i, h])?];
+        Ok(Layer {
+            input_norm: norm("input_layernorm.weight", h)?,
+            qkv: Linear::stacked(&qkv, device, dtype),
+            o: Linear::new(w("self_attn.o_proj.weight", [h, qd])?, device, dtype),
+            q_norm: head_norm("self_attn.q_norm.weight")?,
+            k_norm: head_norm("self_attn.k_norm.weight")?,
+            post_norm: norm("post_attention_layernorm.weight", h)?,
+            gate_up: Linear::stacked(&gate_up, device, dtype),
+            down: Linear::new(w("mlp.down_proj.weight", [h, i])?, device, dtype),
+            q_dim: qd,
+            kv_dim: kd,
+            ffn: i,
+        })
+    }
+
+    /// The fused matrix holding `p` and the column range of `p` in its output.
+    fn locate(&self, p: Proj) -> (&Linear, usize, usize) {
+        let (q, kv, f) = (self.q_dim, self.kv_dim, self.ffn);
+        match p {
+            Proj::Q => (&self.qkv, 0, q),
+            Proj::K => (&self.qkv, q, kv),
+            Proj::V => (&self.qkv, q + kv, kv),
+            Proj::O => (&self.o, 0, self.o.out_features),
+            Proj::Gate => (&self.gate_up, 0, f),
+            Proj::Up => (&self.gate_up, f, f),
+            Proj::Down => (&self.down, 0, self.down.out_features),
+        }
+    }
+}
+
+/// Rows `[rows, cols]` on the host: columns `col..col + cols` of a shared
+/// row-major buffer `[rows, width]`, so that the projections read from one
+/// fused product (`[q; k; v]`, `[gate; up]`) need no copies.
+#[derive(Clone)]
+pub(crate) struct HostRows {
+    buf: Rc<Vec<f32>>,
+    width: usize,
+    col: usize,
+    cols: usize,
+}
+
+impl HostRows {
+    /// All of `data` `[rows, width]`.
+    pub(crate) fn new(data: Vec<f32>, width: usize) -> Self {
+        Self { buf: Rc::new(data), width, col: 0, cols: width }
+    }
+
+    fn rows(&self) -> usize {
+        self.buf.len() / self.width.max(1)
+    }
+
+    fn is_whole(&self) -> bool {
+        self.col == 0 && self.cols == self.width
+    }
+
+    /// The rows, contiguous: borrowed when they are the whole buffer.
+    pub(crate) fn contiguous(&self) -> std::borrow::Cow<'_, [f32]> {
+        if self.is_whole() {
+            std::borrow::Cow::Borrowed(&self.buf[..])
+        } else {
+            let (w, c0, n) = (self.width, self.col, self.cols);
+            std::borrow::Cow::Owned(
+                (0..self.rows()).flat_map(|r| self.buf[r * w + c0..r * w + c0 + n].to_vec()).collect(),
+            )
+        }
+    }
+
+    /// RMSNorm of each row with weight `w` `[cols]`.
+    pub(crate) fn rms_norm(&self, w: &[f32], eps: f64) -> HostRows {
+        HostRows::new(rms_norm_rows(&self.contiguous(), w, eps), self.cols)
+    }
+
+    /// The rows as an owned contiguous buffer (no copy when unshared and whole).
+    pub(crate) fn into_vec(self) -> Vec<f32> {
+        if self.is_whole() {
+            Rc::try_unwrap(self.buf).unwrap_or_else(|shared| shared.to_vec())
+        } else {
+            self.contiguous().into_owned()
+        }
+    }
+}
+
+/// The packed inference layer on host memory with the CPU kernels of
+/// [`bastion_kernels::cpu`]: RoPE tables `rope` for the rows of the call.
+pub(crate) struct HostLayer<'a> {
+    layer: &'a Layer,
+    shape: LayerShape,
+    rope: &'a HostRope,
+}
+
+impl<'a> HostLayer<'a> {
+    /// `layer` with head layout `shape` and RoPE tables `rope`.
+    pub(crate) fn new(layer: &'a Layer, shape: LayerShape, rope: &'a HostRope) -> Self {
+        Self { layer, shape, rope }
+    }
+
+    fn norm(&self, norm: Norm) -> Option<std::borrow::Cow<'_, [f32]>> {
+        let l = self.layer;
+        match norm {
+            Norm::Input => Some(l.input_norm.host()),
+            Norm::Post => Some(l.post_norm.host()),
+            Norm::Q => l.q_norm.as_ref().map(NormWeight::host),
+            Norm::K => l.k_norm.as_ref().map(NormWeight::host),
+        }
+    }
+}
+
+impl LayerExec for HostLayer<'_> {
+    type Rows = HostRows;
+    type Heads = Vec<f32>;
+
+    fn shape(&self) -> LayerShape {
+        self.shape
+    }
+    fn rms_norm(&self, x: &HostRows, norm: Norm) -> HostRows {
+        x.rms_norm(&self.norm(norm).expect("input and post norms exist in every layer"), self.shape.eps)
+    }
+    fn project_many(&self, ps: &[Proj], x: &HostRows) -> Vec<HostRows> {
+        let input = x.contiguous();
+        let rows = x.rows();
+        // One product per fused matrix the projections live in, shared by
+        // the column views of its projections.
+        let mut done: Vec<(*const Linear, Rc<Vec<f32>>)> = Vec::new();
+        ps.iter()
+            .map(|&p| {
+                let (lin, col, cols) = self.layer.locate(p);
+                let buf = match done.iter().find(|(l, _)| std::ptr::eq(*l, lin)) {
+                    Some((_, b)) => b.clone(),
+                    None => {
+                        let b = Rc::new(lin.forward_host(&input, rows));
+                        done.push((lin, b.clone()));
+                        b
+                    }
+                };
+                HostRows { buf, width: lin.out_features, col, cols }
+            })
+            .collect()
+    }
+    fn heads(&self, y: HostRows, n: usize, norm: Option<Norm>, rotate: bool) -> Vec<f32> {
+        let eps = self.shape.eps;
+        let weight = norm.and_then(|nm| self.norm(nm));
+        let weight = weight.as_deref().map(|w| (w, eps));
+        split_heads(&y.buf, y.width, y.col, n, self.shape.head_dim, weight, rotate.then_some(self.rope))
+    }
+    fn silu_mul(&self, gate: HostRows, up: HostRows) -> HostRows {
+        let f = gate.cols;
+        let fused = Rc::ptr_eq(&gate.buf, &up.buf) && gate.is_fused_pair_with(&up);
+        let out = if fused {
+            silu_mul(&gate.buf, f)
+        } else {
+            let (g, u) = (gate.contiguous(), up.contiguous());
+            let gu: Vec<f32> = g.chunks_exact(f).zip(u.chunks_exact(f)).flat_map(|(a, b)| [a, b].concat()).collect();
+            silu_mul(&gu, f)
+        };
+        HostRows::new(out, f)
+    }
+    fn add(&self, x: HostRows, y: HostRows) -> HostRows {
+        let cols = x.cols;
+        let mut out = x.into_vec();
+        add_into(&mut out, &y.contiguous());
+        HostRows::new(out, cols)
+    }
+}
+
+impl HostRows {
+    /// Whether `self` and `up` are the two halves `[gate; up]` of one
+    /// buffer, as [`silu_mul`] reads it.
+    fn is_fused_pair_with(&self, up: &HostRows) -> bool {
+        self.col == 0
+            && self.width == up.width
+            && up.col == self.cols
+            && up.cols == self.cols
+            && self.width == 2 * self.cols
+    }
+}
+
+impl LayerWeights for Layer {
+    fn project(&self, p: Proj, x: Tensor<2>) -> Tensor<2> {
+        self.project_many(&[p], x).pop().expect("one projection asked for")
+    }
+    fn project_many(&self, ps: &[Proj], x: Tensor<2>) -> Vec<Tensor<2>> {
+        // One pass per fused matrix the projections live in (in practice
+        // all of `ps` share one), then the columns of each.
+        let mut done: Vec<(*const Linear, Tensor<2>)> = Vec::new();
+        ps.iter()
+            .map(|&p| {
+                let (lin, start, width) = self.locate(p);
+                let y = match done.iter().find(|(l, _)| std::ptr::eq(*l, lin)) {
+                    Some((_, y)) => y.clone(),
+                    None => {
+                        let y = lin.forward(x.clone());
+                        done.push((lin, y.clone()));
+                        y
+                    }
+                };
+                if start == 0 && width == lin.out_features {
+                    y
+                } else {
+                    y.narrow(1, start, width)
+                }
+            })
+            .collect()
+    }
+    fn input_norm(&self) -> Tensor<1> {
+        self.input_norm.tensor()
+    }
+    fn post_norm(&self) -> Tensor<1> {
+        self.post_norm.tensor()
+    }
+    fn q_norm(&self) -> Option<Tensor<1>> {
+        self.q_norm.as_ref().map(NormWeight::tensor)
+    }
+    fn k_norm(&self) -> Option<Tensor<1>> {
+        self.k_norm.as_ref().map(NormWeight::tensor)
+    }
+}

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Two release binaries (an old and a new build of Bastion) measured in one
+# run: `bastion tau` with the same settings, the binaries alternating
+# (old, new, then new, old, …) so that drift of a shared machine falls on
+# both. For each setting it prints AR's TPOT and the method's speedup over
+# AR for each binary (medians over ROUNDS runs) and new / old ratios.
+#
+#   scripts/compare-binaries.sh OLD_BINARY NEW_BINARY > results/…/compare.md
+#   ROUNDS=3 SAMPLES=4 scripts/compare-binaries.sh old new
+#
+# Settings (SETTINGS, `;`-separated `dtype method`): by default q8_0
+# ddtree:2 and f32 ddtree:4 on GSM8K. Needs the default model
+# (scripts/fetch-model.sh) and its drafter. Run with nothing else on the
+# machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OLD=${1:?usage: $0 OLD_BINARY NEW_BINARY}
+NEW=${2:?usage: $0 OLD_BINARY NEW_BINARY}
+ROUNDS=${ROUNDS:-3}
+SAMPLES=${SAMPLES:-4}
+SETS=${SETS:-gsm8k}
+SETTINGS=${SETTINGS:-q8_0 ddtree:2;f32 ddtree:4}
+MODEL=${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
+DRAFTER=${DRAFTER:-drafters/smollm2-135m-instruct-dflash}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+IFS=';' read -ra settings <<<"$SETTINGS"
+for r in $(seq 1 "$ROUNDS"); do
+  order=(old new)
+  [ $((r % 2)) = 0 ] && order=(new old)
+  for s in "${settings[@]}"; do
+    read -r dtype method <<<"$s"
+    for which in "${order[@]}"; do
+      bin=$OLD
+      [ "$which" = new ] && bin=$NEW
+      dir="$tmp/$which/${dtype}-${method//:/-}/$r"
+      echo "== round $r, $which, $dtype $method" >&2
+      "$bin" tau --model "$MODEL" --drafter "$DRAFTER" --dtype "$dtype" --method "$method" \
+        --sets "$SETS" --samples "$SAMPLES" --results "$dir" --name run >/dev/null
+    done
+  done
+done
+
+python3 - "$tmp" "$OLD" "$NEW" "$ROUNDS" "$SAMPLES" "$SETS" <<'EOF'
+import json, statistics, sys
+from pathlib import Path
+tmp, old, new, rounds, samples, sets = sys.argv[1:]
+print(f"Old `{old}`, new `{new}`: `bastion tau --sets {sets} --samples {samples}`, {rounds} rounds, binaries alternating.")
+print("TPOT: decode seconds per new token, mean over the samples; speedup: AR's mean TPOT / the method's; medians over the rounds.")
+print()
+print("| dtype | method | AR TPOT old ms | AR TPOT new ms | new/old | speedup old | speedup new | new/old |")
+print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+settings = sorted({p.name for p in (Path(tmp) / "old").iterdir()})
+for setting in settings:
+    res = {}
+    for which in ("old", "new"):
+        ar, sp = [], []
+        for run in sorted((Path(tmp) / which / setting).iterdir()):
+            recs = [json.loads(l) for l in open(run / "run" / "samples.jsonl")]
+            by = {}
+            for rec in recs:
+                by.setdefault(rec["method"], []).append(rec["tpot_s"])
+            a = statistics.mean(by.pop("ar"))
+            (m, t), = by.items()
+            ar.append(a)
+            sp.append(a / statistics.mean(t))
+        res[which] = (statistics.median(ar), statistics.median(sp))
+    dtype, method = setting.split("-", 1)
+    (ao, so), (an, sn) = res["old"], res["new"]
+    print(f"| {dtype} | {method.replace('-', ':', 1)} | {ao*1e3:.2f} | {an*1e3:.2f} | {an/ao:.3f} | {so:.3f}× | {sn:.3f}× | {sn/so:.3f} |")
+EOF
