@@ -52,6 +52,7 @@ print()
 print("| dtype | method | AR TPOT old ms | AR TPOT new ms | new/old | speedup old | speedup new | new/old |")
 print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
 settings = sorted({p.name for p in (Path(tmp) / "old").iterdir()})
+runs = []
 for setting in settings:
     res = {}
     for which in ("old", "new"):
@@ -65,8 +66,16 @@ for setting in settings:
             (m, t), = by.items()
             ar.append(a)
             sp.append(a / statistics.mean(t))
+            runs.append((setting, which, run.name, a, statistics.mean(t)))
         res[which] = (statistics.median(ar), statistics.median(sp))
     dtype, method = setting.split("-", 1)
     (ao, so), (an, sn) = res["old"], res["new"]
     print(f"| {dtype} | {method.replace('-', ':', 1)} | {ao*1e3:.2f} | {an*1e3:.2f} | {an/ao:.3f} | {so:.3f}× | {sn:.3f}× | {sn/so:.3f} |")
+print()
+print("Each run:")
+print()
+print("| setting | round | binary | AR TPOT ms | method TPOT ms |")
+print("| --- | ---: | --- | ---: | ---: |")
+for setting, which, r, a, m in sorted(runs, key=lambda x: (x[0], int(x[2]), x[1])):
+    print(f"| {setting} | {r} | {which} | {a*1e3:.2f} | {m*1e3:.2f} |")
 EOF
