@@ -31,6 +31,17 @@ pub(crate) enum Visibility<'a> {
     Tree(&'a DraftTree),
 }
 
+/// One pass over a cache: `t` new rows after `past` cached ones, seeing
+/// each other as `vis` says, in layers of head layout `shape` (the
+/// target's or the drafter's).
+#[derive(Clone, Copy)]
+pub(crate) struct Pass<'a> {
+    pub(crate) shape: LayerShape,
+    pub(crate) vis: Visibility<'a>,
+    pub(crate) past: usize,
+    pub(crate) t: usize,
+}
+
 /// Where a forward pass's keys and values go and how its rows attend.
 pub(crate) trait KvCache {
     /// Activations `[rows, width]` of the execution this cache serves.
@@ -39,20 +50,11 @@ pub(crate) trait KvCache {
     type Heads;
     /// What attention needs for one pass, prepared once for all layers.
     type Prepared;
-    /// Prepares a pass of `t` new rows after `past` cached ones, for layers
-    /// of head layout `shape` (the target's or the drafter's) of a model on
-    /// `m`'s device.
+    /// Prepares `pass` for layers of a model on `m`'s device.
     ///
     /// # Errors
     /// [`ModelError::Kernel`] when the tree cannot be prepared for the kernel.
-    fn prepare(
-        &mut self,
-        m: &Model,
-        shape: LayerShape,
-        vis: Visibility<'_>,
-        past: usize,
-        t: usize,
-    ) -> Result<Self::Prepared>;
+    fn prepare(&mut self, m: &Model, pass: Pass<'_>) -> Result<Self::Prepared>;
     /// Writes layer `layer`'s new keys and values `k`, `v`
     /// `[kv_heads, t, head_dim]` after the cached rows, then attends the
     /// queries `q` `[heads, t, head_dim]`: `[t, heads · head_dim]`.
@@ -145,7 +147,7 @@ where
     let t = tokens.len();
     let mut x = exec.embed(m, tokens)?;
     let shape = LayerShape::of(cfg);
-    let prepared = cache.prepare(m, shape, vis, past, t)?;
+    let prepared = cache.prepare(m, Pass { shape, vis, past, t })?;
     let rope = exec.rope(&m.inv_freq, positions);
     let mut taps: Vec<(usize, X::Rows)> = Vec::new();
     let mut tap = |idx: usize, x: &X::Rows| {
@@ -210,7 +212,7 @@ where
     let ctx_rope = exec.rope(d.inv_freq, &ctx_positions);
     let blk_positions: Vec<usize> = (start..start + b).collect();
     let rope = exec.rope(d.inv_freq, &blk_positions);
-    let prepared = cache.prepare(target, shape, Visibility::All, start, b)?;
+    let prepared = cache.prepare(target, Pass { shape, vis: Visibility::All, past: start, t: b })?;
     let mut x = exec.embed(target, block)?;
     for (l, layer) in d.layers.iter().enumerate() {
         if let Some(c) = &ctx {
@@ -340,14 +342,8 @@ impl KvCache for HostKv {
     type Heads = Vec<f32>;
     type Prepared = HostPass;
 
-    fn prepare(
-        &mut self,
-        _m: &Model,
-        shape: LayerShape,
-        vis: Visibility<'_>,
-        past: usize,
-        t: usize,
-    ) -> Result<HostPass> {
+    fn prepare(&mut self, _m: &Model, pass: Pass<'_>) -> Result<HostPass> {
+        let Pass { shape, vis, past, t } = pass;
         self.reserve(past + t, past);
         let visible = match vis {
             Visibility::Tree(tree) => HostVisible::Tree(tree.ancestor_mask()),
@@ -427,14 +423,8 @@ impl KvCache for BurnKv {
     type Heads = Tensor<3>;
     type Prepared = BurnPass;
 
-    fn prepare(
-        &mut self,
-        m: &Model,
-        shape: LayerShape,
-        vis: Visibility<'_>,
-        past: usize,
-        t: usize,
-    ) -> Result<BurnPass> {
+    fn prepare(&mut self, m: &Model, pass: Pass<'_>) -> Result<BurnPass> {
+        let Pass { shape, vis, past, t } = pass;
         let group = shape.heads / shape.kv_heads;
         let total = past + t;
         // A single new token sees everything: no mask. A causal block gets the
@@ -505,14 +495,8 @@ impl KvCache for BatchKv<'_> {
     type Heads = Vec<f32>;
     type Prepared = (usize, usize);
 
-    fn prepare(
-        &mut self,
-        _m: &Model,
-        shape: LayerShape,
-        _vis: Visibility<'_>,
-        _past: usize,
-        _t: usize,
-    ) -> Result<(usize, usize)> {
+    fn prepare(&mut self, _m: &Model, pass: Pass<'_>) -> Result<(usize, usize)> {
+        let shape = pass.shape;
         for (kv, &past) in self.kvs.iter_mut().zip(&self.pasts) {
             kv.reserve(past + 1, past);
         }

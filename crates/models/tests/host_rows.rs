@@ -6,16 +6,7 @@ use bastion_kernels::cpu::rows::{rms_norm_rows, silu_mul, split_heads, HostRope}
 use bastion_models::ops::{rms_norm, rms_norm3, rope, rope_tables};
 use burn::tensor::{activation::silu, Device, Tensor, TensorData};
 
-/// Deterministic values in [-0.5, 0.5).
-fn values(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5
-        })
-        .collect()
-}
+use bastion_testkit::lcg_values as values;
 
 fn close(a: &[f32], b: &[f32], tol: f32) {
     assert_eq!(a.len(), b.len());

@@ -96,6 +96,19 @@ impl F32Tensor {
     }
 }
 
+/// `n` pseudo-random values in [−0.5, 0.5) from `seed` (a linear
+/// congruential stream: the same values on every platform), for kernel
+/// tests.
+pub fn lcg_values(n: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+        })
+        .collect()
+}
+
 /// Max |a − b| over two equal-length slices.
 pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len(), "length mismatch");

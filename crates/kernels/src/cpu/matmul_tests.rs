@@ -4,15 +4,7 @@ use super::*;
 use proptest::prelude::*;
 
 /// `n` pseudo-random values in [−0.5, 0.5) from `seed` (shared by the CPU kernels' tests).
-pub(crate) fn values(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5
-        })
-        .collect()
-}
+pub(crate) use bastion_testkit::lcg_values as values;
 
 #[test]
 fn equals_the_naive_product_on_odd_shapes() {
