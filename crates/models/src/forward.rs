@@ -1,7 +1,7 @@
 //! The target's forward pass, written once ([`forward`]): embed, the
 //! decoder layers ([`crate::layer::layer_forward`]) with attention over a
 //! KV cache, the final norm, the LM head on the last rows, and the hidden
-//! states asked for. How it executes is a [`TargetExec`] (host buffers and
+//! states asked for. How it executes is an [`Exec`] (host buffers and
 //! the CPU kernels on `flex`, Burn tensors elsewhere); where keys and values
 //! go is a [`KvCache`] (a session's host cache, its Burn tensors, or the
 //! caches of a batch of sequences, one new row each).
@@ -69,7 +69,9 @@ pub(crate) trait KvCache {
         v: Self::Heads,
         p: &Self::Prepared,
     ) -> Result<Self::Rows>;
-    /// Drops what was written after row `past` (a failed pass, a drafted block).
+    /// Forgets what was written after row `past` (a failed pass, a drafted
+    /// block): dropped from a Burn cache; left in a host cache, where the
+    /// next pass overwrites it.
     fn rollback(&mut self, past: usize);
 }
 
@@ -77,8 +79,9 @@ pub(crate) trait KvCache {
 /// drafter's context rows).
 pub(crate) trait AppendKv: KvCache {
     /// Writes layer `layer`'s keys and values `k`, `v`
-    /// `[kv_heads, n, head_dim]` at rows `at..at + n`, `at` = the rows
-    /// cached so far.
+    /// `[kv_heads, n, head_dim]` after the rows cached so far, `at` (the
+    /// host cache writes at `at`; the Burn cache, which holds exactly its
+    /// rows, appends).
     fn append(&mut self, layer: usize, at: usize, k: Self::Heads, v: Self::Heads);
 }
 
@@ -207,19 +210,30 @@ where
 {
     let (shape, b) = (d.shape, block.len());
     let start = len + n;
-    let ctx = features.map(|f| exec.rms_norm(&exec.linear(d.fc, &f), d.hidden_norm, shape.eps));
-    let ctx_positions: Vec<usize> = (len..start).collect();
-    let ctx_rope = exec.rope(d.inv_freq, &ctx_positions);
+    // The new context rows, with their RoPE tables (none when n = 0).
+    let ctx = features.map(|f| {
+        let c = exec.rms_norm(&exec.linear(d.fc, &f), d.hidden_norm, shape.eps);
+        let positions: Vec<usize> = (len..start).collect();
+        (c, exec.rope(d.inv_freq, &positions))
+    });
     let blk_positions: Vec<usize> = (start..start + b).collect();
     let rope = exec.rope(d.inv_freq, &blk_positions);
     let prepared = cache.prepare(target, Pass { shape, vis: Visibility::All, past: start, t: b })?;
     let mut x = exec.embed(target, block)?;
     for (l, layer) in d.layers.iter().enumerate() {
-        if let Some(c) = &ctx {
-            let [k, v] = layer_key_values(&exec.layer(layer, shape, &ctx_rope), c);
+        if let Some((c, ctx_rope)) = &ctx {
+            let [k, v] = layer_key_values(&exec.layer(layer, shape, ctx_rope), c);
             cache.append(l, len, k, v);
         }
-        x = layer_forward(&exec.layer(layer, shape, &rope), x, |q, k, v| cache.write_attend(l, q, k, v, &prepared))?;
+        let step = exec.layer(layer, shape, &rope);
+        x = match layer_forward(&step, x, |q, k, v| cache.write_attend(l, q, k, v, &prepared)) {
+            Ok(x) => x,
+            Err(e) => {
+                // Nothing of this block stays: the session's length is unchanged.
+                cache.rollback(len);
+                return Err(e);
+            }
+        };
     }
     cache.rollback(start);
     Ok(exec.rms_norm(&x, d.norm, shape.eps))

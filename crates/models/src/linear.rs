@@ -314,33 +314,32 @@ fn half_tensor(data: Vec<f32>, shape: [usize; 2], dt: DType, device: &Device) ->
     Tensor::from_data(data, (device, dt))
 }
 
-/// `[r, c]` row-major → `[c, r]` row-major, in tiles of [`TILE`]² so that
-/// reads and writes both stay in cache (a plain loop writes with stride `r`
-/// and misses on every element of a large matrix), output column blocks in
+/// `[r, c]` row-major → `[c, r]` row-major. Each task owns [`TILE`]
+/// output rows (input columns `j0 .. j0 + TILE`) and walks the input rows
+/// in order: it reads `TILE` consecutive values per input row and writes
+/// one column of its `TILE` output rows, so only `TILE` output cache lines
+/// are in flight (a plain loop writes with stride `r` across the whole
+/// output and misses on every element of a large matrix). Tasks run in
 /// parallel.
 fn transpose(data: &[f32], r: usize, c: usize) -> Vec<f32> {
     let mut out = vec![0.0f32; r * c];
     if r == 0 || c == 0 {
         return out;
     }
-    // Each task owns output rows j0 .. j0 + TILE (input columns), all `r` wide.
     out.par_chunks_mut(TILE * r).enumerate().for_each(|(b, block)| {
         let j0 = b * TILE;
         let width = block.len() / r;
-        for i0 in (0..r).step_by(TILE) {
-            for i in i0..(i0 + TILE).min(r) {
-                let src = &data[i * c + j0..i * c + j0 + width];
-                for (dj, &v) in src.iter().enumerate() {
-                    block[dj * r + i] = v;
-                }
+        for i in 0..r {
+            let src = &data[i * c + j0..i * c + j0 + width];
+            for (dj, &v) in src.iter().enumerate() {
+                block[dj * r + i] = v;
             }
         }
     });
     out
 }
 
-/// Side of the square tiles [`transpose`] moves (64 f32: 64 cache lines
-/// of output in flight).
+/// Output rows per task of [`transpose`].
 const TILE: usize = 64;
 
 #[cfg(test)]

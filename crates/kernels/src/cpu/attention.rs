@@ -74,7 +74,6 @@ pub struct HostKv {
 }
 
 impl HostKv {
-    /// An empty cache for `layers` layers.
     /// Key / value heads.
     pub fn kv_heads(&self) -> usize {
         self.kv_heads
@@ -85,6 +84,7 @@ impl HostKv {
         self.head_dim
     }
 
+    /// An empty cache for `layers` layers.
     pub fn new(layers: usize, kv_heads: usize, head_dim: usize) -> Self {
         Self { kv_heads, head_dim, capacity: 0, keys: vec![Vec::new(); layers], values: vec![Vec::new(); layers] }
     }
