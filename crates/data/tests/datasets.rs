@@ -14,8 +14,13 @@ const ALL: Selection = Selection { paper_subset: false, max_samples: None };
 fn every_file_matches_its_checksum() {
     let names = datasets().verify_all().unwrap();
     assert!(names.contains(&"train/gsm8k-train.jsonl".to_string()));
-    assert!(names.contains(&"train/chat-self-instruct.jsonl".to_string()));
-    assert_eq!(names.len(), 11);
+    for domain in ["chat", "math", "code"] {
+        let name = format!("train/{domain}-self-instruct.jsonl");
+        assert!(names.contains(&name), "{name} missing from SHA256SUMS");
+    }
+    // Nine evaluation files (seven sets, the full MBPP, the paper subsets) and four
+    // training files.
+    assert_eq!(names.len(), 13);
 }
 
 #[test]
