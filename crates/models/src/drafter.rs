@@ -9,14 +9,14 @@ use serde_json::Value;
 
 use crate::config::{cfg_err, Arch, ModelConfig};
 use crate::error::{ModelError, Result};
-use crate::forward::{draft_block, BurnExec, BurnKv, DraftWeights, HostExec};
+use crate::forward::{draft_block, BurnExec, DraftWeights, HostExec};
+use crate::kv::SessionKv;
 use crate::inference_layer::HostRows;
 use crate::layer::LayerShape;
 use crate::linear::{runs_on_host, NormWeight};
 use crate::model::{host, ForwardOutput, Layer, Linear, Model};
 use crate::output::{ContextFeatures, DraftLogits};
 use crate::weights::{HostTensor, SafetensorsSource, WeightSource};
-use bastion_kernels::cpu::attention::HostKv;
 
 /// A DFlash drafter's configuration (`config.json` of a z-lab checkpoint).
 #[derive(Debug, Clone, PartialEq)]
@@ -340,11 +340,7 @@ impl Drafter {
     /// A fresh draft session (empty context cache).
     pub fn session(&self) -> DraftSession<'_> {
         let m = &self.cfg.model;
-        let cache = if runs_on_host(&self.device) {
-            DraftCache::Host(HostKv::new(self.layers.len(), m.num_kv_heads, m.head_dim))
-        } else {
-            DraftCache::Burn(BurnKv::new(self.layers.len()))
-        };
+        let cache = SessionKv::new(runs_on_host(&self.device), self.layers.len(), m.num_kv_heads, m.head_dim);
         DraftSession { drafter: self, cache, len: 0 }
     }
 }
@@ -386,22 +382,14 @@ pub fn context_features(out: &ForwardOutput, hidden_size: usize, rows: Option<&[
 /// `[kv_heads, len, head_dim]` pair per draft layer. Block K/V never
 /// persist: the cache is "cropped back to `start`" after every block.
 ///
-/// On the `flex` CPU backend the cache lives in host memory, preallocated:
-/// context rows are written in place, the block's rows after them are
-/// overwritten by the next block, and attention runs per query row
-/// ([`bastion_kernels::cpu::attention`]).
+/// The cache is preallocated and written in place ([`crate::kv`]): context
+/// rows are kept, the block's rows after them are overwritten by the next
+/// block. On the `flex` CPU backend it lives in host memory and attention
+/// runs per query row ([`bastion_kernels::cpu::attention`]).
 pub struct DraftSession<'d> {
     drafter: &'d Drafter,
-    cache: DraftCache,
+    cache: SessionKv,
     len: usize,
-}
-
-/// A draft session's context cache.
-enum DraftCache {
-    /// Host memory, in place (`flex`); rows `len..len + B` hold the last block.
-    Host(HostKv),
-    /// One Burn tensor `[kv_heads, len, head_dim]` per layer, keys and values.
-    Burn(BurnKv),
 }
 
 impl DraftSession<'_> {
@@ -543,7 +531,7 @@ impl DraftSession<'_> {
         };
         let len = self.len;
         let out = match &mut self.cache {
-            DraftCache::Host(kv) => {
+            SessionKv::Host(kv) => {
                 let feats = match (n, features) {
                     (0, _) => None,
                     (_, Feats::Host(f)) => Some(HostRows::new(f.to_vec(), width)),
@@ -551,7 +539,7 @@ impl DraftSession<'_> {
                 };
                 BlockOut::Host(draft_block(&HostExec, &w, target, kv, feats, len, n, &block)?.into_vec())
             }
-            DraftCache::Burn(kv) => {
+            SessionKv::Burn(kv) => {
                 let feats = match (n, features) {
                     (0, _) => None,
                     (_, Feats::Host(f)) => {

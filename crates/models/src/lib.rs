@@ -19,6 +19,7 @@ pub mod error;
 pub use bastion_formats::gguf;
 mod forward;
 mod inference_layer;
+mod kv;
 pub mod layer;
 mod linear;
 pub mod loader;

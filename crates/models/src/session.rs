@@ -2,13 +2,12 @@
 //! compaction to the accepted path, and batched decoding of independent
 //! sequences ([`Model::decode_batch`]).
 
-use burn::tensor::{Int, Tensor, TensorData};
-
 use bastion_kernels::cpu::attention::HostKv;
 use bastion_tree::DraftTree;
 
 use crate::error::{ModelError, Result};
-use crate::forward::{forward, BatchKv, BurnExec, BurnKv, HostExec, Visibility};
+use crate::forward::{forward, BurnExec, HostExec};
+use crate::kv::{BatchKv, SessionKv, Visibility};
 use crate::model::{ForwardOutput, Model};
 use crate::output::Resident;
 
@@ -100,8 +99,8 @@ impl Model {
         let kvs: Vec<&mut HostKv> = sessions
             .iter_mut()
             .map(|s| match &mut s.cache {
-                Cache::Host(kv) => kv,
-                Cache::Burn(_) => unreachable!("a host-cache model's sessions hold host caches"),
+                SessionKv::Host(kv) => kv,
+                SessionKv::Burn(_) => unreachable!("a host-cache model's sessions hold host caches"),
             })
             .collect();
         let mut batch = BatchKv { kvs, pasts: pasts.clone() };
@@ -116,11 +115,7 @@ impl Model {
     /// Starts an empty session (KV cache) on this model.
     pub fn session(&self) -> Session<'_> {
         let c = &self.cfg;
-        let cache = if self.host_cache {
-            Cache::Host(HostKv::new(c.num_layers, c.num_kv_heads, c.head_dim))
-        } else {
-            Cache::Burn(BurnKv::new(c.num_layers))
-        };
+        let cache = SessionKv::new(self.host_cache, c.num_layers, c.num_kv_heads, c.head_dim);
         Session { model: self, cache, len: 0, pending: None }
     }
 }
@@ -130,25 +125,17 @@ impl Model {
 ///
 /// The cache holds `[kv_heads, len, head_dim]` keys and values per layer.
 /// After [`Session::verify`] the tree's K/V rows sit provisionally after the
-/// committed prefix until [`Session::commit`] keeps the accepted ones. On the
-/// `flex` CPU backend it lives in host memory, preallocated and written in
-/// place, with attention computed per query row over exactly the keys the
-/// row sees ([`bastion_kernels::cpu::attention`]); on the other backends it is a Burn
-/// tensor per layer.
+/// committed prefix until [`Session::commit`] keeps the accepted ones. The
+/// cache is preallocated and written in place ([`crate::kv`]): on the `flex`
+/// CPU backend in host memory, with attention computed per query row over
+/// exactly the keys the row sees ([`bastion_kernels::cpu::attention`]); on
+/// the other backends as Burn tensors per layer.
 pub struct Session<'m> {
     model: &'m Model,
-    cache: Cache,
+    cache: SessionKv,
     len: usize,
     /// Rows appended by the last `verify`, not yet committed.
     pending: Option<usize>,
-}
-
-/// A session's KV cache.
-enum Cache {
-    /// Host memory, in place (`flex`).
-    Host(HostKv),
-    /// One Burn tensor `[kv_heads, len, head_dim]` per layer, keys and values.
-    Burn(BurnKv),
 }
 
 impl<'m> Session<'m> {
@@ -248,15 +235,7 @@ impl<'m> Session<'m> {
         if accepted.windows(2).any(|w| w[0] >= w[1]) {
             return Err(ModelError::Shape(format!("accepted indices {accepted:?} are not a root-to-node path")));
         }
-        match &mut self.cache {
-            Cache::Host(kv) => kv.commit_path(self.len, accepted),
-            Cache::Burn(kv) => {
-                let keep: Vec<i64> =
-                    (0..self.len as i64).chain(accepted.iter().map(|&i| (self.len + i) as i64)).collect();
-                let count = keep.len();
-                kv.select(Tensor::<1, Int>::from_data(TensorData::new(keep, [count]), &self.model.device));
-            }
-        }
+        self.cache.commit_path(self.len, accepted);
         self.len += accepted.len();
         self.pending = None;
         Ok(())
@@ -272,21 +251,13 @@ impl<'m> Session<'m> {
     /// [`ModelError::Usage`] when a verified tree is pending.
     pub fn fork(&self) -> Result<Session<'m>> {
         self.check_idle()?;
-        let cache = match &self.cache {
-            Cache::Host(kv) => Cache::Host(kv.clone()),
-            Cache::Burn(kv) => Cache::Burn(kv.clone()),
-        };
-        Ok(Session { model: self.model, cache, len: self.len, pending: None })
+        Ok(Session { model: self.model, cache: self.cache.clone(), len: self.len, pending: None })
     }
 
-    /// Drops a pending tree without committing anything.
+    /// Drops a pending tree without committing anything (its rows, past
+    /// `len`, are overwritten by the next pass).
     pub fn discard(&mut self) {
-        if self.pending.take().is_some() {
-            // Host cache: rows past `len` are simply overwritten later.
-            if let Cache::Burn(kv) = &mut self.cache {
-                kv.truncate(self.len);
-            }
-        }
+        self.pending = None;
     }
 
     fn check_idle(&self) -> Result<()> {
@@ -309,10 +280,10 @@ impl<'m> Session<'m> {
         let m = self.model;
         let rows = if all_logits { tokens.len() } else { 1 };
         match &mut self.cache {
-            Cache::Host(kv) => {
+            SessionKv::Host(kv) => {
                 forward(&HostExec, m, kv, tokens, positions, self.len, vis, hidden, rows).map(Resident::Host)
             }
-            Cache::Burn(kv) => forward(&BurnExec(&m.device), m, kv, tokens, positions, self.len, vis, hidden, rows)
+            SessionKv::Burn(kv) => forward(&BurnExec(&m.device), m, kv, tokens, positions, self.len, vis, hidden, rows)
                 .map(Resident::Device),
         }
     }

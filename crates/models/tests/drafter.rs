@@ -195,3 +195,31 @@ fn drafter_that_does_not_fit_is_rejected() {
     let err = Drafter::load(tmp.path(), &target).err().unwrap().to_string();
     assert!(err.contains(&tmp.path().display().to_string()), "{err}");
 }
+
+#[test]
+fn device_context_cache_grows_and_drafts_what_the_host_cache_drafts() {
+    // The drafter's context cache on the Burn path (the autodiff flex device,
+    // the path a GPU takes) grows past its first allocation (512 rows) in the
+    // middle of a context and drafts what the host cache drafts.
+    let dir = fixture_dir("tiny-qwen3");
+    let cfg = ModelConfig::from_hf_json(dir.join("config.json")).unwrap();
+    let burn_target = Model::load(cfg, &SafetensorsSource::open(&dir).unwrap(), &Device::flex().autodiff()).unwrap();
+    let host_target = target();
+    let ctx: Vec<u32> = (0..560u32).map(|i| 1 + (i * 97 + 13) % 249).collect();
+    let blocks = |t: &Model| {
+        let drafter = Drafter::load(fixture_dir("tiny-dflash"), t).unwrap();
+        let out = host_target.session().prefill(&ctx, &drafter.hidden_indices()).unwrap();
+        let feats = context_features(&out, 64, None).unwrap();
+        let split = 300 * 128;
+        let mut s = drafter.session();
+        let first = s.draft(t, &feats[..split], ctx[300]).unwrap();
+        let second = s.draft(t, &feats[split..], 7).unwrap();
+        assert_eq!(s.len(), ctx.len());
+        [first, second]
+    };
+    let (host, burn) = (blocks(&host_target), blocks(&burn_target));
+    for (i, (h, b)) in host.iter().zip(&burn).enumerate() {
+        let d = max_abs_diff(h, b);
+        assert!(d < ATOL, "block {i}: the device cache drafts logits {d} away from the host cache's");
+    }
+}

@@ -1,15 +1,21 @@
 //! Property: verifying a random tree, committing a random root-to-node path
 //! and decoding on gives the same logits as a plain causal run over the same
-//! tokens (tiny-qwen3 and tiny-llama fixtures).
+//! tokens (tiny-qwen3 and tiny-llama fixtures; the host cache on `flex` and
+//! the device cache, Burn tensors, on the autodiff flex device).
 
 use bastion_models::{load_model, Model};
 use bastion_testkit::{fixture_dir, max_abs_diff, root_path, tree_with_distinct_siblings};
 use burn::tensor::Device;
 use proptest::prelude::*;
 
-fn models() -> &'static [Model; 2] {
-    static MODELS: std::sync::OnceLock<[Model; 2]> = std::sync::OnceLock::new();
-    MODELS.get_or_init(|| ["tiny-qwen3", "tiny-llama"].map(|n| load_model(fixture_dir(n), &Device::flex()).unwrap()))
+fn models() -> &'static [Model; 4] {
+    static MODELS: std::sync::OnceLock<[Model; 4]> = std::sync::OnceLock::new();
+    MODELS.get_or_init(|| {
+        [("tiny-qwen3", false), ("tiny-llama", false), ("tiny-qwen3", true), ("tiny-llama", true)].map(|(n, burn)| {
+            let device = if burn { Device::flex().autodiff() } else { Device::flex() };
+            load_model(fixture_dir(n), &device).unwrap()
+        })
+    })
 }
 
 /// A random tree: node i > 0 hangs under a random earlier node, tokens
@@ -23,7 +29,7 @@ proptest! {
 
     #[test]
     fn commit_then_decode_equals_a_causal_run(
-        which in 0usize..2,
+        which in 0usize..4,
         prefix in prop::collection::vec(1u32..250, 1..20),
         (root, nodes) in tree_strategy(),
         pick in any::<prop::sample::Index>(),
