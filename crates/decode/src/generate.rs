@@ -2,13 +2,13 @@
 
 use std::time::Instant;
 
-use bastion_models::{ContextFeatures, DeviceRows, DraftLogits, Drafter, Model};
+use bastion_models::{ContextFeatures, Drafter, Model};
 use bastion_tree::RoundObservation;
-use bastion_tree::{walk, Acceptance, BudgetPolicy, CandidateList, DraftCandidates, DraftRows, DraftTree, HostRows};
+use bastion_tree::{walk, Acceptance, BudgetPolicy, DraftCandidates, DraftTree};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{DecodeError, Result};
-use crate::sampling::{argmax_resident, Sampler};
+use crate::sampling::Sampler;
 use crate::skip::SkipGate;
 
 /// How the verified tree's accepted path is chosen.
@@ -270,8 +270,8 @@ pub fn generate_with_gate(
     let t0 = Instant::now();
     // Logits and hidden states stay where they were computed (on a GPU
     // backend, the device): only token ids and candidate lists come back.
-    let out = session.prefill_resident(prompt, &hidden_idx)?;
-    let mut root = sampler.sample_resident_row(&out, 0, &mut 0)?;
+    let out = session.prefill(prompt, &hidden_idx)?;
+    let mut root = sampler.sample_output_row(&out, 0)?;
     let prefill_s = t0.elapsed().as_secs_f64();
     let mut features = if draft.is_some() { out.features(hidden, None)? } else { ContextFeatures::default() };
     drop(out);
@@ -296,15 +296,16 @@ pub fn generate_with_gate(
     while session.len() - prompt.len() < cfg.max_new_tokens && !stopped(&gen.tokens) {
         let context_len = session.len();
         let drafts = draft.is_some() && gate.as_ref().is_none_or(|g| g.should_draft());
-        let mut read_back = 0u64;
+        // Bytes read back from the device this round: the sessions count them.
+        let read_before = session.read_back_bytes() + dsession.as_ref().map_or(0, |d| d.read_back_bytes());
         let t = Instant::now();
         // Draft logits only as deep as the policy's largest tree can reach.
         let depth = draft.as_ref().map_or(0, |(_, policy)| {
             (block - 1).min(policy.max_nodes().max(1)).min(cfg.draft_depth.unwrap_or(usize::MAX).max(1))
         });
-        let mut draft_logits = match (&draft, &mut dsession) {
+        let draft_logits = match (&draft, &mut dsession) {
             (Some(_), Some(ds)) if drafts => {
-                let logits = ds.draft_rows_resident(target, &std::mem::take(&mut features), root, depth)?;
+                let logits = ds.draft(target, &std::mem::take(&mut features), root, depth)?;
                 // The drafter has read the features of every committed token, no more.
                 if ds.len() != context_len {
                     return Err(DecodeError::Invariant(format!(
@@ -318,23 +319,14 @@ pub fn generate_with_gate(
             _ => None,
         };
         // A trace keeps the draft logits in host memory.
-        if cfg.trace {
-            if let Some(DraftLogits::Device(t)) = &draft_logits {
-                draft_logits = Some(DraftLogits::Host(DraftLogits::Device(t.clone()).into_host(&mut read_back)?));
-            }
-        }
+        let traced_logits = match (&draft_logits, cfg.trace) {
+            (Some(l), true) => Some(l.to_host()?),
+            _ => None,
+        };
         // The candidate lists (top-k and log-probabilities of every drafted
         // row) are the drafter's output: drafting time, as the LM head is.
-        let mut candidates = match (&draft, &draft_logits) {
-            (Some((_, policy)), Some(logits)) => {
-                let rows = match logits {
-                    DraftLogits::Host(l) => {
-                        RoundRows::Host(HostRows::new(l, depth, draft_map.map_or(tcfg.vocab_size, <[u32]>::len))?)
-                    }
-                    DraftLogits::Device(t) => RoundRows::Device(Box::new(DeviceRows::new((**t).clone()))),
-                };
-                Some(DraftCandidates::from_rows(rows, draft_map, policy.top_k())?)
-            }
+        let mut candidates = match (&draft, draft_logits) {
+            (Some((_, policy)), Some(logits)) => Some(DraftCandidates::from_rows(logits, draft_map, policy.top_k())?),
             _ => None,
         };
         let draft_s = t.elapsed().as_secs_f64();
@@ -346,28 +338,21 @@ pub fn generate_with_gate(
             (Some((_, policy)), Some(c)) => c.build_tree(root, context_len, &mut **policy)?,
             _ => DraftTree::root_only(root),
         };
-        if let Some(RoundRows::Device(rows)) = candidates.as_ref().map(DraftCandidates::source) {
-            read_back += rows.read_back();
-        }
         drop(candidates);
         let build_s = t.elapsed().as_secs_f64();
         let t = Instant::now();
-        let out = session.verify_resident(&tree, &hidden_idx)?;
+        let out = session.verify(&tree, &hidden_idx)?;
         // The outputs stay on the device: wait for it before stopping the clock.
         target.sync()?;
         let verify_s = t.elapsed().as_secs_f64();
         let t = Instant::now();
         let acc = match cfg.accept {
-            AcceptRule::Walk => walk(&tree, &sampler.sample_resident(&out, &mut read_back)?)?,
+            AcceptRule::Walk => walk(&tree, &sampler.sample_output(&out)?)?,
             AcceptRule::ArgmaxPath => {
-                let greedy = argmax_resident(&out, &mut read_back)?;
+                let greedy = out.argmax()?;
                 let accepted = walk(&tree, &greedy)?.accepted;
                 let last = *accepted.last().expect("the walk always accepts the root");
-                let bonus = if sampler.is_greedy() {
-                    greedy[last]
-                } else {
-                    sampler.sample_resident_row(&out, last, &mut read_back)?
-                };
+                let bonus = if sampler.is_greedy() { greedy[last] } else { sampler.sample_output_row(&out, last)? };
                 Acceptance { bonus, accepted }
             }
         };
@@ -406,16 +391,17 @@ pub fn generate_with_gate(
             build_s,
             verify_s,
             commit_s,
-            read_back_bytes: read_back,
+            read_back_bytes: session.read_back_bytes() + dsession.as_ref().map_or(0, |d| d.read_back_bytes())
+                - read_before,
             drafted: drafts,
             emitted: None,
         });
         if cfg.trace {
-            let draft_logits = match draft_logits {
-                Some(DraftLogits::Host(l)) => l,
-                _ => Vec::new(),
-            };
-            gen.trace.push(RoundTrace { draft_logits, tree, accepted: acc.accepted });
+            gen.trace.push(RoundTrace {
+                draft_logits: traced_logits.unwrap_or_default(),
+                tree,
+                accepted: acc.accepted,
+            });
         }
     }
     gen.decode_s = (decode_start.elapsed().as_secs_f64() - gen.first_draft_s).max(0.0);
@@ -431,41 +417,4 @@ pub fn generate_with_gate(
         before += r.accepted;
     }
     Ok(gen)
-}
-
-/// A round's draft logits for the candidate lists: in host memory, or on
-/// the device where the top-k runs ([`DeviceRows`]).
-enum RoundRows<'a> {
-    Host(HostRows<'a>),
-    Device(Box<DeviceRows>),
-}
-
-impl DraftRows for RoundRows<'_> {
-    fn depth(&self) -> usize {
-        match self {
-            RoundRows::Host(r) => r.depth(),
-            RoundRows::Device(r) => r.depth(),
-        }
-    }
-
-    fn vocab(&self) -> usize {
-        match self {
-            RoundRows::Host(r) => r.vocab(),
-            RoundRows::Device(r) => r.vocab(),
-        }
-    }
-
-    fn top_k(&self, depths: &[usize], k: usize) -> bastion_tree::Result<Vec<CandidateList>> {
-        match self {
-            RoundRows::Host(r) => r.top_k(depths, k),
-            RoundRows::Device(r) => r.top_k(depths, k),
-        }
-    }
-
-    fn top_k_ranks(&self, depths: &[usize], from: usize, k: usize) -> bastion_tree::Result<Vec<CandidateList>> {
-        match self {
-            RoundRows::Host(r) => r.top_k_ranks(depths, from, k),
-            RoundRows::Device(r) => r.top_k_ranks(depths, from, k),
-        }
-    }
 }

@@ -379,8 +379,8 @@ impl LoadedPair {
         // session gives the rows of output[..n − 1], so no prompt row beyond the
         // last is ever projected to the vocabulary.
         let mut session = self.target.session();
-        let first = session.prefill(prompt, &[])?;
-        let rest = if fed.is_empty() { None } else { Some(session.prefill_all_logits(fed, &[])?) };
+        let first = session.prefill(prompt, &[])?.into_host()?;
+        let rest = if fed.is_empty() { None } else { Some(session.prefill_all_logits(fed, &[])?.into_host()?) };
         let vocab = first.logits.len();
         let rows = std::iter::once(&first.logits[..]).chain(rest.iter().flat_map(|r| r.logits.chunks(vocab)));
         let inv_t = 1.0 / temperature;

@@ -1,6 +1,11 @@
 //! Sampling the target's posterior at each verified node (docs/algorithms.md §3).
+//!
+//! The rule itself (inverse-transform sampling of `softmax(logits / T)`,
+//! on the host and on a device) is `bastion_models::output`'s; a
+//! [`Sampler`] holds the temperature and the seeded generator whose
+//! uniforms it feeds, one per row in row order, wherever the logits are.
 
-use bastion_models::Resident;
+use bastion_models::Output;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -10,14 +15,9 @@ use crate::error::Result;
 /// (the first index on exact ties).
 pub use bastion_kernels::argmax;
 
-/// Greedy rows per call from which [`Sampler::sample_rows`] splits them
-/// over threads (an argmax over 49K logits takes a few microseconds, about
-/// what handing work to another thread costs).
-const PARALLEL_ROWS: usize = 8;
-
 /// Draws tokens from logit rows: argmax at temperature 0, otherwise a draw
-/// from `softmax(logits / T)` (computed in `f64`) with a seeded ChaCha8
-/// generator, so that a run is reproducible from its seed.
+/// from `softmax(logits / T)` ([`bastion_models::draw`]) with uniforms from
+/// a seeded ChaCha8 generator, so that a run is reproducible from its seed.
 #[derive(Debug, Clone)]
 pub struct Sampler {
     temperature: f64,
@@ -42,98 +42,43 @@ impl Sampler {
         if self.is_greedy() || row.is_empty() {
             return argmax(row);
         }
-        let inv_t = 1.0 / self.temperature;
-        let max = f64::from(row[argmax(row) as usize]);
-        let weights: Vec<f64> = row.iter().map(|&l| ((f64::from(l) - max) * inv_t).exp()).collect();
-        let total: f64 = weights.iter().sum();
-        let mut u = self.rng.random::<f64>() * total;
-        for (i, w) in weights.iter().enumerate() {
-            if u < *w {
-                return i as u32;
-            }
-            u -= w;
-        }
-        // Rounding left u ≥ the last weight: take the last token of positive weight.
-        weights.iter().rposition(|&w| w > 0.0).unwrap_or(0) as u32
-    }
-
-    /// One token per row of a row-major `[rows, vocab]` matrix. Greedy
-    /// rows are independent, so a tree's rows are split over rayon's threads
-    /// (the same tokens); draws stay in row order on one generator.
-    pub fn sample_rows(&mut self, logits: &[f32], rows: usize) -> Vec<u32> {
-        let vocab = logits.len() / rows.max(1);
-        if self.is_greedy() && rows >= PARALLEL_ROWS && vocab > 0 {
-            use rayon::prelude::*;
-            return logits[..rows * vocab].par_chunks_exact(vocab).map(argmax).collect();
-        }
-        (0..rows).map(|r| self.sample(&logits[r * vocab..(r + 1) * vocab])).collect()
+        bastion_models::draw(row, self.temperature, self.rng.random::<f64>())
     }
 
     /// One token per row of a forward pass's logits wherever they are
-    /// ([`Resident`]). On a device the argmax, or the draw, runs there and
-    /// one id per row comes back (bytes added to `read_back`): a draw uses
-    /// one uniform per row from this sampler's generator, in row order, as
-    /// [`Sampler::sample_rows`] does, and the same inverse-transform rule
-    /// ([`bastion_models::DeviceOutput::sample`]), so it draws from the same
-    /// distribution.
+    /// ([`Output`]): the argmax when greedy, else a draw with one uniform
+    /// per row from this sampler's generator, in row order. On a device the
+    /// argmax, or the draw, runs there and one id per row comes back.
     ///
     /// # Errors
     /// A device read-back failure.
-    pub fn sample_resident(&mut self, out: &Resident, read_back: &mut u64) -> Result<Vec<u32>> {
-        Ok(match out {
-            Resident::Host(o) => self.sample_rows(&o.logits, o.rows),
-            Resident::Device(o) if self.is_greedy() => o.argmax(read_back)?,
-            Resident::Device(o) => {
-                let u: Vec<f64> = (0..o.rows).map(|_| self.rng.random::<f64>()).collect();
-                o.sample(self.temperature, &u, read_back)?
-            }
-        })
+    pub fn sample_output(&mut self, out: &Output) -> Result<Vec<u32>> {
+        if self.is_greedy() {
+            return Ok(out.argmax()?);
+        }
+        let u: Vec<f64> = (0..out.rows()).map(|_| self.rng.random::<f64>()).collect();
+        Ok(out.sample(self.temperature, &u)?)
     }
 
-    /// [`Sampler::sample_resident`] for row `i` alone.
+    /// [`Sampler::sample_output`] for row `i` alone (one uniform).
     ///
     /// # Errors
     /// A row out of range; a device read-back failure.
-    pub fn sample_resident_row(&mut self, out: &Resident, i: usize, read_back: &mut u64) -> Result<u32> {
+    pub fn sample_output_row(&mut self, out: &Output, i: usize) -> Result<u32> {
         if i >= out.rows() {
             return Err(crate::DecodeError::Usage(format!("logit row {i} of {}", out.rows())));
         }
-        Ok(match out {
-            Resident::Host(o) => self.sample(o.row(i)),
-            Resident::Device(o) if self.is_greedy() => o.argmax(read_back)?[i],
-            Resident::Device(o) => {
-                let u = self.rng.random::<f64>();
-                o.sample_row(i, self.temperature, u, read_back)?
-            }
-        })
+        if self.is_greedy() {
+            return Ok(out.argmax_row(i)?);
+        }
+        let u = self.rng.random::<f64>();
+        Ok(out.sample_row(i, self.temperature, u)?)
     }
-}
-
-/// The argmax of every row of a forward pass's logits, computed where they are.
-///
-/// # Errors
-/// A device read-back failure.
-pub fn argmax_resident(out: &Resident, read_back: &mut u64) -> Result<Vec<u32>> {
-    Ok(match out {
-        Resident::Host(o) => (0..o.rows).map(|i| argmax(o.row(i))).collect(),
-        Resident::Device(o) => o.argmax(read_back)?,
-    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn greedy_rows_split_over_threads_give_each_rows_argmax() {
-        let vocab = 1000;
-        let logits: Vec<f32> = (0..20 * vocab).map(|i| ((i * 7919) % 997) as f32).collect();
-        let want: Vec<u32> = logits.chunks_exact(vocab).map(argmax).collect();
-        for rows in [1, 7, 8, 20] {
-            let got = Sampler::new(0.0, 0).sample_rows(&logits[..rows * vocab], rows);
-            assert_eq!(got, want[..rows], "{rows} rows");
-        }
-    }
 
     #[test]
     fn sampling_matches_softmax_frequencies() {

@@ -225,7 +225,7 @@ fn long_generations_reach_the_context_limit() {
 #[test]
 fn reduced_precision_logits_stay_close_to_f32() {
     let prompt: Vec<u32> = (1..30).collect();
-    let logits = |dtype| target_as(dtype).session().prefill(&prompt, &[]).unwrap().logits;
+    let logits = |dtype| target_as(dtype).session().prefill(&prompt, &[]).unwrap().into_host().unwrap().logits;
     let f32_logits = logits(WeightDtype::F32);
     for (dtype, tol) in [(WeightDtype::Bf16, 0.1), (WeightDtype::F16, 0.02), (WeightDtype::Q8_0, 0.1)] {
         let l = logits(dtype);
@@ -401,7 +401,7 @@ fn output_logprob_is_the_sum_of_next_token_log_probabilities() {
     let mut want = 0.0f64;
     for j in 0..output.len() {
         let tokens: Vec<u32> = prompt.iter().chain(&output[..j]).copied().collect();
-        let row = pair.target().session().prefill(&tokens, &[]).unwrap().logits;
+        let row = pair.target().session().prefill(&tokens, &[]).unwrap().into_host().unwrap().logits;
         let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x)) as f64;
         let norm: f64 = row.iter().map(|&x| ((x as f64 - max) / t).exp()).sum();
         want += (row[output[j] as usize] as f64 - max) / t - norm.ln();
@@ -528,7 +528,7 @@ fn exact_ties_resolve_to_the_first_index_on_every_path() {
     let src = MemorySource { tensors, label: "tiny-qwen3 with a duplicated LM-head row".into() };
     let tied = Model::load(cfg, &src, &Device::flex()).unwrap();
     // The two logits are bitwise equal.
-    let logits = tied.session().prefill(&prompt, &[]).unwrap();
+    let logits = tied.session().prefill(&prompt, &[]).unwrap().into_host().unwrap();
     let last = logits.row(0);
     assert_eq!(last[lo as usize].to_bits(), last[hi as usize].to_bits());
 

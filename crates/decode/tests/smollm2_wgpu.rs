@@ -67,7 +67,7 @@ fn kernel_verification_on_smollm2_is_lossless() {
         target.set_tree_attention(mode).unwrap();
         let mut s = target.session();
         s.prefill(&ids, &[]).unwrap();
-        logits.push(s.verify(&tree, &[]).unwrap());
+        logits.push(s.verify(&tree, &[]).unwrap().into_host().unwrap());
     }
     let scale = logits[1].logits.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     let diff = max_abs_diff(&logits[0].logits, &logits[1].logits);
@@ -123,11 +123,13 @@ fn smollm2_in_f16_on_wgpu_stays_close_to_f32_products() {
     let ids = first_gsm8k_prompt(&load_tokenizer(&path).unwrap());
     let half = load_model_as(&path, &device, WeightDtype::F16).unwrap();
     assert_eq!(half.stored_bytes_per_weight(), 2.0);
-    let got = half.session().prefill_all_logits(&ids, &[]).unwrap();
+    let got = half.session().prefill_all_logits(&ids, &[]).unwrap().into_host().unwrap();
     let want = load_model_as(&path, &Device::flex(), WeightDtype::F16)
         .unwrap()
         .session()
         .prefill_all_logits(&ids, &[])
+        .unwrap()
+        .into_host()
         .unwrap();
     assert!(got.logits.iter().all(|v| v.is_finite()), "a logit left f16's range");
     let argmax = |row: &[f32]| row.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0;

@@ -3,19 +3,19 @@
 
 use std::path::{Path, PathBuf};
 
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::{Device, Tensor};
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::config::{cfg_err, Arch, ModelConfig};
 use crate::error::{ModelError, Result};
 use crate::forward::{draft_block, BurnExec, DraftWeights, HostExec};
-use crate::kv::SessionKv;
 use crate::inference_layer::HostRows;
+use crate::kv::SessionKv;
 use crate::layer::LayerShape;
 use crate::linear::{runs_on_host, NormWeight};
 use crate::model::{host, ForwardOutput, Layer, Linear, Model};
-use crate::output::{ContextFeatures, DraftLogits};
+use crate::output::{ContextFeatures, DraftOutput, ReadBack};
 use crate::weights::{HostTensor, SafetensorsSource, WeightSource};
 
 /// A DFlash drafter's configuration (`config.json` of a z-lab checkpoint).
@@ -294,7 +294,7 @@ impl Drafter {
     }
 
     /// Drafts over `tokens` only (a pruned draft vocabulary,
-    /// [`crate::draft_vocab`]): [`DraftSession::draft_rows`] then returns
+    /// [`crate::draft_vocab`]): [`DraftSession::draft`] then returns
     /// logits `[rows, tokens.len()]` whose column `i` is token `tokens[i]`,
     /// from the target's LM-head rows of those tokens. `None` drafts over
     /// the whole vocabulary again. [`DraftSession::draft`] and
@@ -321,7 +321,7 @@ impl Drafter {
     }
 
     /// The pruned draft vocabulary, when one is set: draft-logit column `i`
-    /// of [`DraftSession::draft_rows`] is token `ids[i]`.
+    /// of [`DraftSession::draft`] is token `ids[i]`.
     pub fn draft_vocab(&self) -> Option<&[u32]> {
         self.vocab.as_ref().map(|v| v.tokens.as_slice())
     }
@@ -341,7 +341,7 @@ impl Drafter {
     pub fn session(&self) -> DraftSession<'_> {
         let m = &self.cfg.model;
         let cache = SessionKv::new(runs_on_host(&self.device), self.layers.len(), m.num_kv_heads, m.head_dim);
-        DraftSession { drafter: self, cache, len: 0 }
+        DraftSession { drafter: self, cache, len: 0, read_back: ReadBack::default() }
     }
 }
 
@@ -390,6 +390,8 @@ pub struct DraftSession<'d> {
     drafter: &'d Drafter,
     cache: SessionKv,
     len: usize,
+    /// Bytes the outputs of this session read back from a device.
+    read_back: ReadBack,
 }
 
 impl DraftSession<'_> {
@@ -403,82 +405,54 @@ impl DraftSession<'_> {
         self.len == 0
     }
 
+    /// Bytes read back from the device by this session's outputs so far
+    /// (0 on `flex`).
+    pub fn read_back_bytes(&self) -> u64 {
+        self.read_back.get()
+    }
+
     /// Drafts one block. `features` are the context features `[n, K·H]` of
     /// the `n` tokens committed since the last call (positions
-    /// `len..len + n`, see [`context_features`]); they are cached. The block
-    /// is `[root, mask × (B − 1)]` at positions `start..start + B`,
+    /// `len..len + n`, see [`context_features`] and
+    /// [`crate::Output::features`]); they are cached. The block is
+    /// `[root, mask × (B − 1)]` at positions `start..start + B`,
     /// `start = len + n`, `root` = the last committed token (not yet in the
-    /// target's cache). Returns draft logits `[B − 1, vocab]` row-major (row
-    /// `r` = position `start + 1 + r`), from the target's `lm_head`.
+    /// target's cache). Returns the draft logits of the first `rows`
+    /// positions after the root (`[rows, vocab]`, `rows` clamped to
+    /// `1..=B − 1`; row `r` = position `start + 1 + r`; `vocab` = the pruned
+    /// draft vocabulary's size when one is set, [`Drafter::set_draft_vocab`]),
+    /// from the target's `lm_head`, where they were computed
+    /// ([`DraftOutput`]: on a GPU the candidate lists are taken there). A
+    /// tree of at most `n` drafted nodes is at most `n` deep, so the LM
+    /// head, the drafter's largest cost, need not run over deeper positions;
+    /// the rows returned equal the first rows of a full block.
     ///
     /// # Errors
     /// [`ModelError::Shape`] when `features` is not a whole number of
     /// `K·H` rows; [`ModelError::Usage`] when `root` is outside the vocabulary.
-    pub fn draft(&mut self, target: &Model, features: &[f32], root: u32) -> Result<Vec<f32>> {
-        Ok(self.draft_with_hidden(target, features, root)?.1)
-    }
-
-    /// As [`DraftSession::draft`], with draft logits for the first `rows`
-    /// positions only (`[rows, vocab]`, `rows` clamped to `B − 1`; `vocab`
-    /// = the pruned draft vocabulary's size when one is set,
-    /// [`Drafter::set_draft_vocab`]): a tree
-    /// of at most `n` drafted nodes is at most `n` deep, so the LM head, the
-    /// drafter's largest cost, need not run over the deeper positions. The
-    /// rows it returns equal the first rows of [`DraftSession::draft`].
-    ///
-    /// # Errors
-    /// As [`DraftSession::draft`].
-    pub fn draft_rows(&mut self, target: &Model, features: &[f32], root: u32, rows: usize) -> Result<Vec<f32>> {
-        match self.draft_rows_in(target, Feats::Host(features), root, rows)? {
-            DraftLogits::Host(v) => Ok(v),
-            DraftLogits::Device(t) => host(*t),
-        }
-    }
-
-    /// As [`DraftSession::draft_rows`], with the context features where the
-    /// target left them ([`crate::Resident::features`]) and the draft
-    /// logits `[rows, vocab]` left where they were computed: on a GPU
-    /// backend neither crosses to the host (the candidate lists are taken
-    /// on the device, `bastion-decode`).
-    ///
-    /// # Errors
-    /// As [`DraftSession::draft`].
-    pub fn draft_rows_resident(
-        &mut self,
-        target: &Model,
-        features: &ContextFeatures,
-        root: u32,
-        rows: usize,
-    ) -> Result<DraftLogits> {
-        let feats = match features {
-            ContextFeatures::Host(v) => Feats::Host(v),
-            ContextFeatures::Device(Some(t)) => Feats::Device(t),
-            ContextFeatures::Device(None) => Feats::Host(&[]),
-        };
-        self.draft_rows_in(target, feats, root, rows)
-    }
-
-    fn draft_rows_in(&mut self, target: &Model, features: Feats<'_>, root: u32, rows: usize) -> Result<DraftLogits> {
+    pub fn draft(&mut self, target: &Model, features: &ContextFeatures, root: u32, rows: usize) -> Result<DraftOutput> {
         let b = self.drafter.cfg.block_size;
         let rows = rows.clamp(1, b - 1);
         let pruned = self.drafter.vocab.as_ref().map(|v| &v.head);
-        match self.run_block(target, features, root)? {
+        let out = match self.run_block(target, features, root)? {
             BlockOut::Host(out) => {
                 let h = self.drafter.cfg.model.hidden_size;
                 let x = &out[h..(1 + rows) * h];
-                Ok(DraftLogits::Host(match pruned {
-                    Some(head) => head.forward_host(x, rows),
-                    None => target.lm_head_host(x, rows),
-                }))
+                let (logits, vocab) = match pruned {
+                    Some(head) => (head.forward_host(x, rows), head.out_features),
+                    None => (target.lm_head_host(x, rows), target.config().vocab_size),
+                };
+                DraftOutput::from_host(logits, rows, vocab)?
             }
             BlockOut::Burn(out) => {
                 let x = out.narrow(0, 1, rows);
-                Ok(DraftLogits::Device(Box::new(match pruned {
+                DraftOutput::from_device(match pruned {
                     Some(head) => head.forward(x),
                     None => target.lm_head(x),
-                })))
+                })
             }
-        }
+        };
+        Ok(out.counted(&self.read_back))
     }
 
     /// As [`DraftSession::draft`], also returning the drafter's output
@@ -488,7 +462,7 @@ impl DraftSession<'_> {
     /// As [`DraftSession::draft`].
     pub fn draft_with_hidden(&mut self, target: &Model, features: &[f32], root: u32) -> Result<(Vec<f32>, Vec<f32>)> {
         let b = self.drafter.cfg.block_size;
-        match self.run_block(target, Feats::Host(features), root)? {
+        match self.run_block(target, &ContextFeatures::from(features), root)? {
             BlockOut::Host(out) => {
                 let h = self.drafter.cfg.model.hidden_size;
                 let logits = target.lm_head_host(&out[h..], b - 1);
@@ -502,23 +476,11 @@ impl DraftSession<'_> {
     }
 
     /// One block ([`draft_block`]) on this session's execution and cache.
-    fn run_block(&mut self, target: &Model, features: Feats<'_>, root: u32) -> Result<BlockOut> {
+    fn run_block(&mut self, target: &Model, features: &ContextFeatures, root: u32) -> Result<BlockOut> {
         let d = self.drafter;
         let m = &d.cfg.model;
         let width = d.cfg.target_layer_ids.len() * m.hidden_size;
-        let n = match features {
-            Feats::Host(f) if f.len().is_multiple_of(width) => f.len() / width,
-            Feats::Host(f) => {
-                return Err(ModelError::Shape(format!(
-                    "context features hold {} values, not a multiple of K·H = {width}",
-                    f.len()
-                )))
-            }
-            Feats::Device(t) if t.dims()[1] == width => t.dims()[0],
-            Feats::Device(t) => {
-                return Err(ModelError::Shape(format!("context features are {:?}, not [n, K·H = {width}]", t.dims())))
-            }
-        };
+        let n = features.rows(width)?;
         let mut block = vec![d.cfg.mask_token_id; d.cfg.block_size];
         block[0] = root;
         let w = DraftWeights {
@@ -532,36 +494,21 @@ impl DraftSession<'_> {
         let len = self.len;
         let out = match &mut self.cache {
             SessionKv::Host(kv) => {
-                let feats = match (n, features) {
+                let feats = match (n, features.host_values()) {
                     (0, _) => None,
-                    (_, Feats::Host(f)) => Some(HostRows::new(f.to_vec(), width)),
-                    (_, Feats::Device(t)) => Some(HostRows::new(host(t.clone())?, width)),
+                    (_, Some(f)) => Some(HostRows::new(f.to_vec(), width)),
+                    (_, None) => Some(HostRows::new(features.to_host()?, width)),
                 };
                 BlockOut::Host(draft_block(&HostExec, &w, target, kv, feats, len, n, &block)?.into_vec())
             }
             SessionKv::Burn(kv) => {
-                let feats = match (n, features) {
-                    (0, _) => None,
-                    (_, Feats::Host(f)) => {
-                        Some(Tensor::<2>::from_data(TensorData::new(f.to_vec(), [n, width]), &d.device))
-                    }
-                    (_, Feats::Device(t)) => Some(t.clone()),
-                };
+                let feats = features.tensor(width, &d.device);
                 BlockOut::Burn(Box::new(draft_block(&BurnExec(&d.device), &w, target, kv, feats, len, n, &block)?))
             }
         };
         self.len = len + n;
         Ok(out)
     }
-}
-
-/// Context features as [`DraftSession::run_block`] reads them.
-#[derive(Clone, Copy)]
-enum Feats<'a> {
-    /// `[n, K·H]` row-major in host memory.
-    Host(&'a [f32]),
-    /// `[n, K·H]` on the drafter's device.
-    Device(&'a Tensor<2>),
 }
 
 /// A drafted block's output states `[B, hidden]` (after the final norm).

@@ -16,7 +16,7 @@ use crate::kv::{KvCache, Pass, SessionCache, Visibility};
 use crate::layer::{layer_forward, layer_key_values, BurnLayer, LayerExec, LayerShape};
 use crate::linear::{Linear, NormWeight};
 use crate::model::{host, rms_norm, rope_tables, ForwardOutput, Layer, Model};
-use crate::output::DeviceOutput;
+use crate::output::Output;
 
 /// How a forward executes: activations and heads, RoPE tables, a decoder
 /// layer's steps, norms and linear layers. [`forward`] (the target) and
@@ -224,7 +224,7 @@ impl Exec for BurnExec<'_> {
         = BurnLayer<'a, Layer>
     where
         Self: 'a;
-    type Output = Box<DeviceOutput>;
+    type Output = Output;
 
     fn embed(&self, m: &Model, tokens: &[u32]) -> Result<Tensor<2>> {
         m.embed(tokens)
@@ -246,7 +246,7 @@ impl Exec for BurnExec<'_> {
     fn linear(&self, w: &Linear, x: &Tensor<2>) -> Tensor<2> {
         w.forward(x.clone())
     }
-    fn output(&self, m: &Model, normed: Tensor<2>, rows: usize, hidden: Vec<Tensor<2>>) -> Result<Box<DeviceOutput>> {
+    fn output(&self, m: &Model, normed: Tensor<2>, rows: usize, hidden: Vec<Tensor<2>>) -> Result<Output> {
         let t = normed.dims()[0];
         let last = if rows == t { normed } else { normed.narrow(0, t - rows, rows) };
         // Logits larger than one device buffer are computed in row parts.
@@ -256,6 +256,6 @@ impl Exec for BurnExec<'_> {
         } else {
             (0..rows).step_by(per).map(|s| m.lm_head(last.clone().narrow(0, s, per.min(rows - s)))).collect()
         };
-        Ok(Box::new(DeviceOutput { logits, rows, hidden }))
+        Ok(Output::from_device(logits, hidden))
     }
 }

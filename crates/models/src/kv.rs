@@ -178,11 +178,6 @@ impl BurnKv {
         Self { layers: vec![None; layers] }
     }
 
-    /// Rows the cache holds without growing (0 before the first write).
-    pub(crate) fn capacity(&self) -> usize {
-        self.layers.iter().flatten().map(|[k, _]| k.dims()[1]).min().unwrap_or(0)
-    }
-
     /// Writes layer `l`'s keys and values `k`, `v` `[kv_heads, n, head_dim]`
     /// at rows `at..at + n`, growing the layer's buffers (doubling, rows
     /// `0..at` carried over) when they are too short. Returns views of rows

@@ -53,6 +53,6 @@ pub use loader::{
     load_tokenizer,
 };
 pub use model::{ForwardOutput, Model, Session, TREE_ATTENTION_ENV};
-pub use output::{ContextFeatures, DeviceOutput, DeviceRows, DraftLogits, Resident};
+pub use output::{draw, ContextFeatures, DraftOutput, Output};
 pub use tokenizer::Tokenizer;
 pub use weights::{GgufSource, HostTensor, MemorySource, RandomSource, ReadLog, SafetensorsSource, WeightSource};

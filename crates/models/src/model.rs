@@ -295,19 +295,18 @@ impl Model {
     /// # Errors
     /// As [`Session::prefill`].
     pub fn greedy(&self, prompt: &[u32], max_new_tokens: usize, stop: &[u32]) -> Result<Vec<u32>> {
-        let argmax = bastion_kernels::argmax;
         let mut session = self.session();
         let mut out = Vec::with_capacity(max_new_tokens);
         if max_new_tokens == 0 {
             return Ok(out);
         }
-        let mut next = argmax(session.prefill(prompt, &[])?.row(0));
+        let mut next = session.prefill(prompt, &[])?.argmax_row(0)?;
         loop {
             out.push(next);
             if out.len() == max_new_tokens || stop.contains(&next) {
                 return Ok(out);
             }
-            next = argmax(session.prefill(&[next], &[])?.row(0));
+            next = session.prefill(&[next], &[])?.argmax_row(0)?;
         }
     }
 

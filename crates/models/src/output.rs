@@ -1,181 +1,327 @@
-//! A forward's outputs, kept where they were computed, and sampling from them.
+//! A forward's outputs, kept where they were computed, and sampling from
+//! them: host and device side by side.
 //!
 //! On the `flex` CPU backend a forward pass writes host memory and nothing
-//! crosses a device boundary. On the Burn backends (`wgpu`, `cuda`,
-//! `ndarray`) the logits `[rows, vocab]` and the hidden states
-//! `[rows, hidden]` are device tensors; a verification of 1 + N nodes over a
-//! 152K vocabulary is 620 MB of logits at N = 1024. [`DeviceOutput`] keeps
-//! them there and reads back only what a round's walk needs: one token id
-//! per node (argmax or a seeded draw, computed on the device), and the
-//! drafter's context features stay on the device as [`ContextFeatures`].
-//! Every method takes a `read_back` counter and adds the bytes it copied
-//! from the device (the round records report them).
+//! crosses a device boundary. On the Burn backends (`wgpu`, `cuda`) the
+//! logits `[rows, vocab]` and the hidden states `[rows, hidden]` are device
+//! tensors; a verification of 1 + N nodes over a 152K vocabulary is 620 MB
+//! of logits at N = 1024. An [`Output`] keeps them where they are and
+//! reads back only what a round's walk needs: one token id per node
+//! (argmax or a seeded draw, computed on the device); the drafter's context
+//! features stay on the device ([`ContextFeatures`]), and a block's draft
+//! logits give their candidate lists there ([`DraftOutput`]). Every byte
+//! read back is added to the counter of the session that returned the
+//! output ([`crate::Session::read_back_bytes`],
+//! [`crate::DraftSession::read_back_bytes`]).
+//!
+//! Sampling has one rule on both sides ([`draw`] on the host,
+//! `sample_device` on a device): row `r` takes the first token whose
+//! cumulative weight `exp((l − max) / T)` exceeds `uniforms[r] · total`, so
+//! the same uniforms draw from the same distribution.
 
-use std::cell::Cell;
+use std::borrow::Cow;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
-use bastion_tree::{CandidateList, DraftRows, TreeError};
+use bastion_tree::{CandidateList, DraftRows, HostRows, TreeError};
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Int, Tensor, TensorData};
 
 use crate::error::{ModelError, Result};
 use crate::model::{host, ForwardOutput};
 
-/// A forward pass's logits and hidden states, on the host or on the device.
-#[derive(Debug, Clone)]
-pub enum Resident {
-    /// Computed in host memory (`flex`).
-    Host(ForwardOutput),
-    /// Device tensors (the Burn backends).
-    Device(Box<DeviceOutput>),
+/// Bytes read back from a device, shared by a session and every output it
+/// returned.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ReadBack(Arc<AtomicU64>);
+
+impl ReadBack {
+    /// Bytes counted so far.
+    pub(crate) fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    fn add(&self, bytes: u64) {
+        self.0.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// An f32 tensor's values in host memory, its bytes counted.
+    pub(crate) fn f32s<const D: usize>(&self, x: Tensor<D>) -> Result<Vec<f32>> {
+        self.add((x.shape().num_elements() * std::mem::size_of::<f32>()) as u64);
+        host(x)
+    }
+
+    /// An integer tensor's values as token ids, the bytes the device returned counted.
+    fn ids<const D: usize>(&self, x: Tensor<D, Int>) -> Result<Vec<u32>> {
+        let data = x.try_into_data().map_err(|e| ModelError::Device(format!("reading token ids back failed: {e}")))?;
+        self.add(data.as_bytes().len() as u64);
+        let values = data.convert::<i64>().try_into_vec::<i64>().map_err(|e| ModelError::ReadBack(format!("{e:?}")))?;
+        Ok(values.into_iter().map(|v| v.max(0) as u32).collect())
+    }
 }
 
-impl Resident {
+/// Greedy rows per call from which the host argmax splits them over
+/// threads (an argmax over 49K logits takes a few microseconds, about what
+/// handing work to another thread costs).
+const PARALLEL_ROWS: usize = 8;
+
+/// A forward pass's logits `[rows, vocab]` and requested hidden states
+/// `[tokens, hidden]` (Hugging Face `hidden_states` indices, in the order
+/// requested), where they were computed.
+#[derive(Debug, Clone)]
+pub struct Output {
+    computed: Computed,
+    read_back: ReadBack,
+}
+
+#[derive(Debug, Clone)]
+enum Computed {
+    /// In host memory (`flex`).
+    Host(ForwardOutput),
+    /// Device tensors (the Burn backends).
+    Device(DeviceOutput),
+}
+
+/// Device tensors of a forward pass.
+#[derive(Debug, Clone)]
+struct DeviceOutput {
+    /// Logits `[rows, vocab]` as consecutive row parts (one part unless
+    /// the logits exceed one device buffer, [`crate::MAX_BUFFER_BYTES`]).
+    logits: Vec<Tensor<2>>,
+    rows: usize,
+    /// Requested hidden states, each `[tokens, hidden]`.
+    hidden: Vec<Tensor<2>>,
+}
+
+impl Output {
+    /// An output in host memory (what a `flex` forward returns), with its
+    /// own read-back counter.
+    pub fn from_host(out: ForwardOutput) -> Self {
+        Self { computed: Computed::Host(out), read_back: ReadBack::default() }
+    }
+
+    /// An output of device tensors: logits `[rows, vocab]` as consecutive
+    /// row parts and hidden states `[tokens, hidden]`, with its own
+    /// read-back counter.
+    pub fn from_device(logits: Vec<Tensor<2>>, hidden: Vec<Tensor<2>>) -> Self {
+        let rows = logits.iter().map(|p| p.dims()[0]).sum();
+        Self { computed: Computed::Device(DeviceOutput { logits, rows, hidden }), read_back: ReadBack::default() }
+    }
+
+    /// This output counting its read-back bytes on `read_back` (its session's).
+    pub(crate) fn counted(mut self, read_back: &ReadBack) -> Self {
+        self.read_back = read_back.clone();
+        self
+    }
+
     /// Logit rows.
     pub fn rows(&self) -> usize {
-        match self {
-            Resident::Host(o) => o.rows,
-            Resident::Device(o) => o.rows,
+        match &self.computed {
+            Computed::Host(o) => o.rows,
+            Computed::Device(o) => o.rows,
         }
     }
 
+    /// Whether the logits and hidden states are device tensors.
+    pub fn is_on_device(&self) -> bool {
+        matches!(self.computed, Computed::Device(_))
+    }
+
+    /// Bytes read back by the outputs of this output's session so far.
+    pub fn read_back_bytes(&self) -> u64 {
+        self.read_back.get()
+    }
+
     /// Everything in host memory (the logits and hidden states read back
-    /// from a device; their bytes added to `read_back`).
+    /// from a device).
     ///
     /// # Errors
     /// [`ModelError::Device`] / [`ModelError::ReadBack`] when the device's data cannot be read.
-    pub fn into_host(self, read_back: &mut u64) -> Result<ForwardOutput> {
-        match self {
-            Resident::Host(o) => Ok(o),
-            Resident::Device(o) => {
-                let o = *o;
+    pub fn into_host(self) -> Result<ForwardOutput> {
+        match self.computed {
+            Computed::Host(o) => Ok(o),
+            Computed::Device(o) => {
                 let mut logits = Vec::new();
                 for part in o.logits {
-                    logits.extend(read_f32(part, read_back)?);
+                    logits.extend(self.read_back.f32s(part)?);
                 }
-                let hidden = o.hidden.into_iter().map(|h| read_f32(h, read_back)).collect::<Result<_>>()?;
+                let hidden = o.hidden.into_iter().map(|h| self.read_back.f32s(h)).collect::<Result<_>>()?;
                 Ok(ForwardOutput { logits, rows: o.rows, hidden })
             }
         }
     }
 
-    /// The drafter's context features `[n, K·H]` of the given rows (all
-    /// rows when `None`): the requested hidden states concatenated per row,
-    /// in the order they were requested (see [`crate::context_features`]).
-    /// On the device they stay there.
+    /// Logit row `i` (`[vocab]`) in host memory.
     ///
     /// # Errors
-    /// [`ModelError::Shape`] when no hidden states were requested or a row is out of range.
-    pub fn features(&self, hidden_size: usize, rows: Option<&[usize]>) -> Result<ContextFeatures> {
-        match self {
-            Resident::Host(o) => Ok(ContextFeatures::Host(crate::context_features(o, hidden_size, rows)?)),
-            Resident::Device(o) => o.features(rows).map(|t| ContextFeatures::Device(Some(Box::new(t)))),
+    /// [`ModelError::Shape`] for `i ≥ rows`; [`ModelError::Device`] /
+    /// [`ModelError::ReadBack`] when the device's data cannot be read.
+    pub fn row(&self, i: usize) -> Result<Cow<'_, [f32]>> {
+        if i >= self.rows() {
+            return Err(ModelError::Shape(format!("logit row {i} of {}", self.rows())));
+        }
+        match &self.computed {
+            Computed::Host(o) => Ok(Cow::Borrowed(o.row(i))),
+            Computed::Device(o) => {
+                let (part, r) = o.locate(i);
+                Ok(Cow::Owned(self.read_back.f32s(part.clone().narrow(0, r, 1))?))
+            }
         }
     }
-}
 
-/// Logits `[rows, vocab]` and requested hidden states `[tokens, hidden]`
-/// (Hugging Face `hidden_states` indices, in the order requested) as
-/// device tensors.
-#[derive(Debug, Clone)]
-pub struct DeviceOutput {
-    /// Logits `[rows, vocab]` as consecutive row parts (one part unless
-    /// the logits exceed one device buffer, [`crate::MAX_BUFFER_BYTES`]).
-    pub logits: Vec<Tensor<2>>,
-    /// Number of logit rows.
-    pub rows: usize,
-    /// Requested hidden states, each `[tokens, hidden]`.
-    pub hidden: Vec<Tensor<2>>,
-}
-
-impl DeviceOutput {
     /// The index of the largest logit of every row (`[rows]`), the first on
-    /// exact ties, computed on the device ([`bastion_kernels::argmax_rows`],
-    /// the host's rule); one id per row comes back.
+    /// exact ties ([`bastion_kernels::argmax`] on the host,
+    /// [`bastion_kernels::argmax_rows`] on a device, the same rule; one id
+    /// per row comes back).
     ///
     /// # Errors
     /// [`ModelError::Device`] / [`ModelError::ReadBack`] when the device's data cannot be read.
-    pub fn argmax(&self, read_back: &mut u64) -> Result<Vec<u32>> {
-        let mut ids = Vec::with_capacity(self.rows);
-        for part in &self.logits {
-            let vocab = part.dims()[1] as u32;
-            // A row without a number gives `vocab`: 0, as on the host.
-            ids.extend(read_ids(bastion_kernels::argmax_rows(part.clone()), read_back)?.into_iter().map(|i| {
-                if i >= vocab {
-                    0
-                } else {
-                    i
+    pub fn argmax(&self) -> Result<Vec<u32>> {
+        match &self.computed {
+            Computed::Host(o) => {
+                let vocab = o.logits.len() / o.rows.max(1);
+                if o.rows >= PARALLEL_ROWS && vocab > 0 {
+                    use rayon::prelude::*;
+                    return Ok(o.logits[..o.rows * vocab]
+                        .par_chunks_exact(vocab)
+                        .map(bastion_kernels::argmax)
+                        .collect());
                 }
-            }));
-        }
-        Ok(ids)
-    }
-
-    /// The part holding row `i` and the row's index in it.
-    fn locate(&self, i: usize) -> Result<(&Tensor<2>, usize)> {
-        let mut first = 0;
-        for part in &self.logits {
-            let n = part.dims()[0];
-            if i < first + n {
-                return Ok((part, i - first));
+                Ok((0..o.rows).map(|i| bastion_kernels::argmax(o.row(i))).collect())
             }
-            first += n;
+            Computed::Device(o) => {
+                let mut ids = Vec::with_capacity(o.rows);
+                for part in &o.logits {
+                    let vocab = part.dims()[1] as u32;
+                    // A row without a number gives `vocab`: 0, as on the host.
+                    let part_ids = self.read_back.ids(bastion_kernels::argmax_rows(part.clone()))?;
+                    ids.extend(part_ids.into_iter().map(|i| if i >= vocab { 0 } else { i }));
+                }
+                Ok(ids)
+            }
         }
-        Err(ModelError::Shape(format!("logit row {i} of {}", self.rows)))
     }
 
-    /// One token per row drawn from `softmax(logits / temperature)` on the
-    /// device by inverse transform sampling: row `r` takes the first token
-    /// whose cumulative weight exceeds `uniforms[r] · total`, the rule of the
-    /// host sampler (`bastion-decode`'s `Sampler::sample`), so that the same
-    /// uniforms draw from the same distribution. Weights `exp((l − max) / T)`
-    /// and their running sum are f32 here (f64 on the host): a token's
-    /// probability moves by at most a few f32 ulps of the row's total
-    /// (≈ 1e-7 relative). `temperature` must be > 0.
+    /// [`Output::argmax`] of row `i` alone.
+    ///
+    /// # Errors
+    /// [`ModelError::Shape`] for `i ≥ rows`; [`ModelError::Device`] /
+    /// [`ModelError::ReadBack`] when the device's data cannot be read.
+    pub fn argmax_row(&self, i: usize) -> Result<u32> {
+        if i >= self.rows() {
+            return Err(ModelError::Shape(format!("logit row {i} of {}", self.rows())));
+        }
+        match &self.computed {
+            Computed::Host(o) => Ok(bastion_kernels::argmax(o.row(i))),
+            Computed::Device(o) => {
+                let (part, r) = o.locate(i);
+                let vocab = part.dims()[1] as u32;
+                let id = self.read_back.ids(bastion_kernels::argmax_rows(part.clone().narrow(0, r, 1)))?[0];
+                Ok(if id >= vocab { 0 } else { id })
+            }
+        }
+    }
+
+    /// One token per row drawn from `softmax(logits / temperature)` with
+    /// `uniforms[r]` for row `r` (the module's one rule: [`draw`] on the
+    /// host; on a device the same rule in f32, one id per row read back: a
+    /// token's probability moves by at most a few f32 ulps of the row's
+    /// total, ≈ 1e-7 relative). `temperature` must be > 0.
     ///
     /// # Errors
     /// [`ModelError::Shape`] when `uniforms` does not hold one value per
     /// row; [`ModelError::Device`] / [`ModelError::ReadBack`] when the device's data cannot be read.
-    pub fn sample(&self, temperature: f64, uniforms: &[f64], read_back: &mut u64) -> Result<Vec<u32>> {
-        if uniforms.len() != self.rows {
+    pub fn sample(&self, temperature: f64, uniforms: &[f64]) -> Result<Vec<u32>> {
+        if uniforms.len() != self.rows() {
             return Err(ModelError::Shape(format!(
-                "device sampling: {} uniforms for {} logit rows (one per row expected)",
+                "sampling: {} uniforms for {} logit rows (one per row expected)",
                 uniforms.len(),
-                self.rows
+                self.rows()
             )));
         }
-        let (mut ids, mut first) = (Vec::with_capacity(self.rows), 0);
-        for part in &self.logits {
-            let n = part.dims()[0];
-            ids.extend(sample_rows(part.clone(), temperature, &uniforms[first..first + n], read_back)?);
-            first += n;
+        match &self.computed {
+            Computed::Host(o) => {
+                Ok(uniforms.iter().enumerate().map(|(i, &u)| draw(o.row(i), temperature, u)).collect())
+            }
+            Computed::Device(o) => {
+                let (mut ids, mut first) = (Vec::with_capacity(o.rows), 0);
+                for part in &o.logits {
+                    let n = part.dims()[0];
+                    ids.extend(self.sample_device(part.clone(), temperature, &uniforms[first..first + n])?);
+                    first += n;
+                }
+                Ok(ids)
+            }
         }
-        Ok(ids)
     }
 
-    /// [`DeviceOutput::sample`] for row `i` alone, with one uniform.
+    /// [`Output::sample`] for row `i` alone, with one uniform.
     ///
     /// # Errors
-    /// [`ModelError::Shape`] for `i ≥ rows`; [`ModelError::Device`] / [`ModelError::ReadBack`] when the device's data cannot be read.
-    pub fn sample_row(&self, i: usize, temperature: f64, uniform: f64, read_back: &mut u64) -> Result<u32> {
-        let (part, r) = self.locate(i)?;
-        Ok(sample_rows(part.clone().narrow(0, r, 1), temperature, &[uniform], read_back)?[0])
+    /// [`ModelError::Shape`] for `i ≥ rows`; [`ModelError::Device`] /
+    /// [`ModelError::ReadBack`] when the device's data cannot be read.
+    pub fn sample_row(&self, i: usize, temperature: f64, uniform: f64) -> Result<u32> {
+        if i >= self.rows() {
+            return Err(ModelError::Shape(format!("logit row {i} of {}", self.rows())));
+        }
+        match &self.computed {
+            Computed::Host(o) => Ok(draw(o.row(i), temperature, uniform)),
+            Computed::Device(o) => {
+                let (part, r) = o.locate(i);
+                Ok(self.sample_device(part.clone().narrow(0, r, 1), temperature, &[uniform])?[0])
+            }
+        }
     }
 
-    /// Logit row `i` (`[vocab]`) in host memory.
-    ///
-    /// # Errors
-    /// [`ModelError::Shape`] for `i ≥ rows`; [`ModelError::Device`] / [`ModelError::ReadBack`] when the device's data cannot be read.
-    pub fn row(&self, i: usize, read_back: &mut u64) -> Result<Vec<f32>> {
-        let (part, r) = self.locate(i)?;
-        read_f32(part.clone().narrow(0, r, 1), read_back)
+    /// [`draw`]'s rule over the rows of device logits `[rows, vocab]`.
+    fn sample_device(&self, logits: Tensor<2>, temperature: f64, uniforms: &[f64]) -> Result<Vec<u32>> {
+        let [rows, vocab] = logits.dims();
+        let device = logits.device();
+        let max = logits.clone().max_dim(1);
+        let weights = (logits - max).mul_scalar(1.0 / temperature).exp();
+        let running = weights.cumsum(1);
+        let total = running.clone().narrow(1, vocab - 1, 1);
+        // The largest f32 below 1: a uniform that rounds up to 1 would put the
+        // threshold at the total and draw past the last token of positive weight.
+        let below_one = f32::from_bits(0x3f7f_ffff);
+        let u: Vec<f32> = uniforms.iter().map(|&u| (u as f32).min(below_one)).collect();
+        let threshold = total * Tensor::<2>::from_data(TensorData::new(u, [rows, 1]), &device);
+        // Tokens whose running weight is ≤ the threshold come before the draw.
+        let before = running.lower_equal(threshold.expand([rows, vocab])).int().sum_dim(1);
+        self.read_back.ids(before.clamp_max(vocab as i64 - 1))
     }
 
-    /// The drafter's context features `[n, K·H]`: the hidden states
-    /// concatenated along the feature axis, rows `rows` (all when `None`).
+    /// The drafter's context features `[n, K·H]` of the given rows (all
+    /// rows when `None`): the requested hidden states concatenated per row,
+    /// in the order they were requested (see [`crate::context_features`]).
+    /// On a device they stay there.
     ///
     /// # Errors
     /// [`ModelError::Shape`] when no hidden states were requested or a row is out of range.
-    pub fn features(&self, rows: Option<&[usize]>) -> Result<Tensor<2>> {
+    pub fn features(&self, hidden_size: usize, rows: Option<&[usize]>) -> Result<ContextFeatures> {
+        match &self.computed {
+            Computed::Host(o) => Ok(ContextFeatures::from(crate::context_features(o, hidden_size, rows)?)),
+            Computed::Device(o) => o.features(rows).map(|t| ContextFeatures(Feats::Device(Some(Box::new(t))))),
+        }
+    }
+}
+
+impl DeviceOutput {
+    /// The part holding row `i < rows` and the row's index in it.
+    fn locate(&self, i: usize) -> (&Tensor<2>, usize) {
+        let mut first = 0;
+        for part in &self.logits {
+            let n = part.dims()[0];
+            if i < first + n {
+                return (part, i - first);
+            }
+            first += n;
+        }
+        unreachable!("row {i} < rows = {} lies in a part", self.rows)
+    }
+
+    /// The drafter's context features `[n, K·H]` of rows `rows` (all when `None`).
+    fn features(&self, rows: Option<&[usize]>) -> Result<Tensor<2>> {
         let Some(first) = self.hidden.first() else {
             return Err(ModelError::Shape("the target forward returned no hidden states for the drafter".into()));
         };
@@ -191,78 +337,154 @@ impl DeviceOutput {
     }
 }
 
-/// A block's draft logits `[rows, vocab]` (`vocab` = the draft
-/// vocabulary's size), where the drafter computed them.
-#[derive(Debug, Clone)]
-pub enum DraftLogits {
-    /// Row-major in host memory (`flex`).
-    Host(Vec<f32>),
-    /// A device tensor (the Burn backends).
-    Device(Box<Tensor<2>>),
-}
-
-impl DraftLogits {
-    /// Everything in host memory, the bytes read from a device added to `read_back`.
-    ///
-    /// # Errors
-    /// [`ModelError::Device`] / [`ModelError::ReadBack`] when the device's data cannot be read.
-    pub fn into_host(self, read_back: &mut u64) -> Result<Vec<f32>> {
-        match self {
-            DraftLogits::Host(v) => Ok(v),
-            DraftLogits::Device(t) => read_f32(*t, read_back),
-        }
+/// One token from the logit row `row` `[vocab]` at `temperature` > 0 with
+/// the uniform `uniform` ∈ [0, 1): the first token whose cumulative weight
+/// `exp((l − max) / T)` (f64) exceeds `uniform · total`; when rounding
+/// leaves none, the last token of positive weight. The host half of this
+/// module's sampling rule (the references' `sample`: a draw from
+/// `softmax(logits / T)`).
+pub fn draw(row: &[f32], temperature: f64, uniform: f64) -> u32 {
+    if row.is_empty() {
+        return 0;
     }
+    let inv_t = 1.0 / temperature;
+    let max = f64::from(row[bastion_kernels::argmax(row) as usize]);
+    let weights: Vec<f64> = row.iter().map(|&l| ((f64::from(l) - max) * inv_t).exp()).collect();
+    let total: f64 = weights.iter().sum();
+    let mut u = uniform * total;
+    for (i, w) in weights.iter().enumerate() {
+        if u < *w {
+            return i as u32;
+        }
+        u -= w;
+    }
+    weights.iter().rposition(|&w| w > 0.0).unwrap_or(0) as u32
 }
 
 /// The drafter's context features `[n, K·H]` (`K` target layers of width
 /// `H`) of tokens committed since its last block, wherever the target
 /// computed them.
+#[derive(Debug, Clone, Default)]
+pub struct ContextFeatures(Feats);
+
 #[derive(Debug, Clone)]
-pub enum ContextFeatures {
+enum Feats {
     /// Row-major in host memory.
     Host(Vec<f32>),
     /// A device tensor; `None` holds no rows.
     Device(Option<Box<Tensor<2>>>),
 }
 
-impl Default for ContextFeatures {
+impl Feats {
+    fn is_empty(&self) -> bool {
+        match self {
+            Feats::Host(v) => v.is_empty(),
+            Feats::Device(t) => t.is_none(),
+        }
+    }
+}
+
+impl Default for Feats {
     fn default() -> Self {
-        ContextFeatures::Host(Vec::new())
+        Feats::Host(Vec::new())
+    }
+}
+
+impl From<Vec<f32>> for ContextFeatures {
+    /// Row-major `[n, K·H]` host values.
+    fn from(values: Vec<f32>) -> Self {
+        ContextFeatures(Feats::Host(values))
+    }
+}
+
+impl From<&[f32]> for ContextFeatures {
+    /// Row-major `[n, K·H]` host values.
+    fn from(values: &[f32]) -> Self {
+        ContextFeatures(Feats::Host(values.to_vec()))
     }
 }
 
 impl ContextFeatures {
     /// Whether no rows are held.
     pub fn is_empty(&self) -> bool {
-        match self {
-            ContextFeatures::Host(v) => v.is_empty(),
-            ContextFeatures::Device(t) => t.is_none(),
+        self.0.is_empty()
+    }
+
+    /// Whether the rows are a device tensor.
+    pub fn is_on_device(&self) -> bool {
+        matches!(self.0, Feats::Device(Some(_)))
+    }
+
+    /// Rows of width `width` held.
+    pub(crate) fn rows(&self, width: usize) -> Result<usize> {
+        match &self.0 {
+            Feats::Host(f) if f.len().is_multiple_of(width) => Ok(f.len() / width),
+            Feats::Host(f) => Err(ModelError::Shape(format!(
+                "context features hold {} values, not a multiple of K·H = {width}",
+                f.len()
+            ))),
+            Feats::Device(None) => Ok(0),
+            Feats::Device(Some(t)) if t.dims()[1] == width => Ok(t.dims()[0]),
+            Feats::Device(Some(t)) => {
+                Err(ModelError::Shape(format!("context features are {:?}, not [n, K·H = {width}]", t.dims())))
+            }
+        }
+    }
+
+    /// The rows as a host vector (read back from a device, uncounted: a test's or a trace's copy).
+    ///
+    /// # Errors
+    /// [`ModelError::Device`] / [`ModelError::ReadBack`] when the device's data cannot be read.
+    pub fn to_host(&self) -> Result<Vec<f32>> {
+        match &self.0 {
+            Feats::Host(v) => Ok(v.clone()),
+            Feats::Device(None) => Ok(Vec::new()),
+            Feats::Device(Some(t)) => host((**t).clone()),
+        }
+    }
+
+    /// The rows as host values, `None` when they are a device tensor.
+    pub(crate) fn host_values(&self) -> Option<&[f32]> {
+        match &self.0 {
+            Feats::Host(v) => Some(v),
+            Feats::Device(_) => None,
+        }
+    }
+
+    /// The rows as a tensor `[n, width]` on `device` (host rows uploaded);
+    /// `None` when there are none.
+    pub(crate) fn tensor(&self, width: usize, device: &burn::tensor::Device) -> Option<Tensor<2>> {
+        match &self.0 {
+            Feats::Host(v) if v.is_empty() => None,
+            Feats::Host(v) => Some(Tensor::from_data(TensorData::new(v.clone(), [v.len() / width, width]), device)),
+            Feats::Device(t) => t.as_deref().cloned(),
         }
     }
 
     /// Appends `more`'s rows after these (a device tensor stays on the
     /// device; host rows joining device rows are uploaded).
     pub fn append(&mut self, more: ContextFeatures) {
-        *self = match (std::mem::take(self), more) {
-            (ContextFeatures::Host(mut a), ContextFeatures::Host(b)) => {
+        let joined = match (std::mem::take(&mut self.0), more.0) {
+            (Feats::Host(mut a), Feats::Host(b)) => {
                 a.extend(b);
-                ContextFeatures::Host(a)
+                Feats::Host(a)
             }
             (a, b) if a.is_empty() => b,
             (a, b) if b.is_empty() => a,
-            (ContextFeatures::Device(Some(a)), ContextFeatures::Device(Some(b))) => {
-                ContextFeatures::Device(Some(Box::new(Tensor::cat(vec![*a, *b], 0))))
+            (Feats::Device(Some(a)), Feats::Device(Some(b))) => {
+                Feats::Device(Some(Box::new(Tensor::cat(vec![*a, *b], 0))))
             }
-            (ContextFeatures::Device(Some(a)), ContextFeatures::Host(b)) => {
+            (Feats::Device(Some(a)), Feats::Host(b)) => {
                 let t = upload(b, &a);
-                ContextFeatures::Device(Some(Box::new(Tensor::cat(vec![*a, t], 0))))
+                Feats::Device(Some(Box::new(Tensor::cat(vec![*a, t], 0))))
             }
-            (ContextFeatures::Host(a), ContextFeatures::Device(Some(b))) => {
+            (Feats::Host(a), Feats::Device(Some(b))) => {
                 let t = upload(a, &b);
-                ContextFeatures::Device(Some(Box::new(Tensor::cat(vec![t, *b], 0))))
+                Feats::Device(Some(Box::new(Tensor::cat(vec![t, *b], 0))))
             }
             (a, _) => a,
         };
+        self.0 = joined;
     }
 }
 
@@ -273,93 +495,91 @@ fn upload(values: Vec<f32>, like: &Tensor<2>) -> Tensor<2> {
     Tensor::from_data(TensorData::new(values, [n, width]), &like.device())
 }
 
-/// [`DeviceOutput::sample`] over the rows of `logits` `[rows, vocab]`.
-fn sample_rows(logits: Tensor<2>, temperature: f64, uniforms: &[f64], read_back: &mut u64) -> Result<Vec<u32>> {
-    let [rows, vocab] = logits.dims();
-    if uniforms.len() != rows {
-        return Err(ModelError::Shape(format!(
-            "device sampling: {} uniforms for {rows} logit rows (one per row expected)",
-            uniforms.len()
-        )));
-    }
-    let device = logits.device();
-    let max = logits.clone().max_dim(1);
-    let weights = (logits - max).mul_scalar(1.0 / temperature).exp();
-    let running = weights.cumsum(1);
-    let total = running.clone().narrow(1, vocab - 1, 1);
-    // The largest f32 below 1: a uniform that rounds up to 1 would put the
-    // threshold at the total and draw past the last token of positive weight.
-    let below_one = f32::from_bits(0x3f7f_ffff);
-    let u: Vec<f32> = uniforms.iter().map(|&u| (u as f32).min(below_one)).collect();
-    let threshold = total * Tensor::<2>::from_data(TensorData::new(u, [rows, 1]), &device);
-    // Tokens whose running weight is ≤ the threshold come before the draw.
-    let before = running.lower_equal(threshold.expand([rows, vocab])).int().sum_dim(1);
-    read_ids(before.clamp_max(vocab as i64 - 1), read_back)
+/// A drafted block's logits `[depth, vocab]` (`vocab` = the draft
+/// vocabulary's size), where the drafter computed them, as the candidate
+/// lists of a draft tree read them ([`DraftRows`]).
+///
+/// On a device, `log_softmax` and top-k run there and only `k`
+/// (log-probability, column) pairs per row come back. Ties among equal
+/// logits come in the device's order (the host's [`HostRows`] puts the
+/// smaller column first), and a short and a long list of one row come from
+/// separate top-k calls, so on exact ties the short list need not be a
+/// prefix of the long one: the tree may then differ from the one full lists
+/// give (the walk keeps the output exact whatever the tree). A list holding
+/// a non-finite value (a row with NaN or +inf) is refused as
+/// [`TreeError::NonFinite`]; unlike the host, a −inf logit outside the
+/// returned top-k is accepted.
+#[derive(Debug, Clone)]
+pub struct DraftOutput {
+    logits: DraftLogits,
+    read_back: ReadBack,
 }
 
-/// A block's draft logits `[depth, vocab]` on the device, asked for
-/// candidate lists there ([`DraftRows`]): `log_softmax` and `top-k` run on
-/// the device and only `k` (log-probability, column) pairs per row come
-/// back. Ties among equal logits come in the device's order (the host's
-/// [`bastion_tree::HostRows`] puts the smaller column first), and a short
-/// and a long list of one row come from separate top-k calls, so on exact
-/// ties the short list need not be a prefix of the long one: the tree may
-/// then differ from the one full lists give (the walk keeps the output
-/// exact whatever the tree). A list holding a non-finite value (a row with
-/// NaN or +inf) is refused as [`TreeError::NonFinite`]; unlike the host,
-/// a −inf logit outside the returned top-k is accepted.
-#[derive(Debug)]
-pub struct DeviceRows {
-    logits: Tensor<2>,
-    read_back: Cell<u64>,
+#[derive(Debug, Clone)]
+enum DraftLogits {
+    /// Row-major `[depth, vocab]` in host memory.
+    Host { values: Vec<f32>, depth: usize, vocab: usize },
+    /// A device tensor `[depth, vocab]`.
+    Device(Box<Tensor<2>>),
 }
 
-impl DeviceRows {
-    /// Wraps draft logits `[depth, vocab]`.
-    pub fn new(logits: Tensor<2>) -> Self {
-        Self { logits, read_back: Cell::new(0) }
+impl DraftOutput {
+    /// Row-major host logits `[depth, vocab]`, with their own read-back counter.
+    ///
+    /// # Errors
+    /// [`ModelError::Shape`] when `values` does not hold `depth · vocab` values.
+    pub fn from_host(values: Vec<f32>, depth: usize, vocab: usize) -> Result<Self> {
+        if vocab == 0 || values.len() != depth * vocab {
+            return Err(ModelError::Shape(format!(
+                "draft logits: {} values for [depth, vocab] = [{depth}, {vocab}]",
+                values.len()
+            )));
+        }
+        Ok(Self { logits: DraftLogits::Host { values, depth, vocab }, read_back: ReadBack::default() })
     }
 
-    /// Bytes read back from the device by the lists taken so far.
-    pub fn read_back(&self) -> u64 {
+    /// Device logits `[depth, vocab]`, with their own read-back counter.
+    pub fn from_device(logits: Tensor<2>) -> Self {
+        Self { logits: DraftLogits::Device(Box::new(logits)), read_back: ReadBack::default() }
+    }
+
+    /// These logits counting their read-back bytes on `read_back` (their session's).
+    pub(crate) fn counted(mut self, read_back: &ReadBack) -> Self {
+        self.read_back = read_back.clone();
+        self
+    }
+
+    /// Bytes read back by the outputs of this output's session so far.
+    pub fn read_back_bytes(&self) -> u64 {
         self.read_back.get()
     }
-}
 
-impl DraftRows for DeviceRows {
-    fn depth(&self) -> usize {
-        self.logits.dims()[0]
-    }
-
-    fn vocab(&self) -> usize {
-        self.logits.dims()[1]
-    }
-
-    fn top_k(&self, depths: &[usize], k: usize) -> bastion_tree::Result<Vec<CandidateList>> {
-        self.top_k_ranks(depths, 0, k)
-    }
-
-    /// Ranks `from..k` of each row's top-`k`, sliced on the device: only
-    /// those `k − from` pairs per row come back.
-    fn top_k_ranks(&self, depths: &[usize], from: usize, k: usize) -> bastion_tree::Result<Vec<CandidateList>> {
-        let depth = self.depth();
-        if let Some(&bad) = depths.iter().find(|&&d| d == 0 || d > depth) {
-            return Err(TreeError::Shape {
-                what: "draft depth",
-                expected: format!("1..={depth}"),
-                actual: bad.to_string(),
-            });
+    /// The logits row-major in host memory (read back from a device, counted).
+    ///
+    /// # Errors
+    /// [`ModelError::Device`] / [`ModelError::ReadBack`] when the device's data cannot be read.
+    pub fn to_host(&self) -> Result<Vec<f32>> {
+        match &self.logits {
+            DraftLogits::Host { values, .. } => Ok(values.clone()),
+            DraftLogits::Device(t) => self.read_back.f32s((**t).clone()),
         }
-        let k = k.clamp(1, self.vocab());
-        if from >= k {
-            return Ok(vec![Vec::new(); depths.len()]);
-        }
+    }
+
+    /// [`DraftRows::top_k_ranks`] on the device: `log_softmax`, top-`k`,
+    /// ranks `from..k` sliced there, only they read back.
+    fn device_ranks(
+        &self,
+        logits: &Tensor<2>,
+        depths: &[usize],
+        from: usize,
+        k: usize,
+    ) -> bastion_tree::Result<Vec<CandidateList>> {
         let n = depths.len();
-        let rows = if n == depth {
-            self.logits.clone()
+        let rows = if n == self.depth() {
+            logits.clone()
         } else {
             let idx: Vec<i64> = depths.iter().map(|&d| d as i64 - 1).collect();
-            self.logits.clone().select(0, Tensor::<1, Int>::from_data(TensorData::new(idx, [n]), &self.logits.device()))
+            logits.clone().select(0, Tensor::<1, Int>::from_data(TensorData::new(idx, [n]), &logits.device()))
         };
         let (mut values, mut columns) = log_softmax(rows, 1).topk_with_indices(k, 1);
         if from > 0 {
@@ -367,10 +587,9 @@ impl DraftRows for DeviceRows {
             columns = columns.slice([0..n, from..k]);
         }
         let k = k - from;
-        let mut bytes = self.read_back.get();
-        let values = read_f32(values, &mut bytes).map_err(|e| TreeError::Source(e.to_string()))?;
-        let columns = read_ids(columns, &mut bytes).map_err(|e| TreeError::Source(e.to_string()))?;
-        self.read_back.set(bytes);
+        let source = |e: ModelError| TreeError::Source(e.to_string());
+        let values = self.read_back.f32s(values).map_err(source)?;
+        let columns = self.read_back.ids(columns).map_err(source)?;
         depths
             .iter()
             .enumerate()
@@ -389,16 +608,47 @@ impl DraftRows for DeviceRows {
     }
 }
 
-/// An f32 tensor's values in host memory, its bytes counted.
-pub(crate) fn read_f32<const D: usize>(x: Tensor<D>, read_back: &mut u64) -> Result<Vec<f32>> {
-    *read_back += (x.shape().num_elements() * std::mem::size_of::<f32>()) as u64;
-    host(x)
-}
+impl DraftRows for DraftOutput {
+    fn depth(&self) -> usize {
+        match &self.logits {
+            DraftLogits::Host { depth, .. } => *depth,
+            DraftLogits::Device(t) => t.dims()[0],
+        }
+    }
 
-/// An integer tensor's values as token ids, the bytes the device returned counted.
-fn read_ids<const D: usize>(x: Tensor<D, Int>, read_back: &mut u64) -> Result<Vec<u32>> {
-    let data = x.try_into_data().map_err(|e| ModelError::Device(format!("reading token ids back failed: {e}")))?;
-    *read_back += data.as_bytes().len() as u64;
-    let values = data.convert::<i64>().try_into_vec::<i64>().map_err(|e| ModelError::ReadBack(format!("{e:?}")))?;
-    Ok(values.into_iter().map(|v| v.max(0) as u32).collect())
+    fn vocab(&self) -> usize {
+        match &self.logits {
+            DraftLogits::Host { vocab, .. } => *vocab,
+            DraftLogits::Device(t) => t.dims()[1],
+        }
+    }
+
+    fn top_k(&self, depths: &[usize], k: usize) -> bastion_tree::Result<Vec<CandidateList>> {
+        self.top_k_ranks(depths, 0, k)
+    }
+
+    /// Ranks `from..k` of each row's top-`k`; on a device sliced there, so
+    /// that only those `k − from` pairs per row come back.
+    fn top_k_ranks(&self, depths: &[usize], from: usize, k: usize) -> bastion_tree::Result<Vec<CandidateList>> {
+        match &self.logits {
+            DraftLogits::Host { values, depth, vocab } => {
+                HostRows::new(values, *depth, *vocab)?.top_k_ranks(depths, from, k)
+            }
+            DraftLogits::Device(t) => {
+                let depth = self.depth();
+                if let Some(&bad) = depths.iter().find(|&&d| d == 0 || d > depth) {
+                    return Err(TreeError::Shape {
+                        what: "draft depth",
+                        expected: format!("1..={depth}"),
+                        actual: bad.to_string(),
+                    });
+                }
+                let k = k.clamp(1, self.vocab());
+                if from >= k {
+                    return Ok(vec![Vec::new(); depths.len()]);
+                }
+                self.device_ranks(t, depths, from, k)
+            }
+        }
+    }
 }

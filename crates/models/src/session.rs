@@ -8,8 +8,8 @@ use bastion_tree::DraftTree;
 use crate::error::{ModelError, Result};
 use crate::forward::{forward, BurnExec, HostExec};
 use crate::kv::{BatchKv, SessionKv, Visibility};
-use crate::model::{ForwardOutput, Model};
-use crate::output::Resident;
+use crate::model::Model;
+use crate::output::{Output, ReadBack};
 
 impl Model {
     /// [`Model::greedy`] for several prompts at once: each prompt is
@@ -28,7 +28,7 @@ impl Model {
         let mut live: Vec<(usize, Session<'_>)> = Vec::new();
         for (i, p) in prompts.iter().enumerate() {
             let mut session = self.session();
-            outs[i].push(bastion_kernels::argmax(session.prefill(p, &[])?.row(0)));
+            outs[i].push(session.prefill(p, &[])?.argmax()?[0]);
             live.push((i, session));
         }
         let done = |out: &[u32]| out.len() == max_new_tokens || out.last().is_some_and(|t| stop.contains(t));
@@ -91,7 +91,7 @@ impl Model {
         if !self.host_cache {
             let mut logits = Vec::with_capacity(tokens.len() * self.cfg.vocab_size);
             for (s, &t) in sessions.iter_mut().zip(tokens) {
-                logits.extend_from_slice(&s.prefill(&[t], &[])?.logits);
+                logits.extend_from_slice(&s.prefill(&[t], &[])?.into_host()?.logits);
             }
             return Ok(logits);
         }
@@ -116,7 +116,7 @@ impl Model {
     pub fn session(&self) -> Session<'_> {
         let c = &self.cfg;
         let cache = SessionKv::new(self.host_cache, c.num_layers, c.num_kv_heads, c.head_dim);
-        Session { model: self, cache, len: 0, pending: None }
+        Session { model: self, cache, len: 0, pending: None, read_back: ReadBack::default() }
     }
 }
 
@@ -136,6 +136,8 @@ pub struct Session<'m> {
     len: usize,
     /// Rows appended by the last `verify`, not yet committed.
     pending: Option<usize>,
+    /// Bytes the outputs of this session read back from a device.
+    read_back: ReadBack,
 }
 
 impl<'m> Session<'m> {
@@ -154,24 +156,21 @@ impl<'m> Session<'m> {
         self.model
     }
 
+    /// Bytes read back from the device by this session's outputs so far
+    /// (0 on `flex`, where nothing leaves host memory).
+    pub fn read_back_bytes(&self) -> u64 {
+        self.read_back.get()
+    }
+
     /// Appends `tokens` at positions `len..len + T` with causal attention and
     /// commits them. Returns the logits of the **last** position
     /// (`rows = 1`) and the requested hidden states `[T, hidden]` (HF indices,
-    /// see [`ForwardOutput::hidden`]).
+    /// see [`crate::ForwardOutput::hidden`]), where they were computed ([`Output`]).
     ///
     /// # Errors
     /// [`ModelError::Usage`] for an empty prompt, an uncommitted tree or an id
     /// out of the vocabulary; [`ModelError::Shape`] for a hidden index > `num_layers`.
-    pub fn prefill(&mut self, tokens: &[u32], hidden: &[usize]) -> Result<ForwardOutput> {
-        self.prefill_with(tokens, hidden, false)?.into_host(&mut 0)
-    }
-
-    /// As [`Session::prefill`], leaving the logits and hidden states where
-    /// they were computed ([`Resident`]: device tensors on the Burn backends).
-    ///
-    /// # Errors
-    /// As [`Session::prefill`].
-    pub fn prefill_resident(&mut self, tokens: &[u32], hidden: &[usize]) -> Result<Resident> {
+    pub fn prefill(&mut self, tokens: &[u32], hidden: &[usize]) -> Result<Output> {
         self.prefill_with(tokens, hidden, false)
     }
 
@@ -179,11 +178,11 @@ impl<'m> Session<'m> {
     ///
     /// # Errors
     /// As [`Session::prefill`].
-    pub fn prefill_all_logits(&mut self, tokens: &[u32], hidden: &[usize]) -> Result<ForwardOutput> {
-        self.prefill_with(tokens, hidden, true)?.into_host(&mut 0)
+    pub fn prefill_all_logits(&mut self, tokens: &[u32], hidden: &[usize]) -> Result<Output> {
+        self.prefill_with(tokens, hidden, true)
     }
 
-    fn prefill_with(&mut self, tokens: &[u32], hidden: &[usize], all_logits: bool) -> Result<Resident> {
+    fn prefill_with(&mut self, tokens: &[u32], hidden: &[usize], all_logits: bool) -> Result<Output> {
         if tokens.is_empty() {
             return Err(ModelError::Usage("prefill needs at least one token".into()));
         }
@@ -198,22 +197,13 @@ impl<'m> Session<'m> {
     /// committed token, not yet cached): every node `i` at depth `d` is fed at
     /// position `len + d` and attends to the committed prefix plus its
     /// ancestors. Returns logits `[1 + n, vocab]` (one row per node) and the
-    /// requested hidden states `[1 + n, hidden]`. The tree's K/V stay
-    /// provisional until [`Session::commit`].
+    /// requested hidden states `[1 + n, hidden]`, where they were computed
+    /// ([`Output`]: a round on a GPU reads back only what its walk needs).
+    /// The tree's K/V stay provisional until [`Session::commit`].
     ///
     /// # Errors
     /// [`ModelError::Usage`] as for [`Session::prefill`].
-    pub fn verify(&mut self, tree: &DraftTree, hidden: &[usize]) -> Result<ForwardOutput> {
-        self.verify_resident(tree, hidden)?.into_host(&mut 0)
-    }
-
-    /// As [`Session::verify`], leaving the logits `[1 + n, vocab]` and the
-    /// hidden states where they were computed ([`Resident`]): a round on a
-    /// GPU reads back only what its walk needs.
-    ///
-    /// # Errors
-    /// As [`Session::verify`].
-    pub fn verify_resident(&mut self, tree: &DraftTree, hidden: &[usize]) -> Result<Resident> {
+    pub fn verify(&mut self, tree: &DraftTree, hidden: &[usize]) -> Result<Output> {
         self.check_idle()?;
         let positions = tree.positions(self.len);
         let out = self.forward(tree.tokens(), &positions, Visibility::Tree(tree), hidden, true)?;
@@ -251,7 +241,13 @@ impl<'m> Session<'m> {
     /// [`ModelError::Usage`] when a verified tree is pending.
     pub fn fork(&self) -> Result<Session<'m>> {
         self.check_idle()?;
-        Ok(Session { model: self.model, cache: self.cache.clone(), len: self.len, pending: None })
+        Ok(Session {
+            model: self.model,
+            cache: self.cache.clone(),
+            len: self.len,
+            pending: None,
+            read_back: ReadBack::default(),
+        })
     }
 
     /// Drops a pending tree without committing anything (its rows, past
@@ -276,15 +272,17 @@ impl<'m> Session<'m> {
         vis: Visibility<'_>,
         hidden: &[usize],
         all_logits: bool,
-    ) -> Result<Resident> {
+    ) -> Result<Output> {
         let m = self.model;
         let rows = if all_logits { tokens.len() } else { 1 };
-        match &mut self.cache {
+        let out = match &mut self.cache {
             SessionKv::Host(kv) => {
-                forward(&HostExec, m, kv, tokens, positions, self.len, vis, hidden, rows).map(Resident::Host)
+                Output::from_host(forward(&HostExec, m, kv, tokens, positions, self.len, vis, hidden, rows)?)
             }
-            SessionKv::Burn(kv) => forward(&BurnExec(&m.device), m, kv, tokens, positions, self.len, vis, hidden, rows)
-                .map(Resident::Device),
-        }
+            SessionKv::Burn(kv) => {
+                forward(&BurnExec(&m.device), m, kv, tokens, positions, self.len, vis, hidden, rows)?
+            }
+        };
+        Ok(out.counted(&self.read_back))
     }
 }

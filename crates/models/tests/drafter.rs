@@ -3,12 +3,19 @@
 //! config / fit checks.
 
 use bastion_models::{
-    build_target_layer_ids, context_features, Drafter, DrafterConfig, Model, ModelConfig, SafetensorsSource,
+    build_target_layer_ids, context_features, DraftSession, Drafter, DrafterConfig, Model, ModelConfig,
+    SafetensorsSource,
 };
 use bastion_testkit::{fixture_dir, max_abs_diff, Fixture};
 use burn::tensor::Device;
 
 const ATOL: f32 = 1e-4;
+
+/// One block's draft logits `[rows, vocab]` in host memory (all `B − 1`
+/// rows for `usize::MAX`).
+fn draft(s: &mut DraftSession<'_>, target: &Model, features: &[f32], root: u32, rows: usize) -> Vec<f32> {
+    s.draft(target, &features.into(), root, rows).unwrap().to_host().unwrap()
+}
 
 fn target() -> Model {
     let dir = fixture_dir("tiny-qwen3");
@@ -59,7 +66,7 @@ fn single_forward_matches_reference() {
     let ctx = fx.ids("fwd_context_ids");
     let block = fx.ids("fwd_block_ids");
     // Context features from our target equal the reference's.
-    let out = target.session().prefill(&ctx, &drafter.hidden_indices()).unwrap();
+    let out = target.session().prefill(&ctx, &drafter.hidden_indices()).unwrap().into_host().unwrap();
     let feats = context_features(&out, 64, None).unwrap();
     let want = fx.f32("fwd_target_hidden");
     let d = max_abs_diff(&feats, &want.data);
@@ -88,15 +95,15 @@ fn cached_context_equals_one_shot_context() {
     let target = target();
     let drafter = Drafter::load(fixture_dir("tiny-dflash"), &target).unwrap();
     let ctx = fx.ids("fwd_context_ids");
-    let out = target.session().prefill(&ctx, &drafter.hidden_indices()).unwrap();
+    let out = target.session().prefill(&ctx, &drafter.hidden_indices()).unwrap().into_host().unwrap();
     let feats = context_features(&out, 64, None).unwrap();
     let root = fx.ids("fwd_block_ids")[0];
     let mut one = drafter.session();
-    let want = one.draft(&target, &feats, root).unwrap();
+    let want = draft(&mut one, &target, &feats, root, usize::MAX);
     let mut two = drafter.session();
     let split = 10 * 128;
-    two.draft(&target, &feats[..split], ctx[10]).unwrap();
-    let got = two.draft(&target, &feats[split..], root).unwrap();
+    draft(&mut two, &target, &feats[..split], ctx[10], usize::MAX);
+    let got = draft(&mut two, &target, &feats[split..], root, usize::MAX);
     let d = max_abs_diff(&got, &want);
     assert!(d < 1e-5, "two-step context differs by {d}");
 }
@@ -110,16 +117,16 @@ fn pruned_draft_vocabulary_selects_columns_of_the_full_logits() {
     let target = target();
     let mut drafter = Drafter::load(fixture_dir("tiny-dflash"), &target).unwrap();
     let ctx = fx.ids("fwd_context_ids");
-    let out = target.session().prefill(&ctx, &drafter.hidden_indices()).unwrap();
+    let out = target.session().prefill(&ctx, &drafter.hidden_indices()).unwrap().into_host().unwrap();
     let feats = context_features(&out, 64, None).unwrap();
     let root = fx.ids("fwd_block_ids")[0];
     let vocab = target.config().vocab_size;
     let rows = 5;
-    let full = drafter.session().draft_rows(&target, &feats, root, rows).unwrap();
+    let full = draft(&mut drafter.session(), &target, &feats, root, rows);
     let subset: Vec<u32> = (0..vocab as u32).rev().step_by(3).collect();
     drafter.set_draft_vocab(&target, Some(subset.clone())).unwrap();
     assert_eq!(drafter.draft_vocab(), Some(subset.as_slice()));
-    let pruned = drafter.session().draft_rows(&target, &feats, root, rows).unwrap();
+    let pruned = draft(&mut drafter.session(), &target, &feats, root, rows);
     assert_eq!(pruned.len(), rows * subset.len());
     for r in 0..rows {
         for (c, &t) in subset.iter().enumerate() {
@@ -130,7 +137,7 @@ fn pruned_draft_vocabulary_selects_columns_of_the_full_logits() {
         assert!(drafter.set_draft_vocab(&target, Some(bad.clone())).is_err(), "{bad:?}");
     }
     drafter.set_draft_vocab(&target, None).unwrap();
-    assert_eq!(drafter.session().draft_rows(&target, &feats, root, rows).unwrap(), full);
+    assert_eq!(draft(&mut drafter.session(), &target, &feats, root, rows), full);
 }
 
 #[test]
@@ -208,12 +215,12 @@ fn device_context_cache_grows_and_drafts_what_the_host_cache_drafts() {
     let ctx: Vec<u32> = (0..560u32).map(|i| 1 + (i * 97 + 13) % 249).collect();
     let blocks = |t: &Model| {
         let drafter = Drafter::load(fixture_dir("tiny-dflash"), t).unwrap();
-        let out = host_target.session().prefill(&ctx, &drafter.hidden_indices()).unwrap();
+        let out = host_target.session().prefill(&ctx, &drafter.hidden_indices()).unwrap().into_host().unwrap();
         let feats = context_features(&out, 64, None).unwrap();
         let split = 300 * 128;
         let mut s = drafter.session();
-        let first = s.draft(t, &feats[..split], ctx[300]).unwrap();
-        let second = s.draft(t, &feats[split..], 7).unwrap();
+        let first = draft(&mut s, t, &feats[..split], ctx[300], usize::MAX);
+        let second = draft(&mut s, t, &feats[split..], 7, usize::MAX);
         assert_eq!(s.len(), ctx.len());
         [first, second]
     };

@@ -80,8 +80,8 @@ fn a_k_quant_mix_loads_and_equals_its_f32_twin() {
     let (mixed, plain) = (load_gguf(&file, &device).unwrap(), load_gguf(&twin, &device).unwrap());
     assert_eq!(mixed.config().hidden_size, 256);
     let tokens = [1u32, 7, 30, 2, 19, 19, 4];
-    let a = mixed.session().prefill_all_logits(&tokens, &[]).unwrap();
-    let b = plain.session().prefill_all_logits(&tokens, &[]).unwrap();
+    let a = mixed.session().prefill_all_logits(&tokens, &[]).unwrap().into_host().unwrap();
+    let b = plain.session().prefill_all_logits(&tokens, &[]).unwrap().into_host().unwrap();
     for p in 0..tokens.len() {
         assert!(a.row(p).iter().all(|v| v.is_finite()), "position {p}: finite logits");
         assert_eq!(a.row(p), b.row(p), "position {p}");

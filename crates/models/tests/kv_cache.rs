@@ -21,7 +21,7 @@ fn ids(n: usize, seed: u32) -> Vec<u32> {
 
 /// The last-row logits of a fresh causal prefill of `tokens`.
 fn plain_last(model: &Model, tokens: &[u32]) -> Vec<f32> {
-    model.session().prefill(tokens, &[]).unwrap().logits
+    model.session().prefill(tokens, &[]).unwrap().into_host().unwrap().logits
 }
 
 #[test]
@@ -41,16 +41,16 @@ fn growing_committing_and_forking_give_a_plain_runs_logits() {
         let tree = tree_with_distinct_siblings(3, &nodes);
         let path = root_path(&tree, tree.len() - 1);
         assert!(path.iter().enumerate().any(|(i, &a)| a != i), "the path {path:?} must move rows");
-        let verified = session.verify(&tree, &[]).unwrap();
+        let verified = session.verify(&tree, &[]).unwrap().into_host().unwrap();
         session.commit(&path).unwrap();
         let tail = ids(3, 11);
-        let after = session.prefill_all_logits(&tail, &[]).unwrap();
+        let after = session.prefill_all_logits(&tail, &[]).unwrap().into_host().unwrap();
 
         let mut plain = prefix.clone();
         plain.extend(path.iter().map(|&i| tree.token(i)));
         let committed = plain.len();
         plain.extend(&tail);
-        let whole = model.session().prefill_all_logits(&plain, &[]).unwrap();
+        let whole = model.session().prefill_all_logits(&plain, &[]).unwrap().into_host().unwrap();
         for (k, &i) in path.iter().enumerate() {
             let d = max_abs_diff(verified.row(i), whole.row(prefix.len() + k));
             assert!(d < 1e-4, "{device:?}: tree node {i} differs by {d}");
@@ -62,12 +62,12 @@ fn growing_committing_and_forking_give_a_plain_runs_logits() {
 
         // The fork shares the parent's rows up to 500 and nothing after.
         let other = ids(30, 13);
-        let got = fork.prefill(&other, &[]).unwrap().logits;
+        let got = fork.prefill(&other, &[]).unwrap().into_host().unwrap().logits;
         let want = plain_last(&model, &[prefix.clone(), other].concat());
         let d = max_abs_diff(&got, &want);
         assert!(d < 1e-4, "{device:?}: the fork differs by {d}");
         // ... and the parent is untouched by the fork's writes.
-        let next = session.prefill(&[9], &[]).unwrap().logits;
+        let next = session.prefill(&[9], &[]).unwrap().into_host().unwrap().logits;
         let d = max_abs_diff(&next, &plain_last(&model, &[plain, vec![9]].concat()));
         assert!(d < 1e-4, "{device:?}: the parent after its fork wrote differs by {d}");
     }
@@ -84,7 +84,7 @@ fn a_discarded_tree_leaves_the_committed_rows_as_they_were() {
         let tree = tree_with_distinct_siblings(4, &[(0, 8), (0, 9), (1, 10)]);
         session.verify(&tree, &[]).unwrap();
         session.discard();
-        let got = session.prefill(&[17, 18], &[]).unwrap().logits;
+        let got = session.prefill(&[17, 18], &[]).unwrap().into_host().unwrap().logits;
         let d = max_abs_diff(&got, &plain_last(&model, &[prefix, vec![17, 18]].concat()));
         assert!(d < 1e-4, "{device:?}: after a discarded tree the logits differ by {d}");
     }

@@ -17,7 +17,7 @@ fn a_random_model_has_the_config_shape_and_is_reproducible() {
     let c = load_random_model_as(&config, &device, WeightDtype::F32, 8).unwrap();
     assert_eq!(a.config(), real.config());
     let prompt = [3u32, 1, 4, 1, 5, 9, 2, 6];
-    let logits = |m: &bastion_models::Model| m.session().prefill(&prompt, &[]).unwrap().logits;
+    let logits = |m: &bastion_models::Model| m.session().prefill(&prompt, &[]).unwrap().into_host().unwrap().logits;
     let (la, lb, lc, lr) = (logits(&a), logits(&b), logits(&c), logits(&real));
     assert_eq!(la, lb, "same seed, same bits");
     assert_ne!(la, lc, "another seed, other weights");

@@ -1,11 +1,12 @@
-//! Device-resident round outputs ([`DeviceOutput`], [`DeviceRows`]) against
-//! the host computations they replace: argmax ids, seeded draws (the host
-//! sampler's inverse-transform rule, and a χ² test of their distribution),
-//! candidate lists, context features, and the bytes they read back. Run on
-//! the Burn `flex` device (the same tensor ops a GPU backend runs) and, in
-//! a `wgpu` build, on the first wgpu adapter (Mesa's lavapipe in CI).
+//! Device-resident round outputs ([`Output`], [`DraftOutput`] on device
+//! tensors) against the same outputs in host memory: argmax ids, seeded
+//! draws on the same uniforms (one rule, `bastion_models::draw`, and a χ²
+//! test of their distribution), candidate lists, context features, and the
+//! bytes they read back. Run on the Burn `flex` device (the same tensor ops
+//! a GPU backend runs) and, in a `wgpu` build, on the first wgpu adapter
+//! (Mesa's lavapipe in CI).
 
-use bastion_models::{context_features, DeviceOutput, DeviceRows, ForwardOutput, Resident};
+use bastion_models::{context_features, ContextFeatures, DraftOutput, ForwardOutput, Output};
 use bastion_tree::{DraftRows, HostRows};
 use burn::tensor::{Device, Tensor, TensorData};
 use statrs::distribution::{ChiSquared, ContinuousCDF};
@@ -26,25 +27,11 @@ fn logits(rows: usize, vocab: usize, seed: u64) -> Vec<f32> {
     uniforms(rows * vocab, seed).iter().enumerate().map(|(i, u)| (u * 12.0 - 6.0) as f32 + i as f32 * 1e-7).collect()
 }
 
-/// The host sampler's rule (`bastion-decode` `Sampler::sample`) in f64.
-fn host_draw(row: &[f32], temperature: f64, u: f64) -> u32 {
-    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let w: Vec<f64> = row.iter().map(|&l| ((l as f64 - max) / temperature).exp()).collect();
-    let mut left = u * w.iter().sum::<f64>();
-    for (i, x) in w.iter().enumerate() {
-        if left < *x {
-            return i as u32;
-        }
-        left -= x;
-    }
-    (row.len() - 1) as u32
-}
-
 fn host_argmax(row: &[f32]) -> u32 {
     (0..row.len()).fold(0, |b, i| if row[i] > row[b] { i } else { b }) as u32
 }
 
-fn output(values: &[f32], rows: usize, vocab: usize, hidden: Vec<Tensor<2>>, device: &Device) -> DeviceOutput {
+fn output(values: &[f32], rows: usize, vocab: usize, hidden: Vec<Tensor<2>>, device: &Device) -> Output {
     let logits = Tensor::<2>::from_data(TensorData::new(values.to_vec(), [rows, vocab]), device);
     // Two row parts when there are enough rows, as a split verification returns them.
     let logits = if rows >= 8 {
@@ -53,7 +40,7 @@ fn output(values: &[f32], rows: usize, vocab: usize, hidden: Vec<Tensor<2>>, dev
     } else {
         vec![logits]
     };
-    DeviceOutput { logits, rows, hidden }
+    Output::from_device(logits, hidden)
 }
 
 fn devices() -> Vec<(&'static str, Device)> {
@@ -77,28 +64,34 @@ fn devices() -> Vec<(&'static str, Device)> {
 fn argmax_and_seeded_draws_equal_the_host_rules() {
     let (rows, vocab) = (64, 1000);
     let values = logits(rows, vocab, 1);
+    let host = Output::from_host(ForwardOutput { logits: values.clone(), rows, hidden: Vec::new() });
+    let want: Vec<u32> = values.chunks_exact(vocab).map(host_argmax).collect();
+    assert_eq!(host.argmax().unwrap(), want, "host argmax");
+    assert_eq!(host.argmax_row(9).unwrap(), want[9]);
     for (name, device) in devices() {
         let out = output(&values, rows, vocab, Vec::new(), &device);
-        let mut bytes = 0;
-        let ids = out.argmax(&mut bytes).unwrap();
-        let want: Vec<u32> = values.chunks_exact(vocab).map(host_argmax).collect();
+        let ids = out.argmax().unwrap();
         assert_eq!(ids, want, "{name}: argmax");
+        let bytes = out.read_back_bytes();
         assert!(bytes > 0 && bytes <= 8 * rows as u64, "{name}: {bytes} bytes read back for {rows} ids");
+        assert_eq!(out.argmax_row(9).unwrap(), want[9], "{name}: one row's argmax");
         for temperature in [0.6, 1.0] {
             let u = uniforms(rows, 7);
-            let mut bytes = 0;
-            let got = out.sample(temperature, &u, &mut bytes).unwrap();
-            let want: Vec<u32> =
-                values.chunks_exact(vocab).zip(&u).map(|(row, &u)| host_draw(row, temperature, u)).collect();
+            let before = out.read_back_bytes();
+            let got = out.sample(temperature, &u).unwrap();
+            let want = host.sample(temperature, &u).unwrap();
             // f32 running sums against f64: a draw may only move at a boundary.
             let same = got.iter().zip(&want).filter(|(a, b)| a == b).count();
             assert!(same >= rows - 1, "{name} T={temperature}: {same}/{rows} draws equal the host's");
+            let bytes = out.read_back_bytes() - before;
             assert!(bytes <= 8 * rows as u64, "{name}: {bytes} bytes");
-            let one = out.sample_row(5, temperature, u[5], &mut 0).unwrap();
+            let one = out.sample_row(5, temperature, u[5]).unwrap();
             assert_eq!(one, got[5], "{name}: one row alone draws what it draws among others");
+            assert_eq!(host.sample_row(5, temperature, u[5]).unwrap(), want[5], "host: one row alone");
         }
-        assert!(out.sample(1.0, &[0.5], &mut 0).is_err(), "one uniform per row");
-        assert!(out.row(rows, &mut 0).is_err());
+        assert!(out.sample(1.0, &[0.5]).is_err(), "one uniform per row");
+        assert!(out.row(rows).is_err() && out.argmax_row(rows).is_err() && out.sample_row(rows, 1.0, 0.5).is_err());
+        assert_eq!(&*out.row(3).unwrap(), host.row(3).unwrap().as_ref(), "{name}: a row read back");
     }
 }
 
@@ -113,7 +106,7 @@ fn device_draws_follow_the_softmax() {
     let values: Vec<f32> = row.iter().copied().cycle().take(n * row.len()).collect();
     for (name, device) in devices() {
         let out = output(&values, n, row.len(), Vec::new(), &device);
-        let draws = out.sample(1.0, &uniforms(n, 3), &mut 0).unwrap();
+        let draws = out.sample(1.0, &uniforms(n, 3)).unwrap();
         let mut counts = [0usize; 6];
         for d in draws {
             counts[d as usize] += 1;
@@ -139,8 +132,14 @@ fn device_candidate_lists_equal_the_host_lists() {
     let (depth, vocab) = (5, 700);
     let values = logits(depth, vocab, 11);
     let host = HostRows::new(&values, depth, vocab).unwrap();
+    let host_output = DraftOutput::from_host(values.clone(), depth, vocab).unwrap();
+    assert!(DraftOutput::from_host(values.clone(), depth + 1, vocab).is_err(), "[depth, vocab] must hold the values");
+    for (depths, k) in [(vec![1, 2, 3, 4, 5], 32), (vec![2, 5], 100)] {
+        assert_eq!(host_output.top_k(&depths, k).unwrap(), host.top_k(&depths, k).unwrap(), "host draft output");
+    }
     for (name, device) in devices() {
-        let rows = DeviceRows::new(Tensor::<2>::from_data(TensorData::new(values.clone(), [depth, vocab]), &device));
+        let rows =
+            DraftOutput::from_device(Tensor::<2>::from_data(TensorData::new(values.clone(), [depth, vocab]), &device));
         for (depths, k) in [(vec![1, 2, 3, 4, 5], 32), (vec![2, 5], 100), (vec![3], 1)] {
             let want = host.top_k(&depths, k).unwrap();
             let got = rows.top_k(&depths, k).unwrap();
@@ -154,15 +153,15 @@ fn device_candidate_lists_equal_the_host_lists() {
             }
         }
         // Only the lists come back: (value, id) per candidate.
-        let before = rows.read_back();
+        let before = rows.read_back_bytes();
         rows.top_k(&[1, 2, 3, 4, 5], 32).unwrap();
-        let bytes = rows.read_back() - before;
+        let bytes = rows.read_back_bytes() - before;
         assert!(bytes <= (depth * 32 * 12) as u64 && bytes >= (depth * 32 * 8) as u64, "{name}: {bytes} bytes");
         assert!(rows.top_k(&[0], 4).is_err() && rows.top_k(&[6], 4).is_err(), "{name}: depths are 1..=5");
         // A list lengthened from 32 to 64: ranks 32..64 only, equal to the host's, and only they come back.
-        let before = rows.read_back();
+        let before = rows.read_back_bytes();
         let more = rows.top_k_ranks(&[2, 4], 32, 64).unwrap();
-        let bytes = rows.read_back() - before;
+        let bytes = rows.read_back_bytes() - before;
         assert!(
             bytes <= (2 * 32 * 12) as u64 && bytes >= (2 * 32 * 8) as u64,
             "{name}: {bytes} bytes for 2 × 32 ranks"
@@ -179,7 +178,7 @@ fn device_candidate_lists_equal_the_host_lists() {
         // A row holding NaN is refused, as on the host.
         let mut bad = values.clone();
         bad[vocab + 3] = f32::NAN;
-        let rows = DeviceRows::new(Tensor::<2>::from_data(TensorData::new(bad, [depth, vocab]), &device));
+        let rows = DraftOutput::from_device(Tensor::<2>::from_data(TensorData::new(bad, [depth, vocab]), &device));
         assert!(rows.top_k(&[2], 4).is_err(), "{name}: NaN row");
     }
 }
@@ -192,20 +191,21 @@ fn device_features_equal_the_host_features_and_stay_on_the_device() {
     for (name, device) in devices() {
         let hidden =
             layers.iter().map(|v| Tensor::<2>::from_data(TensorData::new(v.clone(), [tokens, h]), &device)).collect();
-        let out = Resident::Device(Box::new(output(&[0.0; 4], 1, 4, hidden, &device)));
+        let out = output(&[0.0; 4], 1, 4, hidden, &device);
         for rows in [None, Some(&[0usize, 2, 5][..]), Some(&[4][..])] {
             let want = context_features(&host_out, h, rows).unwrap();
             let mut got = out.features(h, rows).unwrap();
-            assert!(matches!(got, bastion_models::ContextFeatures::Device(Some(_))), "{name}: stays on the device");
-            got.append(bastion_models::ContextFeatures::Host(want.clone()));
-            let bastion_models::ContextFeatures::Device(Some(t)) = got else { unreachable!() };
-            let values = (*t).into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
-            assert_eq!(values, [want.clone(), want].concat(), "{name}: rows {rows:?}, then the same rows appended");
+            assert!(got.is_on_device(), "{name}: stays on the device");
+            got.append(ContextFeatures::from(want.clone()));
+            assert!(got.is_on_device(), "{name}: host rows join the device rows there");
+            assert_eq!(got.to_host().unwrap(), [want.clone(), want].concat(), "{name}: rows {rows:?}, then again");
         }
         assert!(out.features(h, Some(&[6])).is_err(), "{name}: row out of range");
-        let mut n = 0;
-        let back = out.into_host(&mut n).unwrap();
+        assert_eq!(out.read_back_bytes(), 0, "{name}: features stay on the device");
+        let counter = out.clone();
+        let back = out.into_host().unwrap();
         assert_eq!(back.hidden, layers, "{name}");
+        let n = counter.read_back_bytes();
         assert_eq!(n, 4 * (4 + 3 * tokens * h) as u64, "{name}: logits and hidden states read back");
     }
 }

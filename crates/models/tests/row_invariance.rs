@@ -33,20 +33,20 @@ proptest! {
 
         let mut session = model.session();
         session.prefill(&prefix, &[]).unwrap();
-        let in_tree = session.verify(&tree, &[]).unwrap();
+        let in_tree = session.verify(&tree, &[]).unwrap().into_host().unwrap();
         session.discard();
 
         // The node's root path alone, as a chain.
         let chain_tokens: Vec<u32> = path.iter().map(|&i| tree.token(i)).collect();
         let chain_parents: Vec<i64> = (0..path.len() as i64).map(|i| i - 1).collect();
         let chain = DraftTree::from_parts(&chain_tokens, &chain_parents, None).unwrap();
-        let on_path = session.verify(&chain, &[]).unwrap();
+        let on_path = session.verify(&chain, &[]).unwrap().into_host().unwrap();
         session.discard();
 
         // AR: one token per forward pass.
         let mut ar_rows = Vec::new();
         for &t in &chain_tokens {
-            ar_rows.push(session.prefill(&[t], &[]).unwrap().row(0).to_vec());
+            ar_rows.push(session.prefill(&[t], &[]).unwrap().into_host().unwrap().row(0).to_vec());
         }
 
         for (k, &i) in path.iter().enumerate() {
@@ -85,7 +85,7 @@ proptest! {
             let rows = model.decode_batch(&mut batch, &tokens).unwrap();
             prop_assert_eq!(rows.len(), tokens.len() * vocab);
             for (b, s) in alone.iter_mut().enumerate() {
-                let one = s.prefill(&[tokens[b]], &[]).unwrap();
+                let one = s.prefill(&[tokens[b]], &[]).unwrap().into_host().unwrap();
                 prop_assert!(&rows[b * vocab..(b + 1) * vocab] == one.row(0), "sequence {}", b);
                 prop_assert_eq!(batch[b].len(), s.len());
             }

@@ -54,7 +54,7 @@ fn rewrite(dir: &Path, shards: usize, dtype: Dtype) {
 }
 
 fn logits(model: &Model) -> Vec<f32> {
-    model.session().prefill_all_logits(&[5, 6, 7, 8, 9, 10, 11], &[]).unwrap().logits
+    model.session().prefill_all_logits(&[5, 6, 7, 8, 9, 10, 11], &[]).unwrap().into_host().unwrap().logits
 }
 
 #[test]

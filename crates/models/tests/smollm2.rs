@@ -20,7 +20,7 @@ fn prompt_logits_and_greedy_match_transformers() {
     assert!(cfg.tie_embeddings);
     for name in ["gsm8k_style", "coding"] {
         let ids = fx.ids(&format!("{name}_input_ids"));
-        let out = model.session().prefill_all_logits(&ids, &[]).unwrap();
+        let out = model.session().prefill_all_logits(&ids, &[]).unwrap().into_host().unwrap();
         assert_eq!(out.rows, ids.len());
         // Last-position logits: atol 2e-3 / rtol 1e-4 (README).
         let want = fx.f32(&format!("{name}_last_logits")).data;

@@ -27,8 +27,8 @@ fn split_embedding_lm_head_and_logits_compute_what_whole_ones_do() {
     let parts = (v * h * 4).div_ceil(4096);
     assert_eq!(split.buffer_parts(), (parts, parts), "embedding and LM head in 4 KB parts");
     let tokens = [5u32, 250, 17, 99, 3, 128, 42, 255, 0];
-    let want = host.session().prefill_all_logits(&tokens, &[0]).unwrap();
-    let got = split.session().prefill_all_logits(&tokens, &[0]).unwrap();
+    let want = host.session().prefill_all_logits(&tokens, &[0]).unwrap().into_host().unwrap();
+    let got = split.session().prefill_all_logits(&tokens, &[0]).unwrap().into_host().unwrap();
     // Embedding rows gathered from the parts, in token order, as the file holds them.
     let rows: Vec<f32> = tokens.iter().flat_map(|&t| table[t as usize * h..(t as usize + 1) * h].to_vec()).collect();
     assert_eq!(got.hidden[0], rows);

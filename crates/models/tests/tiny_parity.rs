@@ -28,7 +28,7 @@ fn check_forward(name: &str) {
     let ids = fx.ids("prompt_ids");
     let layers = model.config().num_layers;
     let all: Vec<usize> = (0..=layers).collect();
-    let out = model.session().prefill_all_logits(&ids, &all).unwrap();
+    let out = model.session().prefill_all_logits(&ids, &all).unwrap().into_host().unwrap();
     let want = fx.f32("logits");
     let d = max_abs_diff(&out.logits, &want.data);
     assert!(d < ATOL, "{name}: logits differ by {d}");
@@ -65,7 +65,7 @@ fn check_tree(name: &str) {
 
     let mut session = model.session();
     session.prefill(&prefix, &[]).unwrap();
-    let out = session.verify(&tree, &all).unwrap();
+    let out = session.verify(&tree, &all).unwrap().into_host().unwrap();
     let d = max_abs_diff(&out.logits, &fx.f32("tree_logits").data);
     assert!(d < ATOL, "{name}: tree logits differ by {d}");
     let hs = fx.f32("tree_hidden_states");
@@ -86,11 +86,11 @@ fn check_tree(name: &str) {
     // feeding the bonus token gives the same logits either way.
     session.commit(&acc.accepted).unwrap();
     assert_eq!(session.len(), prefix.len() + acc.accepted.len());
-    let continued = session.prefill(&[acc.bonus], &[]).unwrap();
+    let continued = session.prefill(&[acc.bonus], &[]).unwrap().into_host().unwrap();
     let mut fresh_ids = prefix.clone();
     fresh_ids.extend(acc.accepted.iter().map(|&i| tree.token(i)));
     fresh_ids.push(acc.bonus);
-    let fresh = model.session().prefill(&fresh_ids, &[]).unwrap();
+    let fresh = model.session().prefill(&fresh_ids, &[]).unwrap().into_host().unwrap();
     let d = max_abs_diff(&continued.logits, &fresh.logits);
     assert!(d < ATOL, "{name}: compacted cache differs from a fresh prefill by {d}");
 }

@@ -41,15 +41,15 @@ proptest! {
 
         let mut session = model.session();
         session.prefill(&prefix, &[]).unwrap();
-        let verified = session.verify(&tree, &[]).unwrap();
+        let verified = session.verify(&tree, &[]).unwrap().into_host().unwrap();
         session.commit(&path).unwrap();
-        let after = session.prefill_all_logits(&tail, &[]).unwrap();
+        let after = session.prefill_all_logits(&tail, &[]).unwrap().into_host().unwrap();
 
         let mut plain_ids = prefix.clone();
         plain_ids.extend(path.iter().map(|&i| tree.token(i)));
         let plain_len = plain_ids.len();
         plain_ids.extend(&tail);
-        let plain = model.session().prefill_all_logits(&plain_ids, &[]).unwrap();
+        let plain = model.session().prefill_all_logits(&plain_ids, &[]).unwrap().into_host().unwrap();
         for (k, &i) in path.iter().enumerate() {
             let d = max_abs_diff(verified.row(i), plain.row(prefix.len() + k));
             prop_assert!(d < 1e-4, "tree node {i}: {d}");

@@ -76,10 +76,10 @@ proptest! {
 
         let mut dense = dense_model.session();
         dense.prefill(&prefix, &[]).unwrap();
-        let want = dense.verify(&tree, &[]).unwrap();
+        let want = dense.verify(&tree, &[]).unwrap().into_host().unwrap();
         let mut session = kernel_model.session();
         session.prefill(&prefix, &[]).unwrap();
-        let got = session.verify(&tree, &[]).unwrap();
+        let got = session.verify(&tree, &[]).unwrap().into_host().unwrap();
         for i in 0..tree.len() {
             let d = max_abs_diff(got.row(i), want.row(i));
             prop_assert!(d < 1e-4, "node {i}: kernel vs dense {d}");
@@ -88,12 +88,12 @@ proptest! {
         // Commit a root-to-node path and decode on: equal to a causal run.
         let path = root_path(&tree, pick.index(tree.len()));
         session.commit(&path).unwrap();
-        let after = session.prefill_all_logits(&tail, &[]).unwrap();
+        let after = session.prefill_all_logits(&tail, &[]).unwrap().into_host().unwrap();
         let mut plain_ids = prefix.clone();
         plain_ids.extend(path.iter().map(|&i| tree.token(i)));
         let plain_len = plain_ids.len();
         plain_ids.extend(&tail);
-        let plain = kernel_model.session().prefill_all_logits(&plain_ids, &[]).unwrap();
+        let plain = kernel_model.session().prefill_all_logits(&plain_ids, &[]).unwrap().into_host().unwrap();
         for (k, &i) in path.iter().enumerate() {
             let d = max_abs_diff(got.row(i), plain.row(prefix.len() + k));
             prop_assert!(d < 1e-4, "tree node {i} vs causal: {d}");
@@ -124,8 +124,8 @@ fn f16_weights_are_half_tensors_within_f16_rounding_of_f32_products() {
         assert_eq!(half.stored_bytes_per_weight(), 2.0, "{name}: f16 tensors on the device");
         let reference = load_model_as(fixture_dir(name), &Device::flex(), WeightDtype::F16).unwrap();
         let prompt: Vec<u32> = (0..24).map(|i| (i * 37 + 5) % 250).collect();
-        let got = half.session().prefill_all_logits(&prompt, &[]).unwrap();
-        let want = reference.session().prefill_all_logits(&prompt, &[]).unwrap();
+        let got = half.session().prefill_all_logits(&prompt, &[]).unwrap().into_host().unwrap();
+        let want = reference.session().prefill_all_logits(&prompt, &[]).unwrap().into_host().unwrap();
         let scale = want.logits.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         let diff = max_abs_diff(&got.logits, &want.logits);
         eprintln!("{name}: f16 products on wgpu vs f32 products on flex: max |Δ logit| {diff:e} (max |logit| {scale})");

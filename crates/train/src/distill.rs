@@ -288,7 +288,7 @@ pub fn distill_batched(
                 Some(b) => (b.fork()?, &job.prompt_ids[shared..]),
                 None => (model.session(), &job.prompt_ids[..]),
             };
-            let first = argmax(session.prefill(rest, &[]).map_err(|e| err(e.to_string()))?.row(0));
+            let first = session.prefill(rest, &[]).and_then(|o| o.argmax_row(0)).map_err(|e| err(e.to_string()))?;
             if done(&[first]) {
                 finish(job, vec![first], store)?;
             } else {

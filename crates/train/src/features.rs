@@ -297,6 +297,7 @@ impl FeatureFile {
                 } else {
                     target.session().prefill(tokens, &hidden)
                 }
+                .and_then(bastion_models::Output::into_host)
                 .map_err(|e| bad(e.to_string()))?;
                 if let Some(top_out) = &mut top_out {
                     let rows = top_k_of(&fwd.logits, tokens.len(), vocab, top_k).map_err(bad)?;

@@ -128,7 +128,8 @@ pub fn chain_acceptance(
     let (mut fed, mut root) = (0usize, prompt_len);
     let mut out = Vec::new();
     while root + 1 < n {
-        let logits = session.draft(target, &features[fed * width..root * width], tokens[root])?;
+        let logits =
+            session.draft(target, &features[fed * width..root * width].into(), tokens[root], usize::MAX)?.to_host()?;
         fed = root;
         let chain = TopK::from_logits(&logits, depth, vocab, 1)
             .map_err(|e| TrainError::Usage(format!("chain τ: {e}")))?

@@ -380,7 +380,7 @@ pub fn self_instruct(
         let mut sessions = Vec::with_capacity(ids.len());
         for (b, prompt) in prompts.iter().enumerate() {
             let mut session = base.fork()?;
-            outs[b].push(samplers[b].sample(session.prefill(&prompt[shared..], &[])?.row(0)));
+            outs[b].push(samplers[b].sample_output_row(&session.prefill(&prompt[shared..], &[])?, 0)?);
             sessions.push(session);
         }
         // A one-line request ends at its line's end; a function header with

@@ -177,6 +177,7 @@ pub(crate) fn prepare(
             } else {
                 target.session().prefill(&tokens, &hidden)
             }
+            .and_then(bastion_models::Output::into_host)
             .map_err(|e| bad(e.to_string()))?;
             let features = context_features(&out, target.config().hidden_size, None).map_err(|e| bad(e.to_string()))?;
             let top = (top_k > 0)

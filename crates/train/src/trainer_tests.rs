@@ -18,7 +18,7 @@ fn training_forward_equals_inference_and_saved_drafters_reload_exactly() {
     let params = DraftParams::init(&cfg, 7, &device);
     let drafter = params.to_drafter(&cfg, &target).unwrap();
     let tokens: Vec<u32> = (0..40).map(|i| (i * 37 + 11) % 256).collect();
-    let out = target.session().prefill(&tokens, &cfg.hidden_indices()).unwrap();
+    let out = target.session().prefill(&tokens, &cfg.hidden_indices()).unwrap().into_host().unwrap();
     let h = target.config().hidden_size;
     let width = cfg.target_layer_ids.len() * h;
     let features = context_features(&out, h, None).unwrap();
@@ -46,8 +46,8 @@ fn training_forward_equals_inference_and_saved_drafters_reload_exactly() {
     params.save(&cfg, dir.path()).unwrap();
     let loaded = Drafter::load(dir.path(), &target).unwrap();
     assert_eq!(loaded.config(), &cfg, "config.json round-trips the drafter's shape");
-    let a = drafter.session().draft(&target, &features, 7).unwrap();
-    let b = loaded.session().draft(&target, &features, 7).unwrap();
+    let a = drafter.session().draft(&target, &features[..].into(), 7, usize::MAX).unwrap().to_host().unwrap();
+    let b = loaded.session().draft(&target, &features[..].into(), 7, usize::MAX).unwrap().to_host().unwrap();
     assert_eq!(a.len(), b.len());
     assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "saved drafter drafts other logits");
 }
@@ -95,10 +95,22 @@ fn a_bf16_drafter_holds_the_rounded_weights_in_half_the_bytes() {
     assert!(b.len() * 2 < a.len() + 4096, "{} bytes as bf16, {} as f32", b.len(), a.len());
 
     let tokens: Vec<u32> = (0..24).map(|i| (i * 37 + 11) % 256).collect();
-    let out = target.session().prefill(&tokens, &cfg.hidden_indices()).unwrap();
+    let out = target.session().prefill(&tokens, &cfg.hidden_indices()).unwrap().into_host().unwrap();
     let features = context_features(&out, target.config().hidden_size, None).unwrap();
-    let exact = Drafter::load(f32_dir.path(), &target).unwrap().session().draft(&target, &features, 7).unwrap();
-    let rounded = Drafter::load(bf16_dir.path(), &target).unwrap().session().draft(&target, &features, 7).unwrap();
+    let exact = Drafter::load(f32_dir.path(), &target)
+        .unwrap()
+        .session()
+        .draft(&target, &features[..].into(), 7, usize::MAX)
+        .unwrap()
+        .to_host()
+        .unwrap();
+    let rounded = Drafter::load(bf16_dir.path(), &target)
+        .unwrap()
+        .session()
+        .draft(&target, &features[..].into(), 7, usize::MAX)
+        .unwrap()
+        .to_host()
+        .unwrap();
     let scale = exact.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     let worst = exact.iter().zip(&rounded).fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
     assert!(worst > 0.0 && worst <= 0.02 * scale, "bf16 logits differ by {worst} (scale {scale})");

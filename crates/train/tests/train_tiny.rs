@@ -119,7 +119,7 @@ fn training_from_scratch_reaches_tau_3() {
     let hidden = drafter.hidden_indices();
     for r in &held_records {
         let tokens: Vec<u32> = r.prompt_ids.iter().chain(&r.response_ids).copied().collect();
-        let out = target.session().prefill(&tokens, &hidden).unwrap();
+        let out = target.session().prefill(&tokens, &hidden).unwrap().into_host().unwrap();
         let feats = bastion_models::context_features(&out, target.config().hidden_size, None).unwrap();
         let sim = chain_acceptance(&target, &drafter, &tokens, r.prompt_ids.len(), &feats).unwrap();
         let real = generate(&target, Some((&drafter, &mut FixedBudget::chain(7))), &r.prompt_ids, &gen_cfg)
@@ -375,7 +375,7 @@ fn feature_file_stores_f16_features_and_resumes_its_build() {
     let hidden = cfg.drafter.hidden_indices();
     let h = target.config().hidden_size;
     for (i, s) in seqs.iter().enumerate() {
-        let out = target.session().prefill(s, &hidden).unwrap();
+        let out = target.session().prefill(s, &hidden).unwrap().into_host().unwrap();
         let want: Vec<f32> = bastion_models::context_features(&out, h, None)
             .unwrap()
             .iter()
@@ -625,7 +625,7 @@ fn feature_file_keeps_the_targets_top_k() {
     let file = FeatureFile::build_with_top_k(&target, &cfg.drafter, &seqs, dir.path(), k, |_, _| {}).unwrap();
     let vocab = target.config().vocab_size;
     for (i, s) in seqs.iter().enumerate() {
-        let out = target.session().prefill_all_logits(s, &[]).unwrap();
+        let out = target.session().prefill_all_logits(s, &[]).unwrap().into_host().unwrap();
         let (ids, lps) = file.top_k_rows(i, s.len()).unwrap();
         assert_eq!(ids.len(), s.len() * k);
         for p in 0..s.len() {
