@@ -293,7 +293,9 @@ pub fn generate_with_gate(
     let drafter: Option<&Drafter> = draft.as_ref().map(|(d, _)| *d);
     let draft_map: Option<&[u32]> = drafter.and_then(Drafter::draft_vocab);
     let decode_start = Instant::now();
-    while session.len() - prompt.len() < cfg.max_new_tokens && !stopped(&gen.tokens) {
+    // A round runs only while a token it commits can still be emitted: the
+    // output holds the prefill's token and every committed one.
+    while gen.tokens.len() < cfg.max_new_tokens && !stopped(&gen.tokens) {
         let context_len = session.len();
         let drafts = draft.is_some() && gate.as_ref().is_none_or(|g| g.should_draft());
         // Bytes read back from the device this round: the sessions count them.

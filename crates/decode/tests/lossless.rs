@@ -134,13 +134,18 @@ proptest! {
     }
 }
 
-/// The accounting of a generation: every round emits at most what it
-/// committed, only the last round that emitted may fall short, nothing
-/// after it emits, and the emitted tokens plus the prefill's are the output;
-/// τ is their mean over the rounds that emitted.
+/// The accounting of a generation: every round emits at least one token
+/// (no round is run whose tokens cannot be emitted) and at most what it
+/// committed, only the last round may fall short, and the emitted tokens
+/// plus the prefill's are the output; τ is their mean over the rounds that
+/// emitted.
 fn assert_accounting(g: &bastion_decode::Generation, label: &str) {
     let emitted: Vec<usize> = g.rounds.iter().map(|r| r.emitted.expect("set by generate")).collect();
     assert_eq!(emitted.iter().sum::<usize>() + 1, g.tokens.len(), "{label}: Σ emitted + 1 = output");
+    assert!(emitted.iter().all(|&e| e > 0), "{label}: a round emitted nothing: {emitted:?}");
+    if g.rounds.iter().all(|r| r.tree_size == 1) {
+        assert_eq!(g.rounds.len() + 1, g.tokens.len(), "{label}: AR runs one round per decoded token");
+    }
     let short = g.rounds.iter().position(|r| r.emitted.unwrap() < r.accepted).unwrap_or(g.rounds.len());
     assert!(emitted[short.min(emitted.len())..].iter().skip(1).all(|&e| e == 0), "{label}: nothing after the end");
     assert!(g.rounds.iter().all(|r| r.emitted.unwrap() <= r.accepted), "{label}");
