@@ -49,12 +49,15 @@ tmp, old, new, rounds, samples, sets = sys.argv[1:]
 print(f"Old `{old}`, new `{new}`: `bastion tau --sets {sets} --samples {samples}`, {rounds} rounds, binaries alternating.")
 print("TPOT: decode seconds per new token, mean over the samples; speedup: AR's mean TPOT / the method's; medians over the rounds.")
 print()
-print("| dtype | method | AR TPOT old ms | AR TPOT new ms | new/old | speedup old | speedup new | new/old |")
-print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+print("Paired: the median over rounds of new / old within a round (the two binaries ran back to back, so")
+print("drift between rounds cancels); min–max over the rounds in brackets.")
+print()
+print("| dtype | method | AR TPOT old ms | AR TPOT new ms | new/old | paired AR new/old | speedup old | speedup new | new/old | paired speedup new/old |")
+print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 settings = sorted({p.name for p in (Path(tmp) / "old").iterdir()})
 runs = []
 for setting in settings:
-    res = {}
+    res, per = {}, {}
     for which in ("old", "new"):
         ar, sp = [], []
         for run in sorted((Path(tmp) / which / setting).iterdir()):
@@ -68,9 +71,13 @@ for setting in settings:
             sp.append(a / statistics.mean(t))
             runs.append((setting, which, run.name, a, statistics.mean(t)))
         res[which] = (statistics.median(ar), statistics.median(sp))
+        per[which] = (ar, sp)
     dtype, method = setting.split("-", 1)
     (ao, so), (an, sn) = res["old"], res["new"]
-    print(f"| {dtype} | {method.replace('-', ':', 1)} | {ao*1e3:.2f} | {an*1e3:.2f} | {an/ao:.3f} | {so:.3f}× | {sn:.3f}× | {sn/so:.3f} |")
+    def paired(i):
+        r = [n / o for n, o in zip(per["new"][i], per["old"][i])]
+        return f"{statistics.median(r):.3f} [{min(r):.3f}–{max(r):.3f}]"
+    print(f"| {dtype} | {method.replace('-', ':', 1)} | {ao*1e3:.2f} | {an*1e3:.2f} | {an/ao:.3f} | {paired(0)} | {so:.3f}× | {sn:.3f}× | {sn/so:.3f} | {paired(1)} |")
 print()
 print("Each run:")
 print()

@@ -95,7 +95,8 @@ pub struct RoundRecord {
     /// Posterior sampling, the walk and KV-cache compaction (s).
     pub commit_s: f64,
     /// Bytes copied from the device to the host in the round (draft
-    /// candidate lists, one token id per verified node): 0 on `flex`,
+    /// candidate lists, one token id per verified node; with `trace`, also
+    /// the whole draft logits the trace keeps): 0 on `flex`,
     /// where everything is computed in host memory. Written only when
     /// non-zero, so records of CPU runs read and write back unchanged.
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -108,8 +109,8 @@ pub struct RoundRecord {
     pub drafted: bool,
     /// Of `accepted`, the tokens that are in the output: all of them but the
     /// overshoot of the last round past `max_new_tokens` or after a stop
-    /// token (0 for a round that started with the output already full, as
-    /// the references' loop allows). τ counts these, so over a generation
+    /// token (0 only in records written before the loop stopped at a full
+    /// output: the references' loop runs such a round). τ counts these, so over a generation
     /// Σ emitted + 1 = output tokens (the first comes from the prefill).
     /// `None` in records written before it existed (τ then counts `accepted`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -212,10 +213,10 @@ pub fn tau(rounds: &[RoundRecord]) -> f64 {
 /// tokens committed since the last round, builds the tree (context length =
 /// committed tokens), verifies it, samples the posterior at every node,
 /// walks (docs/algorithms.md §3), commits the accepted path and appends the accepted
-/// tokens and the bonus token. Rounds continue while fewer than
-/// `max_new_tokens` tokens sit in the target cache beyond the prompt (so,
-/// as in the references, a round may start when the output is already
-/// `max_new_tokens` long) and no stop token was emitted.
+/// tokens and the bonus token. Rounds continue while the output holds fewer
+/// than `max_new_tokens` tokens and no stop token was emitted (the
+/// references run while fewer than `max_new_tokens` tokens sit in the
+/// target cache, one more round whose tokens are all dropped).
 ///
 /// # Errors
 /// [`DecodeError::Usage`] for an empty prompt or one that, with

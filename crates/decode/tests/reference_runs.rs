@@ -33,15 +33,29 @@ fn usizes(v: &Value) -> Vec<usize> {
     u32s(v).into_iter().map(|x| x as usize).collect()
 }
 
-/// Output, acceptance lengths and per-round draft logits against one reference run.
+/// The reference's rounds that Bastion runs too: the references run one
+/// more round once the output holds `max_new_tokens` tokens (its tokens all
+/// dropped), Bastion stops before it. Round `r` starts with `1 + Σ
+/// accepted[..r]` output tokens (the prefill's first).
+fn kept_rounds(reference: &Value) -> usize {
+    let acc = usizes(&reference["acceptance_lengths"]);
+    let max = config().max_new_tokens;
+    (0..acc.len()).take_while(|&r| 1 + acc[..r].iter().sum::<usize>() < max).count()
+}
+
+/// Output, acceptance lengths and per-round draft logits against one
+/// reference run (its rounds that Bastion runs, [`kept_rounds`]).
 fn check_run(fx: &Fixture, gen: &Generation, prompt: &[u32], reference: &Value, logits_key: &str, label: &str) {
     eprintln!("{label}: τ {:.2}, TPOT {:.2} ms, {} rounds", gen.tau(), gen.tpot() * 1e3, gen.rounds.len());
     let want_out = u32s(&reference["output_ids"]);
     assert_eq!(&want_out[..prompt.len()], prompt, "{label}: prompt");
     assert_eq!(gen.tokens, want_out[prompt.len()..], "{label}: output tokens");
-    assert_eq!(gen.acceptance_lengths(), usizes(&reference["acceptance_lengths"]), "{label}: acceptance lengths");
+    let kept = kept_rounds(reference);
+    let acceptance = usizes(&reference["acceptance_lengths"]);
+    assert_eq!(gen.acceptance_lengths(), acceptance[..kept], "{label}: acceptance lengths");
     let logits = fx.f32(logits_key);
-    assert_eq!(logits.shape[0], gen.trace.len(), "{label}: rounds");
+    assert_eq!(gen.trace.len(), kept, "{label}: rounds");
+    assert!(logits.shape[0] == kept || logits.shape[0] == kept + 1, "{label}: reference rounds");
     for (r, t) in gen.trace.iter().enumerate() {
         // Rows as deep as the policy's largest tree (all B − 1 in the reference).
         let want = logits.slice(r);
@@ -84,7 +98,7 @@ fn dflash_matches_dflash_generate() {
         let cache_start = usizes(&reference["draft_position_ids_first_per_round"]);
         let fed = usizes(&reference["draft_target_hidden_len_per_round"]);
         assert_eq!(cache_start[0], 0, "{label}");
-        assert_eq!(cache_start[1..], ctx[..ctx.len() - 1], "{label}: drafter cache lengths");
+        assert_eq!(cache_start[1..ctx.len()], ctx[..ctx.len() - 1], "{label}: drafter cache lengths");
         assert_eq!(fed[0], prompt.len(), "{label}");
         for r in 1..ctx.len() {
             assert_eq!(ctx[r] - ctx[r - 1], fed[r], "{label}: round {r} new context features");
@@ -121,9 +135,10 @@ fn caddtree_matches_caddtree_generate() {
         let label = format!("caddtree prompt {i}");
         check_run(&fx, &gen, &prompt, reference, &format!("caddtree_p{i}_round_draft_logits"), &label);
         let budgets: Vec<usize> = gen.rounds.iter().map(|r| r.tree_size - 1).collect();
-        assert_eq!(budgets, usizes(&reference["budgets"]), "{label}: budgets");
+        let kept = kept_rounds(reference);
+        assert_eq!(budgets, usizes(&reference["budgets"])[..kept], "{label}: budgets");
         let ctx: Vec<usize> = gen.rounds.iter().map(|r| r.context_len).collect();
-        assert_eq!(ctx, usizes(&reference["context_length_per_round"]), "{label}: context lengths");
+        assert_eq!(ctx, usizes(&reference["context_length_per_round"])[..kept], "{label}: context lengths");
     }
 }
 
@@ -156,7 +171,7 @@ fn bastion_matches_bastion_generate() {
         let label = format!("bastion prompt {i}");
         check_run(&fx, &gen, &prompt, reference, &format!("bastion_p{i}_round_draft_logits"), &label);
         let sizes: Vec<usize> = gen.rounds.iter().map(|r| r.tree_size).collect();
-        assert_eq!(sizes, usizes(&reference["tree_sizes"]), "{label}: tree sizes");
+        assert_eq!(sizes, usizes(&reference["tree_sizes"])[..kept_rounds(reference)], "{label}: tree sizes");
         for (r, (t, want)) in gen.trace.iter().zip(reference["rounds"].as_array().unwrap()).enumerate() {
             assert_eq!(t.tree.tokens(), &u32s(&want["token_ids"])[..], "{label} round {r}: tokens");
             assert_eq!(t.tree.parents_i64(), i64s(&want["parent_indices"]), "{label} round {r}: parents");

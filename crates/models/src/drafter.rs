@@ -297,9 +297,8 @@ impl Drafter {
     /// [`crate::draft_vocab`]): [`DraftSession::draft`] then returns
     /// logits `[rows, tokens.len()]` whose column `i` is token `tokens[i]`,
     /// from the target's LM-head rows of those tokens. `None` drafts over
-    /// the whole vocabulary again. [`DraftSession::draft`] and
-    /// [`DraftSession::draft_with_hidden`] (training, tests) always use the
-    /// whole vocabulary.
+    /// the whole vocabulary again. [`DraftSession::draft_with_hidden`]
+    /// (training, tests) always uses the whole vocabulary.
     ///
     /// # Errors
     /// [`ModelError::Usage`] for an empty subset, an id outside the target's
@@ -378,13 +377,11 @@ pub fn context_features(out: &ForwardOutput, hidden_size: usize, rows: Option<&[
     Ok(feats)
 }
 
-/// The drafter's KV cache: context K/V (positions `0..len`), one
-/// `[kv_heads, len, head_dim]` pair per draft layer. Block K/V never
-/// persist: the cache is "cropped back to `start`" after every block.
-///
-/// The cache is preallocated and written in place ([`crate::kv`]): context
-/// rows are kept, the block's rows after them are overwritten by the next
-/// block. On the `flex` CPU backend it lives in host memory and attention
+/// The drafter's KV cache: context K/V (positions `0..len`) per draft
+/// layer, in buffers of `[kv_heads, capacity, head_dim]`, preallocated and
+/// written in place. Block K/V never persist (the references crop their
+/// cache back to `start` after every block): they lie past `len` and the
+/// next block overwrites them. On the `flex` CPU backend it lives in host memory and attention
 /// runs per query row ([`bastion_kernels::cpu::attention`]).
 pub struct DraftSession<'d> {
     drafter: &'d Drafter,

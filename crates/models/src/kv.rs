@@ -194,6 +194,9 @@ impl BurnKv {
                     cap *= 2;
                 }
                 let fresh = || Tensor::<3>::empty([nkv, cap, hd], (&k.device(), k.dtype()));
+                // Rows `0..at` must be there to carry over: a layer's first
+                // write is at row 0, and a buffer holds every row before a write.
+                debug_assert!(at <= have, "layer {l}: a write at row {at} into a cache of {have} rows");
                 match old {
                     Some([ok, ov]) if at > 0 => {
                         let keep = at.min(have);
@@ -272,6 +275,9 @@ impl SessionCache for BurnKv {
             return;
         }
         let m = accepted.len();
+        let Some([first, _]) = self.layers.iter().flatten().next() else { return };
+        let idx: Vec<i64> = accepted.iter().map(|&a| (len + a) as i64).collect();
+        let idx = Tensor::<1, Int>::from_data(TensorData::new(idx, [m]), &first.device());
         let gather = |buf: Tensor<3>, idx: &Tensor<1, Int>| {
             let [nkv, _, hd] = buf.dims();
             let rows = buf.clone().select(1, idx.clone());
@@ -279,8 +285,6 @@ impl SessionCache for BurnKv {
         };
         for slot in self.layers.iter_mut() {
             if let Some([k, v]) = slot.take() {
-                let idx: Vec<i64> = accepted.iter().map(|&a| (len + a) as i64).collect();
-                let idx = Tensor::<1, Int>::from_data(TensorData::new(idx, [m]), &k.device());
                 *slot = Some([gather(k, &idx), gather(v, &idx)]);
             }
         }

@@ -2,7 +2,8 @@
 //! them: host and device side by side.
 //!
 //! On the `flex` CPU backend a forward pass writes host memory and nothing
-//! crosses a device boundary. On the Burn backends (`wgpu`, `cuda`) the
+//! crosses a device boundary. On the Burn backends (`wgpu`, `cuda`,
+//! `ndarray`; the autodiff flex device in tests) the
 //! logits `[rows, vocab]` and the hidden states `[rows, hidden]` are device
 //! tensors; a verification of 1 + N nodes over a 152K vocabulary is 620 MB
 //! of logits at N = 1024. An [`Output`] keeps them where they are and
@@ -226,7 +227,8 @@ impl Output {
     /// `uniforms[r]` for row `r` (the module's one rule: [`draw`] on the
     /// host; on a device the same rule in f32, one id per row read back: a
     /// token's probability moves by at most a few f32 ulps of the row's
-    /// total, ≈ 1e-7 relative). `temperature` must be > 0.
+    /// total, ≈ 1e-7 relative). A `temperature` ≤ 0 or NaN takes the
+    /// argmax, as [`draw`] does.
     ///
     /// # Errors
     /// [`ModelError::Shape`] when `uniforms` does not hold one value per
@@ -238,6 +240,9 @@ impl Output {
                 uniforms.len(),
                 self.rows()
             )));
+        }
+        if temperature.is_nan() || temperature <= 0.0 {
+            return self.argmax();
         }
         match &self.computed {
             Computed::Host(o) => {
@@ -263,6 +268,9 @@ impl Output {
     pub fn sample_row(&self, i: usize, temperature: f64, uniform: f64) -> Result<u32> {
         if i >= self.rows() {
             return Err(ModelError::Shape(format!("logit row {i} of {}", self.rows())));
+        }
+        if temperature.is_nan() || temperature <= 0.0 {
+            return self.argmax_row(i);
         }
         match &self.computed {
             Computed::Host(o) => Ok(draw(o.row(i), temperature, uniform)),
@@ -301,7 +309,7 @@ impl Output {
     pub fn features(&self, hidden_size: usize, rows: Option<&[usize]>) -> Result<ContextFeatures> {
         match &self.computed {
             Computed::Host(o) => Ok(ContextFeatures::from(crate::context_features(o, hidden_size, rows)?)),
-            Computed::Device(o) => o.features(rows).map(|t| ContextFeatures(Feats::Device(Some(Box::new(t))))),
+            Computed::Device(o) => o.features(rows).map(|t| ContextFeatures(Feats::Device(Box::new(t)))),
         }
     }
 }
@@ -342,10 +350,11 @@ impl DeviceOutput {
 /// `exp((l − max) / T)` (f64) exceeds `uniform · total`; when rounding
 /// leaves none, the last token of positive weight. The host half of this
 /// module's sampling rule (the references' `sample`: a draw from
-/// `softmax(logits / T)`).
+/// `softmax(logits / T)`). A `temperature` ≤ 0 or NaN (no distribution)
+/// takes the argmax ([`bastion_kernels::argmax`]); an empty row gives 0.
 pub fn draw(row: &[f32], temperature: f64, uniform: f64) -> u32 {
-    if row.is_empty() {
-        return 0;
+    if row.is_empty() || temperature.is_nan() || temperature <= 0.0 {
+        return bastion_kernels::argmax(row);
     }
     let inv_t = 1.0 / temperature;
     let max = f64::from(row[bastion_kernels::argmax(row) as usize]);
@@ -371,15 +380,15 @@ pub struct ContextFeatures(Feats);
 enum Feats {
     /// Row-major in host memory.
     Host(Vec<f32>),
-    /// A device tensor; `None` holds no rows.
-    Device(Option<Box<Tensor<2>>>),
+    /// A device tensor.
+    Device(Box<Tensor<2>>),
 }
 
 impl Feats {
     fn is_empty(&self) -> bool {
         match self {
             Feats::Host(v) => v.is_empty(),
-            Feats::Device(t) => t.is_none(),
+            Feats::Device(t) => t.dims()[0] == 0,
         }
     }
 }
@@ -412,7 +421,7 @@ impl ContextFeatures {
 
     /// Whether the rows are a device tensor.
     pub fn is_on_device(&self) -> bool {
-        matches!(self.0, Feats::Device(Some(_)))
+        matches!(self.0, Feats::Device(_))
     }
 
     /// Rows of width `width` held.
@@ -423,23 +432,24 @@ impl ContextFeatures {
                 "context features hold {} values, not a multiple of K·H = {width}",
                 f.len()
             ))),
-            Feats::Device(None) => Ok(0),
-            Feats::Device(Some(t)) if t.dims()[1] == width => Ok(t.dims()[0]),
-            Feats::Device(Some(t)) => {
+            Feats::Device(t) if t.dims()[1] == width => Ok(t.dims()[0]),
+            Feats::Device(t) => {
                 Err(ModelError::Shape(format!("context features are {:?}, not [n, K·H = {width}]", t.dims())))
             }
         }
     }
 
-    /// The rows as a host vector (read back from a device, uncounted: a test's or a trace's copy).
+    /// The rows as a host vector (read back from a device; not counted in
+    /// any session's read-back bytes: features cross to the host only when
+    /// a host drafter is given a device target's features, which a pair on
+    /// one device never is).
     ///
     /// # Errors
     /// [`ModelError::Device`] / [`ModelError::ReadBack`] when the device's data cannot be read.
     pub fn to_host(&self) -> Result<Vec<f32>> {
         match &self.0 {
             Feats::Host(v) => Ok(v.clone()),
-            Feats::Device(None) => Ok(Vec::new()),
-            Feats::Device(Some(t)) => host((**t).clone()),
+            Feats::Device(t) => host((**t).clone()),
         }
     }
 
@@ -457,7 +467,7 @@ impl ContextFeatures {
         match &self.0 {
             Feats::Host(v) if v.is_empty() => None,
             Feats::Host(v) => Some(Tensor::from_data(TensorData::new(v.clone(), [v.len() / width, width]), device)),
-            Feats::Device(t) => t.as_deref().cloned(),
+            Feats::Device(t) => Some((**t).clone()),
         }
     }
 
@@ -471,18 +481,15 @@ impl ContextFeatures {
             }
             (a, b) if a.is_empty() => b,
             (a, b) if b.is_empty() => a,
-            (Feats::Device(Some(a)), Feats::Device(Some(b))) => {
-                Feats::Device(Some(Box::new(Tensor::cat(vec![*a, *b], 0))))
-            }
-            (Feats::Device(Some(a)), Feats::Host(b)) => {
+            (Feats::Device(a), Feats::Device(b)) => Feats::Device(Box::new(Tensor::cat(vec![*a, *b], 0))),
+            (Feats::Device(a), Feats::Host(b)) => {
                 let t = upload(b, &a);
-                Feats::Device(Some(Box::new(Tensor::cat(vec![*a, t], 0))))
+                Feats::Device(Box::new(Tensor::cat(vec![*a, t], 0)))
             }
-            (Feats::Host(a), Feats::Device(Some(b))) => {
+            (Feats::Host(a), Feats::Device(b)) => {
                 let t = upload(a, &b);
-                Feats::Device(Some(Box::new(Tensor::cat(vec![t, *b], 0))))
+                Feats::Device(Box::new(Tensor::cat(vec![t, *b], 0)))
             }
-            (a, _) => a,
         };
         self.0 = joined;
     }

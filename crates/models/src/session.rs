@@ -123,10 +123,12 @@ impl Model {
 /// A KV-cache session on a [`Model`]: causal prefill, tree verification,
 /// and compaction of the verified tree to its accepted path.
 ///
-/// The cache holds `[kv_heads, len, head_dim]` keys and values per layer.
-/// After [`Session::verify`] the tree's K/V rows sit provisionally after the
-/// committed prefix until [`Session::commit`] keeps the accepted ones. The
-/// cache is preallocated and written in place ([`crate::kv`]): on the `flex`
+/// The cache holds keys and values per layer in buffers of
+/// `[kv_heads, capacity, head_dim]`, rows `0..len` committed. After
+/// [`Session::verify`] the tree's K/V rows sit provisionally after the
+/// committed prefix until [`Session::commit`] keeps the accepted ones; rows
+/// past `len` are stale and overwritten by the next pass. The cache is
+/// preallocated and written in place: on the `flex`
 /// CPU backend in host memory, with attention computed per query row over
 /// exactly the keys the row sees ([`bastion_kernels::cpu::attention`]); on
 /// the other backends as Burn tensors per layer.

@@ -89,3 +89,29 @@ fn a_discarded_tree_leaves_the_committed_rows_as_they_were() {
         assert!(d < 1e-4, "{device:?}: after a discarded tree the logits differ by {d}");
     }
 }
+
+/// A fork and its parent writing different rows into buffers they still
+/// share (well inside the first allocation): each sees only its own rows.
+#[test]
+fn a_fork_and_its_parent_write_apart_within_capacity() {
+    let dir = fixture_dir("tiny-qwen3");
+    for device in [Device::flex(), Device::flex().autodiff()] {
+        let model = load_model(&dir, &device).unwrap();
+        let prefix = ids(50, 3);
+        let mut parent = model.session();
+        parent.prefill(&prefix, &[]).unwrap();
+        let mut fork = parent.fork().unwrap();
+        let (a, b) = (ids(3, 21), ids(2, 22));
+        // Interleaved: the parent writes first, then the fork over the same rows, then both again.
+        parent.prefill(&a, &[]).unwrap();
+        fork.prefill(&b, &[]).unwrap();
+        let got_parent = parent.prefill(&[40], &[]).unwrap().into_host().unwrap().logits;
+        let got_fork = fork.prefill(&[41], &[]).unwrap().into_host().unwrap().logits;
+        let want_parent = plain_last(&model, &[prefix.clone(), a, vec![40]].concat());
+        let want_fork = plain_last(&model, &[prefix.clone(), b, vec![41]].concat());
+        let d = max_abs_diff(&got_parent, &want_parent);
+        assert!(d < 1e-4, "{device:?}: the parent differs by {d} after its fork wrote");
+        let d = max_abs_diff(&got_fork, &want_fork);
+        assert!(d < 1e-4, "{device:?}: the fork differs by {d} after its parent wrote");
+    }
+}

@@ -89,6 +89,11 @@ fn argmax_and_seeded_draws_equal_the_host_rules() {
             assert_eq!(one, got[5], "{name}: one row alone draws what it draws among others");
             assert_eq!(host.sample_row(5, temperature, u[5]).unwrap(), want[5], "host: one row alone");
         }
+        for greedy in [0.0, -1.0, f64::NAN] {
+            assert_eq!(out.sample(greedy, &uniforms(rows, 9)).unwrap(), want, "{name}: T = {greedy} is the argmax");
+            assert_eq!(out.sample_row(9, greedy, 0.5).unwrap(), want[9], "{name}: T = {greedy}, one row");
+            assert_eq!(bastion_models::draw(&values[..vocab], greedy, 0.5), want[0], "draw at T = {greedy}");
+        }
         assert!(out.sample(1.0, &[0.5]).is_err(), "one uniform per row");
         assert!(out.row(rows).is_err() && out.argmax_row(rows).is_err() && out.sample_row(rows, 1.0, 0.5).is_err());
         assert_eq!(&*out.row(3).unwrap(), host.row(3).unwrap().as_ref(), "{name}: a row read back");

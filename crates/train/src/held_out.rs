@@ -2,7 +2,7 @@
 //! target outputs, overall and per training domain.
 
 use bastion_models::{Drafter, DrafterConfig, Model};
-use bastion_tree::TopK;
+use bastion_tree::DraftRows;
 
 use crate::distill::DistillRecord;
 use crate::error::{Result, TrainError};
@@ -123,17 +123,17 @@ pub fn chain_acceptance(
         )));
     }
     let depth = drafter.block_size() - 1;
-    let vocab = target.config().vocab_size;
+    // A pruned draft vocabulary: column `c` is token `map[c]`.
+    let map = drafter.draft_vocab();
+    let depths: Vec<usize> = (1..=depth).collect();
     let mut session = drafter.session();
     let (mut fed, mut root) = (0usize, prompt_len);
     let mut out = Vec::new();
     while root + 1 < n {
-        let logits =
-            session.draft(target, &features[fed * width..root * width].into(), tokens[root], usize::MAX)?.to_host()?;
+        let logits = session.draft(target, &features[fed * width..root * width].into(), tokens[root], depth)?;
         fed = root;
-        let chain = TopK::from_logits(&logits, depth, vocab, 1)
-            .map_err(|e| TrainError::Usage(format!("chain τ: {e}")))?
-            .argmax_tokens();
+        let lists = logits.top_k(&depths, 1).map_err(|e| TrainError::Usage(format!("chain τ: {e}")))?;
+        let chain: Vec<u32> = lists.iter().map(|l| l[0].1).map(|c| map.map_or(c, |m| m[c as usize])).collect();
         let accepted = chain.iter().zip(&tokens[root + 1..]).take_while(|(d, t)| d == t).count();
         let committed = (accepted + 1).min(n - 1 - root);
         out.push(committed);
