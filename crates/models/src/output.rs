@@ -83,6 +83,14 @@ enum Computed {
     Device(DeviceOutput),
 }
 
+/// One logit row, where it was computed ([`Output::row_at`]).
+enum RowAt<'a> {
+    /// `[vocab]` in host memory.
+    Host(&'a [f32]),
+    /// `[1, vocab]` on the device.
+    Device(Box<Tensor<2>>),
+}
+
 /// Device tensors of a forward pass.
 #[derive(Debug, Clone)]
 struct DeviceOutput {
@@ -158,15 +166,9 @@ impl Output {
     /// [`ModelError::Shape`] for `i ≥ rows`; [`ModelError::Device`] /
     /// [`ModelError::ReadBack`] when the device's data cannot be read.
     pub fn row(&self, i: usize) -> Result<Cow<'_, [f32]>> {
-        if i >= self.rows() {
-            return Err(ModelError::Shape(format!("logit row {i} of {}", self.rows())));
-        }
-        match &self.computed {
-            Computed::Host(o) => Ok(Cow::Borrowed(o.row(i))),
-            Computed::Device(o) => {
-                let (part, r) = o.locate(i);
-                Ok(Cow::Owned(self.read_back.f32s(part.clone().narrow(0, r, 1))?))
-            }
+        match self.row_at(i)? {
+            RowAt::Host(row) => Ok(Cow::Borrowed(row)),
+            RowAt::Device(row) => Ok(Cow::Owned(self.read_back.f32s(*row)?)),
         }
     }
 
@@ -209,15 +211,11 @@ impl Output {
     /// [`ModelError::Shape`] for `i ≥ rows`; [`ModelError::Device`] /
     /// [`ModelError::ReadBack`] when the device's data cannot be read.
     pub fn argmax_row(&self, i: usize) -> Result<u32> {
-        if i >= self.rows() {
-            return Err(ModelError::Shape(format!("logit row {i} of {}", self.rows())));
-        }
-        match &self.computed {
-            Computed::Host(o) => Ok(bastion_kernels::argmax(o.row(i))),
-            Computed::Device(o) => {
-                let (part, r) = o.locate(i);
-                let vocab = part.dims()[1] as u32;
-                let id = self.read_back.ids(bastion_kernels::argmax_rows(part.clone().narrow(0, r, 1)))?[0];
+        match self.row_at(i)? {
+            RowAt::Host(row) => Ok(bastion_kernels::argmax(row)),
+            RowAt::Device(row) => {
+                let vocab = row.dims()[1] as u32;
+                let id = self.read_back.ids(bastion_kernels::argmax_rows(*row))?[0];
                 Ok(if id >= vocab { 0 } else { id })
             }
         }
@@ -266,19 +264,28 @@ impl Output {
     /// [`ModelError::Shape`] for `i ≥ rows`; [`ModelError::Device`] /
     /// [`ModelError::ReadBack`] when the device's data cannot be read.
     pub fn sample_row(&self, i: usize, temperature: f64, uniform: f64) -> Result<u32> {
-        if i >= self.rows() {
-            return Err(ModelError::Shape(format!("logit row {i} of {}", self.rows())));
-        }
+        let row = self.row_at(i)?;
         if temperature.is_nan() || temperature <= 0.0 {
             return self.argmax_row(i);
         }
-        match &self.computed {
-            Computed::Host(o) => Ok(draw(o.row(i), temperature, uniform)),
+        match row {
+            RowAt::Host(row) => Ok(draw(row, temperature, uniform)),
+            RowAt::Device(row) => Ok(self.sample_device(*row, temperature, &[uniform])?[0]),
+        }
+    }
+
+    /// Logit row `i` where it is: a host slice, or a device tensor `[1, vocab]`.
+    fn row_at(&self, i: usize) -> Result<RowAt<'_>> {
+        if i >= self.rows() {
+            return Err(ModelError::Shape(format!("logit row {i} of {}", self.rows())));
+        }
+        Ok(match &self.computed {
+            Computed::Host(o) => RowAt::Host(o.row(i)),
             Computed::Device(o) => {
                 let (part, r) = o.locate(i);
-                Ok(self.sample_device(part.clone().narrow(0, r, 1), temperature, &[uniform])?[0])
+                RowAt::Device(Box::new(part.clone().narrow(0, r, 1)))
             }
-        }
+        })
     }
 
     /// [`draw`]'s rule over the rows of device logits `[rows, vocab]`.

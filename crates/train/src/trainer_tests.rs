@@ -97,20 +97,11 @@ fn a_bf16_drafter_holds_the_rounded_weights_in_half_the_bytes() {
     let tokens: Vec<u32> = (0..24).map(|i| (i * 37 + 11) % 256).collect();
     let out = target.session().prefill(&tokens, &cfg.hidden_indices()).unwrap().into_host().unwrap();
     let features = context_features(&out, target.config().hidden_size, None).unwrap();
-    let exact = Drafter::load(f32_dir.path(), &target)
-        .unwrap()
-        .session()
-        .draft(&target, &features[..].into(), 7, usize::MAX)
-        .unwrap()
-        .to_host()
-        .unwrap();
-    let rounded = Drafter::load(bf16_dir.path(), &target)
-        .unwrap()
-        .session()
-        .draft(&target, &features[..].into(), 7, usize::MAX)
-        .unwrap()
-        .to_host()
-        .unwrap();
+    let draft = |dir: &std::path::Path| {
+        let drafter = Drafter::load(dir, &target).unwrap();
+        drafter.session().draft(&target, &features[..].into(), 7, usize::MAX).unwrap().to_host().unwrap()
+    };
+    let (exact, rounded) = (draft(f32_dir.path()), draft(bf16_dir.path()));
     let scale = exact.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     let worst = exact.iter().zip(&rounded).fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
     assert!(worst > 0.0 && worst <= 0.02 * scale, "bf16 logits differ by {worst} (scale {scale})");
