@@ -491,11 +491,7 @@ impl DraftSession<'_> {
         let len = self.len;
         let out = match &mut self.cache {
             SessionKv::Host(kv) => {
-                let feats = match (n, features.host_values()) {
-                    (0, _) => None,
-                    (_, Some(f)) => Some(HostRows::new(f.to_vec(), width)),
-                    (_, None) => Some(HostRows::new(features.to_host()?, width)),
-                };
+                let feats = if n == 0 { None } else { Some(HostRows::new(features.to_host()?, width)) };
                 BlockOut::Host(draft_block(&HostExec, &w, target, kv, feats, len, n, &block)?.into_vec())
             }
             SessionKv::Burn(kv) => {

@@ -162,14 +162,21 @@ pub(crate) struct BurnKv {
 /// its answer fit without growing.
 const MIN_DEVICE_ROWS: usize = 512;
 
-/// How one pass on a Burn device computes attention.
-pub(crate) enum BurnPass {
+/// One pass on a Burn device: its rows start at row `past`, attending as
+/// `mask` says.
+pub(crate) struct BurnPass {
+    past: usize,
+    mask: BurnMask,
+}
+
+/// How a pass's rows see each other.
+enum BurnMask {
     /// No mask: a single new token, or a block that sees itself whole.
-    Plain { past: usize },
+    Plain,
     /// A causal block: dense mask `[1, group · t, past + t]`.
-    Masked { past: usize, mask: Tensor<3, Bool> },
+    Causal(Tensor<3, Bool>),
     /// A draft tree: kernel or dense mask, see [`TreeIndex`].
-    Tree { past: usize, index: TreeIndex },
+    Tree(TreeIndex),
 }
 
 impl BurnKv {
@@ -231,8 +238,8 @@ impl KvCache for BurnKv {
         // mask `[group · t, total]` (true = masked), the `[t, total]` pattern
         // repeated for the `group` query heads sharing a KV head. A tree gets
         // a `TreeIndex`: the kernel's ancestor bitsets, or the same dense mask.
-        Ok(match (t, vis) {
-            (1, _) | (_, Visibility::All) => BurnPass::Plain { past },
+        let mask = match (t, vis) {
+            (1, _) | (_, Visibility::All) => BurnMask::Plain,
             (_, Visibility::Causal) => {
                 let mut mask = vec![false; t * total];
                 for i in 0..t {
@@ -241,24 +248,21 @@ impl KvCache for BurnKv {
                 let mask = mask.repeat(group);
                 let mask =
                     Tensor::<2, Bool>::from_data(TensorData::new(mask, [group * t, total]), &m.device).unsqueeze::<3>();
-                BurnPass::Masked { past, mask }
+                BurnMask::Causal(mask)
             }
-            (_, Visibility::Tree(tree)) => BurnPass::Tree {
-                past,
-                index: TreeIndex::new(&tree.ancestor_mask(), past, group, m.tree_kernel, &m.device)
+            (_, Visibility::Tree(tree)) => BurnMask::Tree(
+                TreeIndex::new(&tree.ancestor_mask(), past, group, m.tree_kernel, &m.device)
                     .map_err(ModelError::Kernel)?,
-            },
-        })
+            ),
+        };
+        Ok(BurnPass { past, mask })
     }
     fn write_attend(&mut self, l: usize, q: Tensor<3>, k: Tensor<3>, v: Tensor<3>, p: &BurnPass) -> Result<Tensor<2>> {
-        let past = match p {
-            BurnPass::Plain { past } | BurnPass::Masked { past, .. } | BurnPass::Tree { past, .. } => *past,
-        };
-        let [k_all, v_all] = self.write(l, past, k, v);
-        match p {
-            BurnPass::Plain { .. } => Ok(attention(q, k_all, v_all, None)),
-            BurnPass::Masked { mask, .. } => Ok(attention(q, k_all, v_all, Some(mask))),
-            BurnPass::Tree { index, .. } => tree_attention(q, k_all, v_all, index).map_err(ModelError::Kernel),
+        let [k_all, v_all] = self.write(l, p.past, k, v);
+        match &p.mask {
+            BurnMask::Plain => Ok(attention(q, k_all, v_all, None)),
+            BurnMask::Causal(mask) => Ok(attention(q, k_all, v_all, Some(mask))),
+            BurnMask::Tree(index) => tree_attention(q, k_all, v_all, index).map_err(ModelError::Kernel),
         }
     }
 }

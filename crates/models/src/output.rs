@@ -211,7 +211,12 @@ impl Output {
     /// [`ModelError::Shape`] for `i ≥ rows`; [`ModelError::Device`] /
     /// [`ModelError::ReadBack`] when the device's data cannot be read.
     pub fn argmax_row(&self, i: usize) -> Result<u32> {
-        match self.row_at(i)? {
+        self.argmax_of(self.row_at(i)?)
+    }
+
+    /// The argmax of one row where it is.
+    fn argmax_of(&self, row: RowAt<'_>) -> Result<u32> {
+        match row {
             RowAt::Host(row) => Ok(bastion_kernels::argmax(row)),
             RowAt::Device(row) => {
                 let vocab = row.dims()[1] as u32;
@@ -266,7 +271,7 @@ impl Output {
     pub fn sample_row(&self, i: usize, temperature: f64, uniform: f64) -> Result<u32> {
         let row = self.row_at(i)?;
         if temperature.is_nan() || temperature <= 0.0 {
-            return self.argmax_row(i);
+            return self.argmax_of(row);
         }
         match row {
             RowAt::Host(row) => Ok(draw(row, temperature, uniform)),
@@ -457,14 +462,6 @@ impl ContextFeatures {
         match &self.0 {
             Feats::Host(v) => Ok(v.clone()),
             Feats::Device(t) => host((**t).clone()),
-        }
-    }
-
-    /// The rows as host values, `None` when they are a device tensor.
-    pub(crate) fn host_values(&self) -> Option<&[f32]> {
-        match &self.0 {
-            Feats::Host(v) => Some(v),
-            Feats::Device(_) => None,
         }
     }
 
