@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use bastion_data::DatasetName;
-use bastion_decode::{BastionRule, Method};
+use bastion_decode::{BastionRule, MethodSpec};
 use bastion_models::BackendKind;
 
 /// An experiment composed by a command rather than written by hand
@@ -30,8 +30,9 @@ pub struct ExperimentDraft {
     pub seeds: Vec<u64>,
     /// `warmup` generations per method.
     pub warmup: usize,
-    /// `methods` (plain names; no grid).
-    pub methods: Vec<Method>,
+    /// `methods` (names, `+skip` included; no grid).
+    #[serde(serialize_with = "method_names")]
+    pub methods: Vec<MethodSpec>,
     /// `ar_baseline`.
     pub ar_baseline: bool,
     /// `[[models]]`: name, target, drafter, calibration.
@@ -83,6 +84,10 @@ pub struct DraftBastion {
     pub rule: BastionRule,
     /// `online_forgetting`.
     pub online_forgetting: f64,
+}
+
+fn method_names<S: serde::Serializer>(m: &[MethodSpec], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(m.iter().map(MethodSpec::to_string))
 }
 
 fn backend_name<S: serde::Serializer>(b: &BackendKind, s: S) -> Result<S::Ok, S::Error> {

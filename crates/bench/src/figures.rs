@@ -123,7 +123,7 @@ impl AcceptanceHistogram {
 /// dataset). AR (one token per step) is left out.
 pub fn acceptance_histograms(records: &[SampleRecord]) -> Vec<AcceptanceHistogram> {
     let mut out: Vec<AcceptanceHistogram> = Vec::new();
-    for r in records.iter().filter(|r| r.method != Method::Ar) {
+    for r in records.iter().filter(|r| r.spec.method != Method::Ar) {
         let method = r.label();
         let at =
             match out.iter().position(|h| h.model == r.model && h.temperature == r.temperature && h.method == method) {

@@ -204,7 +204,7 @@ pub fn plan(exp: &Experiment, datasets_dir: &Path, shard: Shard) -> Result<Vec<S
                     // AR only where something runs to compare with it.
                     let here: Vec<&Variant> =
                         exp.methods.iter().filter(|m| exp.runs(&m.label, &pair.name, t)).collect();
-                    if here.iter().all(|m| m.method == Method::Ar) {
+                    if here.iter().all(|m| m.spec.method == Method::Ar) {
                         continue;
                     }
                     for m in here {
@@ -228,11 +228,11 @@ fn open_pair(exp: &Experiment, pair: &ModelPair, opts: &RunOptions) -> Result<Lo
         exp.methods.iter().filter(|m| exp.temperatures.iter().any(|&t| exp.runs(&m.label, &pair.name, t))).collect();
     let calibration = here
         .iter()
-        .any(|m| m.method.needs_calibration())
+        .any(|m| m.spec.method.needs_calibration())
         .then(|| pair.calibration_source(opts.pinned_calibration, &opts.calibration_dir));
     Ok(LoadedPair::open(PairSpec {
         target: pair.target.clone(),
-        drafter: here.iter().any(|m| m.method.needs_drafter()).then(|| pair.drafter.clone()),
+        drafter: here.iter().any(|m| m.spec.method.needs_drafter()).then(|| pair.drafter.clone()),
         backend: exp.backend,
         calibration,
         bastion_rule: exp.bastion_rule,
@@ -396,22 +396,13 @@ pub(crate) fn create_once(path: &Path, bytes: &[u8]) -> std::io::Result<bool> {
 /// mix two settings.
 fn check_variants(exp: &Experiment, records: &[SampleRecord], dir: &Path) -> Result<(), RunError> {
     // Compared as written (JSON), so that a float's round trip through the store cannot differ.
-    let knobs = |p: &bastion_decode::MethodParams| serde_json::to_string(p).unwrap_or_default();
+    let knobs = |p: &bastion_decode::MethodSpec| serde_json::to_string(p).unwrap_or_default();
     for v in &exp.methods {
-        let now = knobs(&v.params);
-        if let Some(r) =
-            records.iter().find(|r| r.label() == v.label && (r.method != v.method || knobs(&r.params) != now))
-        {
+        let now = knobs(&v.spec);
+        if let Some(r) = records.iter().find(|r| r.label() == v.label && knobs(&r.spec) != now) {
             return Err(RunError::OtherSettings {
                 dir: dir.into(),
-                differ: format!(
-                    "variant {}: {} {} then, {} {} now",
-                    v.label,
-                    r.method,
-                    knobs(&r.params),
-                    v.method,
-                    knobs(&v.params)
-                ),
+                differ: format!("variant {}: {} then, {} now", v.label, knobs(&r.spec), now),
             });
         }
     }
@@ -429,7 +420,7 @@ pub fn check_lossless(exp: &Experiment, records: &[SampleRecord]) -> Result<(), 
     let keys: Vec<String> = records
         .iter()
         .filter(|r| {
-            exp.ar_baseline && r.method != Method::Ar && r.temperature == 0.0 && r.identical_to_ar != Some(true)
+            exp.ar_baseline && r.spec.method != Method::Ar && r.temperature == 0.0 && r.identical_to_ar != Some(true)
         })
         .map(|r| r.key.clone())
         .collect();
@@ -476,7 +467,7 @@ pub fn run(
         if !warmed.contains(&(s.model, s.method.label.as_str())) {
             // Short warm-up generations per method (docs/algorithms.md §7), with a
             // speculator of its own so they leave no trace in the measured one.
-            let mut warm_spec = l.speculator_with(s.method.method, &s.method.params)?;
+            let mut warm_spec = l.speculator(s.method.spec.clone())?;
             let warm = Prompt { turns: vec!["Hello".into()], ..s.prompt.clone() };
             let short = GenerateConfig { max_new_tokens: 8, ..cfg.clone() };
             for _ in 0..exp.warmup {
@@ -488,11 +479,11 @@ pub fn run(
         // One speculator per (model, variant, T, seed) for the whole run.
         let speculator = match speculators.entry((s.model, s.method.label.as_str(), s.temperature.to_bits(), s.seed)) {
             Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => e.insert(l.speculator_with(s.method.method, &s.method.params)?),
+            Entry::Vacant(e) => e.insert(l.speculator(s.method.spec.clone())?),
         };
         let o = run_turns(l, &encoder, speculator, &s.prompt, &cfg, exp.first_turn_only, true)?;
         let pair = &exp.models[s.model];
-        let identical_to_ar = (s.method.method != Method::Ar && s.temperature == 0.0).then(|| {
+        let identical_to_ar = (s.method.spec.method != Method::Ar && s.temperature == 0.0).then(|| {
             let ar_key =
                 SampleRecord::make_key(&pair.name, s.prompt.dataset, &s.prompt.id, Method::Ar, s.temperature, s.seed);
             store.records().iter().find(|r| r.key == ar_key).map(|r| r.output == o.output)
@@ -504,9 +495,8 @@ pub fn run(
             dataset: s.prompt.dataset,
             prompt_id: s.prompt.id.clone(),
             prompt_index: s.prompt.index,
-            method: s.method.method,
+            spec: s.method.spec.clone(),
             variant: (!s.method.is_plain()).then(|| s.method.label.clone()),
-            params: s.method.params.clone(),
             temperature: s.temperature,
             seed: s.seed,
             prompt_tokens: o.prompt_tokens,

@@ -49,7 +49,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use bastion_data::{DatasetName, Selection};
-use bastion_decode::{BastionRule, Method, Variant};
+use bastion_decode::{BastionRule, Method, MethodSpec, Variant};
 use bastion_models::{load_config, BackendKind, DrafterConfig};
 use bastion_tree::OnlineConfig;
 use serde::Deserialize;
@@ -376,12 +376,12 @@ impl Experiment {
             }
         }
         let ar_baseline = raw.ar_baseline.as_ref().is_none_or(|b| *b.get_ref());
-        let mut methods = if ar_baseline { vec![Method::Ar] } else { Vec::new() };
+        let mut methods: Vec<MethodSpec> = if ar_baseline { vec![Method::Ar.into()] } else { Vec::new() };
         let (mut grid_used, mut ar_listed) = (false, false);
         for (i, m) in raw_methods.get_ref().iter().enumerate() {
             let field = format!("methods[{i}]");
             let s = m.get_ref().trim().to_ascii_lowercase();
-            let expanded: Vec<Method> = if s == "ddtree" {
+            let expanded: Vec<MethodSpec> = if s == "ddtree" {
                 grid_used = true;
                 let grid = raw.ddtree_budgets.as_ref().ok_or_else(|| {
                     loc.at(
@@ -401,25 +401,22 @@ impl Experiment {
                             format!("budget {v}: expected ≥ 1 drafted node"),
                         ));
                     }
-                    out.push(Method::DDTree { budget: v as usize });
+                    out.push(Method::DDTree { budget: v as usize }.into());
                 }
                 out
             } else {
-                vec![s.parse::<Method>().map_err(|e| loc.at(m.span(), &field, e.to_string()))?]
+                vec![s.parse::<MethodSpec>().map_err(|e| loc.at(m.span(), &field, e.to_string()))?]
             };
             for method in expanded {
-                if method == Method::Ar && !ar_baseline {
+                let is_ar = method.method == Method::Ar;
+                if is_ar && !ar_baseline {
                     return Err(loc.at(m.span(), &field, "ar is listed but ar_baseline = false"));
                 }
-                let twice = if method == Method::Ar {
-                    std::mem::replace(&mut ar_listed, true)
-                } else {
-                    methods.contains(&method)
-                };
+                let twice = if is_ar { std::mem::replace(&mut ar_listed, true) } else { methods.contains(&method) };
                 if twice {
                     return Err(loc.at(m.span(), &field, format!("method {method} is listed twice")));
                 }
-                if method != Method::Ar {
+                if !is_ar {
                     methods.push(method);
                 }
             }
@@ -556,7 +553,7 @@ impl Experiment {
                 methods.push(variant);
             }
         }
-        if methods.iter().all(|m| m.method == Method::Ar) {
+        if methods.iter().all(|m| m.spec.method == Method::Ar) {
             let span = raw.methods.as_ref().map_or(0..0, |m| m.span());
             return Err(loc.at(span, "methods", "expected at least one method besides ar"));
         }

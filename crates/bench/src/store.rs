@@ -11,7 +11,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use bastion_data::DatasetName;
-use bastion_decode::{Method, MethodParams, RoundRecord};
+use bastion_decode::{MethodSpec, RoundRecord};
 use serde::{Deserialize, Serialize};
 
 /// What one finished sample leaves behind.
@@ -27,15 +27,15 @@ pub struct SampleRecord {
     pub prompt_id: String,
     /// Prompt line in the dataset file.
     pub prompt_index: usize,
-    /// The method (serialised by name: `ar`, `dflash`, `ddtree:N`, …).
-    pub method: Method,
+    /// The method and its knobs, as two fields: `method` (by name: `ar`,
+    /// `ddtree:N`, `bastion+skip`, …) and `params` (the other knobs as
+    /// resolved; absent when all are the method's defaults).
+    #[serde(flatten)]
+    pub spec: MethodSpec,
     /// The variant's label when the sample ran a `[[variants]]` entry
     /// (absent for a plain method; [`SampleRecord::label`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub variant: Option<String>,
-    /// The variant's knobs as resolved (absent when all are the method's defaults).
-    #[serde(default, skip_serializing_if = "MethodParams::is_default")]
-    pub params: MethodParams,
     /// Sampling temperature.
     pub temperature: f64,
     /// Sampler seed.
@@ -83,7 +83,7 @@ impl SampleRecord {
 
     /// The row label: the variant's, or the method's name.
     pub fn label(&self) -> String {
-        self.variant.clone().unwrap_or_else(|| self.method.to_string())
+        self.variant.clone().unwrap_or_else(|| self.spec.to_string())
     }
 }
 
@@ -322,6 +322,7 @@ pub fn merge_shards(dir: &Path) -> Result<usize, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bastion_decode::Method;
 
     fn record(key: &str) -> SampleRecord {
         SampleRecord {
@@ -330,9 +331,8 @@ mod tests {
             dataset: DatasetName::Gsm8k,
             prompt_id: "0".into(),
             prompt_index: 0,
-            method: Method::Ar,
+            spec: Method::Ar.into(),
             variant: None,
-            params: MethodParams::default(),
             temperature: 0.0,
             seed: 0,
             prompt_tokens: vec![3],
@@ -359,8 +359,8 @@ mod tests {
         let records = SampleStore::read(&path).unwrap();
         assert_eq!(records.len(), 1);
         let r = &records[0];
-        assert_eq!((r.dataset, r.method), (DatasetName::MtBench, Method::DDTree { budget: 4 }));
-        assert_eq!(r.key, SampleRecord::make_key("smollm2-135m", r.dataset, "81", r.method, 0.0, 0));
+        assert_eq!((r.dataset, r.spec.method), (DatasetName::MtBench, Method::DDTree { budget: 4 }));
+        assert_eq!(r.key, SampleRecord::make_key("smollm2-135m", r.dataset, "81", &r.spec, 0.0, 0));
         assert_eq!(serde_json::to_string(r).unwrap(), line);
         // An unknown method mid-file is a corrupt record, named by line.
         std::fs::write(&path, format!("{}\n{line}\n", line.replace("ddtree:4", "eagle"))).unwrap();

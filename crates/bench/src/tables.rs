@@ -35,12 +35,12 @@ pub fn sample_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
         "dataset" => records.iter().map(|r| r.dataset.as_str()).collect::<Vec<_>>(),
         "prompt_id" => s(|r| &r.prompt_id),
         "method" => records.iter().map(SampleRecord::label).collect::<Vec<_>>(),
-        "base_method" => records.iter().map(|r| r.method.to_string()).collect::<Vec<_>>(),
+        "base_method" => records.iter().map(|r| r.spec.to_string()).collect::<Vec<_>>(),
         "params" => records.iter().map(params_text).collect::<Vec<_>>(),
         // Only the plain grid's budgets: a DDTree variant is not an oracle candidate.
         "ddtree_budget" => records
             .iter()
-            .map(|r| r.method.ddtree_budget().filter(|_| r.variant.is_none()).map(|b| b as u32))
+            .map(|r| r.spec.method.ddtree_budget().filter(|_| r.variant.is_none()).map(|b| b as u32))
             .collect::<Vec<_>>(),
         "temperature" => records.iter().map(|r| r.temperature).collect::<Vec<_>>(),
         "seed" => records.iter().map(|r| r.seed).collect::<Vec<_>>(),
@@ -55,12 +55,14 @@ pub fn sample_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
     )
 }
 
-/// A variant's knobs as compact JSON (`{"top_k":4}`; empty for a plain method).
+/// A variant's knobs but the name's `+skip` as compact JSON (`{"top_k":4}`;
+/// empty for a plain method).
 fn params_text(r: &SampleRecord) -> String {
-    if r.params.is_default() {
+    let knobs = r.spec.unnamed_knobs();
+    if knobs.is_default() {
         String::new()
     } else {
-        serde_json::to_string(&r.params).unwrap_or_default()
+        serde_json::to_string(&knobs).unwrap_or_default()
     }
 }
 
@@ -216,7 +218,7 @@ pub fn interval_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
     // AR TPOT per (model, dataset, prompt, T, seed).
     let ar: BTreeMap<(String, &str, &str, u64, u64), f64> = records
         .iter()
-        .filter(|r| r.method == Method::Ar)
+        .filter(|r| r.spec.method == Method::Ar)
         .map(|r| {
             ((r.model.clone(), r.dataset.as_str(), r.prompt_id.as_str(), r.temperature.to_bits(), r.seed), r.tpot_s)
         })

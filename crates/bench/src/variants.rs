@@ -22,7 +22,7 @@
 //! Several swept knobs expand to every combination; labels list them in
 //! the order of [`MethodParams::knob_names`].
 
-use bastion_decode::{Method, MethodParams, Variant};
+use bastion_decode::{Method, MethodParams, MethodSpec, Variant};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -42,6 +42,7 @@ pub(crate) struct RawKnobs<T> {
     bucket: Option<T>,
     cap: Option<T>,
     cost_model: Option<T>,
+    skip: Option<T>,
 }
 
 impl<T> RawKnobs<T> {
@@ -57,6 +58,7 @@ impl<T> RawKnobs<T> {
             ("bucket", &self.bucket),
             ("cap", &self.cap),
             ("cost_model", &self.cost_model),
+            ("skip", &self.skip),
         ];
         debug_assert!(all.iter().map(|(n, _)| *n).eq(MethodParams::knob_names()));
         all.into_iter().filter_map(|(n, v)| v.as_ref().map(|v| (n, v))).collect()
@@ -101,6 +103,8 @@ pub(crate) struct RawVariant {
     cap: Option<Spanned<toml::Value>>,
     #[serde(default)]
     cost_model: Option<Spanned<toml::Value>>,
+    #[serde(default)]
+    skip: Option<Spanned<toml::Value>>,
 }
 
 impl RawVariant {
@@ -116,6 +120,7 @@ impl RawVariant {
             bucket: self.bucket.as_ref(),
             cap: self.cap.as_ref(),
             cost_model: self.cost_model.as_ref(),
+            skip: self.skip.as_ref(),
         }
     }
 }
@@ -213,7 +218,7 @@ pub(crate) fn resolve(
                 format!("`{name}`: labels starting with {} are the tables' oracle rows", crate::tables::ORACLE),
             ));
         }
-        if name.parse::<Method>().is_ok() {
+        if name.parse::<MethodSpec>().is_ok() {
             return Err(loc.at(
                 v.name.span(),
                 at("name"),
@@ -224,14 +229,18 @@ pub(crate) fn resolve(
         if m == "ddtree" {
             return Err(loc.at(v.method.span(), at("method"), "a variant names one DDTree budget: ddtree:N"));
         }
-        let method: Method =
+        let named: MethodSpec =
             m.parse().map_err(|e: bastion_decode::DecodeError| loc.at(v.method.span(), at("method"), e.to_string()))?;
+        let method = named.method;
         if method == Method::Ar {
             return Err(loc.at(v.method.span(), at("method"), "ar has no knobs: a variant needs a speculative method"));
         }
 
-        // The knobs set directly, typed one by one.
+        // The knobs the name sets (`+skip`), then those set directly, typed one by one.
         let mut base = toml::Table::new();
+        if let Some(skip) = named.params.skip {
+            base.insert("skip".into(), toml::Value::Boolean(skip));
+        }
         let knobs = v.direct();
         let direct: Vec<(&str, &Spanned<toml::Value>)> = knobs.set().into_iter().map(|(k, v)| (k, *v)).collect();
         for (knob, value) in &direct {
@@ -298,7 +307,7 @@ pub(crate) fn resolve(
                 return Err(loc.at(v.name.span(), at("name"), format!("label `{label}` is used twice")));
             }
             taken.push(label.clone());
-            out.push((Variant { label, method, params }, scope.clone()));
+            out.push((Variant { label, spec: MethodSpec { method, params } }, scope.clone()));
         }
     }
     Ok(out)

@@ -74,7 +74,7 @@ type Reproducible = (String, Vec<u32>, Option<bool>, Vec<(usize, usize, usize)>)
 /// The fields a rerun must reproduce exactly at T = 0. `bastion` re-sizes
 /// trees from measured times, so its rounds (not its output) may differ.
 fn deterministic(r: &SampleRecord) -> Reproducible {
-    let rounds = if matches!(r.method, Method::Bastion { .. }) {
+    let rounds = if r.spec.method == Method::Bastion {
         Vec::new()
     } else {
         r.rounds.iter().map(|x| (x.context_len, x.tree_size, x.accepted)).collect()
@@ -98,7 +98,7 @@ fn every_method_runs_resumes_and_shards() {
     .unwrap();
     assert_eq!(plan_seen, Some((14, 0)));
     assert_eq!(full.len(), 14);
-    let mt = full.iter().find(|r| r.dataset == DatasetName::MtBench && r.method == Method::Ar).unwrap();
+    let mt = full.iter().find(|r| r.dataset == DatasetName::MtBench && r.spec.method == Method::Ar).unwrap();
     assert_eq!(mt.prompt_tokens.len(), 2, "MT-Bench runs both turns");
     for r in &full {
         // Records agree with themselves.
@@ -107,12 +107,12 @@ fn every_method_runs_resumes_and_shards() {
         assert_eq!(emitted + r.prompt_tokens.len(), r.output.len(), "{}", r.key);
         assert!((r.tau - bastion_decode::tau(&r.rounds)).abs() < 1e-12, "{}", r.key);
         assert!((r.tpot_s - r.decode_s / r.output.len() as f64).abs() < 1e-12);
-        if r.method == Method::Ar {
+        if r.spec.method == Method::Ar {
             assert!(r.identical_to_ar.is_none() && r.rounds.iter().all(|x| x.tree_size == 1 && x.accepted == 1));
         } else {
             assert_eq!(r.identical_to_ar, Some(true), "{} differs from AR", r.key);
         }
-        if let Some(n) = r.method.ddtree_budget() {
+        if let Some(n) = r.spec.method.ddtree_budget() {
             assert!(r.rounds.iter().all(|x| x.tree_size <= n + 1));
         }
     }
@@ -127,10 +127,10 @@ fn every_method_runs_resumes_and_shards() {
     let speedups = col("speedup");
     for r in &full {
         let i = (0..summary.height())
-            .find(|&i| ds.get(i) == Some(r.dataset.as_str()) && ms.get(i) == Some(&r.method.to_string()))
+            .find(|&i| ds.get(i) == Some(r.dataset.as_str()) && ms.get(i) == Some(&r.spec.to_string()))
             .unwrap();
         assert_eq!(taus.f64().unwrap().get(i), Some(r.tau), "{}", r.key);
-        let ar = full.iter().find(|a| a.dataset == r.dataset && a.method == Method::Ar).unwrap();
+        let ar = full.iter().find(|a| a.dataset == r.dataset && a.spec.method == Method::Ar).unwrap();
         let want = ar.tpot_s / r.tpot_s;
         assert!((speedups.f64().unwrap().get(i).unwrap() - want).abs() < 1e-12);
     }
@@ -200,7 +200,7 @@ fn first_turn_only_without_ar_and_the_lossless_check() {
     };
     let recs = run(&exp, &options(dir.path(), Shard::default()), &mut |_| {}).unwrap();
     assert_eq!(recs.len(), 2, "one DFlash sample per prompt, no AR");
-    assert!(recs.iter().all(|r| r.method == Method::DFlash && r.identical_to_ar.is_none()));
+    assert!(recs.iter().all(|r| r.spec.method == Method::DFlash && r.identical_to_ar.is_none()));
     let mt = recs.iter().find(|r| r.dataset == DatasetName::MtBench).unwrap();
     assert_eq!(mt.prompt_tokens.len(), 1, "first turn only");
     bastion_bench::check_lossless(&exp, &recs).unwrap();
@@ -228,13 +228,12 @@ fn shard_syntax() {
 /// the outputs' log-probability under the target.
 #[test]
 fn variants_have_their_own_rows_and_never_mix() {
-    use bastion_decode::{AcceptRule, MethodParams};
+    use bastion_decode::{AcceptRule, MethodParams, MethodSpec};
     let dir = tempfile::tempdir().unwrap();
     let base = setup(dir.path());
     let variant = |label: &str, params: MethodParams| Variant {
         label: label.into(),
-        method: Method::DDTree { budget: 16 },
-        params,
+        spec: MethodSpec { method: Method::DDTree { budget: 16 }, params },
     };
     let k1 = variant("dd16-k1", MethodParams { top_k: Some(1), ..Default::default() });
     let d2 = variant("dd16-d2", MethodParams { draft_depth: Some(2), ..Default::default() });
@@ -251,16 +250,16 @@ fn variants_have_their_own_rows_and_never_mix() {
     assert_eq!(recs.len(), 8, "2 prompts × 4 rows");
     for r in &recs {
         assert!(r.key.contains(&format!("|{}|", r.label())), "{}", r.key);
-        if r.method != Method::Ar {
+        if r.spec.method != Method::Ar {
             assert_eq!(r.identical_to_ar, Some(true), "{} is lossless", r.key);
         }
     }
     let of = |label: &str| recs.iter().filter(|r| r.label() == label).collect::<Vec<_>>();
     let (plain, one, two) = (of("ddtree:16"), of("dd16-k1"), of("dd16-d2"));
     assert_eq!((plain.len(), one.len(), two.len()), (2, 2, 2));
-    assert!(plain.iter().all(|r| r.variant.is_none() && r.params.is_default()));
-    assert!(one.iter().all(|r| r.variant.as_deref() == Some("dd16-k1") && r.params == k1.params));
-    assert!(two.iter().all(|r| r.params == d2.params));
+    assert!(plain.iter().all(|r| r.variant.is_none() && r.spec.params.is_default()));
+    assert!(one.iter().all(|r| r.variant.as_deref() == Some("dd16-k1") && r.spec.params == k1.spec.params));
+    assert!(two.iter().all(|r| r.spec.params == d2.spec.params));
     // The knobs took effect: top-1 per depth is a chain of at most block − 1 = 7
     // nodes; depth 2 accepts at most 2 drafted tokens + the bonus.
     assert!(one.iter().flat_map(|r| &r.rounds).all(|x| x.tree_size <= 8));
@@ -294,17 +293,18 @@ fn variants_have_their_own_rows_and_never_mix() {
     .unwrap();
     assert_eq!((plan, again.len()), (Some((8, 8)), 8));
     let mut edited = exp.clone();
-    edited.methods[2].params.top_k = Some(2);
+    edited.methods[2].spec.params.top_k = Some(2);
     let e = run(&edited, &options(dir.path(), Shard::default()), &mut |_| {}).unwrap_err().to_string();
     assert!(e.contains("holds results of other settings") && e.contains("variant dd16-k1"), "{e}");
 
     // T = 1: every record carries the output's mean log-probability under the target.
-    let walk =
-        Variant { label: "dd4-walk".into(), method: Method::DDTree { budget: 4 }, params: MethodParams::default() };
+    let walk = Variant { label: "dd4-walk".into(), spec: Method::DDTree { budget: 4 }.into() };
     let argmax = Variant {
         label: "dd4-argmax".into(),
-        params: MethodParams { accept: Some(AcceptRule::ArgmaxPath), ..Default::default() },
-        ..walk.clone()
+        spec: MethodSpec {
+            method: Method::DDTree { budget: 4 },
+            params: MethodParams { accept: Some(AcceptRule::ArgmaxPath), ..Default::default() },
+        },
     };
     let sampled =
         Experiment { temperatures: vec![1.0], methods: vec![Variant::plain(Method::Ar), walk, argmax], ..base };

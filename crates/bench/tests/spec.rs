@@ -49,9 +49,9 @@ fn a_good_file_expands_to_the_sweep() {
             Method::DFlash,
             Method::DDTree { budget: 4 },
             Method::DDTree { budget: 16 },
-            Method::CADDTREE,
-            Method::BASTION,
-            Method::BASTION_PAPER
+            Method::CaddTree,
+            Method::Bastion,
+            Method::BastionPaper
         ]
     );
     assert_eq!(e.temperatures, vec![0.0, 1.0]);
@@ -84,7 +84,7 @@ fn a_drafted_experiment_round_trips() {
         temperatures: vec![0.0],
         seeds: vec![0],
         warmup: 1,
-        methods: vec![Method::DDTree { budget: 8 }],
+        methods: vec![Method::DDTree { budget: 8 }.into()],
         ar_baseline: false,
         models: vec![DraftModel {
             name: "tiny".into(),
@@ -206,7 +206,7 @@ fn shipped_experiments_validate() {
     assert_eq!(default.name, "default");
     // ar, dflash, ddtree ×4, caddtree, bastion, bastion-paper, and the two +skip rows.
     assert_eq!(default.methods.len(), 11);
-    assert!(default.methods.iter().any(|m| *m == Method::Bastion { skip_draft: true }));
+    assert!(default.methods.iter().any(|m| m.is_plain() && m.spec == "bastion+skip".parse().unwrap()));
     assert_eq!(default.datasets.len(), 4);
     assert_eq!(default.temperatures, [0.0]);
     // The pruned-vocabulary comparison in q8_0: the same pair three times, the others over the
@@ -238,7 +238,7 @@ fn shipped_experiments_validate() {
         abl.methods.iter().filter(|m| abl.runs(&m.label, "smollm2-135m-v1k", 0.0)).map(|m| m.label.as_str()).collect();
     assert_eq!(pruned, ["ar", "ddtree4-vocab"]);
     let check = Experiment::load(&r.join("experiments/check.toml"), &r).unwrap();
-    assert!(!check.methods.iter().any(|m| *m == Method::BASTION), "online bastion is not deterministic");
+    assert!(!check.methods.iter().any(|m| *m == Method::Bastion), "online bastion is not deterministic");
     assert!(check.models[0].calibration.is_some(), "the check pins its calibration");
 
     // Qwen3-8B's config (Hugging Face Qwen/Qwen3-8B) and the drafter's shape
@@ -364,11 +364,11 @@ cap = 64
     assert!(e.methods[..7].iter().all(|m| m.is_plain()));
     let l05 = &e.methods[7];
     assert_eq!(
-        (l05.method, &l05.params),
-        (Method::BASTION, &MethodParams { online_forgetting: Some(0.5), ..Default::default() })
+        (l05.spec.method, &l05.spec.params),
+        (Method::Bastion, &MethodParams { online_forgetting: Some(0.5), ..Default::default() })
     );
     assert_eq!(
-        e.methods[9].params,
+        e.methods[9].spec.params,
         MethodParams {
             accept: Some(AcceptRule::ArgmaxPath),
             top_k: Some(2),
@@ -376,9 +376,9 @@ cap = 64
             ..Default::default()
         }
     );
-    assert_eq!(e.methods[9].method, Method::DDTree { budget: 4 });
-    let cad = &e.methods[12];
-    assert_eq!(cad.method, Method::CaddTree { skip_draft: true });
+    assert_eq!(e.methods[9].spec.method, Method::DDTree { budget: 4 });
+    let cad = &e.methods[12].spec;
+    assert_eq!((cad.method, cad.skips_draft()), (Method::CaddTree, true));
     assert_eq!((cad.params.cost_model, cad.params.cap), (Some(CostSource::Roofline), Some(64)));
     // Variants alone, without a methods list: AR still runs first.
     let only = GOOD

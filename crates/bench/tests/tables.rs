@@ -3,7 +3,7 @@
 
 use bastion_bench::tables::{render, round_frame, sample_frame, summary_frame, tables, write_parquet, ORACLE};
 use bastion_bench::SampleRecord;
-use bastion_decode::{Method, RoundRecord};
+use bastion_decode::{MethodSpec, RoundRecord};
 use polars::prelude::*;
 
 /// A record whose rounds have the given (tree size, accepted) and whose
@@ -26,16 +26,15 @@ fn record(dataset: &str, prompt: &str, method: &str, rounds: &[(usize, usize)], 
         .collect();
     let tokens: usize = rounds.iter().map(|r| r.accepted).sum();
     let (dataset, method_name) = (dataset.parse().unwrap(), method);
-    let method: Method = method.parse().unwrap();
+    let method: MethodSpec = method.parse().unwrap();
     SampleRecord {
-        key: SampleRecord::make_key("m", dataset, prompt, method, 0.0, 0),
+        key: SampleRecord::make_key("m", dataset, prompt, &method, 0.0, 0),
         model: "m".into(),
         dataset,
         prompt_id: prompt.into(),
         prompt_index: 0,
-        method,
+        spec: method,
         variant: None,
-        params: Default::default(),
         temperature: 0.0,
         seed: 0,
         prompt_tokens: vec![5],
@@ -185,7 +184,7 @@ fn figures_show_the_table_numbers() {
     assert_eq!(h[2].counts, [0, 0, 4, 0, 4]);
     assert_eq!(h[3].counts, [0, 0, 0, 2]);
     for x in &h {
-        let rounds: usize = recs.iter().filter(|r| r.method.to_string() == x.method).map(|r| r.rounds.len()).sum();
+        let rounds: usize = recs.iter().filter(|r| r.spec.to_string() == x.method).map(|r| r.rounds.len()).sum();
         assert_eq!(x.rounds(), rounds as u64);
     }
 

@@ -118,7 +118,7 @@ fn shipped_drafter_generates_ar_text_and_tau_reports() {
     let recs: Vec<bastion_bench::SampleRecord> =
         std::fs::read_to_string(&out_file).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(recs.len(), 4, "AR and DFlash on one prompt of each set");
-    for r in recs.iter().filter(|r| r.method == bastion_decode::Method::DFlash) {
+    for r in recs.iter().filter(|r| r.spec.method == bastion_decode::Method::DFlash) {
         assert_eq!(r.identical_to_ar, Some(true));
         // τ counts the tokens each round put in the output (the last round's overshoot
         // past the limit or a stop token left out).

@@ -558,7 +558,12 @@ impl Calibration {
     /// # Errors
     /// As [`Calibration::cost_model`].
     pub fn policy_inputs(&self, rule: BastionRule, online: OnlineConfig) -> Result<PolicyInputs> {
-        Ok(PolicyInputs { cost_model: Some(self.cost_model()?), bastion: Some(self.bastion_setup(rule)?), online })
+        Ok(PolicyInputs {
+            cost_model: Some(self.cost_model()?),
+            bastion: Some(self.bastion_setup(rule)?),
+            online,
+            rule,
+        })
     }
 
     fn drafter_record(&self) -> Result<&DrafterRecord> {

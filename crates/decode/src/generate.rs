@@ -2,14 +2,14 @@
 
 use std::time::Instant;
 
-use bastion_models::{ContextFeatures, Drafter, Model};
-use bastion_tree::RoundObservation;
-use bastion_tree::{walk, Acceptance, BudgetPolicy, DraftCandidates, DraftTree};
+use bastion_models::{ContextFeatures, DraftOutput, DraftSession, Drafter, Model, Output, Session};
+use bastion_tree::{walk, Acceptance, BudgetPolicy, DraftCandidates, DraftTree, RoundObservation};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{DecodeError, Result};
 use crate::sampling::Sampler;
 use crate::skip::SkipGate;
+use crate::spec::Resolved;
 
 /// How the verified tree's accepted path is chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -29,7 +29,9 @@ pub enum AcceptRule {
     ArgmaxPath,
 }
 
-/// Settings of one generation.
+/// Settings of one generation: what a call asks for, whatever the method.
+/// The method's own settings (budget policy, accept rule, draft depth,
+/// skipping) come resolved from its [`crate::MethodSpec`] ([`Resolved`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GenerateConfig {
     /// New tokens to generate at most (the papers: 2048).
@@ -40,18 +42,6 @@ pub struct GenerateConfig {
     pub temperature: f64,
     /// Seed of the posterior sampler (used when `temperature > 0`).
     pub seed: u64,
-    /// Path choice after verification ([`AcceptRule::Walk`] unless
-    /// reproducing BASTION's released, biased rule).
-    #[serde(default)]
-    pub accept: AcceptRule,
-    /// Skip drafting in rounds where it is not expected to pay, taking an
-    /// AR step instead ([`crate::skip`]; the `+skip` methods set it).
-    #[serde(default)]
-    pub skip_draft: bool,
-    /// Draft only the first `b` positions of a block (trees at most `b`
-    /// deep); `None`: the whole block (an ablation knob).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub draft_depth: Option<usize>,
     /// Keep every round's draft logits, tree and accepted indices in
     /// [`Generation::trace`] (for tests and debugging; costs memory).
     pub trace: bool,
@@ -59,16 +49,7 @@ pub struct GenerateConfig {
 
 impl Default for GenerateConfig {
     fn default() -> Self {
-        Self {
-            max_new_tokens: 128,
-            stop_tokens: Vec::new(),
-            temperature: 0.0,
-            seed: 0,
-            accept: AcceptRule::Walk,
-            skip_draft: false,
-            draft_depth: None,
-            trace: false,
-        }
+        Self { max_new_tokens: 128, stop_tokens: Vec::new(), temperature: 0.0, seed: 0, trace: false }
     }
 }
 
@@ -204,54 +185,237 @@ pub fn tau(rounds: &[RoundRecord]) -> f64 {
 }
 
 /// Generates from `prompt` with `target`, drafting with `draft` (a drafter
-/// and the budget policy that sizes each round's tree) or autoregressively
-/// when `draft` is `None` (each round verifies the root alone).
-///
-/// The loop follows the references (z-lab `dflash_generate`, DDTree
-/// `ddtree_generate`): the prefill samples the first token, the root of
-/// round 0; each round drafts a block from the context features of the
-/// tokens committed since the last round, builds the tree (context length =
-/// committed tokens), verifies it, samples the posterior at every node,
-/// walks (docs/algorithms.md §3), commits the accepted path and appends the accepted
-/// tokens and the bonus token. Rounds continue while the output holds fewer
-/// than `max_new_tokens` tokens and no stop token was emitted (the
-/// references run while fewer than `max_new_tokens` tokens sit in the
-/// target cache, one more round whose tokens are all dropped).
+/// and the budget policy that sizes each round's tree; the lossless walk,
+/// whole blocks, no skipping) or autoregressively when `draft` is `None`
+/// (each round verifies the root alone). [`generate_resolved`] runs a
+/// resolved [`crate::MethodSpec`] with its knobs; both run the same loop.
 ///
 /// # Errors
-/// [`DecodeError::Usage`] for an empty prompt or one that, with
-/// `max_new_tokens` and a block, exceeds the target's
-/// `max_position_embeddings`; model and tree errors otherwise.
+/// As [`generate_resolved`].
 pub fn generate(
     target: &Model,
     draft: Option<(&Drafter, &mut dyn BudgetPolicy)>,
     prompt: &[u32],
     cfg: &GenerateConfig,
 ) -> Result<Generation> {
-    let mut gate = SkipGate::new();
-    generate_with_gate(target, draft, prompt, cfg, cfg.skip_draft.then_some(&mut gate))
+    // The policy's trait object is shortened to the generation's lifetime.
+    let (drafter, policy) = match draft {
+        Some((d, p)) => (Some(d), Some(p as &mut dyn BudgetPolicy)),
+        None => (None, None),
+    };
+    let method = MethodRun { policy, accept: AcceptRule::Walk, draft_depth: usize::MAX, gate: None };
+    run(target, drafter, method, prompt, cfg)
 }
 
-/// As [`generate`], with a skip gate ([`crate::skip`]) that outlives the
-/// generation, so that what it measured carries over to the next one (a
-/// `+skip` method's [`crate::Speculator`] keeps one). With `gate` given,
-/// rounds may skip drafting whatever [`GenerateConfig::skip_draft`] says;
-/// without a drafter it is not used.
+/// Generates from `prompt` with `target` and the resolved method `method`
+/// (its policy and skip gate keep what they learn for the next call),
+/// drafting with `drafter` unless the method is `ar`.
+///
+/// The loop follows the references (z-lab `dflash_generate`, DDTree
+/// `ddtree_generate`): the prefill samples the first token, the root of
+/// round 0; each round drafts a block from the context features of the
+/// tokens committed since the last round, builds the tree (context length =
+/// committed tokens), verifies it, samples the posterior at every node,
+/// walks (docs/algorithms.md §3), commits the accepted path and appends the
+/// accepted tokens and the bonus token. A round runs only while one of its
+/// tokens can reach the output: fewer than `max_new_tokens` tokens and no
+/// stop token yet (the references run one more round whose tokens are all
+/// dropped).
 ///
 /// # Errors
-/// As [`generate`].
-pub fn generate_with_gate(
+/// [`DecodeError::Usage`] for an empty prompt or one that, with
+/// `max_new_tokens` and a block, exceeds the target's
+/// `max_position_embeddings`; [`DecodeError::NoDrafter`] for a speculative
+/// method without a drafter; model and tree errors otherwise.
+pub fn generate_resolved(
     target: &Model,
-    mut draft: Option<(&Drafter, &mut dyn BudgetPolicy)>,
+    drafter: Option<&Drafter>,
+    method: &mut Resolved,
     prompt: &[u32],
     cfg: &GenerateConfig,
-    gate: Option<&mut SkipGate>,
+) -> Result<Generation> {
+    let drafter = match (drafter, method.policy.is_some()) {
+        (Some(d), true) => Some(d),
+        (None, true) => return Err(DecodeError::Usage("a speculative method needs a drafter".into())),
+        (_, false) => None,
+    };
+    let run_method = MethodRun {
+        policy: method.policy.as_deref_mut().map(|p| p as &mut dyn BudgetPolicy),
+        accept: method.accept,
+        draft_depth: method.draft_depth,
+        gate: method.skip.as_mut(),
+    };
+    run(target, drafter, run_method, prompt, cfg)
+}
+
+/// A method's settings for one generation, borrowed from a [`Resolved`] or
+/// from a caller's policy.
+struct MethodRun<'a> {
+    policy: Option<&'a mut dyn BudgetPolicy>,
+    accept: AcceptRule,
+    draft_depth: usize,
+    gate: Option<&'a mut SkipGate>,
+}
+
+/// The stages of a round, each timed into its field of the [`RoundRecord`].
+#[derive(Clone, Copy)]
+enum Stage {
+    Draft,
+    Build,
+    Verify,
+    Commit,
+}
+
+/// Runs `f` and adds its wall time to `stage`'s field of `record`.
+fn timed<T>(record: &mut RoundRecord, stage: Stage, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    let t = Instant::now();
+    let out = f();
+    let s = t.elapsed().as_secs_f64();
+    *match stage {
+        Stage::Draft => &mut record.draft_s,
+        Stage::Build => &mut record.build_s,
+        Stage::Verify => &mut record.verify_s,
+        Stage::Commit => &mut record.commit_s,
+    } += s;
+    out
+}
+
+/// A round's draft: the candidate lists of the drafted rows and, when
+/// tracing, the draft logits in host memory.
+type Drafted<'m> = (DraftCandidates<'m, DraftOutput>, Vec<f32>);
+
+/// One generation's state between rounds: the sessions, the sampler, the
+/// features the drafter has not read yet and the next round's root.
+struct Decoding<'a> {
+    target: &'a Model,
+    drafter: Option<&'a Drafter>,
+    method: MethodRun<'a>,
+    session: Session<'a>,
+    draft_session: Option<DraftSession<'a>>,
+    sampler: Sampler,
+    hidden_idx: Vec<usize>,
+    features: ContextFeatures,
+    root: u32,
+    trace: bool,
+}
+
+impl<'a> Decoding<'a> {
+    /// Bytes read back from the device so far, both sessions.
+    fn read_back_bytes(&self) -> u64 {
+        self.session.read_back_bytes() + self.draft_session.as_ref().map_or(0, DraftSession::read_back_bytes)
+    }
+
+    /// The skip gate's call: whether this round drafts (always, for a
+    /// speculative method without `+skip`; never for `ar`).
+    fn should_draft(&mut self) -> bool {
+        self.drafter.is_some() && self.method.gate.as_mut().is_none_or(|g| g.should_draft())
+    }
+
+    /// Drafts a block from the unread context features and takes the
+    /// candidate lists of as many rows as the policy's trees can reach.
+    fn draft(&mut self, round: usize) -> Result<Drafted<'a>> {
+        let (Some(drafter), Some(ds), Some(policy)) =
+            (self.drafter, self.draft_session.as_mut(), self.method.policy.as_deref())
+        else {
+            return Err(DecodeError::Invariant("a round drafted without a drafter".into()));
+        };
+        let depth = (drafter.block_size() - 1).min(policy.max_nodes().max(1)).min(self.method.draft_depth.max(1));
+        let logits = ds.draft(self.target, &std::mem::take(&mut self.features), self.root, depth)?;
+        // The drafter has read the features of every committed token, no more.
+        if ds.len() != self.session.len() {
+            return Err(DecodeError::Invariant(format!(
+                "round {round}: the drafter's context holds {} tokens, the target committed {}",
+                ds.len(),
+                self.session.len()
+            )));
+        }
+        let traced = if self.trace { logits.to_host()? } else { Vec::new() };
+        let candidates = DraftCandidates::from_rows(logits, drafter.draft_vocab(), policy.top_k())?;
+        Ok((candidates, traced))
+    }
+
+    /// Grows the round's tree from the candidate lists with the budget
+    /// policy; the root alone without a draft.
+    fn build(&mut self, drafted: Option<&mut DraftCandidates<'a, DraftOutput>>) -> Result<DraftTree> {
+        Ok(match (drafted, self.method.policy.as_deref_mut()) {
+            (Some(c), Some(policy)) => c.build_tree(self.root, self.session.len(), policy)?,
+            _ => DraftTree::root_only(self.root),
+        })
+    }
+
+    /// Target verification of the tree; waits for the device.
+    fn verify(&mut self, tree: &DraftTree) -> Result<Output> {
+        let out = self.session.verify(tree, &self.hidden_idx)?;
+        self.target.sync()?;
+        Ok(out)
+    }
+
+    /// The accepted path and the bonus token under the method's accept rule.
+    fn accept(&mut self, tree: &DraftTree, out: &Output) -> Result<Acceptance> {
+        Ok(match self.method.accept {
+            AcceptRule::Walk => walk(tree, &self.sampler.sample_output(out)?)?,
+            AcceptRule::ArgmaxPath => {
+                let greedy = out.argmax()?;
+                let accepted = walk(tree, &greedy)?.accepted;
+                let last = *accepted.last().expect("the walk always accepts the root");
+                let bonus =
+                    if self.sampler.is_greedy() { greedy[last] } else { self.sampler.sample_output_row(out, last)? };
+                Acceptance { bonus, accepted }
+            }
+        })
+    }
+
+    /// Commits the accepted path to the target's cache, keeps its features
+    /// for the drafter (appended: after skipped rounds the drafter reads
+    /// every committed token's) and makes the bonus token the next root.
+    fn commit(&mut self, acc: &Acceptance, out: Output) -> Result<()> {
+        self.session.commit(&acc.accepted)?;
+        if self.drafter.is_some() {
+            let hidden = self.target.config().hidden_size;
+            self.features.append(out.features(hidden, Some(&acc.accepted))?);
+        }
+        self.root = acc.bonus;
+        // The KV compaction is queued asynchronously on CubeCL backends.
+        Ok(self.target.sync()?)
+    }
+
+    /// What the skip gate and the budget policy learn from a finished round.
+    fn feedback(&mut self, index: usize, r: &RoundRecord) {
+        let round_s = r.draft_s + r.build_s + r.verify_s + r.commit_s;
+        if let Some(g) = self.method.gate.as_mut() {
+            if r.drafted {
+                g.record_draft(r.accepted, round_s);
+            } else {
+                g.record_ar(r.verify_s + r.commit_s);
+            }
+        }
+        if let (Some(policy), true) = (self.method.policy.as_deref_mut(), r.drafted) {
+            policy.observe(&RoundObservation {
+                round: index,
+                context_len: r.context_len,
+                tokens: r.tree_size,
+                verify_seconds: r.verify_s,
+                draft_seconds: r.draft_s,
+                non_verify_seconds: r.build_s + r.commit_s,
+            });
+        }
+    }
+}
+
+/// The one decoding loop ([`generate_resolved`]).
+fn run<'a>(
+    target: &'a Model,
+    drafter: Option<&'a Drafter>,
+    mut method: MethodRun<'a>,
+    prompt: &[u32],
+    cfg: &GenerateConfig,
 ) -> Result<Generation> {
     if prompt.is_empty() {
         return Err(DecodeError::Usage("the prompt is empty".into()));
     }
+    let drafter = drafter.filter(|_| method.policy.is_some());
     let tcfg = target.config();
-    let block = draft.as_ref().map_or(1, |(d, _)| d.block_size());
+    let block = drafter.map_or(1, Drafter::block_size);
     let needed = prompt.len() + cfg.max_new_tokens + block;
     if needed > tcfg.max_position_embeddings {
         return Err(DecodeError::Usage(format!(
@@ -262,21 +426,36 @@ pub fn generate_with_gate(
             tcfg.max_position_embeddings
         )));
     }
-    let hidden = tcfg.hidden_size;
-    let hidden_idx = draft.as_ref().map(|(d, _)| d.hidden_indices()).unwrap_or_default();
+    if drafter.is_none() {
+        method.gate = None;
+    }
+    if let Some(g) = method.gate.as_mut() {
+        g.begin_generation();
+    }
+    let hidden_idx = drafter.map(Drafter::hidden_indices).unwrap_or_default();
     let mut sampler = Sampler::new(cfg.temperature, cfg.seed);
     let mut session = target.session();
-    let mut dsession = draft.as_ref().map(|(d, _)| d.session());
 
     let t0 = Instant::now();
     // Logits and hidden states stay where they were computed (on a GPU
     // backend, the device): only token ids and candidate lists come back.
     let out = session.prefill(prompt, &hidden_idx)?;
-    let mut root = sampler.sample_output_row(&out, 0)?;
+    let root = sampler.sample_output_row(&out, 0)?;
     let prefill_s = t0.elapsed().as_secs_f64();
-    let mut features = if draft.is_some() { out.features(hidden, None)? } else { ContextFeatures::default() };
+    let features = if drafter.is_some() { out.features(tcfg.hidden_size, None)? } else { ContextFeatures::default() };
     drop(out);
-
+    let mut d = Decoding {
+        target,
+        drafter,
+        method,
+        session,
+        draft_session: drafter.map(Drafter::session),
+        sampler,
+        hidden_idx,
+        features,
+        root,
+        trace: cfg.trace,
+    };
     let mut gen = Generation {
         tokens: vec![root],
         rounds: Vec::new(),
@@ -286,138 +465,68 @@ pub fn generate_with_gate(
         trace: Vec::new(),
     };
     let stopped = |tokens: &[u32]| tokens.iter().any(|t| cfg.stop_tokens.contains(t));
-    let mut gate = gate.filter(|_| draft.is_some());
-    if let Some(g) = gate.as_mut() {
-        g.begin_generation();
-    }
-    // A pruned draft vocabulary: draft-logit column `t` is token `draft_map[t]`.
-    let drafter: Option<&Drafter> = draft.as_ref().map(|(d, _)| *d);
-    let draft_map: Option<&[u32]> = drafter.and_then(Drafter::draft_vocab);
     let decode_start = Instant::now();
-    // A round runs only while a token it commits can still be emitted: the
-    // output holds the prefill's token and every committed one.
     while gen.tokens.len() < cfg.max_new_tokens && !stopped(&gen.tokens) {
-        let context_len = session.len();
-        let drafts = draft.is_some() && gate.as_ref().is_none_or(|g| g.should_draft());
-        // Bytes read back from the device this round: the sessions count them.
-        let read_before = session.read_back_bytes() + dsession.as_ref().map_or(0, |d| d.read_back_bytes());
-        let t = Instant::now();
-        // Draft logits only as deep as the policy's largest tree can reach.
-        let depth = draft.as_ref().map_or(0, |(_, policy)| {
-            (block - 1).min(policy.max_nodes().max(1)).min(cfg.draft_depth.unwrap_or(usize::MAX).max(1))
-        });
-        let draft_logits = match (&draft, &mut dsession) {
-            (Some(_), Some(ds)) if drafts => {
-                let logits = ds.draft(target, &std::mem::take(&mut features), root, depth)?;
-                // The drafter has read the features of every committed token, no more.
-                if ds.len() != context_len {
-                    return Err(DecodeError::Invariant(format!(
-                        "round {}: the drafter's context holds {} tokens, the target committed {context_len}",
-                        gen.rounds.len(),
-                        ds.len()
-                    )));
-                }
-                Some(logits)
-            }
-            _ => None,
-        };
-        // A trace keeps the draft logits in host memory.
-        let traced_logits = match (&draft_logits, cfg.trace) {
-            (Some(l), true) => Some(l.to_host()?),
-            _ => None,
-        };
-        // The candidate lists (top-k and log-probabilities of every drafted
-        // row) are the drafter's output: drafting time, as the LM head is.
-        let mut candidates = match (&draft, draft_logits) {
-            (Some((_, policy)), Some(logits)) => Some(DraftCandidates::from_rows(logits, draft_map, policy.top_k())?),
-            _ => None,
-        };
-        let draft_s = t.elapsed().as_secs_f64();
-        if gen.rounds.is_empty() {
-            gen.first_draft_s = draft_s;
-        }
-        let t = Instant::now();
-        let tree = match (&mut draft, &mut candidates) {
-            (Some((_, policy)), Some(c)) => c.build_tree(root, context_len, &mut **policy)?,
-            _ => DraftTree::root_only(root),
-        };
-        drop(candidates);
-        let build_s = t.elapsed().as_secs_f64();
-        let t = Instant::now();
-        let out = session.verify(&tree, &hidden_idx)?;
-        // The outputs stay on the device: wait for it before stopping the clock.
-        target.sync()?;
-        let verify_s = t.elapsed().as_secs_f64();
-        let t = Instant::now();
-        let acc = match cfg.accept {
-            AcceptRule::Walk => walk(&tree, &sampler.sample_output(&out)?)?,
-            AcceptRule::ArgmaxPath => {
-                let greedy = out.argmax()?;
-                let accepted = walk(&tree, &greedy)?.accepted;
-                let last = *accepted.last().expect("the walk always accepts the root");
-                let bonus = if sampler.is_greedy() { greedy[last] } else { sampler.sample_output_row(&out, last)? };
-                Acceptance { bonus, accepted }
-            }
-        };
-        session.commit(&acc.accepted)?;
-        if draft.is_some() {
-            // Appended: after skipped rounds the drafter reads every committed token's features.
-            features.append(out.features(hidden, Some(&acc.accepted))?);
-        }
+        let read_before = d.read_back_bytes();
+        let mut r = RoundRecord::starting(d.session.len(), d.should_draft());
+        let index = gen.rounds.len();
+        let mut drafted = if r.drafted { Some(timed(&mut r, Stage::Draft, || d.draft(index))?) } else { None };
+        let tree = timed(&mut r, Stage::Build, || d.build(drafted.as_mut().map(|(c, _)| c)))?;
+        let traced_logits = drafted.map(|(_, logits)| logits).unwrap_or_default();
+        let out = timed(&mut r, Stage::Verify, || d.verify(&tree))?;
+        let acc = timed(&mut r, Stage::Commit, || {
+            let acc = d.accept(&tree, &out)?;
+            d.commit(&acc, out)?;
+            Ok(acc)
+        })?;
         gen.tokens.extend(acc.committed_tokens(&tree));
-        root = acc.bonus;
-        // The KV compaction is queued asynchronously on CubeCL backends.
-        target.sync()?;
-        let commit_s = t.elapsed().as_secs_f64();
-        if let Some(g) = &mut gate {
-            if drafts {
-                g.record_draft(acc.committed(), draft_s + build_s + verify_s + commit_s);
-            } else {
-                g.record_ar(verify_s + commit_s);
-            }
+        (r.tree_size, r.accepted, r.read_back_bytes) = (tree.len(), acc.committed(), d.read_back_bytes() - read_before);
+        d.feedback(index, &r);
+        if index == 0 {
+            gen.first_draft_s = r.draft_s;
         }
-        if let (Some((_, policy)), true) = (&mut draft, drafts) {
-            policy.observe(&RoundObservation {
-                round: gen.rounds.len(),
-                context_len,
-                tokens: tree.len(),
-                verify_seconds: verify_s,
-                draft_seconds: draft_s,
-                non_verify_seconds: build_s + commit_s,
-            });
-        }
-        gen.rounds.push(RoundRecord {
-            context_len,
-            tree_size: tree.len(),
-            accepted: acc.committed(),
-            draft_s,
-            build_s,
-            verify_s,
-            commit_s,
-            read_back_bytes: session.read_back_bytes() + dsession.as_ref().map_or(0, |d| d.read_back_bytes())
-                - read_before,
-            drafted: drafts,
-            emitted: None,
-        });
+        gen.rounds.push(r);
         if cfg.trace {
-            gen.trace.push(RoundTrace {
-                draft_logits: traced_logits.unwrap_or_default(),
-                tree,
-                accepted: acc.accepted,
-            });
+            gen.trace.push(RoundTrace { draft_logits: traced_logits, tree, accepted: acc.accepted });
         }
     }
     gen.decode_s = (decode_start.elapsed().as_secs_f64() - gen.first_draft_s).max(0.0);
-    gen.tokens.truncate(cfg.max_new_tokens);
-    if let Some(stop) = gen.tokens.iter().position(|t| cfg.stop_tokens.contains(t)) {
-        gen.tokens.truncate(stop + 1);
-    }
-    // Round i's tokens sat at [before, before + accepted) of the untruncated
-    // output (the prefill's token first); what is left of them was emitted.
-    let mut before = 1;
-    for r in &mut gen.rounds {
-        r.emitted = Some(r.accepted.min(gen.tokens.len().saturating_sub(before)));
-        before += r.accepted;
-    }
+    gen.finish(cfg);
     Ok(gen)
+}
+
+impl Generation {
+    /// Truncates the output at `max_new_tokens` and after the first stop
+    /// token, and sets each round's [`RoundRecord::emitted`].
+    fn finish(&mut self, cfg: &GenerateConfig) {
+        self.tokens.truncate(cfg.max_new_tokens);
+        if let Some(stop) = self.tokens.iter().position(|t| cfg.stop_tokens.contains(t)) {
+            self.tokens.truncate(stop + 1);
+        }
+        // Round i's tokens sat at [before, before + accepted) of the untruncated
+        // output (the prefill's token first); what is left of them was emitted.
+        let mut before = 1;
+        for r in &mut self.rounds {
+            r.emitted = Some(r.accepted.min(self.tokens.len().saturating_sub(before)));
+            before += r.accepted;
+        }
+    }
+}
+
+impl RoundRecord {
+    /// A round about to run at `context_len`, nothing measured yet.
+    fn starting(context_len: usize, drafted: bool) -> Self {
+        RoundRecord {
+            context_len,
+            tree_size: 0,
+            accepted: 0,
+            draft_s: 0.0,
+            build_s: 0.0,
+            verify_s: 0.0,
+            commit_s: 0.0,
+            read_back_bytes: 0,
+            drafted,
+            emitted: None,
+        }
+    }
 }

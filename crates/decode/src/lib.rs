@@ -21,20 +21,18 @@ mod policy;
 mod profile;
 mod sampling;
 pub mod skip;
-mod variant;
+mod spec;
 
 pub use calibration::{
     Calibration, ConvexCurves, DeviceRecord, DrafterRecord, FitRecord, ProfileEvent, ProfileOptions, TargetRecord,
     VerifyPoint, CALIBRATION_FORMAT,
 };
 pub use error::{DecodeError, Result};
-pub use generate::{
-    generate, generate_with_gate, tau, AcceptRule, GenerateConfig, Generation, RoundRecord, RoundTrace,
-};
+pub use generate::{generate, generate_resolved, tau, AcceptRule, GenerateConfig, Generation, RoundRecord, RoundTrace};
 pub use method::Method;
 pub use pair::{CalibrationSource, ChatEncoder, LoadedPair, PairSpec, Speculator, DEFAULT_CALIBRATION_DIR};
-pub use policy::{policy_for, BastionRule, BastionSetup, PolicyInputs, CADDTREE_MAX_BUDGET};
+pub use policy::{BastionRule, BastionSetup, PolicyInputs, CADDTREE_MAX_BUDGET};
 pub use profile::{profile, VerifyGrid};
 pub use sampling::{argmax, Sampler};
 pub use skip::SkipGate;
-pub use variant::{policy_for_params, CostSource, MethodParams, Variant};
+pub use spec::{CostSource, MethodParams, MethodSpec, Resolved, Variant};

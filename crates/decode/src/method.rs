@@ -5,11 +5,14 @@ use std::str::FromStr;
 
 use crate::error::DecodeError;
 
-/// The method-name suffix that turns on draft skipping (`bastion+skip`).
+/// The method-name suffix that sets the `skip` knob (`bastion+skip`,
+/// [`crate::MethodSpec`]).
 pub const SKIP_SUFFIX: &str = "+skip";
 
-/// A decoding method. Serialised as its name (`ar`, `ddtree:16`, …), as
-/// experiment files and result records write it.
+/// A decoding method's kind: the rows of the papers' tables. Its knobs
+/// (including `+skip`) live in [`crate::MethodParams`]; a kind with its
+/// knobs is a [`crate::MethodSpec`]. Serialised as its name (`ar`,
+/// `ddtree:16`, …).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum Method {
@@ -26,25 +29,14 @@ pub enum Method {
     },
     /// CaDDTree: per-round budget from a convex cost model
     /// (ZhangShuai1230/CaDDTree `caddtree_generate`).
-    CaddTree {
-        /// `caddtree+skip`: skip drafting in rounds predicted not to pay
-        /// ([`crate::SkipGate`]; not in the paper).
-        skip_draft: bool,
-    },
+    CaddTree,
     /// BASTION: per-round budget from a calibrated roofline
     /// (kaist-ai-osi-lab/BASTION `bastion_generate`), with the calibration
     /// and the round constants updated online from the observed rounds
     /// ([`bastion_tree::Bastion::online`]).
-    Bastion {
-        /// `bastion+skip`: skip drafting in rounds predicted not to pay
-        /// ([`crate::SkipGate`]; not in the paper).
-        skip_draft: bool,
-    },
+    Bastion,
     /// BASTION as released: the offline calibration is kept fixed.
-    BastionPaper {
-        /// `bastion-paper+skip`: as for [`Method::Bastion`].
-        skip_draft: bool,
-    },
+    BastionPaper,
 }
 
 impl Method {
@@ -56,39 +48,20 @@ impl Method {
     /// Whether the method sizes its trees from a calibration (`bastion profile`):
     /// `caddtree`, `bastion`, `bastion-paper`.
     pub fn needs_calibration(self) -> bool {
-        matches!(self, Method::CaddTree { .. } | Method::Bastion { .. } | Method::BastionPaper { .. })
+        matches!(self, Method::CaddTree | Method::Bastion | Method::BastionPaper)
     }
 
-    /// `caddtree`, without skipping.
-    pub const CADDTREE: Method = Method::CaddTree { skip_draft: false };
-    /// `bastion` (online), without skipping.
-    pub const BASTION: Method = Method::Bastion { skip_draft: false };
-    /// `bastion-paper`, without skipping.
-    pub const BASTION_PAPER: Method = Method::BastionPaper { skip_draft: false };
-
-    /// Whether the method may skip drafting in a round (`…+skip`).
-    pub fn skips_draft(self) -> bool {
-        matches!(
-            self,
-            Method::CaddTree { skip_draft: true }
-                | Method::Bastion { skip_draft: true }
-                | Method::BastionPaper { skip_draft: true }
-        )
-    }
-
-    /// The method with `skip_draft` cleared: the policy it drafts with.
-    pub fn without_skip(self) -> Method {
-        match self {
-            Method::CaddTree { .. } => Method::CADDTREE,
-            Method::Bastion { .. } => Method::BASTION,
-            Method::BastionPaper { .. } => Method::BASTION_PAPER,
-            other => other,
-        }
-    }
-
-    /// Whether the method is one of BASTION's (`bastion`, `bastion-paper`, with or without `+skip`).
+    /// Whether the method is one of BASTION's (`bastion`, `bastion-paper`).
     pub fn is_bastion(self) -> bool {
-        matches!(self, Method::Bastion { .. } | Method::BastionPaper { .. })
+        matches!(self, Method::Bastion | Method::BastionPaper)
+    }
+
+    /// The DDTree budget, for `ddtree:N`.
+    pub fn ddtree_budget(self) -> Option<usize> {
+        match self {
+            Method::DDTree { budget } => Some(budget),
+            _ => None,
+        }
     }
 }
 
@@ -98,45 +71,31 @@ impl fmt::Display for Method {
             Method::Ar => f.write_str("ar"),
             Method::DFlash => f.write_str("dflash"),
             Method::DDTree { budget } => write!(f, "ddtree:{budget}"),
-            Method::CaddTree { .. } => f.write_str("caddtree"),
-            Method::Bastion { .. } => f.write_str("bastion"),
-            Method::BastionPaper { .. } => f.write_str("bastion-paper"),
-        }?;
-        if self.skips_draft() {
-            f.write_str(SKIP_SUFFIX)?;
+            Method::CaddTree => f.write_str("caddtree"),
+            Method::Bastion => f.write_str("bastion"),
+            Method::BastionPaper => f.write_str("bastion-paper"),
         }
-        Ok(())
     }
 }
+
+/// What every method name parser says it expects.
+pub(crate) const EXPECTED_METHODS: &str = "expected ar, dflash, ddtree:N (N ≥ 1 drafted nodes), caddtree, bastion or \
+                                           bastion-paper (the last three also as caddtree+skip, …)";
 
 impl FromStr for Method {
     type Err = DecodeError;
 
     /// Parses `ar`, `dflash`, `ddtree:N` (N ≥ 1), `caddtree`, `bastion`,
-    /// `bastion-paper`; the cost-aware three also with the suffix `+skip`.
+    /// `bastion-paper` (any case). The `+skip` suffix is a knob: parse a
+    /// [`crate::MethodSpec`] for it.
     fn from_str(s: &str) -> Result<Self, DecodeError> {
-        let bad = || {
-            DecodeError::Usage(format!(
-                "unknown method `{s}`: expected ar, dflash, ddtree:N (N ≥ 1 drafted nodes), caddtree, bastion or \
-                 bastion-paper (the last three also as caddtree+skip, …)"
-            ))
-        };
-        let lower = s.trim().to_ascii_lowercase();
-        let (name, skip_draft) = match lower.strip_suffix(SKIP_SUFFIX) {
-            Some(base) => (base, true),
-            None => (lower.as_str(), false),
-        };
-        Ok(match name {
-            "caddtree" => Method::CaddTree { skip_draft },
-            "bastion" => Method::Bastion { skip_draft },
-            "bastion-paper" => Method::BastionPaper { skip_draft },
-            _ if skip_draft => {
-                return Err(DecodeError::Usage(format!(
-                    "method `{s}`: only the cost-aware methods (caddtree, bastion, bastion-paper) take `{SKIP_SUFFIX}`"
-                )))
-            }
+        let bad = || DecodeError::Usage(format!("unknown method `{s}`: {EXPECTED_METHODS}"));
+        Ok(match s.trim().to_ascii_lowercase().as_str() {
             "ar" => Method::Ar,
             "dflash" => Method::DFlash,
+            "caddtree" => Method::CaddTree,
+            "bastion" => Method::Bastion,
+            "bastion-paper" => Method::BastionPaper,
             other => {
                 let n = other.strip_prefix("ddtree:").ok_or_else(bad)?;
                 let budget: usize = n.parse().map_err(|_| bad())?;
@@ -162,16 +121,6 @@ impl TryFrom<String> for Method {
     }
 }
 
-impl Method {
-    /// The DDTree budget, for `ddtree:N`.
-    pub fn ddtree_budget(self) -> Option<usize> {
-        match self {
-            Method::DDTree { budget } => Some(budget),
-            _ => None,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,24 +131,15 @@ mod tests {
             Method::Ar,
             Method::DFlash,
             Method::DDTree { budget: 64 },
-            Method::CADDTREE,
-            Method::BASTION,
-            Method::BASTION_PAPER,
-            Method::CaddTree { skip_draft: true },
-            Method::Bastion { skip_draft: true },
-            Method::BastionPaper { skip_draft: true },
+            Method::CaddTree,
+            Method::Bastion,
+            Method::BastionPaper,
         ] {
             assert_eq!(m.to_string().parse::<Method>().unwrap(), m);
-            assert!(!m.without_skip().skips_draft());
-        }
-        assert_eq!("Bastion+Skip".parse::<Method>().unwrap(), Method::Bastion { skip_draft: true });
-        assert_eq!(Method::BastionPaper { skip_draft: true }.to_string(), "bastion-paper+skip");
-        for bad in ["ar+skip", "ddtree:4+skip", "dflash+skip"] {
-            let e = bad.parse::<Method>().unwrap_err().to_string();
-            assert!(e.contains("only the cost-aware methods"), "{e}");
         }
         assert_eq!("DDTree:16".parse::<Method>().unwrap(), Method::DDTree { budget: 16 });
-        for bad in ["ddtree", "ddtree:0", "ddtree:x", "eagle", ""] {
+        assert_eq!(" Bastion-Paper ".parse::<Method>().unwrap(), Method::BastionPaper);
+        for bad in ["ddtree", "ddtree:0", "ddtree:x", "eagle", "", "bastion+skip"] {
             let e = bad.parse::<Method>().unwrap_err().to_string();
             assert!(e.contains("unknown method") && e.contains("ddtree:N"), "{e}");
         }
@@ -209,6 +149,7 @@ mod tests {
         assert_eq!(json, r#"["ar","ddtree:8"]"#);
         assert_eq!(serde_json::from_str::<Vec<Method>>(&json).unwrap(), [Method::Ar, Method::DDTree { budget: 8 }]);
         assert!(serde_json::from_str::<Method>(r#""eagle""#).is_err());
-        assert!(Method::BASTION_PAPER.needs_calibration() && !Method::DDTree { budget: 4 }.needs_calibration());
+        assert!(Method::BastionPaper.needs_calibration() && !Method::DDTree { budget: 4 }.needs_calibration());
+        assert!(Method::Bastion.is_bastion() && !Method::CaddTree.is_bastion());
     }
 }

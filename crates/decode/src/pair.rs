@@ -14,15 +14,13 @@ use bastion_models::{
     load_model_as, load_random_model_as, load_tokenizer, BackendKind, ChatTemplate, DraftVocabFile, Drafter, Message,
     Model, Tokenizer, WeightDtype, DRAFT_VOCAB_FILE,
 };
-use bastion_tree::{BudgetPolicy, OnlineConfig};
+use bastion_tree::OnlineConfig;
 
 use crate::calibration::Calibration;
 use crate::error::{DecodeError, Result};
-use crate::generate::{generate_with_gate, GenerateConfig, Generation};
-use crate::method::Method;
-use crate::policy::{policy_for, BastionRule, PolicyInputs};
-use crate::skip::SkipGate;
-use crate::variant::{policy_for_params, MethodParams};
+use crate::generate::{generate_resolved, GenerateConfig, Generation};
+use crate::policy::{BastionRule, PolicyInputs};
+use crate::spec::{MethodSpec, Resolved};
 
 /// Where `bastion profile` writes calibrations and the cost-aware methods
 /// look for this machine's, relative to the working directory.
@@ -105,37 +103,29 @@ impl PairSpec {
     }
 }
 
-/// A method's decoding state: the method and, for speculative methods, its
-/// budget policy (which may learn across generations: `bastion`).
+/// A method's decoding state: its spec and what it resolved to (the budget
+/// policy and skip gate, which may learn across generations: `bastion`,
+/// `+skip`).
 pub struct Speculator {
-    method: Method,
-    /// The variant's knobs (default: none set).
-    params: MethodParams,
-    policy: Option<Box<dyn BudgetPolicy>>,
-    /// The skip gate of a `+skip` method, kept across generations.
-    gate: Option<SkipGate>,
+    spec: MethodSpec,
+    resolved: Resolved,
 }
 
 impl Speculator {
-    /// The method.
-    pub fn method(&self) -> Method {
-        self.method
-    }
-
-    /// The variant's knobs.
-    pub fn params(&self) -> &MethodParams {
-        &self.params
+    /// The method and its knobs.
+    pub fn spec(&self) -> &MethodSpec {
+        &self.spec
     }
 
     /// The budget policy (`None` for `ar`).
-    pub fn policy(&self) -> Option<&dyn BudgetPolicy> {
-        self.policy.as_deref()
+    pub fn policy(&self) -> Option<&dyn bastion_tree::BudgetPolicy> {
+        self.resolved.policy.as_deref()
     }
 }
 
 impl std::fmt::Debug for Speculator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Speculator").field("method", &self.method).finish_non_exhaustive()
+        f.debug_struct("Speculator").field("spec", &self.spec).field("resolved", &self.resolved).finish()
     }
 }
 
@@ -229,7 +219,7 @@ impl LoadedPair {
             None => load_tokenizer(&spec.target).map_err(|e| e.to_string()),
         };
         let inputs = match &spec.calibration {
-            None => PolicyInputs::default(),
+            None => PolicyInputs { rule: spec.bastion_rule, online: spec.online, ..PolicyInputs::default() },
             Some(source) => {
                 let (b, d) = (spec.backend, drafter.as_ref());
                 let path = source.path(&spec.target, b, spec.dtype, spec.draft_vocab);
@@ -322,38 +312,21 @@ impl LoadedPair {
         GenerateConfig { max_new_tokens, stop_tokens: self.stop_tokens.clone(), ..GenerateConfig::default() }
     }
 
-    /// A fresh speculator for `method`, with its own budget policy.
+    /// A fresh speculator for `spec` (a method name parses into one; a
+    /// [`crate::Method`] converts), with its own budget policy and skip gate
+    /// ([`MethodSpec::resolve`] under this pair's calibration and BASTION rule).
     ///
     /// # Errors
     /// [`DecodeError::NoDrafter`] for a speculative method without a
-    /// drafter; [`DecodeError::NoCalibration`] for a cost-aware method when
-    /// no calibration was opened.
-    pub fn speculator(&self, method: Method) -> Result<Speculator> {
-        if method.needs_drafter() && self.drafter.is_none() {
-            return Err(DecodeError::NoDrafter { method });
+    /// drafter; as [`MethodSpec::resolve`] otherwise (a cost-aware method
+    /// when no calibration was opened, a knob out of range).
+    pub fn speculator(&self, spec: impl Into<MethodSpec>) -> Result<Speculator> {
+        let spec = spec.into();
+        if spec.method.needs_drafter() && self.drafter.is_none() {
+            return Err(DecodeError::NoDrafter { method: spec.method });
         }
-        let policy = policy_for(method, self.block_size(), &self.inputs)?;
-        Ok(Speculator {
-            method,
-            params: MethodParams::default(),
-            policy,
-            gate: method.skips_draft().then(SkipGate::new),
-        })
-    }
-
-    /// A fresh speculator for a variant of `method` with the knobs of
-    /// `params` set ([`policy_for_params`]); its generations also take the
-    /// variant's accept rule and draft depth.
-    ///
-    /// # Errors
-    /// As [`LoadedPair::speculator`]; [`DecodeError::Usage`] for a knob the
-    /// method does not read or out of range.
-    pub fn speculator_with(&self, method: Method, params: &MethodParams) -> Result<Speculator> {
-        if method.needs_drafter() && self.drafter.is_none() {
-            return Err(DecodeError::NoDrafter { method });
-        }
-        let policy = policy_for_params(method, params, self.block_size(), &self.inputs, self.spec.bastion_rule)?;
-        Ok(Speculator { method, params: params.clone(), policy, gate: method.skips_draft().then(SkipGate::new) })
+        let resolved = spec.resolve(&self.inputs, self.block_size())?;
+        Ok(Speculator { spec, resolved })
     }
 
     /// The log-probability (nats) of `output` following `prompt` under the
@@ -400,29 +373,10 @@ impl LoadedPair {
     /// # Errors
     /// As [`generate`].
     pub fn generate(&self, speculator: &mut Speculator, prompt: &[u32], cfg: &GenerateConfig) -> Result<Generation> {
-        let draft: Option<(&Drafter, &mut dyn BudgetPolicy)> = match (&self.drafter, speculator.policy.as_mut()) {
-            (Some(d), Some(p)) => Some((d, p.as_mut())),
-            (None, Some(_)) => return Err(DecodeError::NoDrafter { method: speculator.method }),
-            (_, None) => None,
-        };
-        let with_knobs;
-        let cfg = if speculator.params.accept.is_some() || speculator.params.draft_depth.is_some() {
-            with_knobs = GenerateConfig {
-                accept: speculator.params.accept.unwrap_or(cfg.accept),
-                draft_depth: speculator.params.draft_depth.or(cfg.draft_depth),
-                ..cfg.clone()
-            };
-            &with_knobs
-        } else {
-            cfg
-        };
-        let mut fresh = SkipGate::new();
-        let gate = match (&mut speculator.gate, cfg.skip_draft) {
-            (Some(kept), _) => Some(kept),
-            (None, true) => Some(&mut fresh),
-            (None, false) => None,
-        };
-        generate_with_gate(&self.target, draft, prompt, cfg, gate)
+        if speculator.spec.method.needs_drafter() && self.drafter.is_none() {
+            return Err(DecodeError::NoDrafter { method: speculator.spec.method });
+        }
+        generate_resolved(&self.target, self.drafter.as_ref(), &mut speculator.resolved, prompt, cfg)
     }
 
     /// A conversation of user `turns` (MT-Bench has two), each answered by

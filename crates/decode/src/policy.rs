@@ -1,12 +1,11 @@
-//! The budget policy each method drafts with.
+//! What the cost-aware methods' budget policies are built from
+//! ([`crate::MethodSpec::resolve`] builds them): the calibration's cost
+//! models and BASTION's size rules.
 
-use bastion_tree::{
-    Bastion, BastionConfig, BudgetPolicy, CaddTree, ConvexCostModel, FixedBudget, OnlineConfig, RooflineModel,
-};
+use bastion_tree::{BastionConfig, ConvexCostModel, OnlineConfig, RooflineModel};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{DecodeError, Result};
-use crate::method::Method;
 
 /// CaDDTree's cap on drafted nodes per round (`caddtree.py`, `max_budget=1024`).
 pub const CADDTREE_MAX_BUDGET: usize = 1024;
@@ -77,80 +76,24 @@ impl std::str::FromStr for BastionRule {
     }
 }
 
-/// Cost models for the cost-aware methods; each is needed only by its method.
+/// Cost models for the cost-aware methods (each is needed only by its
+/// method) and the experiment-wide settings their knobs default to.
 #[derive(Debug, Clone, Default)]
 pub struct PolicyInputs {
     /// CaDDTree's measured cost model.
     pub cost_model: Option<ConvexCostModel>,
     /// BASTION's calibration.
     pub bastion: Option<BastionSetup>,
-    /// Forgetting of `bastion`'s online calibration (`bastion-paper` keeps it fixed).
+    /// Forgetting of `bastion`'s online calibration (`bastion-paper` keeps it
+    /// fixed); the `online_forgetting` knob overrides it.
     pub online: OnlineConfig,
-}
-
-/// The budget policy of `method` for a drafter of block size `block_size`:
-/// `None` for `ar`; the chain of `block_size − 1` for `dflash`; a fixed
-/// budget for `ddtree:N`; CaDDTree (cap 1024) or BASTION from `inputs`,
-/// online for `bastion`, fixed for `bastion-paper`.
-///
-/// # Errors
-/// [`DecodeError::NoCalibration`] when `caddtree` lacks a cost model or
-/// `bastion` a calibration; [`DecodeError::Tree`] when the calibration is
-/// invalid.
-pub fn policy_for(method: Method, block_size: usize, inputs: &PolicyInputs) -> Result<Option<Box<dyn BudgetPolicy>>> {
-    Ok(match method {
-        Method::Ar => None,
-        Method::DFlash => Some(Box::new(FixedBudget::chain(block_size.saturating_sub(1)))),
-        Method::DDTree { budget } => Some(Box::new(FixedBudget::new(budget))),
-        Method::CaddTree { .. } => {
-            let cost = inputs.cost_model.clone().ok_or(DecodeError::NoCalibration { method })?;
-            Some(Box::new(CaddTree::new(cost, CADDTREE_MAX_BUDGET)))
-        }
-        Method::Bastion { .. } | Method::BastionPaper { .. } => {
-            let setup = inputs.bastion.as_ref().ok_or(DecodeError::NoCalibration { method })?;
-            Some(Box::new(if matches!(method, Method::Bastion { .. }) {
-                Bastion::online(setup.config, setup.roofline, inputs.online)?
-            } else {
-                Bastion::new(setup.config, setup.roofline)?
-            }))
-        }
-    })
+    /// BASTION's size rules; the `rule` knob overrides it.
+    pub rule: BastionRule,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bastion_tree::{DevicePeak, ModelShape, RooflineCalibration};
-
-    #[test]
-    fn policies_follow_the_method() {
-        let none = PolicyInputs::default();
-        assert!(policy_for(Method::Ar, 16, &none).unwrap().is_none());
-        let chain = policy_for(Method::DFlash, 16, &none).unwrap().unwrap();
-        assert_eq!((chain.max_nodes(), chain.top_k()), (15, 1));
-        let dd = policy_for(Method::DDTree { budget: 64 }, 16, &none).unwrap().unwrap();
-        assert_eq!(dd.max_nodes(), 64);
-        for m in [Method::CADDTREE, Method::BASTION, Method::BASTION_PAPER] {
-            let e = policy_for(m, 16, &none).err().unwrap().to_string();
-            assert!(e.contains(&format!("method {m} needs")), "{e}");
-        }
-        let setup = BastionSetup {
-            roofline: RooflineModel {
-                shape: ModelShape::qwen3_8b(),
-                device: DevicePeak::h200(),
-                calibration: RooflineCalibration::default(),
-            },
-            config: BastionConfig::paper(0.003, 0.0005),
-        };
-        let json = serde_json::to_string(&setup).unwrap();
-        let back: BastionSetup = serde_json::from_str(&json).unwrap();
-        assert_eq!(back, setup);
-        let inputs = PolicyInputs { bastion: Some(setup), ..PolicyInputs::default() };
-        for m in [Method::BASTION, Method::BASTION_PAPER] {
-            let b = policy_for(m, 16, &inputs).unwrap().unwrap();
-            assert_eq!(b.max_nodes(), 8191);
-        }
-    }
 
     #[test]
     fn bastion_rule_defaults_follow_the_backend() {

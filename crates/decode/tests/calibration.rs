@@ -7,8 +7,8 @@
 use std::path::Path;
 
 use bastion_decode::{
-    generate, policy_for, profile, BastionRule, Calibration, GenerateConfig, LoadedPair, Method, PairSpec,
-    ProfileEvent, ProfileOptions,
+    generate, generate_resolved, profile, BastionRule, Calibration, GenerateConfig, LoadedPair, Method, MethodSpec,
+    PairSpec, ProfileEvent, ProfileOptions,
 };
 use bastion_models::{load_model, BackendKind, Drafter, Model, PeakOptions};
 use bastion_testkit::fixture_dir;
@@ -137,13 +137,13 @@ fn calibration_file_round_trips_and_drives_lossless_policies() {
 
     let online = OnlineConfig { forgetting: 0.8 };
     let inputs = back.policy_inputs(BastionRule::Raw, online).unwrap();
-    assert_eq!(inputs.online, online);
+    assert_eq!((inputs.online, inputs.rule), (online, BastionRule::Raw));
     let prompt: Vec<u32> = (1..30).map(|i| (i * 37 % 250) as u32).collect();
     let cfg = GenerateConfig { max_new_tokens: 40, ..GenerateConfig::default() };
     let ar = generate(&target, None, &prompt, &cfg).unwrap().tokens;
-    for m in [Method::CADDTREE, Method::BASTION, Method::BASTION_PAPER] {
-        let mut policy = policy_for(m, drafter.block_size(), &inputs).unwrap().unwrap();
-        let gen = generate(&target, Some((&drafter, &mut *policy)), &prompt, &cfg).unwrap();
+    for m in [Method::CaddTree, Method::Bastion, Method::BastionPaper] {
+        let mut resolved = MethodSpec::from(m).resolve(&inputs, drafter.block_size()).unwrap();
+        let gen = generate_resolved(&target, Some(&drafter), &mut resolved, &prompt, &cfg).unwrap();
         assert_eq!(gen.tokens, ar, "{m}");
         assert!(gen.rounds.iter().all(|r| r.tree_size >= 1));
     }
@@ -362,7 +362,7 @@ fn a_drafter_of_another_block_size_works_in_every_method() {
     for m in
         ["dflash", "ddtree:2", "ddtree:16", "caddtree", "bastion", "bastion-paper", "caddtree+skip", "bastion+skip"]
     {
-        let method: Method = m.parse().unwrap();
+        let method: MethodSpec = m.parse().unwrap();
         let g = pair.generate(&mut pair.speculator(method).unwrap(), &prompt, &cfg).unwrap();
         assert_eq!(g.tokens, ar, "{m}");
         // No round verifies deeper than the block allows (the root plus 3 drafted tokens).

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use bastion_decode::{generate, AcceptRule, GenerateConfig, Method};
+use bastion_decode::{generate_resolved, AcceptRule, GenerateConfig, Method, MethodSpec, Resolved, SkipGate};
 use bastion_models::{Drafter, Model, ModelConfig, SafetensorsSource};
 use bastion_testkit::{fixture_dir, FixtureCaddCost};
 
@@ -34,8 +34,8 @@ fn policy(method: Method) -> Box<dyn BudgetPolicy> {
         Method::Ar => unreachable!("AR has no policy"),
         Method::DFlash => Box::new(FixedBudget::chain(7)),
         Method::DDTree { budget } => Box::new(FixedBudget::new(budget)),
-        Method::CaddTree { .. } => Box::new(CaddTree::new(FixtureCaddCost, 1024)),
-        Method::Bastion { .. } | Method::BastionPaper { .. } => {
+        Method::CaddTree => Box::new(CaddTree::new(FixtureCaddCost, 1024)),
+        Method::Bastion | Method::BastionPaper => {
             let model = RooflineModel {
                 shape: ModelShape::qwen3_4b(),
                 device: DevicePeak::h200(),
@@ -44,7 +44,7 @@ fn policy(method: Method) -> Box<dyn BudgetPolicy> {
             // The bare stop rule, so that trees vary in size round to round;
             // `bastion` also re-calibrates from the rounds it observes.
             let config = BastionConfig::raw_rule(0.0035, 0.0006);
-            Box::new(if matches!(method, Method::Bastion { .. }) {
+            Box::new(if method == Method::Bastion {
                 Bastion::online(config, model, OnlineConfig::default()).unwrap()
             } else {
                 Bastion::new(config, model).unwrap()
@@ -53,39 +53,57 @@ fn policy(method: Method) -> Box<dyn BudgetPolicy> {
     }
 }
 
-const TREE_METHODS: [Method; 10] = [
-    Method::DFlash,
-    Method::DDTree { budget: 4 },
-    Method::DDTree { budget: 16 },
-    Method::DDTree { budget: 64 },
-    Method::CADDTREE,
-    Method::BASTION,
-    Method::BASTION_PAPER,
+/// The speculative methods by name (`+skip`: the skip knob).
+const TREE_METHODS: [&str; 10] = [
+    "dflash",
+    "ddtree:4",
+    "ddtree:16",
+    "ddtree:64",
+    "caddtree",
+    "bastion",
+    "bastion-paper",
     // Skipping rounds: at least one AR step (the one that measures it) after
     // three drafted rounds, so generations of more than four rounds mix both.
-    Method::CaddTree { skip_draft: true },
-    Method::Bastion { skip_draft: true },
-    Method::BastionPaper { skip_draft: true },
+    "caddtree+skip",
+    "bastion+skip",
+    "bastion-paper+skip",
 ];
 
-fn run(target: &Model, drafter: &Drafter, method: Method, prompt: &[u32], cfg: &GenerateConfig) -> Vec<u32> {
+/// The method named `name` with the fixture's policies (`policy`) and the
+/// accept rule `accept`.
+fn resolved(name: &str, accept: AcceptRule) -> Resolved {
+    let spec: MethodSpec = name.parse().unwrap();
+    if spec.method == Method::Ar {
+        return Resolved::ar();
+    }
+    Resolved { accept, skip: spec.skips_draft().then(SkipGate::new), ..Resolved::with_policy(policy(spec.method)) }
+}
+
+fn run(target: &Model, drafter: &Drafter, method: &str, prompt: &[u32], cfg: &GenerateConfig) -> Vec<u32> {
     run_generation(target, drafter, method, prompt, cfg).tokens
 }
 
 fn run_generation(
     target: &Model,
     drafter: &Drafter,
-    method: Method,
+    method: &str,
     prompt: &[u32],
     cfg: &GenerateConfig,
 ) -> bastion_decode::Generation {
-    if method == Method::Ar {
-        return generate(target, None, prompt, cfg).unwrap();
-    }
-    let mut p = policy(method);
-    let cfg = GenerateConfig { skip_draft: method.skips_draft(), ..cfg.clone() };
-    let g = generate(target, Some((drafter, &mut *p)), prompt, &cfg).unwrap();
-    if method.skips_draft() && g.rounds.len() > bastion_decode::skip::WARMUP_DRAFTS {
+    run_with(target, drafter, method, AcceptRule::Walk, prompt, cfg)
+}
+
+fn run_with(
+    target: &Model,
+    drafter: &Drafter,
+    method: &str,
+    accept: AcceptRule,
+    prompt: &[u32],
+    cfg: &GenerateConfig,
+) -> bastion_decode::Generation {
+    let mut r = resolved(method, accept);
+    let g = generate_resolved(target, Some(drafter), &mut r, prompt, cfg).unwrap();
+    if r.skip.is_some() && g.rounds.len() > bastion_decode::skip::WARMUP_DRAFTS {
         assert!(!g.rounds[bastion_decode::skip::WARMUP_DRAFTS].drafted, "the AR step that measures t_ar");
     }
     g
@@ -100,14 +118,14 @@ proptest! {
         let target = target();
         let drafter = Drafter::load(fixture_dir("tiny-dflash"), &target).unwrap();
         let cfg = GenerateConfig { max_new_tokens: max_new, stop_tokens: vec![0], ..GenerateConfig::default() };
-        let ar = run(&target, &drafter, Method::Ar, &prompt, &cfg);
+        let ar = run(&target, &drafter, "ar", &prompt, &cfg);
         prop_assert!(ar.len() <= max_new);
         for m in TREE_METHODS {
             prop_assert_eq!(&run(&target, &drafter, m, &prompt, &cfg), &ar, "{}", m);
         }
         // BASTION's release path choice is the same walk at T = 0.
-        let biased = GenerateConfig { accept: AcceptRule::ArgmaxPath, ..cfg.clone() };
-        prop_assert_eq!(&run(&target, &drafter, Method::DDTree { budget: 16 }, &prompt, &biased), &ar);
+        let biased = run_with(&target, &drafter, "ddtree:16", AcceptRule::ArgmaxPath, &prompt, &cfg).tokens;
+        prop_assert_eq!(&biased, &ar);
     }
 }
 
@@ -126,7 +144,7 @@ proptest! {
             prop_assert_eq!(target.weight_dtype(), dtype);
             let drafter = Drafter::load(fixture_dir("tiny-dflash"), &target).unwrap();
             let cfg = GenerateConfig { max_new_tokens: max_new, stop_tokens: vec![0], ..GenerateConfig::default() };
-            let ar = run(&target, &drafter, Method::Ar, &prompt, &cfg);
+            let ar = run(&target, &drafter, "ar", &prompt, &cfg);
             for m in TREE_METHODS {
                 prop_assert_eq!(&run(&target, &drafter, m, &prompt, &cfg), &ar, "{} in {}", m, dtype);
             }
@@ -171,9 +189,9 @@ fn generations_end_exactly_at_the_limit_and_at_a_stop_token() {
     let drafter = Drafter::load(fixture_dir("tiny-dflash"), &target).unwrap();
     let prompt: Vec<u32> = vec![11, 13, 15, 17, 19, 174, 23, 25];
     let long = GenerateConfig { max_new_tokens: 40, ..GenerateConfig::default() };
-    let ar = run(&target, &drafter, Method::Ar, &prompt, &long);
+    let ar = run(&target, &drafter, "ar", &prompt, &long);
     assert_eq!(ar.len(), 40);
-    let methods: Vec<Method> = std::iter::once(Method::Ar).chain(TREE_METHODS).collect();
+    let methods: Vec<&str> = std::iter::once("ar").chain(TREE_METHODS).collect();
     for n in 1..=3 {
         let cfg = GenerateConfig { max_new_tokens: n, ..GenerateConfig::default() };
         for &m in &methods {
@@ -215,12 +233,12 @@ fn long_generations_reach_the_context_limit() {
     let window = target.config().max_position_embeddings;
     let cfg =
         GenerateConfig { max_new_tokens: window - prompt.len() - drafter.block_size(), ..GenerateConfig::default() };
-    let ar = run(&target, &drafter, Method::Ar, &prompt, &cfg);
+    let ar = run(&target, &drafter, "ar", &prompt, &cfg);
     assert_eq!(ar.len(), cfg.max_new_tokens);
     for m in TREE_METHODS {
         let g = run_generation(&target, &drafter, m, &prompt, &cfg);
         assert_eq!(g.tokens, ar, "{m}");
-        assert_accounting(&g, &m.to_string());
+        assert_accounting(&g, m);
     }
 }
 
@@ -250,12 +268,9 @@ fn pruned_draft_vocabulary_is_lossless() {
     drafter.set_draft_vocab(&target, Some(subset.clone())).unwrap();
     let trace = GenerateConfig { max_new_tokens: 40, stop_tokens: vec![0], trace: true, ..GenerateConfig::default() };
     for prompt in [&PROMPT[..], &[30, 35, 40, 45, 50, 55][..], &[7, 7, 7, 7][..]] {
-        let ar = run(&target, &drafter, Method::Ar, prompt, &trace);
-        for m in [Method::DFlash, Method::DDTree { budget: 16 }, Method::CADDTREE, Method::Bastion { skip_draft: true }]
-        {
-            let mut p = policy(m);
-            let cfg = GenerateConfig { skip_draft: m.skips_draft(), ..trace.clone() };
-            let g = generate(&target, Some((&drafter, &mut *p)), prompt, &cfg).unwrap();
+        let ar = run(&target, &drafter, "ar", prompt, &trace);
+        for m in ["dflash", "ddtree:16", "caddtree", "bastion+skip"] {
+            let g = run_generation(&target, &drafter, m, prompt, &trace);
             assert_eq!(g.tokens, ar, "{m}");
             for round in &g.trace {
                 assert!(round.draft_logits.len().is_multiple_of(subset.len()), "{m}: logits over the subset");
@@ -280,17 +295,16 @@ const TEMPERATURE: f64 = 1.2;
 const ALPHA: f64 = 1e-3;
 
 /// The first `LEN` generated tokens of `SAMPLES` runs seeded `seed0..`.
-fn sample_prefixes(target: &Model, drafter: &Drafter, method: Method, accept: AcceptRule, seed0: u64) -> Vec<Vec<u32>> {
+fn sample_prefixes(target: &Model, drafter: &Drafter, method: &str, accept: AcceptRule, seed0: u64) -> Vec<Vec<u32>> {
     (0..SAMPLES)
         .map(|i| {
             let cfg = GenerateConfig {
                 max_new_tokens: LEN,
                 temperature: TEMPERATURE,
                 seed: seed0 + i as u64,
-                accept,
                 ..GenerateConfig::default()
             };
-            let mut t = run(target, drafter, method, &PROMPT, &cfg);
+            let mut t = run_with(target, drafter, method, accept, &PROMPT, &cfg).tokens;
             t.truncate(LEN);
             t
         })
@@ -338,11 +352,10 @@ fn chi2(a: &[Vec<u32>], b: &[Vec<u32>], greedy: &[u32]) -> (f64, usize, f64) {
 fn tree_methods_preserve_the_sampling_distribution() {
     let target = target();
     let drafter = Drafter::load(fixture_dir("tiny-dflash"), &target).unwrap();
-    let ar = sample_prefixes(&target, &drafter, Method::Ar, AcceptRule::Walk, 1_000_000);
+    let ar = sample_prefixes(&target, &drafter, "ar", AcceptRule::Walk, 1_000_000);
     let distinct: std::collections::HashSet<_> = ar.iter().collect();
     assert!(distinct.len() >= 100, "the test needs an uncertain distribution ({} outcomes)", distinct.len());
-    let greedy =
-        run(&target, &drafter, Method::Ar, &PROMPT, &GenerateConfig { max_new_tokens: LEN, ..Default::default() });
+    let greedy = run(&target, &drafter, "ar", &PROMPT, &GenerateConfig { max_new_tokens: LEN, ..Default::default() });
     for (i, m) in TREE_METHODS.into_iter().enumerate() {
         // Independent seeds per method.
         let s = sample_prefixes(&target, &drafter, m, AcceptRule::Walk, (i as u64 + 1) * 100_000);
@@ -351,7 +364,7 @@ fn tree_methods_preserve_the_sampling_distribution() {
         assert!(p > ALPHA, "{m}: χ² = {stat:.1} on {dof} dof, p = {p:.2e} ≤ {ALPHA}");
     }
     // The same test rejects BASTION's released (biased) path choice.
-    let biased = sample_prefixes(&target, &drafter, Method::DDTree { budget: 16 }, AcceptRule::ArgmaxPath, 0);
+    let biased = sample_prefixes(&target, &drafter, "ddtree:16", AcceptRule::ArgmaxPath, 0);
     let (stat, dof, p) = chi2(&ar, &biased, &greedy);
     eprintln!("argmax path: χ² = {stat:.1}, dof {dof}, p = {p:.3e}");
     assert!(p < ALPHA, "the biased walk passed: χ² = {stat:.1} on {dof} dof, p = {p:.2e}");
@@ -376,7 +389,7 @@ fn every_method_equals_greedy_ar_in_f16_on_wgpu() {
     let drafter = Drafter::load(fixture_dir("tiny-dflash"), &target).unwrap();
     for prompt in [&[5u32, 17, 99, 3, 250, 42][..], &[30, 35, 40, 45, 50, 55, 60, 65, 70, 75, 80, 85][..]] {
         let cfg = GenerateConfig { max_new_tokens: 24, stop_tokens: vec![0], ..GenerateConfig::default() };
-        let ar = run(&target, &drafter, Method::Ar, prompt, &cfg);
+        let ar = run(&target, &drafter, "ar", prompt, &cfg);
         assert!(!ar.is_empty());
         let vocab = target.config().vocab_size as u64;
         for m in TREE_METHODS {
@@ -440,13 +453,13 @@ fn smollm2_round_edges_and_second_turns() {
     assert_eq!(drafter.block_size(), 16);
     let encoder = pair.chat_encoder(64).unwrap();
     let ChatEncoder::Chat { tokenizer, template } = encoder else { panic!("SmolLM2 has a chat template") };
-    let methods: Vec<Method> = TREE_METHODS.into_iter().filter(|m| !m.skips_draft()).collect();
+    let methods: Vec<&str> = TREE_METHODS.into_iter().filter(|m| !m.ends_with("+skip")).collect();
 
     let question = "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. \
                     How many clips did Natalia sell altogether in April and May?";
     let prompt = encoder.encode(&[Message::new("user", question)]).unwrap();
     let long = GenerateConfig { max_new_tokens: 20, ..GenerateConfig::default() };
-    let ar = run(target, drafter, Method::Ar, &prompt, &long);
+    let ar = run(target, drafter, "ar", &prompt, &long);
     assert_eq!(ar.len(), 20);
     for n in 1..=3 {
         let cfg = GenerateConfig { max_new_tokens: n, ..GenerateConfig::default() };
@@ -481,8 +494,8 @@ fn smollm2_round_edges_and_second_turns() {
     assert_eq!(im_end.len(), 1, "<|im_end|> is one special token");
     let cfg = pair.generate_config(16);
     let mut reference: Option<Vec<Vec<u32>>> = None;
-    for m in std::iter::once(Method::Ar).chain(methods.iter().copied()) {
-        let mut speculator = pair.speculator(m).unwrap();
+    for m in std::iter::once("ar").chain(methods.iter().copied()) {
+        let mut speculator = pair.speculator(m.parse::<MethodSpec>().unwrap()).unwrap();
         let t = pair.generate_turns(&mut speculator, &encoder, &turns, &cfg).unwrap();
         let answer = &t[0].1.tokens;
         assert_eq!(answer.last(), Some(&im_end[0]), "{m}: the first answer ends its turn: {answer:?}");
@@ -539,7 +552,7 @@ fn exact_ties_resolve_to_the_first_index_on_every_path() {
 
     let drafter = Drafter::load(fixture_dir("tiny-dflash"), &tied).unwrap();
     let gen = GenerateConfig { max_new_tokens: 32, ..GenerateConfig::default() };
-    let ar = run(&tied, &drafter, Method::Ar, &prompt, &gen);
+    let ar = run(&tied, &drafter, "ar", &prompt, &gen);
     assert!(ar.contains(&lo) && !ar.contains(&hi), "{ar:?}: ties go to {lo}, never {hi}");
     assert_eq!(tied.greedy(&prompt, 32, &[]).unwrap(), ar, "Model::greedy");
     let batched = tied.greedy_batch(&[&prompt[..], &prompt[2..]], 32, &[]).unwrap();

@@ -48,13 +48,13 @@ pub fn run(a: Args) -> Result {
     let refuse = |field: &str, why: String| -> Box<dyn std::error::Error> {
         format!("{}: {field}: {why}; `bastion check` needs a deterministic τ", file.display()).into()
     };
-    if exp.methods.iter().any(|m| matches!(m.method, Method::Bastion { .. })) {
+    if exp.methods.iter().any(|m| m.spec.method == Method::Bastion) {
         return Err(refuse("methods", "online `bastion` sizes its trees from wall-clock times".into()));
     }
     if exp.temperatures.iter().any(|&t| t != 0.0) {
         return Err(refuse("temperatures", format!("{:?}: expected [0.0] (T > 0 samples)", exp.temperatures)));
     }
-    if exp.methods.iter().any(|m| m.method.needs_calibration()) {
+    if exp.methods.iter().any(|m| m.spec.method.needs_calibration()) {
         if let Some(i) = exp.models.iter().position(|m| m.calibration.is_none()) {
             return Err(refuse(
                 &format!("models[{i}].calibration"),

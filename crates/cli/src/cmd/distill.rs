@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use bastion_data::Datasets;
-use bastion_decode::{LoadedPair, Method};
+use bastion_decode::{LoadedPair, Method, MethodSpec};
 
 use super::{progress_bar, PairArgs, Result};
 
@@ -29,7 +29,7 @@ pub struct Args {
     /// Decoding method (outputs are identical to AR at T = 0): ar, dflash, ddtree:N. Only with
     /// `--batch 1`: a batch decodes AR.
     #[arg(long, default_value = "ar")]
-    method: Method,
+    method: MethodSpec,
     /// Sequences decoded together (AR, one forward per token for the whole batch: on a CPU a step
     /// is bound by reading the weights, so a batch costs little more than one sequence). The
     /// records are the same at any batch size; they are appended as sequences finish.
@@ -40,11 +40,11 @@ pub struct Args {
 /// Runs `bastion distill`.
 pub fn run(a: Args) -> Result {
     a.pair.target.require_real_weights("distill")?;
-    if a.batch > 1 && a.method != Method::Ar {
+    if a.batch > 1 && a.method.method != Method::Ar {
         return Err(format!("--method {} needs --batch 1: a batch decodes AR", a.method).into());
     }
     let prompts = Datasets::open(&a.datasets)?.load_train(a.limit)?;
-    let pair = LoadedPair::open(a.pair.spec(a.method, None)?)?;
+    let pair = LoadedPair::open(a.pair.spec(a.method.method, None)?)?;
     let jobs = bastion_train::chat_jobs(&pair.chat_encoder(a.max_new_tokens + pair.block_size())?, &prompts)?;
     let mut store = bastion_train::DistillStore::open(&a.out)?;
     let cfg = pair.generate_config(a.max_new_tokens);
@@ -69,7 +69,7 @@ pub fn run(a: Args) -> Result {
     let start = std::time::Instant::now();
     let rate = |tokens: usize| tokens as f64 / start.elapsed().as_secs_f64().max(1e-9);
     let written = if a.batch == 1 {
-        let mut speculator = pair.speculator(a.method)?;
+        let mut speculator = pair.speculator(a.method.clone())?;
         bastion_train::distill(&pair, &mut speculator, &jobs, &mut store, &cfg, |rec, _| {
             tokens += rec.response_ids.len();
             report(format!("{tokens} tokens, {:.1} tokens/s", rate(tokens)));

@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use bastion_decode::{GenerateConfig, LoadedPair, Method};
+use bastion_decode::{GenerateConfig, LoadedPair, MethodSpec};
 use bastion_models::Message;
 
 use super::{CostArgs, PairArgs, Result};
@@ -30,7 +30,7 @@ pub struct Args {
     max_new_tokens: usize,
     /// Decoding method: ar, dflash, ddtree:N, caddtree, bastion or bastion-paper.
     #[arg(long, default_value = "ar")]
-    method: Method,
+    method: MethodSpec,
     /// Sampling temperature (0 = greedy).
     #[arg(long, default_value_t = 0.0)]
     temperature: f64,
@@ -43,8 +43,8 @@ pub struct Args {
 
 /// Runs `bastion generate`.
 pub fn run(a: Args) -> Result {
-    let pair = LoadedPair::open(a.pair.spec(a.method, Some(&a.cost))?)?;
-    let mut speculator = pair.speculator(a.method)?;
+    let pair = LoadedPair::open(a.pair.spec(a.method.method, Some(&a.cost))?)?;
+    let mut speculator = pair.speculator(a.method.clone())?;
     let cfg = GenerateConfig { temperature: a.temperature, seed: a.seed, ..pair.generate_config(a.max_new_tokens) };
     let ids = match (&a.prompt, &a.prompt_ids) {
         (_, Some(ids)) => ids.clone(),

@@ -99,7 +99,7 @@ impl PairArgs {
         spec.drafter = self.drafter.clone().filter(|_| method.needs_drafter());
         spec.draft_vocab = self.draft_vocab.filter(|_| method.needs_drafter());
         if let Some(cost) = cost {
-            if matches!(method, Method::Bastion { .. }) {
+            if method == Method::Bastion {
                 cost.online().validate().map_err(|e| format!("--online-forgetting: {e}"))?;
             }
             spec.calibration = method.needs_calibration().then(|| cost.source());

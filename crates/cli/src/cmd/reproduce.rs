@@ -32,7 +32,7 @@ pub fn run(a: Args) -> Result {
         }
     }
     let exp = Experiment::load(&a.experiment, Path::new("."))?;
-    let cost_aware = exp.methods.iter().any(|m| m.method.needs_calibration());
+    let cost_aware = exp.methods.iter().any(|m| m.spec.method.needs_calibration());
     for pair in exp.models.iter().filter(|_| cost_aware) {
         let source = pair.calibration_source(false, Path::new(DEFAULT_CALIBRATION_DIR));
         let path = source.path(&pair.target, exp.backend, pair.dtype, pair.draft_vocab);

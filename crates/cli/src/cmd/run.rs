@@ -132,7 +132,7 @@ pub fn sweep(exp: &Experiment, opts: &RunOptions) -> Result<Vec<SampleRecord>> {
             bar.inc(1);
             job_bar.inc(1);
             let job = job_of(&r.model, r.dataset, r.temperature, r.seed);
-            if r.method == Method::Ar {
+            if r.spec.method == Method::Ar {
                 ar_tpot.entry(job.clone()).or_default().push(r.tpot_s);
             }
             let methods = running.entry(job.clone()).or_default();

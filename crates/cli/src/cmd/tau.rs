@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use bastion_bench::{plan, DraftBastion, DraftDatasets, DraftModel, Experiment, ExperimentDraft, SampleRecord, Shard};
 use bastion_data::DatasetName;
-use bastion_decode::{BastionRule, Method};
+use bastion_decode::{BastionRule, MethodSpec};
 
 use super::{create_dir, run, tables, CostArgs, PairArgs, Result};
 
@@ -21,7 +21,7 @@ pub struct Args {
     pair: PairArgs,
     /// Decoding method: dflash, ddtree:N, caddtree, bastion or bastion-paper.
     #[arg(long, default_value = "dflash")]
-    method: Method,
+    method: MethodSpec,
     #[command(flatten)]
     cost: CostArgs,
     /// Evaluation sets (comma-separated).
@@ -71,7 +71,7 @@ fn draft(a: &Args, drafter: &Path) -> ExperimentDraft {
         temperatures: vec![0.0],
         seeds: vec![0],
         warmup: 1,
-        methods: vec![a.method],
+        methods: vec![a.method.clone()],
         ar_baseline: !a.no_ar,
         models: vec![DraftModel {
             name: model_name,
@@ -88,7 +88,7 @@ fn draft(a: &Args, drafter: &Path) -> ExperimentDraft {
             turns: "first".into(),
         },
         bastion: DraftBastion {
-            rule: if a.method.is_bastion() {
+            rule: if a.method.method.is_bastion() {
                 a.cost.rule_for(a.pair.target.backend)
             } else {
                 a.cost.bastion_rule.unwrap_or(BastionRule::for_backend(a.pair.target.backend))
@@ -108,7 +108,7 @@ fn slug(s: &str) -> String {
 /// Runs `bastion tau`.
 pub fn run(a: Args) -> Result {
     a.pair.target.require_real_weights("tau")?;
-    if !a.method.needs_drafter() {
+    if !a.method.method.needs_drafter() {
         return Err(format!("--method {}: τ needs a speculative method (anything but ar)", a.method).into());
     }
     if a.samples == 0 {

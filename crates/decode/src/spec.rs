@@ -1,0 +1,708 @@
+//! A method with its knobs: [`MethodSpec`], parsed once (a CLI string, an
+//! experiment file's `methods` list, a `[[variants]]` table all produce one)
+//! and resolved once ([`MethodSpec::resolve`]) into what the decoding loop
+//! runs: the budget policy, the accept rule, the draft depth and the skip
+//! gate. This is the one place a method's policy is built.
+//!
+//! A plain method name (`bastion`, `ddtree:16`) runs with the defaults of
+//! docs/algorithms.md; `+skip` (`bastion+skip`) is the name form of the
+//! `skip` knob. [`MethodParams::check`] says which knobs a method reads and
+//! which values are in range.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use bastion_tree::{
+    Bastion, BastionConfig, BucketMode, BudgetPolicy, CaddTree, FixedBudget, RooflineModel, RoundCostModel,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{DecodeError, Result};
+use crate::generate::AcceptRule;
+use crate::method::{Method, EXPECTED_METHODS, SKIP_SUFFIX};
+use crate::policy::{BastionRule, PolicyInputs, CADDTREE_MAX_BUDGET};
+use crate::skip::SkipGate;
+
+/// Where CaDDTree's per-round cost model comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CostSource {
+    /// The paper's: the convex fit of the measured verify grid (`bastion profile`).
+    Measured,
+    /// BASTION's calibrated roofline of the same calibration file, used as
+    /// CaDDTree's `C_v(n; ℓ)` (with the probed draft time as `C_d`).
+    Roofline,
+}
+
+/// Knobs of one method variant; `None` keeps the method's default. Stored
+/// in sample records as resolved for the variant.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MethodParams {
+    /// Path choice after verification (every speculative method).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accept: Option<AcceptRule>,
+    /// Draft only the first `b` positions of the block (every speculative
+    /// method; 1 ≤ b ≤ block size − 1): trees are at most `b` deep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft_depth: Option<usize>,
+    /// Candidates per depth (`ddtree`: default = the budget; `bastion`,
+    /// `bastion-paper`: default 128).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_k: Option<usize>,
+    /// BASTION's size rules (`bastion`, `bastion-paper`; default: the experiment's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<BastionRule>,
+    /// Forgetting λ ∈ [0, 1) of `bastion`'s online calibration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub online_forgetting: Option<f64>,
+    /// BASTION's smallest tree (tokens, root included; `paper` rule: 32, `raw`: 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub floor: Option<usize>,
+    /// BASTION's size rounding (a multiple of `bucket` tokens; 1 = none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucket: Option<usize>,
+    /// Largest tree: BASTION's cap (tokens, root included; default 8192),
+    /// CaDDTree's budget cap (drafted nodes; default 1024).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cap: Option<usize>,
+    /// CaDDTree's cost model (default `measured`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_model: Option<CostSource>,
+    /// Skip drafting in rounds predicted not to pay, taking an AR step
+    /// instead ([`crate::skip`]; the cost-aware methods; not in the papers).
+    /// Written `+skip` after the method's name; absent from serialised
+    /// knobs of a [`MethodSpec`], whose name carries it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skip: Option<bool>,
+}
+
+/// Whether a method reads a knob.
+type Reads = fn(Method) -> bool;
+
+/// A knob's name and the methods that read it.
+const KNOBS: [(&str, Reads); 10] = [
+    ("accept", |m| m.needs_drafter()),
+    ("draft_depth", |m| m.needs_drafter()),
+    ("top_k", |m| matches!(m, Method::DDTree { .. }) || m.is_bastion()),
+    ("rule", Method::is_bastion),
+    ("online_forgetting", |m| m == Method::Bastion),
+    ("floor", Method::is_bastion),
+    ("bucket", Method::is_bastion),
+    ("cap", |m| m.is_bastion() || m == Method::CaddTree),
+    ("cost_model", |m| m == Method::CaddTree),
+    ("skip", Method::needs_calibration),
+];
+
+/// The speculative method families, each with a representative (for messages).
+const FAMILIES: [(&str, Method); 5] = [
+    ("dflash", Method::DFlash),
+    ("ddtree", Method::DDTree { budget: 1 }),
+    ("caddtree", Method::CaddTree),
+    ("bastion", Method::Bastion),
+    ("bastion-paper", Method::BastionPaper),
+];
+
+impl MethodParams {
+    /// Every knob's name, in the order experiment files document them.
+    pub fn knob_names() -> impl Iterator<Item = &'static str> {
+        KNOBS.iter().map(|(n, _)| *n)
+    }
+
+    /// Whether `method` reads the knob `name`.
+    pub fn reads(method: Method, name: &str) -> bool {
+        KNOBS.iter().any(|(n, reads)| *n == name && reads(method))
+    }
+
+    /// The knobs that are set, by name, with their values as JSON (for
+    /// labels and tables).
+    pub fn set_knobs(&self) -> BTreeMap<String, serde_json::Value> {
+        match serde_json::to_value(self) {
+            Ok(serde_json::Value::Object(map)) => map.into_iter().collect(),
+            _ => BTreeMap::new(),
+        }
+    }
+
+    /// Whether no knob is set.
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Checks every set knob against `method` and its range; `block_size`
+    /// (the drafter's, when known) bounds `draft_depth`; `rule` (the
+    /// experiment's BASTION rule, which the `rule` knob overrides) gives the
+    /// floor a BASTION `cap` may not go below.
+    ///
+    /// # Errors
+    /// `(knob, what was expected)` for the first knob the method does not
+    /// read or whose value is out of range.
+    pub fn check(
+        &self,
+        method: Method,
+        block_size: Option<usize>,
+        rule: BastionRule,
+    ) -> std::result::Result<(), (String, String)> {
+        for name in self.set_knobs().keys() {
+            if !Self::reads(method, name) {
+                let readers: Vec<&str> =
+                    FAMILIES.iter().filter(|(_, m)| Self::reads(*m, name)).map(|(family, _)| *family).collect();
+                return Err((
+                    name.clone(),
+                    format!("method {method} has no knob `{name}` (read by: {})", readers.join(", ")),
+                ));
+            }
+        }
+        let bad = |knob: &str, why: String| Err((knob.to_string(), why));
+        if let Some(b) = self.draft_depth {
+            let most = block_size.map_or(usize::MAX, |b| b.saturating_sub(1));
+            if b < 1 || b > most {
+                return bad("draft_depth", format!("{b}: expected 1 ≤ draft_depth ≤ block size − 1 = {most}"));
+            }
+        }
+        if let Some(k) = self.top_k {
+            if k < 1 {
+                return bad("top_k", "0: expected ≥ 1 candidate per depth".into());
+            }
+        }
+        if let Some(l) = self.online_forgetting {
+            if !(0.0..1.0).contains(&l) {
+                return bad("online_forgetting", format!("{l}: expected λ in [0, 1)"));
+            }
+        }
+        if let Some(f) = self.floor {
+            if f < 1 {
+                return bad("floor", "0: expected ≥ 1 token (the root)".into());
+            }
+        }
+        if let Some(b) = self.bucket {
+            if b < 1 {
+                return bad("bucket", "0: expected ≥ 1 (1 = no rounding)".into());
+            }
+        }
+        if let Some(c) = self.cap {
+            if c < 1 {
+                return bad("cap", "0: expected ≥ 1".into());
+            }
+            if method.is_bastion() {
+                let r = self.rule.unwrap_or(rule);
+                let f = self.floor.unwrap_or(r.config(0.0, 0.0).min_tree_size);
+                if c < f {
+                    let whose = if self.floor.is_some() { String::new() } else { format!(" (the {r} rule's)") };
+                    return bad("cap", format!("{c} is below floor = {f}{whose}"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// CaDDTree's cost from BASTION's roofline: `C_v(n; ℓ)` = the roofline's
+/// verify time of `n + 1` tokens (root included) at context ℓ.
+#[derive(Debug, Clone, Copy)]
+struct RooflineCost {
+    roofline: RooflineModel,
+    draft_seconds: f64,
+}
+
+impl RoundCostModel for RooflineCost {
+    fn draft_seconds(&self) -> f64 {
+        self.draft_seconds
+    }
+
+    fn verify_seconds(&self, nodes: usize, context_len: usize) -> f64 {
+        self.roofline.at_context(context_len).estimate(nodes + 1)
+    }
+}
+
+/// A method with its knobs: what a CLI `--method`, an experiment file's
+/// `methods` entry or a `[[variants]]` table names. Parsed from a name
+/// (`ddtree:16`, `bastion+skip`: [`MethodSpec::from_str`]), built from a
+/// kind ([`From<Method>`]) or from a kind and knobs (experiment files'
+/// variants); [`MethodSpec::resolve`] turns it into what a generation runs.
+///
+/// Serialised as two fields, as sample records store it: `method`, the name
+/// with `+skip` when skipping, and `params`, the other knobs (omitted when
+/// none is set).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "SpecFields", into = "SpecFields")]
+pub struct MethodSpec {
+    /// The method's kind.
+    pub method: Method,
+    /// Its knobs (`None` keeps the method's default).
+    pub params: MethodParams,
+}
+
+/// A [`MethodSpec`] as records store it.
+#[derive(Serialize, Deserialize)]
+struct SpecFields {
+    method: String,
+    #[serde(default, skip_serializing_if = "MethodParams::is_default")]
+    params: MethodParams,
+}
+
+impl TryFrom<SpecFields> for MethodSpec {
+    type Error = DecodeError;
+    fn try_from(f: SpecFields) -> Result<Self> {
+        let named: MethodSpec = f.method.parse()?;
+        let params = MethodParams { skip: f.params.skip.or(named.params.skip), ..f.params };
+        Ok(MethodSpec { method: named.method, params })
+    }
+}
+
+impl From<MethodSpec> for SpecFields {
+    fn from(s: MethodSpec) -> Self {
+        SpecFields { method: s.to_string(), params: s.unnamed_knobs() }
+    }
+}
+
+impl From<Method> for MethodSpec {
+    /// The plain method: every knob at its default.
+    fn from(method: Method) -> Self {
+        MethodSpec { method, params: MethodParams::default() }
+    }
+}
+
+impl MethodSpec {
+    /// Whether the method skips drafting in rounds predicted not to pay.
+    pub fn skips_draft(&self) -> bool {
+        self.params.skip == Some(true)
+    }
+
+    /// The knobs the name does not carry: all but `skip`.
+    pub fn unnamed_knobs(&self) -> MethodParams {
+        MethodParams { skip: None, ..self.params.clone() }
+    }
+
+    /// Whether the name says it all: no knob set but `skip`.
+    pub fn is_named(&self) -> bool {
+        self.unnamed_knobs().is_default()
+    }
+
+    /// Checks the knobs against the method ([`MethodParams::check`]).
+    ///
+    /// # Errors
+    /// As [`MethodParams::check`].
+    pub fn check(&self, block_size: Option<usize>, rule: BastionRule) -> std::result::Result<(), (String, String)> {
+        self.params.check(self.method, block_size, rule)
+    }
+
+    /// What a generation with this method runs, for a drafter of block size
+    /// `block_size` (1 without a drafter): the budget policy (`None` for
+    /// `ar`; the chain of `draft_depth` for `dflash`; a fixed budget for
+    /// `ddtree:N`, top-k = the budget unless set; CaDDTree (cap 1024) from the
+    /// measured cost model or the roofline; BASTION under `inputs.rule`
+    /// unless the `rule` knob says otherwise, online for `bastion`, fixed for
+    /// `bastion-paper`), the accept rule, the draft depth (default
+    /// `block_size − 1`) and a fresh skip gate when skipping. The one place a
+    /// method's policy is built.
+    ///
+    /// # Errors
+    /// [`DecodeError::Usage`] for a knob the method does not read or out of
+    /// range; [`DecodeError::NoCalibration`] when a cost-aware method lacks
+    /// its cost model; [`DecodeError::Tree`] when the calibration is invalid.
+    pub fn resolve(&self, inputs: &PolicyInputs, block_size: usize) -> Result<Resolved> {
+        let (method, params) = (self.method, &self.params);
+        params
+            .check(method, Some(block_size), inputs.rule)
+            .map_err(|(knob, why)| DecodeError::Usage(format!("method {self}, `{knob}`: {why}")))?;
+        let draft_depth = params.draft_depth.unwrap_or(block_size.saturating_sub(1));
+        let calibration = || DecodeError::NoCalibration { method };
+        let policy: Option<Box<dyn BudgetPolicy>> = match method {
+            Method::Ar => None,
+            Method::DFlash => Some(Box::new(FixedBudget::chain(draft_depth))),
+            Method::DDTree { budget } => {
+                Some(Box::new(FixedBudget::with_top_k(budget, params.top_k.unwrap_or(budget))))
+            }
+            Method::CaddTree => {
+                let cap = params.cap.unwrap_or(CADDTREE_MAX_BUDGET);
+                match params.cost_model.unwrap_or(CostSource::Measured) {
+                    CostSource::Measured => {
+                        let cost = inputs.cost_model.clone().ok_or_else(calibration)?;
+                        Some(Box::new(CaddTree::new(cost, cap)))
+                    }
+                    CostSource::Roofline => {
+                        let setup = inputs.bastion.as_ref().ok_or_else(calibration)?;
+                        let cost = RooflineCost { roofline: setup.roofline, draft_seconds: setup.config.draft_seconds };
+                        Some(Box::new(CaddTree::new(cost, cap)))
+                    }
+                }
+            }
+            Method::Bastion | Method::BastionPaper => {
+                let setup = inputs.bastion.as_ref().ok_or_else(calibration)?;
+                let base = params
+                    .rule
+                    .unwrap_or(inputs.rule)
+                    .config(setup.config.draft_seconds, setup.config.non_verify_seconds);
+                let config = BastionConfig {
+                    min_tree_size: params.floor.unwrap_or(base.min_tree_size),
+                    max_tree_size: params.cap.unwrap_or(base.max_tree_size),
+                    bucket: match params.bucket {
+                        None => base.bucket,
+                        Some(1) => BucketMode::None,
+                        Some(step) => BucketMode::FixedInterval { step },
+                    },
+                    top_k: params.top_k.unwrap_or(base.top_k),
+                    ..base
+                };
+                let online = bastion_tree::OnlineConfig {
+                    forgetting: params.online_forgetting.unwrap_or(inputs.online.forgetting),
+                };
+                Some(Box::new(if method == Method::Bastion {
+                    Bastion::online(config, setup.roofline, online)?
+                } else {
+                    Bastion::new(config, setup.roofline)?
+                }))
+            }
+        };
+        Ok(Resolved {
+            policy,
+            accept: params.accept.unwrap_or_default(),
+            draft_depth,
+            skip: self.skips_draft().then(SkipGate::new),
+        })
+    }
+}
+
+impl fmt::Display for MethodSpec {
+    /// The name: the kind's, with `+skip` when skipping (other knobs are a
+    /// [`Variant`]'s label's business).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.method)?;
+        if self.skips_draft() {
+            f.write_str(SKIP_SUFFIX)?;
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for MethodSpec {
+    type Err = DecodeError;
+
+    /// Parses a method name (any case): `ar`, `dflash`, `ddtree:N` (N ≥ 1),
+    /// `caddtree`, `bastion`, `bastion-paper`; the cost-aware three also
+    /// with the suffix `+skip` (the `skip` knob).
+    fn from_str(s: &str) -> Result<Self> {
+        let lower = s.trim().to_ascii_lowercase();
+        let Some(base) = lower.strip_suffix(SKIP_SUFFIX) else { return Ok(lower.parse::<Method>()?.into()) };
+        let method: Method =
+            base.parse().map_err(|_| DecodeError::Usage(format!("unknown method `{s}`: {EXPECTED_METHODS}")))?;
+        if !MethodParams::reads(method, "skip") {
+            return Err(DecodeError::Usage(format!(
+                "method `{s}`: only the cost-aware methods (caddtree, bastion, bastion-paper) take `{SKIP_SUFFIX}`"
+            )));
+        }
+        Ok(MethodSpec { method, params: MethodParams { skip: Some(true), ..MethodParams::default() } })
+    }
+}
+
+/// What a generation runs for one [`MethodSpec`] ([`MethodSpec::resolve`]);
+/// the policy and the skip gate keep what they learnt across the
+/// generations it is used for (BASTION's online calibration, the gate's
+/// timings).
+pub struct Resolved {
+    /// The budget policy that sizes each round's tree (`None` for `ar`).
+    pub policy: Option<Box<dyn BudgetPolicy>>,
+    /// Path choice after verification.
+    pub accept: AcceptRule,
+    /// Draft only the first `draft_depth` positions of a block (trees at
+    /// most this deep; the whole block by default).
+    pub draft_depth: usize,
+    /// The skip gate of a `+skip` method ([`crate::skip`]); `None`: every
+    /// round drafts.
+    pub skip: Option<SkipGate>,
+}
+
+impl Resolved {
+    /// A speculative method drafting with `policy` as far as its trees can
+    /// reach: the lossless walk, no skipping (what tests and tools that
+    /// build a policy by hand run).
+    pub fn with_policy(policy: Box<dyn BudgetPolicy>) -> Self {
+        Resolved { policy: Some(policy), accept: AcceptRule::Walk, draft_depth: usize::MAX, skip: None }
+    }
+
+    /// Autoregressive decoding: no policy.
+    pub fn ar() -> Self {
+        Resolved { policy: None, accept: AcceptRule::Walk, draft_depth: 0, skip: None }
+    }
+}
+
+impl fmt::Debug for Resolved {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Resolved")
+            .field("policy", &self.policy.as_ref().map(|p| (p.max_nodes(), p.top_k())))
+            .field("accept", &self.accept)
+            .field("draft_depth", &self.draft_depth)
+            .field("skip", &self.skip.is_some())
+            .finish()
+    }
+}
+
+/// A method as one row of a sweep: a label and a [`MethodSpec`] (an
+/// ablation row). A plain method name is the variant labelled by that name
+/// with every other knob at its default; records and store keys carry the
+/// label, so two variants of one method never mix.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Variant {
+    /// Row label and store-key component: the method's name for a plain
+    /// method, else the experiment file's name for the variant (a swept knob
+    /// appends `[knob=value]`).
+    pub label: String,
+    /// The method and its knobs.
+    pub spec: MethodSpec,
+}
+
+impl Variant {
+    /// The plain method: labelled by its name.
+    pub fn plain(spec: impl Into<MethodSpec>) -> Self {
+        let spec = spec.into();
+        Self { label: spec.to_string(), spec }
+    }
+
+    /// Whether this is a plain method (label = the name, no knob set but
+    /// the name's `+skip`).
+    pub fn is_plain(&self) -> bool {
+        self.spec.is_named() && self.label == self.spec.to_string()
+    }
+}
+
+/// A variant equals a method when it is that plain method.
+impl PartialEq<Method> for Variant {
+    fn eq(&self, method: &Method) -> bool {
+        self.spec == MethodSpec::from(*method) && self.is_plain()
+    }
+}
+
+impl fmt::Display for Variant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.label)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::BastionSetup;
+    use bastion_tree::{ConvexCostModel, DevicePeak, ModelShape, RooflineCalibration, VerifyProfile};
+
+    fn inputs() -> PolicyInputs {
+        let roofline = RooflineModel {
+            shape: ModelShape::qwen3_8b(),
+            device: DevicePeak::h200(),
+            calibration: RooflineCalibration::default(),
+        };
+        let cost = ConvexCostModel::fit(
+            &[VerifyProfile { context_len: 64, nodes: vec![0, 16, 64], seconds: vec![0.01, 0.012, 0.02] }],
+            0.004,
+            64,
+        )
+        .unwrap();
+        PolicyInputs {
+            cost_model: Some(cost),
+            bastion: Some(BastionSetup { roofline, config: BastionConfig::paper(0.003, 0.0005) }),
+            online: bastion_tree::OnlineConfig::default(),
+            rule: BastionRule::Paper,
+        }
+    }
+
+    fn resolve(method: Method, params: MethodParams, inputs: &PolicyInputs) -> Result<Resolved> {
+        MethodSpec { method, params }.resolve(inputs, 16)
+    }
+
+    fn policy(method: Method, params: MethodParams) -> Box<dyn BudgetPolicy> {
+        resolve(method, params, &inputs()).unwrap().policy.unwrap()
+    }
+
+    #[test]
+    fn plain_methods_resolve_to_their_policies() {
+        let none = PolicyInputs::default();
+        let plain = |m: Method, inputs: &PolicyInputs| MethodSpec::from(m).resolve(inputs, 16);
+        let ar = plain(Method::Ar, &none).unwrap();
+        assert!(ar.policy.is_none() && ar.skip.is_none());
+        let chain = plain(Method::DFlash, &none).unwrap();
+        assert_eq!((chain.policy.as_ref().unwrap().max_nodes(), chain.policy.unwrap().top_k()), (15, 1));
+        assert_eq!((chain.draft_depth, chain.accept), (15, AcceptRule::Walk));
+        let dd = plain(Method::DDTree { budget: 64 }, &none).unwrap().policy.unwrap();
+        assert_eq!(dd.max_nodes(), 64);
+        for m in [Method::CaddTree, Method::Bastion, Method::BastionPaper] {
+            let e = plain(m, &none).err().unwrap().to_string();
+            assert!(e.contains(&format!("method {m} needs")), "{e}");
+        }
+        let setup = inputs().bastion.unwrap();
+        let json = serde_json::to_string(&setup).unwrap();
+        assert_eq!(serde_json::from_str::<BastionSetup>(&json).unwrap(), setup);
+        for m in [Method::Bastion, Method::BastionPaper] {
+            assert_eq!(plain(m, &inputs()).unwrap().policy.unwrap().max_nodes(), 8191);
+        }
+        // The name's `+skip` is the knob, and resolves to a fresh gate.
+        let skip: MethodSpec = "bastion+skip".parse().unwrap();
+        assert_eq!(skip.params.skip, Some(true));
+        assert!(skip.resolve(&inputs(), 16).unwrap().skip.is_some());
+        assert!(plain(Method::Bastion, &inputs()).unwrap().skip.is_none());
+    }
+
+    #[test]
+    fn specs_parse_print_and_serialise_as_records_store_them() {
+        for name in [
+            "ar",
+            "dflash",
+            "ddtree:64",
+            "caddtree",
+            "bastion",
+            "bastion-paper",
+            "caddtree+skip",
+            "bastion+skip",
+            "bastion-paper+skip",
+        ] {
+            let spec: MethodSpec = name.parse().unwrap();
+            assert_eq!(spec.to_string(), name);
+            assert!(spec.is_named());
+        }
+        let spec: MethodSpec = "Bastion+Skip".parse().unwrap();
+        assert_eq!((spec.method, spec.skips_draft()), (Method::Bastion, true));
+        for bad in ["ar+skip", "ddtree:4+skip", "dflash+skip"] {
+            let e = bad.parse::<MethodSpec>().unwrap_err().to_string();
+            assert!(e.contains("only the cost-aware methods"), "{e}");
+        }
+        for bad in ["ddtree", "ddtree:0", "eagle+skip", ""] {
+            let e = bad.parse::<MethodSpec>().unwrap_err().to_string();
+            assert!(e.contains("unknown method") && e.contains("ddtree:N"), "{e}");
+        }
+        // Records: `method` carries `+skip`, `params` the other knobs (omitted when none).
+        let plain: MethodSpec = "bastion+skip".parse().unwrap();
+        assert_eq!(serde_json::to_string(&plain).unwrap(), r#"{"method":"bastion+skip"}"#);
+        let knobs = MethodSpec {
+            method: Method::CaddTree,
+            params: MethodParams { skip: Some(true), cap: Some(32), ..Default::default() },
+        };
+        let json = serde_json::to_string(&knobs).unwrap();
+        assert_eq!(json, r#"{"method":"caddtree+skip","params":{"cap":32}}"#);
+        assert_eq!(serde_json::from_str::<MethodSpec>(&json).unwrap(), knobs);
+        assert!(!knobs.is_named());
+        // `skip = true` written as a knob reads as the name's suffix does.
+        let as_knob: MethodSpec =
+            serde_json::from_str(r#"{"method":"caddtree","params":{"cap":32,"skip":true}}"#).unwrap();
+        assert_eq!(as_knob, knobs);
+        assert!(serde_json::from_str::<MethodSpec>(r#"{"method":"eagle"}"#).is_err());
+        let v = Variant::plain(plain.clone());
+        assert!(v.is_plain() && v.label == "bastion+skip");
+        assert!(Variant::plain(Method::Ar) == Method::Ar && !(v == Method::Bastion));
+    }
+
+    #[test]
+    fn knobs_reach_the_policy() {
+        let dd = policy(Method::DDTree { budget: 64 }, MethodParams { top_k: Some(4), ..Default::default() });
+        assert_eq!((dd.max_nodes(), dd.top_k()), (64, 4));
+        let dd = policy(Method::DDTree { budget: 64 }, MethodParams::default());
+        assert_eq!(dd.top_k(), 64, "DDTree's default: top-k = budget");
+        let chain = policy(Method::DFlash, MethodParams { draft_depth: Some(5), ..Default::default() });
+        assert_eq!((chain.max_nodes(), chain.top_k()), (5, 1));
+        let b = policy(Method::BastionPaper, MethodParams { cap: Some(64), top_k: Some(16), ..Default::default() });
+        assert_eq!((b.max_nodes(), b.top_k()), (63, 16), "cap counts the root");
+        let b = policy(Method::BastionPaper, MethodParams::default());
+        assert_eq!((b.max_nodes(), b.top_k()), (8191, 128), "the paper rule's defaults");
+        let c = policy(Method::CaddTree, MethodParams { cap: Some(32), ..Default::default() });
+        assert_eq!(c.max_nodes(), 32);
+        let r = policy(Method::CaddTree, MethodParams { cost_model: Some(CostSource::Roofline), ..Default::default() });
+        assert_eq!(r.max_nodes(), CADDTREE_MAX_BUDGET);
+        // The roofline source needs BASTION's calibration, the measured one CaDDTree's.
+        let only_cost = PolicyInputs { bastion: None, ..inputs() };
+        let roof = MethodParams { cost_model: Some(CostSource::Roofline), ..Default::default() };
+        assert!(resolve(Method::CaddTree, roof, &only_cost).is_err());
+        let argmax = MethodParams { accept: Some(AcceptRule::ArgmaxPath), draft_depth: Some(3), ..Default::default() };
+        let r = resolve(Method::DDTree { budget: 8 }, argmax, &inputs()).unwrap();
+        assert_eq!((r.accept, r.draft_depth), (AcceptRule::ArgmaxPath, 3));
+    }
+
+    #[test]
+    fn knobs_a_method_does_not_read_or_out_of_range_are_named() {
+        let cases: [(Method, MethodParams, &str, &str); 12] = [
+            (
+                Method::DDTree { budget: 4 },
+                MethodParams { skip: Some(true), ..Default::default() },
+                "skip",
+                "read by: caddtree, bastion, bastion-paper",
+            ),
+            (
+                Method::DFlash,
+                MethodParams { top_k: Some(4), ..Default::default() },
+                "top_k",
+                "read by: ddtree, bastion",
+            ),
+            (
+                Method::BastionPaper,
+                MethodParams { online_forgetting: Some(0.5), ..Default::default() },
+                "online_forgetting",
+                "read by: bastion",
+            ),
+            (
+                Method::Bastion,
+                MethodParams { cost_model: Some(CostSource::Roofline), ..Default::default() },
+                "cost_model",
+                "read by: caddtree",
+            ),
+            (Method::DDTree { budget: 4 }, MethodParams { cap: Some(8), ..Default::default() }, "cap", "has no knob"),
+            (
+                Method::Ar,
+                MethodParams { accept: Some(AcceptRule::ArgmaxPath), ..Default::default() },
+                "accept",
+                "has no knob",
+            ),
+            (
+                Method::DFlash,
+                MethodParams { draft_depth: Some(0), ..Default::default() },
+                "draft_depth",
+                "expected 1 ≤ draft_depth ≤ block size − 1 = 15",
+            ),
+            (Method::DFlash, MethodParams { draft_depth: Some(16), ..Default::default() }, "draft_depth", "16:"),
+            (
+                Method::Bastion,
+                MethodParams { online_forgetting: Some(1.0), ..Default::default() },
+                "online_forgetting",
+                "[0, 1)",
+            ),
+            (Method::Bastion, MethodParams { floor: Some(0), ..Default::default() }, "floor", "≥ 1"),
+            (Method::Bastion, MethodParams { bucket: Some(0), ..Default::default() }, "bucket", "1 = no rounding"),
+            (
+                Method::Bastion,
+                MethodParams { floor: Some(64), cap: Some(32), ..Default::default() },
+                "cap",
+                "below floor = 64",
+            ),
+        ];
+        for (method, params, knob, message) in cases {
+            let (k, why) = params.check(method, Some(16), BastionRule::Raw).unwrap_err();
+            assert_eq!(k, knob, "{method} {params:?}");
+            assert!(why.contains(message), "{method} {params:?}: {why}");
+            let raw = PolicyInputs { rule: BastionRule::Raw, ..inputs() };
+            let e = resolve(method, params, &raw).err().unwrap().to_string();
+            assert!(e.contains(knob), "{e}");
+        }
+        assert!(MethodParams { top_k: Some(0), ..Default::default() }
+            .check(Method::DDTree { budget: 4 }, None, BastionRule::Raw)
+            .is_err());
+        // Without a floor, the rule's: the paper rule's 32 tokens.
+        let cap16 = MethodParams { cap: Some(16), ..Default::default() };
+        assert!(cap16.check(Method::Bastion, None, BastionRule::Raw).is_ok());
+        let (k, why) = cap16.check(Method::Bastion, None, BastionRule::Paper).unwrap_err();
+        assert!(k == "cap" && why.contains("below floor = 32 (the paper rule's)"), "{why}");
+        let raw = MethodParams { rule: Some(BastionRule::Raw), ..cap16 };
+        assert!(raw.check(Method::Bastion, None, BastionRule::Paper).is_ok());
+    }
+
+    #[test]
+    fn set_knobs_round_trip_as_records_store_them() {
+        let p = MethodParams {
+            accept: Some(AcceptRule::ArgmaxPath),
+            online_forgetting: Some(0.5),
+            cost_model: Some(CostSource::Roofline),
+            ..Default::default()
+        };
+        let json = serde_json::to_string(&p).unwrap();
+        assert_eq!(json, r#"{"accept":"argmax_path","online_forgetting":0.5,"cost_model":"roofline"}"#);
+        assert_eq!(serde_json::from_str::<MethodParams>(&json).unwrap(), p);
+        assert_eq!(p.set_knobs().keys().collect::<Vec<_>>(), ["accept", "cost_model", "online_forgetting"]);
+        assert!(MethodParams::default().is_default() && !p.is_default());
+        assert!(serde_json::from_str::<MethodParams>(r#"{"lambda":0.5}"#).is_err());
+    }
+}
