@@ -7,7 +7,6 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod cmd;
-mod figure;
 
 #[derive(Parser)]
 #[command(

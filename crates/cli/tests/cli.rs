@@ -115,7 +115,7 @@ fn shipped_drafter_generates_ar_text_and_tau_reports() {
         |text: &str, method: &str| text.lines().find(|l| l.starts_with(&format!("| {method} |"))).map(String::from);
     let dflash_row = row(&out, "dflash").unwrap_or_else(|| panic!("{out}"));
     assert!(row(&out, "ar").is_some(), "{out}");
-    let recs: Vec<bastion_bench::SampleRecord> =
+    let recs: Vec<bastion_eval::SampleRecord> =
         std::fs::read_to_string(&out_file).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(recs.len(), 4, "AR and DFlash on one prompt of each set");
     for r in recs.iter().filter(|r| r.spec.method == bastion_decode::Method::DFlash) {

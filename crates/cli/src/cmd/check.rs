@@ -2,9 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
-use bastion_bench::check::{compare, rows_of, Baseline, Machine, BASELINE_FORMAT};
-use bastion_bench::{Experiment, RunOptions, Shard};
 use bastion_decode::Method;
+use bastion_eval::check::{compare, rows_of, Baseline, Machine, BASELINE_FORMAT};
+use bastion_eval::{Experiment, RunOptions, Shard};
 
 use super::Result;
 
@@ -83,7 +83,7 @@ pub fn run(a: Args) -> Result {
         std::fs::remove_dir_all(&opts.results_dir).map_err(|e| format!("{}: {e}", opts.results_dir.display()))?;
     }
     let records = super::run::sweep(&exp, &opts)?;
-    let tables = bastion_bench::tables::tables(&bastion_bench::tables::summary_frame(&records)?)?;
+    let tables = bastion_eval::tables::tables(&bastion_eval::tables::summary_frame(&records)?)?;
     let rows = rows_of(&tables);
     let machine = Machine {
         device: exp.backend.device_name(),

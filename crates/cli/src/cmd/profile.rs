@@ -122,7 +122,7 @@ pub fn calibrate(pair: &PairArgs, out: Option<PathBuf>, figure: Option<PathBuf>,
     if let Some(dir) = figure.parent().filter(|d| !d.as_os_str().is_empty()) {
         create_dir(dir)?;
     }
-    crate::figure::verify_latency(&cal, &figure)?;
+    bastion_eval::figures::verify_latency(&cal, &figure)?;
 
     let roofline = cal.roofline();
     let cost = bastion_tree::ConvexCostModel::from_curves(

@@ -2,8 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
-use bastion_bench::{Experiment, Shard};
 use bastion_decode::{ProfileOptions, DEFAULT_CALIBRATION_DIR};
+use bastion_eval::{Experiment, Shard};
 
 use super::{profile, run, tables, PairArgs, Result, TargetArgs};
 

@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use bastion_bench::{Experiment, RunEvent, RunOptions, SampleRecord, Shard};
 use bastion_decode::{Method, DEFAULT_CALIBRATION_DIR};
+use bastion_eval::{Experiment, RunEvent, RunOptions, SampleRecord, Shard};
 
 use super::{progress_bar, say, tables, Result};
 
@@ -105,7 +105,7 @@ pub fn sweep(exp: &Experiment, opts: &RunOptions) -> Result<Vec<SampleRecord>> {
     // Per job: AR TPOTs, and per method (in first-seen order) τs and TPOTs.
     let mut ar_tpot: HashMap<String, Vec<f64>> = HashMap::new();
     let mut running: HashMap<String, Vec<(String, Running)>> = HashMap::new();
-    let records = bastion_bench::run(exp, opts, &mut |e| match e {
+    let records = bastion_eval::run(exp, opts, &mut |e| match e {
         RunEvent::Plan { total, done, todo } => {
             bar.set_length(total as u64);
             bar.set_position(done as u64);
@@ -156,6 +156,6 @@ pub fn sweep(exp: &Experiment, opts: &RunOptions) -> Result<Vec<SampleRecord>> {
     job_bar.finish_and_clear();
     bar.finish_and_clear();
     println!("{} records in {}", records.len(), shard.samples_path(&opts.results_dir).display());
-    bastion_bench::check_lossless(exp, &records)?;
+    bastion_eval::check_lossless(exp, &records)?;
     Ok(records)
 }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use bastion_bench::{figures, merge_shards, tables, Experiment, SampleRecord, SampleStore};
+use bastion_eval::{figures, merge_shards, tables, Experiment, SampleRecord, SampleStore};
 
 use super::{create_dir, Result};
 
@@ -44,7 +44,7 @@ pub fn run(a: Args) -> Result {
 /// the backend, the weight dtype and, when pruned, the draft vocabulary
 /// (`flex, q8_0 weights, draft vocabulary 1024`).
 pub fn settings_of(exp: &Experiment) -> BTreeMap<String, String> {
-    let settings = |m: &bastion_bench::ModelPair| {
+    let settings = |m: &bastion_eval::ModelPair| {
         let vocab = m.draft_vocab.map(|n| format!(", draft vocabulary {n}")).unwrap_or_default();
         format!("{}, {} weights{vocab}", exp.backend, m.dtype)
     };

@@ -3,9 +3,9 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use bastion_bench::{plan, DraftBastion, DraftDatasets, DraftModel, Experiment, ExperimentDraft, SampleRecord, Shard};
 use bastion_data::DatasetName;
 use bastion_decode::{BastionRule, MethodSpec};
+use bastion_eval::{plan, DraftBastion, DraftDatasets, DraftModel, Experiment, ExperimentDraft, SampleRecord, Shard};
 
 use super::{create_dir, run, tables, CostArgs, PairArgs, Result};
 
@@ -116,7 +116,7 @@ pub fn run(a: Args) -> Result {
     }
     let drafter = a.pair.drafter.clone().ok_or("tau needs --drafter DIR")?;
     let draft = draft(&a, &drafter);
-    if !bastion_bench::spec::valid_name(&draft.name) {
+    if !bastion_eval::spec::valid_name(&draft.name) {
         return Err(format!("--name {}: expected [a-z0-9_-]+ (it names RESULTS/<name>/)", draft.name).into());
     }
     let dir = a.results.join(&draft.name);

@@ -1,8 +1,8 @@
 //! `bastion check`'s comparison: τ exactly, speedup within the
 //! tolerance on the same machine only, missing and new rows fail.
 
-use bastion_bench::check::{compare, rows_of, Baseline, BaselineRow, Machine, Verdict, BASELINE_FORMAT};
-use bastion_bench::tables::{Cell, Row, Table};
+use bastion_eval::check::{compare, rows_of, Baseline, BaselineRow, Machine, Verdict, BASELINE_FORMAT};
+use bastion_eval::tables::{Cell, Row, Table};
 
 fn machine(device: &str) -> Machine {
     Machine { device: device.into(), backend: "flex".into(), build: "debug".into(), isa: "x86_64+avx2+fma".into() }

@@ -7,7 +7,6 @@ pub mod check;
 mod draft;
 mod error;
 pub mod figures;
-pub mod knob_figure;
 pub mod runner;
 pub mod spec;
 pub mod stats;

@@ -15,7 +15,14 @@
 //!
 //! The data ([`budget_curves`], [`acceptance_histograms`]) come from the
 //! [`crate::tables::Table`]s and the per-round records, so the figures show
-//! the same numbers as the tables.
+//! the same numbers as the tables. Every figure Bastion draws lives in this
+//! module: these, the knob sweeps' ([`knob`]) and the calibration's verify
+//! latency ([`verify_latency`], `bastion profile`).
+
+pub mod knob;
+mod latency;
+
+pub use latency::verify_latency;
 
 use std::path::{Path, PathBuf};
 
@@ -415,7 +422,7 @@ fn phase_figure(table: &Table, path: &Path) -> DrawResult {
 /// with speculative rounds, `<experiment>__<model>__T<t>__phases.svg`
 /// (time per round by phase) for each table, and
 /// `<experiment>__<model>__T<t>__knobs.svg` (speedup against each swept
-/// knob, [`crate::knob_figure`]) for each table with a sweep. Returns the
+/// knob, [`knob`]) for each table with a sweep. Returns the
 /// files written.
 ///
 /// # Errors
@@ -439,10 +446,10 @@ pub fn write_figures(
         written.push(path);
     }
     for table in tables {
-        let sweeps = crate::knob_figure::knob_sweeps(table);
+        let sweeps = knob::knob_sweeps(table);
         if !sweeps.is_empty() {
             let path = dir.join(format!("{}__knobs.svg", stem(&table.model, table.temperature)));
-            crate::knob_figure::knob_figure(table, &sweeps, &path)?;
+            knob::knob_figure(table, &sweeps, &path)?;
             written.push(path);
         }
     }

@@ -8,8 +8,8 @@ use std::path::Path;
 use plotters::prelude::*;
 use serde::Serialize;
 
+use super::COLORS;
 use crate::error::OutputError;
-use crate::figures::COLORS;
 use crate::tables::Table;
 
 /// One swept knob of one variant in a table.

@@ -1,4 +1,4 @@
-//! Figures (SVG, `plotters`).
+//! The calibration's figure: verify latency against tree size (`bastion profile`).
 
 use std::path::Path;
 
@@ -6,7 +6,7 @@ use bastion_decode::Calibration;
 use bastion_tree::RoundCostModel;
 use plotters::prelude::*;
 
-use bastion_bench::figures::COLORS;
+use super::COLORS;
 
 /// Up to `k` context lengths of `all`, spread evenly, first and last included.
 fn spread(all: &[usize], k: usize) -> Vec<usize> {

@@ -1,9 +1,9 @@
 //! Frames and tables from sample records: known records give
 //! known τ, speedup, budgets and oracle rows, and both templates render them.
 
-use bastion_bench::tables::{render, round_frame, sample_frame, summary_frame, tables, write_parquet, ORACLE};
-use bastion_bench::SampleRecord;
 use bastion_decode::{MethodSpec, RoundRecord};
+use bastion_eval::tables::{render, round_frame, sample_frame, summary_frame, tables, write_parquet, ORACLE};
+use bastion_eval::SampleRecord;
 use polars::prelude::*;
 
 /// A record whose rounds have the given (tree size, accepted) and whose
@@ -161,7 +161,7 @@ fn summary_agrees_with_the_records() {
 
 #[test]
 fn figures_show_the_table_numbers() {
-    use bastion_bench::figures::{acceptance_histograms, budget_curves, write_figures};
+    use bastion_eval::figures::{acceptance_histograms, budget_curves, write_figures};
     let recs = records();
     let t = tables(&summary_frame(&recs).unwrap()).unwrap();
     let panels = budget_curves(&t[0]);
@@ -215,7 +215,7 @@ fn figures_show_the_table_numbers() {
 
 #[test]
 fn a_figure_without_a_grid_has_no_ddtree_legend() {
-    use bastion_bench::figures::write_figures;
+    use bastion_eval::figures::write_figures;
     let recs: Vec<SampleRecord> = ["a", "b"]
         .iter()
         .flat_map(|p| {

@@ -3,9 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use bastion_bench::Experiment;
 use bastion_data::DatasetName;
 use bastion_decode::{BastionRule, Method};
+use bastion_eval::Experiment;
 
 fn root() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
@@ -75,7 +75,7 @@ fn with(from: &str, to: &str) -> String {
 /// validates into the same settings, first-turn-only and AR-less included.
 #[test]
 fn a_drafted_experiment_round_trips() {
-    use bastion_bench::{DraftBastion, DraftDatasets, DraftModel, ExperimentDraft};
+    use bastion_eval::{DraftBastion, DraftDatasets, DraftModel, ExperimentDraft};
     let draft = ExperimentDraft {
         name: "tau-ddtree-8".into(),
         description: "a \"quoted\" description".into(),
@@ -394,7 +394,7 @@ cap = 64
     .unwrap();
     assert!(e.runs("walk-t1", "tiny-qwen3", 1.0) && !e.runs("walk-t1", "tiny-qwen3", 0.0));
     assert!(e.runs("ar", "tiny-qwen3", 0.0) && e.runs("ar", "tiny-qwen3", 1.0));
-    let plan = bastion_bench::plan(&e, &root().join("datasets"), bastion_bench::Shard::default()).unwrap();
+    let plan = bastion_eval::plan(&e, &root().join("datasets"), bastion_eval::Shard::default()).unwrap();
     // 4 prompts (2 per dataset); T = 1, seeds 0 and 1: AR and the variant; T = 0: nothing (AR runs
     // only where something runs to compare with it).
     assert_eq!(plan.len(), 4 * 2 * 2);
@@ -410,6 +410,10 @@ fn malformed_variants_name_the_file_line_and_field() {
         (v("name = \"x\"\nmethod = \"bastion\"\nonline_forgetting = 1.5\n"), "25:21: variants[0].online_forgetting", "[0, 1)"),
         (v("name = \"x\"\nmethod = \"bastion\"\nonline_forgetting = \"high\"\n"), "25:21: variants[0].online_forgetting", "invalid type"),
         (v("name = \"x\"\nmethod = \"dflash\"\ntop_k = 4\n"), "25:9: variants[0].top_k", "method dflash has no knob `top_k`"),
+        // `skip` is the knob `+skip` names: only the cost-aware methods read it.
+        (v("name = \"x\"\nmethod = \"ddtree:8\"\nskip = true\n"), "25:8: variants[0].skip", "read by: caddtree, bastion, bastion-paper"),
+        (v("name = \"x\"\nmethod = \"bastion+skip\"\nsweep.skip = [true, false]\n"), "25:14: variants[0].sweep.skip", "`skip` is both set and swept"),
+        (v("name = \"bastion+skip\"\nmethod = \"bastion\"\ncap = 64\n"), "23:8: variants[0].name", "is a method's name"),
         (v("name = \"x\"\nmethod = \"ddtree:8\"\ntop_k = 0\n"), "25:9: variants[0].top_k", "expected ≥ 1 candidate"),
         (v("name = \"x\"\nmethod = \"ddtree:8\"\ntop_k = -2\n"), "25:9: variants[0].top_k", "-2"),
         (v("name = \"x\"\nmethod = \"dflash\"\ndraft_depth = 8\n"), "25:15: variants[0].draft_depth", "block size − 1 = 7"),
@@ -458,6 +462,6 @@ fn malformed_variants_name_the_file_line_and_field() {
 /// target's entry point with stable `cargo test` (kept in this binary: no extra link).
 #[test]
 fn experiment_toml_corpus() {
-    let n = bastion_testkit::replay_fuzz_corpus("experiment_toml", bastion_bench::spec::fuzz_experiment);
+    let n = bastion_testkit::replay_fuzz_corpus("experiment_toml", bastion_eval::spec::fuzz_experiment);
     assert!(n >= 7, "the shipped experiment files are seeds");
 }

@@ -4,9 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use bastion_bench::{run, Experiment, RunEvent, RunOptions, SampleRecord, Shard};
 use bastion_data::DatasetName;
 use bastion_decode::{profile, LoadedPair, Method, PairSpec, ProfileOptions, Variant};
+use bastion_eval::{run, Experiment, RunEvent, RunOptions, SampleRecord, Shard};
 use bastion_models::{BackendKind, PeakOptions};
 
 fn root() -> PathBuf {
@@ -118,7 +118,7 @@ fn every_method_runs_resumes_and_shards() {
     }
     // The summary frame agrees with the records: one row per (dataset,
     // method) plus the oracle per dataset, τ and speedup as computed by hand.
-    let summary = bastion_bench::tables::summary_frame(&full).unwrap();
+    let summary = bastion_eval::tables::summary_frame(&full).unwrap();
     assert_eq!(summary.height(), 2 * 7 + 2);
     let col = |name: &str| summary.column(name).unwrap().clone();
     let (ds, ms) = (col("dataset"), col("method"));
@@ -175,9 +175,9 @@ fn every_method_runs_resumes_and_shards() {
     // Merging them gives the same set of records as the unsharded run.
     let merged_dir = dir.path().join("results/tiny");
     std::fs::remove_file(merged_dir.join("samples.jsonl")).unwrap();
-    assert_eq!(bastion_bench::merge_shards(&merged_dir).unwrap(), 14);
-    assert_eq!(bastion_bench::merge_shards(&merged_dir).unwrap(), 0, "merging twice adds nothing");
-    let mut merged = bastion_bench::SampleStore::open(&merged_dir.join("samples.jsonl")).unwrap().records().to_vec();
+    assert_eq!(bastion_eval::merge_shards(&merged_dir).unwrap(), 14);
+    assert_eq!(bastion_eval::merge_shards(&merged_dir).unwrap(), 0, "merging twice adds nothing");
+    let mut merged = bastion_eval::SampleStore::open(&merged_dir.join("samples.jsonl")).unwrap().records().to_vec();
     merged.sort_by(|x, y| x.key.cmp(&y.key));
     assert_eq!(merged, sharded);
     let mut sorted: Vec<_> = full.iter().map(deterministic).collect();
@@ -203,9 +203,9 @@ fn first_turn_only_without_ar_and_the_lossless_check() {
     assert!(recs.iter().all(|r| r.spec.method == Method::DFlash && r.identical_to_ar.is_none()));
     let mt = recs.iter().find(|r| r.dataset == DatasetName::MtBench).unwrap();
     assert_eq!(mt.prompt_tokens.len(), 1, "first turn only");
-    bastion_bench::check_lossless(&exp, &recs).unwrap();
+    bastion_eval::check_lossless(&exp, &recs).unwrap();
     // The same records under an experiment that has AR: no AR record to match.
-    let e = bastion_bench::check_lossless(&base, &recs).unwrap_err().to_string();
+    let e = bastion_eval::check_lossless(&base, &recs).unwrap_err().to_string();
     assert!(e.contains("lossless check failed") && e.contains(&recs[0].key), "{e}");
     // Settings that change records may not resume into these (turns = first is recorded).
     let all_turns = Experiment { first_turn_only: false, ..exp };
@@ -266,7 +266,7 @@ fn variants_have_their_own_rows_and_never_mix() {
     assert!(plain.iter().flat_map(|r| &r.rounds).any(|x| x.tree_size > 8));
     assert!(two.iter().flat_map(|r| &r.rounds).all(|x| x.accepted <= 3));
     // One summary row per label, each with its own samples and τ.
-    let df = bastion_bench::tables::summary_frame(&recs).unwrap();
+    let df = bastion_eval::tables::summary_frame(&recs).unwrap();
     let gsm = |label: &str, col: &str| -> f64 {
         let rows = df.column("method").unwrap().str().unwrap().clone();
         let ds = df.column("dataset").unwrap().str().unwrap().clone();
@@ -316,10 +316,10 @@ fn variants_have_their_own_rows_and_never_mix() {
         let lp = r.output_logprob.unwrap_or_else(|| panic!("{} has no log-probability", r.key));
         assert!(lp.is_finite() && lp < 0.0, "{}: {lp}", r.key);
     }
-    let df = bastion_bench::tables::summary_frame(&recs).unwrap();
+    let df = bastion_eval::tables::summary_frame(&recs).unwrap();
     let lp = df.column("logprob").unwrap().f64().unwrap().clone();
     assert!((0..df.height()).all(|i| lp.get(i).is_some()), "a log-probability in every summary row");
-    let tables = bastion_bench::tables::tables(&df).unwrap();
+    let tables = bastion_eval::tables::tables(&df).unwrap();
     assert!(tables[0].has_logprob);
     assert!(tables[0]
         .rows

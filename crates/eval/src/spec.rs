@@ -1,0 +1,739 @@
+//! Experiment files (`experiments/*.toml`): what a sweep runs, validated
+//! completely before anything runs.
+//!
+//! ```toml
+//! name = "default"                       # [a-z0-9_-]+, names the results folder
+//! description = "SmolLM2 + shipped drafter, all methods"
+//! backend = "flex"                       # flex | ndarray | wgpu | cuda
+//! max_new_tokens = 128
+//! temperatures = [0.0]                   # each ≥ 0
+//! seeds = [0]                            # sampler seeds (T > 0)
+//! warmup = 1                             # warm-up generations per method
+//! methods = ["ar", "dflash", "ddtree", "caddtree", "bastion", "bastion-paper"]
+//! ddtree_budgets = [8, 16, 32, 64]       # the grid `ddtree` expands to
+//! ar_baseline = true                     # false: no AR runs (no speedup, no lossless check)
+//!
+//! [[models]]
+//! name = "smollm2-135m"
+//! target = "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+//! drafter = "drafters/smollm2-135m-instruct-dflash"
+//! # calibration = "results/calibration/….json"  (default: this machine's)
+//!
+//! [datasets]
+//! names = ["gsm8k", "math500", "humaneval", "mt-bench"]
+//! subset = "paper"                       # paper (128-prompt subsets) | all
+//! max_samples = 8                        # optional cap per dataset
+//! turns = "all"                          # all | first (MT-Bench's first turn only)
+//!
+//! [bastion]
+//! rule = "paper"                         # paper | raw
+//! online_forgetting = 0.9
+//!
+//! [[variants]]                           # a method with knobs set: its own rows
+//! name = "bastion-l05"
+//! method = "bastion"
+//! online_forgetting = 0.5
+//! sweep.top_k = [16, 64]                 # one row per value: bastion-l05[top_k=16], …
+//! ```
+//!
+//! `methods` may be left out when `[[variants]]` name every method to run
+//! (AR still runs first); see [`crate::variants`] for the knobs.
+//!
+//! Paths are relative to the directory the experiment is run from (the
+//! repository root). Every mistake is an [`SpecError`] naming the file, the
+//! line and column, and the field.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use bastion_data::{DatasetName, Selection};
+use bastion_decode::{BastionRule, Method, MethodSpec, Variant};
+use bastion_models::{load_config, BackendKind, DrafterConfig};
+use bastion_tree::OnlineConfig;
+use serde::Deserialize;
+
+use toml::Spanned;
+
+/// A mistake in an experiment file.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{}:{line}:{column}: {field}: {message}", file.display())]
+pub struct SpecError {
+    /// The experiment file.
+    pub file: PathBuf,
+    /// 1-based line of the offending value (1 when unknown).
+    pub line: usize,
+    /// 1-based column (1 when unknown).
+    pub column: usize,
+    /// The field, e.g. `methods[2]` or `models[0].drafter`.
+    pub field: String,
+    /// What is wrong and what was expected.
+    pub message: String,
+}
+
+/// One target + drafter pair of a sweep.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelPair {
+    /// Short name used in tables and result paths.
+    pub name: String,
+    /// The target (`.gguf` file or Hugging Face folder).
+    pub target: PathBuf,
+    /// The DFlash drafter folder.
+    pub drafter: PathBuf,
+    /// The calibration for caddtree / bastion (`None`: this machine's file
+    /// under `results/calibration/`).
+    pub calibration: Option<PathBuf>,
+    /// `draft_vocab = N`: draft over the drafter's N most frequent tokens
+    /// (its `draft_vocab.json`); `None`: the whole vocabulary.
+    pub draft_vocab: Option<usize>,
+    /// `dtype = "bf16"`: how the linear layers' weights are stored
+    /// (target and drafter; `f32` when omitted).
+    pub dtype: bastion_models::WeightDtype,
+}
+
+/// A validated experiment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Experiment {
+    /// The file it was read from.
+    pub file: PathBuf,
+    /// Names the results folder (`results/<name>/`).
+    pub name: String,
+    /// Free text.
+    pub description: String,
+    /// The Burn backend.
+    pub backend: BackendKind,
+    /// Longest generation per turn (tokens; MT-Bench has two turns).
+    pub max_new_tokens: usize,
+    /// Sampling temperatures (0 = greedy).
+    pub temperatures: Vec<f64>,
+    /// Sampler seeds.
+    pub seeds: Vec<u64>,
+    /// Warm-up generations per (model, method) before measuring.
+    pub warmup: usize,
+    /// Methods in file order, `ddtree` expanded to its budget grid, then
+    /// the `[[variants]]` (swept knobs expanded); `ar` first unless
+    /// [`Experiment::ar_baseline`] is off. Plain methods are
+    /// [`Variant::plain`].
+    pub methods: Vec<Variant>,
+    /// Whether AR runs as the speedup baseline and lossless reference
+    /// (default true; off, there is no speedup and no lossless check).
+    pub ar_baseline: bool,
+    /// Run only the first turn of multi-turn prompts (MT-Bench); default false.
+    pub first_turn_only: bool,
+    /// Model pairs.
+    pub models: Vec<ModelPair>,
+    /// Datasets in file order.
+    pub datasets: Vec<DatasetName>,
+    /// Which prompts of each dataset.
+    pub selection: Selection,
+    /// BASTION's size rules.
+    pub bastion_rule: BastionRule,
+    /// `bastion`'s online calibration.
+    pub online: OnlineConfig,
+    /// Variants that run only on some model pairs or temperatures, by
+    /// label (`models` / `temperatures` of a `[[variants]]` table); every
+    /// other method runs everywhere.
+    pub scopes: std::collections::BTreeMap<String, crate::variants::Scope>,
+}
+
+impl Experiment {
+    /// Whether the method labelled `label` runs on `model` at `temperature`.
+    pub fn runs(&self, label: &str, model: &str, temperature: f64) -> bool {
+        self.scopes.get(label).is_none_or(|s| s.covers(model, temperature))
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawExperiment {
+    name: Spanned<String>,
+    #[serde(default)]
+    description: String,
+    #[serde(default)]
+    backend: Option<Spanned<Parsed<BackendKind>>>,
+    max_new_tokens: Spanned<i64>,
+    #[serde(default)]
+    temperatures: Option<Spanned<Vec<Spanned<f64>>>>,
+    #[serde(default)]
+    seeds: Option<Spanned<Vec<Spanned<i64>>>>,
+    #[serde(default)]
+    warmup: Option<Spanned<i64>>,
+    #[serde(default)]
+    methods: Option<Spanned<Vec<Spanned<String>>>>,
+    #[serde(default)]
+    variants: Option<Spanned<Vec<crate::variants::RawVariant>>>,
+    #[serde(default)]
+    ddtree_budgets: Option<Spanned<Vec<Spanned<i64>>>>,
+    #[serde(default)]
+    ar_baseline: Option<Spanned<bool>>,
+    models: Spanned<Vec<RawModel>>,
+    datasets: Spanned<RawDatasets>,
+    #[serde(default)]
+    bastion: Option<RawBastion>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawModel {
+    name: Spanned<String>,
+    target: Spanned<String>,
+    drafter: Spanned<String>,
+    #[serde(default)]
+    calibration: Option<Spanned<String>>,
+    #[serde(default)]
+    draft_vocab: Option<Spanned<i64>>,
+    #[serde(default)]
+    dtype: Option<Spanned<Parsed<bastion_models::WeightDtype>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDatasets {
+    names: Spanned<Vec<Spanned<String>>>,
+    #[serde(default)]
+    subset: Option<Spanned<Parsed<Subset>>>,
+    #[serde(default)]
+    max_samples: Option<Spanned<i64>>,
+    #[serde(default)]
+    turns: Option<Spanned<Parsed<Turns>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBastion {
+    #[serde(default)]
+    rule: Option<Spanned<Parsed<BastionRule>>>,
+    #[serde(default)]
+    online_forgetting: Option<Spanned<f64>>,
+}
+
+/// A value written as a string and typed by its parser (`FromStr`): the
+/// parser's message is the error's, at the value's position.
+struct Parsed<T>(T);
+
+impl<'de, T: std::str::FromStr> Deserialize<'de> for Parsed<T>
+where
+    T::Err: fmt::Display,
+{
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.trim().parse().map(Parsed).map_err(serde::de::Error::custom)
+    }
+}
+
+/// `[datasets] subset`: the papers' 128-prompt subsets or every prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Subset {
+    Paper,
+    All,
+}
+
+impl std::str::FromStr for Subset {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "paper" => Ok(Subset::Paper),
+            "all" => Ok(Subset::All),
+            other => Err(format!("`{other}`: expected paper or all")),
+        }
+    }
+}
+
+/// `[datasets] turns`: every turn or MT-Bench's first only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Turns {
+    All,
+    First,
+}
+
+impl std::str::FromStr for Turns {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "all" => Ok(Turns::All),
+            "first" => Ok(Turns::First),
+            other => Err(format!("`{other}`: expected all or first")),
+        }
+    }
+}
+
+/// Builds errors that point into one file.
+pub(crate) struct Locator<'a> {
+    file: &'a Path,
+    text: &'a str,
+}
+
+impl Locator<'_> {
+    /// An error at the byte `span` of the file.
+    pub(crate) fn at(&self, span: Range<usize>, field: impl Into<String>, message: impl Into<String>) -> SpecError {
+        let start = span.start.min(self.text.len());
+        let before = &self.text[..start];
+        let line = before.matches('\n').count() + 1;
+        let column = before.rfind('\n').map_or(start, |i| start - i - 1) + 1;
+        SpecError { file: self.file.to_path_buf(), line, column, field: field.into(), message: message.into() }
+    }
+}
+
+impl Experiment {
+    /// Reads and validates `file`; relative paths inside resolve against `base`.
+    ///
+    /// # Errors
+    /// [`SpecError`] for an unreadable file, invalid TOML, an unknown or
+    /// mistyped field, or any value the sweep cannot run with (unknown
+    /// dataset or method, missing model / drafter / calibration file, a
+    /// drafter that does not fit its target, budget 0, negative temperature,
+    /// duplicate names, …).
+    pub fn load(file: &Path, base: &Path) -> Result<Self, SpecError> {
+        Self::parse(file, &read(file)?, base)
+    }
+
+    /// Only the `name` of an experiment file, for commands that read its
+    /// results and need none of its files (`bastion tables`, `bastion
+    /// merge`: the model files may live on another machine).
+    ///
+    /// # Errors
+    /// [`SpecError`] naming the file for an unreadable file, invalid TOML,
+    /// or a missing or malformed `name`.
+    pub fn name_of(file: &Path) -> Result<String, SpecError> {
+        /// The one field read; every other key is ignored.
+        #[derive(Deserialize)]
+        struct NameOnly {
+            name: Option<Spanned<toml::Value>>,
+        }
+        let text = read(file)?;
+        let loc = Locator { file, text: &text };
+        let raw: NameOnly = toml::from_str(&text)
+            .map_err(|e| loc.at(e.span().unwrap_or(0..0), "(syntax)", e.message().trim().to_string()))?;
+        let want = "expected name = \"...\" ([a-z0-9_-]+; it names results/<name>/)";
+        let name = raw.name.ok_or_else(|| loc.at(0..0, "name", format!("missing: {want}")))?;
+        match name.get_ref().as_str().map(str::trim) {
+            Some(n) if valid_name(n) => Ok(n.to_string()),
+            Some(n) => Err(loc.at(name.span(), "name", format!("`{n}`: {want}"))),
+            None => Err(loc.at(name.span(), "name", format!("{}: {want}", name.get_ref()))),
+        }
+    }
+
+    /// Validates the text of an experiment file (`file` names it in errors).
+    ///
+    /// # Errors
+    /// As [`Experiment::load`].
+    pub fn parse(file: &Path, text: &str, base: &Path) -> Result<Self, SpecError> {
+        let loc = Locator { file, text };
+        let raw = deserialize(&loc)?;
+        let name = raw.name.get_ref().trim().to_string();
+        if !valid_name(&name) {
+            return Err(loc.at(
+                raw.name.span(),
+                "name",
+                format!("`{name}`: expected [a-z0-9_-]+ (it names results/<name>/)"),
+            ));
+        }
+        let backend = raw.backend.as_ref().map_or(BackendKind::Flex, |b| b.get_ref().0);
+        let max_new_tokens = positive(&loc, &raw.max_new_tokens, "max_new_tokens")?;
+        let temperatures = temperatures(&loc, raw.temperatures.as_ref())?;
+        let seeds = seeds(&loc, raw.seeds.as_ref())?;
+        let warmup = match &raw.warmup {
+            None => 1,
+            Some(w) => usize::try_from(*w.get_ref()).map_err(|_| loc.at(w.span(), "warmup", "expected a count ≥ 0"))?,
+        };
+        let ar_baseline = raw.ar_baseline.as_ref().is_none_or(|b| *b.get_ref());
+        let methods = methods(&loc, &raw, ar_baseline)?;
+        let (models, block_size) = models(&loc, &raw, base, max_new_tokens)?;
+        // Unset, BASTION's rule follows the backend (BastionRule::for_backend).
+        let bastion = raw.bastion.as_ref();
+        let bastion_rule =
+            bastion.and_then(|b| b.rule.as_ref()).map_or(BastionRule::for_backend(backend), |r| r.get_ref().0);
+        let online = match bastion.and_then(|b| b.online_forgetting.as_ref()) {
+            None => OnlineConfig::default(),
+            Some(f) => {
+                let c = OnlineConfig { forgetting: *f.get_ref() };
+                c.validate().map_err(|e| loc.at(f.span(), "bastion.online_forgetting", e.to_string()))?;
+                c
+            }
+        };
+        // Variants, after the models and the BASTION rule: `draft_depth` is bounded by
+        // the models' block size, a BASTION `cap` by the rule's floor.
+        let names: Vec<String> = models.iter().map(|m| m.name.clone()).collect();
+        let (methods, scopes) = variants(&loc, &raw, methods, (block_size, bastion_rule), (&names, &temperatures))?;
+        let (datasets, selection, first_turn_only) = datasets(&loc, raw.datasets.get_ref())?;
+        Ok(Experiment {
+            file: file.to_path_buf(),
+            name,
+            description: raw.description,
+            backend,
+            max_new_tokens,
+            temperatures,
+            seeds,
+            warmup,
+            methods,
+            ar_baseline,
+            first_turn_only,
+            models,
+            datasets,
+            selection,
+            bastion_rule,
+            online,
+            scopes,
+        })
+    }
+}
+
+/// The file as the raw tables, every scalar typed (`backend`, `dtype`,
+/// `rule`, `subset`, `turns` through their parsers); a mistake names its
+/// position and field (`datasets.subset`, `models[1].dtype`).
+fn deserialize(loc: &Locator<'_>) -> Result<RawExperiment, SpecError> {
+    let text = loc.text;
+    toml::from_str(text).map_err(|e| {
+        let message = e.message().trim().to_string();
+        let span = e.span().unwrap_or(0..0);
+        // Unknown / missing fields name themselves; otherwise the key on
+        // the offending line, if there is one.
+        let named = message
+            .split('`')
+            .nth(1)
+            .filter(|_| message.starts_with("unknown field") || message.starts_with("missing field"));
+        let line_key = || {
+            let start = text[..span.start.min(text.len())].rfind('\n').map_or(0, |i| i + 1);
+            let line = text[start..].lines().next().unwrap_or("");
+            line.split_once('=').map(|(k, _)| k.trim().to_string()).filter(|k| !k.is_empty() && !k.starts_with('['))
+        };
+        let field = named.map(str::to_string).or_else(line_key).unwrap_or_else(|| "(syntax)".into());
+        // Inside a table, prefix its path: `datasets.`, `models[1].`.
+        let upto = &text
+            [..text.len().min(text[span.start.min(text.len())..].find('\n').map_or(text.len(), |i| span.start + i))];
+        let header = upto.lines().map(str::trim).rfind(|l| l.starts_with('['));
+        let prefix = match header {
+            Some(h) if h.starts_with("[[") => {
+                let name = h.trim_matches(|c| c == '[' || c == ']').trim();
+                let index = upto.lines().filter(|l| l.trim() == h).count().saturating_sub(1);
+                format!("{name}[{index}].")
+            }
+            Some(h) => format!("{}.", h.trim_matches(|c| c == '[' || c == ']').trim()),
+            None => String::new(),
+        };
+        loc.at(span, format!("{prefix}{field}"), message)
+    })
+}
+
+/// `temperatures` (default `[0]`): each ≥ 0, none twice.
+fn temperatures(loc: &Locator<'_>, raw: Option<&Spanned<Vec<Spanned<f64>>>>) -> Result<Vec<f64>, SpecError> {
+    Ok(match raw {
+        None => vec![0.0],
+        Some(list) => {
+            nonempty(loc, list, "temperatures")?;
+            let mut out = Vec::new();
+            for (i, t) in list.get_ref().iter().enumerate() {
+                // `+ 0.0` turns −0 into 0, so keys and the T = 0 checks agree.
+                let v = *t.get_ref() + 0.0;
+                if !(v.is_finite() && v >= 0.0) {
+                    return Err(loc.at(
+                        t.span(),
+                        format!("temperatures[{i}]"),
+                        format!("{v}: expected a temperature ≥ 0"),
+                    ));
+                }
+                if out.contains(&v) {
+                    return Err(loc.at(t.span(), format!("temperatures[{i}]"), format!("{v} is listed twice")));
+                }
+                out.push(v);
+            }
+            out
+        }
+    })
+}
+
+/// `seeds` (default `[0]`): each ≥ 0, none twice.
+fn seeds(loc: &Locator<'_>, raw: Option<&Spanned<Vec<Spanned<i64>>>>) -> Result<Vec<u64>, SpecError> {
+    Ok(match raw {
+        None => vec![0],
+        Some(list) => {
+            nonempty(loc, list, "seeds")?;
+            let mut out = Vec::new();
+            for (i, s) in list.get_ref().iter().enumerate() {
+                let v = u64::try_from(*s.get_ref())
+                    .map_err(|_| loc.at(s.span(), format!("seeds[{i}]"), "expected a seed ≥ 0"))?;
+                if out.contains(&v) {
+                    return Err(loc.at(s.span(), format!("seeds[{i}]"), format!("{v} is listed twice")));
+                }
+                out.push(v);
+            }
+            out
+        }
+    })
+}
+
+/// The `methods` list: names parsed into specs, `ddtree` expanded to the
+/// budget grid, `ar` first unless the baseline is off.
+fn methods(loc: &Locator<'_>, raw: &RawExperiment, ar_baseline: bool) -> Result<Vec<MethodSpec>, SpecError> {
+    // Methods: `ddtree` alone is the budget grid; `ar` runs first unless
+    // the baseline is switched off.
+    let no_methods = Spanned::new(0..0, Vec::new());
+    let raw_methods = raw.methods.as_ref().unwrap_or(&no_methods);
+    if raw.variants.is_none() {
+        match &raw.methods {
+            None => {
+                return Err(loc.at(
+                    0..0,
+                    "methods",
+                    "missing: expected methods = [\"ar\", \"dflash\", …] or [[variants]]",
+                ))
+            }
+            Some(m) => nonempty(loc, m, "methods")?,
+        }
+    }
+    let mut methods: Vec<MethodSpec> = if ar_baseline { vec![Method::Ar.into()] } else { Vec::new() };
+    let (mut grid_used, mut ar_listed) = (false, false);
+    for (i, m) in raw_methods.get_ref().iter().enumerate() {
+        let field = format!("methods[{i}]");
+        let s = m.get_ref().trim().to_ascii_lowercase();
+        let expanded: Vec<MethodSpec> = if s == "ddtree" {
+            grid_used = true;
+            let grid = raw.ddtree_budgets.as_ref().ok_or_else(|| {
+                loc.at(
+                    m.span(),
+                    &field,
+                    "`ddtree` runs the budget grid: add ddtree_budgets = [8, 16, …] (or name one budget, ddtree:N)",
+                )
+            })?;
+            nonempty(loc, grid, "ddtree_budgets")?;
+            let mut out = Vec::new();
+            for (j, b) in grid.get_ref().iter().enumerate() {
+                let v = *b.get_ref();
+                if v < 1 {
+                    return Err(loc.at(
+                        b.span(),
+                        format!("ddtree_budgets[{j}]"),
+                        format!("budget {v}: expected ≥ 1 drafted node"),
+                    ));
+                }
+                out.push(Method::DDTree { budget: v as usize }.into());
+            }
+            out
+        } else {
+            vec![s.parse::<MethodSpec>().map_err(|e| loc.at(m.span(), &field, e.to_string()))?]
+        };
+        for method in expanded {
+            let is_ar = method.method == Method::Ar;
+            if is_ar && !ar_baseline {
+                return Err(loc.at(m.span(), &field, "ar is listed but ar_baseline = false"));
+            }
+            let twice = if is_ar { std::mem::replace(&mut ar_listed, true) } else { methods.contains(&method) };
+            if twice {
+                return Err(loc.at(m.span(), &field, format!("method {method} is listed twice")));
+            }
+            if !is_ar {
+                methods.push(method);
+            }
+        }
+    }
+    if let (Some(grid), false) = (&raw.ddtree_budgets, grid_used) {
+        return Err(loc.at(grid.span(), "ddtree_budgets", "set but unused: add \"ddtree\" to methods"));
+    }
+
+    Ok(methods)
+}
+
+/// The `[[models]]`: unique names, existing files, drafters that fit their
+/// target, a window that holds `max_new_tokens` and a block; with the
+/// smallest drafter block size.
+fn models(
+    loc: &Locator<'_>,
+    raw: &RawExperiment,
+    base: &Path,
+    max_new_tokens: usize,
+) -> Result<(Vec<ModelPair>, Option<usize>), SpecError> {
+    // Models: unique names, existing files, drafters that fit their target.
+    nonempty(loc, &raw.models, "models")?;
+    let mut models = Vec::new();
+    let mut names = HashSet::new();
+    let mut block_size: Option<usize> = None;
+    for (i, m) in raw.models.get_ref().iter().enumerate() {
+        let n = m.name.get_ref().trim().to_string();
+        if n.is_empty() || !names.insert(n.clone()) {
+            return Err(loc.at(
+                m.name.span(),
+                format!("models[{i}].name"),
+                format!("`{n}`: expected a unique, non-empty name"),
+            ));
+        }
+        let path = |s: &Spanned<String>, what: &str, want: &str| -> Result<PathBuf, SpecError> {
+            let p = base.join(s.get_ref());
+            if p.exists() {
+                Ok(p)
+            } else {
+                Err(loc.at(
+                    s.span(),
+                    format!("models[{i}].{what}"),
+                    format!("{} does not exist: expected {want}", s.get_ref()),
+                ))
+            }
+        };
+        let target = path(
+            &m.target,
+            "target",
+            "a .gguf file or a Hugging Face folder (scripts/fetch-model.sh fetches the default one)",
+        )?;
+        let drafter = path(&m.drafter, "drafter", "a DFlash drafter folder (config.json + model.safetensors)")?;
+        let calibration =
+            m.calibration.as_ref().map(|c| path(c, "calibration", "a file from `bastion profile`")).transpose()?;
+        let tcfg =
+            load_config(&target).map_err(|e| loc.at(m.target.span(), format!("models[{i}].target"), e.to_string()))?;
+        let dcfg_path = drafter.join("config.json");
+        let dcfg = DrafterConfig::from_json(&dcfg_path)
+            .and_then(|d| d.check_target(&dcfg_path, &tcfg).map(|()| d))
+            .map_err(|e| {
+                loc.at(
+                    m.drafter.span(),
+                    format!("models[{i}].drafter"),
+                    format!("does not fit target {}: {e}", m.target.get_ref()),
+                )
+            })?;
+        block_size = Some(block_size.map_or(dcfg.block_size, |b| b.min(dcfg.block_size)));
+        // A generation needs the prompt, the new tokens and one block in the window.
+        if max_new_tokens + dcfg.block_size >= tcfg.max_position_embeddings {
+            return Err(loc.at(
+                raw.max_new_tokens.span(),
+                "max_new_tokens",
+                format!(
+                    "{max_new_tokens} + block size {} leaves no room for a prompt in the {} positions of {}",
+                    dcfg.block_size,
+                    tcfg.max_position_embeddings,
+                    m.target.get_ref()
+                ),
+            ));
+        }
+        let draft_vocab = match &m.draft_vocab {
+            None => None,
+            Some(n) => {
+                let at = |why: String| loc.at(n.span(), format!("models[{i}].draft_vocab"), why);
+                let size = usize::try_from(*n.get_ref())
+                    .ok()
+                    .filter(|&v| v >= 1)
+                    .ok_or_else(|| at(format!("expected a token count ≥ 1, found {}", n.get_ref())))?;
+                let file = drafter.join(bastion_models::DRAFT_VOCAB_FILE);
+                bastion_models::DraftVocabFile::read(&file)
+                    .and_then(|v| v.top(size, &file))
+                    .map_err(|e| at(format!("{e} (`bastion draft-vocab` writes the file)")))?;
+                Some(size)
+            }
+        };
+        let dtype = m.dtype.as_ref().map_or(bastion_models::WeightDtype::F32, |d| d.get_ref().0);
+        models.push(ModelPair { name: n, target, drafter, calibration, draft_vocab, dtype });
+    }
+
+    Ok((models, block_size))
+}
+
+/// The plain methods as variants, then the `[[variants]]` tables resolved
+/// ([`crate::variants::resolve`]), with the scopes of those that do not run
+/// everywhere.
+fn variants(
+    loc: &Locator<'_>,
+    raw: &RawExperiment,
+    methods: Vec<MethodSpec>,
+    bounds: (Option<usize>, BastionRule),
+    experiment: (&[String], &[f64]),
+) -> Result<(Vec<Variant>, std::collections::BTreeMap<String, crate::variants::Scope>), SpecError> {
+    let mut methods: Vec<Variant> = methods.into_iter().map(Variant::plain).collect();
+    let mut scopes = std::collections::BTreeMap::new();
+    if let Some(v) = &raw.variants {
+        let mut taken: Vec<String> = methods.iter().map(|m| m.label.clone()).collect();
+        for (variant, scope) in crate::variants::resolve(loc, v.get_ref(), bounds, experiment, &mut taken)? {
+            if scope != crate::variants::Scope::default() {
+                scopes.insert(variant.label.clone(), scope);
+            }
+            methods.push(variant);
+        }
+    }
+    if methods.iter().all(|m| m.spec.method == Method::Ar) {
+        let span = raw.methods.as_ref().map_or(0..0, |m| m.span());
+        return Err(loc.at(span, "methods", "expected at least one method besides ar"));
+    }
+
+    Ok((methods, scopes))
+}
+
+/// The `[datasets]` table: names (none twice), the subset rule and the turns.
+fn datasets(loc: &Locator<'_>, d: &RawDatasets) -> Result<(Vec<DatasetName>, Selection, bool), SpecError> {
+    nonempty(loc, &d.names, "datasets.names")?;
+    let mut datasets = Vec::new();
+    for (i, n) in d.names.get_ref().iter().enumerate() {
+        let field = format!("datasets.names[{i}]");
+        let name: DatasetName = n.get_ref().parse().map_err(|e| loc.at(n.span(), &field, format!("{e}")))?;
+        if datasets.contains(&name) {
+            return Err(loc.at(n.span(), &field, format!("{} is listed twice", name.as_str())));
+        }
+        datasets.push(name);
+    }
+    let paper_subset = d.subset.as_ref().is_none_or(|s| s.get_ref().0 == Subset::Paper);
+    let max_samples = d.max_samples.as_ref().map(|m| positive(loc, m, "datasets.max_samples")).transpose()?;
+    let first_turn_only = d.turns.as_ref().is_some_and(|t| t.get_ref().0 == Turns::First);
+    Ok((datasets, Selection { paper_subset, max_samples }, first_turn_only))
+}
+
+/// The text of an experiment file, or an error naming it.
+fn read(file: &Path) -> Result<String, SpecError> {
+    std::fs::read_to_string(file).map_err(|e| SpecError {
+        file: file.to_path_buf(),
+        line: 1,
+        column: 1,
+        field: "(file)".into(),
+        message: format!("cannot read the experiment file: {e}"),
+    })
+}
+
+/// Whether `name` may name an experiment (`[a-z0-9_-]+`: it names a
+/// folder under `results/`).
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty() && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-_".contains(c))
+}
+
+/// An integer field that must be ≥ 1.
+fn positive(loc: &Locator<'_>, v: &Spanned<i64>, field: &str) -> Result<usize, SpecError> {
+    match usize::try_from(*v.get_ref()) {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(loc.at(v.span(), field, format!("{}: expected an integer ≥ 1", v.get_ref()))),
+    }
+}
+
+/// A list field that must not be empty.
+fn nonempty<T>(loc: &Locator<'_>, v: &Spanned<Vec<T>>, field: &str) -> Result<(), SpecError> {
+    if v.get_ref().is_empty() {
+        return Err(loc.at(v.span(), field, "expected at least one entry"));
+    }
+    Ok(())
+}
+
+impl ModelPair {
+    /// Where this pair's cost models come from: its `calibration` file (used
+    /// as is when `pinned`, else checked against this device), or this
+    /// machine's file under `default_dir`.
+    pub fn calibration_source(&self, pinned: bool, default_dir: &Path) -> bastion_decode::CalibrationSource {
+        use bastion_decode::CalibrationSource;
+        match (&self.calibration, pinned) {
+            (Some(path), true) => CalibrationSource::Pinned(path.clone()),
+            (Some(path), false) => CalibrationSource::File(path.clone()),
+            (None, _) => CalibrationSource::Default(default_dir.to_path_buf()),
+        }
+    }
+}
+
+impl fmt::Display for ModelPair {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({} + {})", self.name, self.target.display(), self.drafter.display())
+    }
+}
+
+/// Entry point of the `experiment_toml` fuzz target (`fuzz/`), replayed on
+/// the committed corpus by `tests/fuzz_corpus.rs`: any text validates or
+/// fails with a [`SpecError`] (paths resolve against the repository root);
+/// an accepted experiment has distinct method labels.
+pub fn fuzz_experiment(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    if let Ok(e) = Experiment::parse(Path::new("fuzz.toml"), text, &root) {
+        let labels: HashSet<&str> = e.methods.iter().map(|m| m.label.as_str()).collect();
+        assert_eq!(labels.len(), e.methods.len(), "repeated method labels");
+    }
+}
