@@ -24,7 +24,7 @@ BIN=${BASTION:-target/release/bastion}
 MODEL=${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 DATA=${DATA:-results/distill/smollm2-135m.jsonl}
 MATH=${MATH:-2500}
-CODE=${CODE:-3000}
+CODE=${CODE:-3400}
 BATCH=${BATCH:-32}
 DTYPE=${DTYPE:-f32}
 
