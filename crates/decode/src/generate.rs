@@ -66,7 +66,8 @@ pub struct RoundRecord {
     /// Tokens committed: accepted drafted nodes + the bonus token (τ's term).
     pub accepted: usize,
     /// Drafting (s): the drafter forward, its LM head over the drafted rows
-    /// and their candidate lists (top-k, log-probabilities); 0 for `ar`.
+    /// and their candidate lists (top-k, log-probabilities); 0 for `ar` and
+    /// the rounds a `+skip` method did not draft.
     pub draft_s: f64,
     /// Best-first tree construction with the budget policy (s), including
     /// the rare regrowth from longer candidate lists.
@@ -116,8 +117,9 @@ fn is_drafted(drafted: &bool) -> bool {
 /// What one round saw, kept when [`GenerateConfig::trace`] is set.
 #[derive(Debug, Clone)]
 pub struct RoundTrace {
-    /// Draft logits `[depth, vocab]` row-major, `depth = min(B − 1, max_nodes)` of the
-    /// policy, `vocab` the draft vocabulary's (empty for `ar` and skipped rounds).
+    /// Draft logits `[depth, vocab]` row-major, `depth = min(B − 1, max_nodes,
+    /// draft_depth)` (the policy's largest tree, the `draft_depth` knob),
+    /// `vocab` the draft vocabulary's (empty for `ar` and skipped rounds).
     pub draft_logits: Vec<f32>,
     /// The verified tree.
     pub tree: DraftTree,
@@ -225,8 +227,8 @@ pub fn generate(
 /// # Errors
 /// [`DecodeError::Usage`] for an empty prompt or one that, with
 /// `max_new_tokens` and a block, exceeds the target's
-/// `max_position_embeddings`; [`DecodeError::NoDrafter`] for a speculative
-/// method without a drafter; model and tree errors otherwise.
+/// `max_position_embeddings`, and for a speculative method (one with a
+/// policy) without a drafter; model and tree errors otherwise.
 pub fn generate_resolved(
     target: &Model,
     drafter: Option<&Drafter>,

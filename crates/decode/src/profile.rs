@@ -7,8 +7,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use bastion_models::{measure_peak, Drafter, Model};
 use bastion_tree::{
-    fit_calibration, ConvexCostModel, DevicePeak, DraftTree, FixedBudget, ModelShape, RooflineCalibration,
-    RooflineModel, RoundCostModel, VerifyProfile, VerifySample,
+    fit_calibration, ConvexCostModel, DevicePeak, DraftTree, ModelShape, RooflineCalibration, RooflineModel,
+    RoundCostModel, VerifyProfile, VerifySample,
 };
 
 use crate::calibration::{
@@ -16,9 +16,11 @@ use crate::calibration::{
     VerifyPoint, CALIBRATION_FORMAT,
 };
 use crate::error::{DecodeError, Result};
-use crate::generate::{generate, GenerateConfig};
+use crate::generate::{generate_resolved, GenerateConfig};
+use crate::method::Method;
 use crate::pair::LoadedPair;
-use crate::policy::CADDTREE_MAX_BUDGET;
+use crate::policy::{PolicyInputs, CADDTREE_MAX_BUDGET};
+use crate::spec::MethodSpec;
 
 pub(crate) fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
@@ -172,8 +174,11 @@ fn probe_drafter(
     let prompt = filler(options.probe_prompt_len, 7, target.config().vocab_size);
     let cfg = GenerateConfig { max_new_tokens: options.probe_new_tokens, ..GenerateConfig::default() };
     let warm = GenerateConfig { max_new_tokens: 2, ..cfg.clone() };
-    generate(target, Some((drafter, &mut FixedBudget::new(budget))), &prompt, &warm)?;
-    let gen = generate(target, Some((drafter, &mut FixedBudget::new(budget))), &prompt, &cfg)?;
+    // The probe runs DDTree with a budget of a whole block: the method, resolved like any other.
+    let probe = MethodSpec::from(Method::DDTree { budget });
+    let mut resolved = probe.resolve(&PolicyInputs::default(), block)?;
+    generate_resolved(target, Some(drafter), &mut resolved, &prompt, &warm)?;
+    let gen = generate_resolved(target, Some(drafter), &mut resolved, &prompt, &cfg)?;
     let rounds = gen.rounds.get(1..).unwrap_or_default();
     if rounds.is_empty() {
         return Err(DecodeError::Usage(format!(

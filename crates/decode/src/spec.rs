@@ -243,10 +243,22 @@ struct SpecFields {
 
 impl TryFrom<SpecFields> for MethodSpec {
     type Error = DecodeError;
+    /// `skip` is on when the name says `+skip` or `params` says `true`; the
+    /// two may not contradict each other, and a method that does not read
+    /// `skip` may not set it (as in an experiment file).
     fn try_from(f: SpecFields) -> Result<Self> {
         let named: MethodSpec = f.method.parse()?;
-        let params = MethodParams { skip: f.params.skip.or(named.params.skip), ..f.params };
-        Ok(MethodSpec { method: named.method, params })
+        if f.params.skip == Some(true) && !MethodParams::reads(named.method, "skip") {
+            return Err(DecodeError::Usage(format!("method `{}` has no knob `skip`", f.method)));
+        }
+        if named.skips_draft() && f.params.skip == Some(false) {
+            return Err(DecodeError::Usage(format!(
+                "method `{}` with params.skip = false: the name's `{SKIP_SUFFIX}` says otherwise",
+                f.method
+            )));
+        }
+        let skip = named.params.skip.or(f.params.skip);
+        Ok(MethodSpec::new(named.method, MethodParams { skip, ..f.params }))
     }
 }
 
@@ -264,6 +276,13 @@ impl From<Method> for MethodSpec {
 }
 
 impl MethodSpec {
+    /// `method` with the knobs `params`; `skip = false` is the default and
+    /// kept as unset, so a spec has one form per setting.
+    pub fn new(method: Method, params: MethodParams) -> Self {
+        let skip = params.skip.filter(|&s| s);
+        MethodSpec { method, params: MethodParams { skip, ..params } }
+    }
+
     /// Whether the method skips drafting in rounds predicted not to pay.
     pub fn skips_draft(&self) -> bool {
         self.params.skip == Some(true)
@@ -383,10 +402,12 @@ impl FromStr for MethodSpec {
     /// `caddtree`, `bastion`, `bastion-paper`; the cost-aware three also
     /// with the suffix `+skip` (the `skip` knob).
     fn from_str(s: &str) -> Result<Self> {
+        let unknown = || DecodeError::Usage(format!("unknown method `{s}`: {EXPECTED_METHODS}"));
         let lower = s.trim().to_ascii_lowercase();
-        let Some(base) = lower.strip_suffix(SKIP_SUFFIX) else { return Ok(lower.parse::<Method>()?.into()) };
-        let method: Method =
-            base.parse().map_err(|_| DecodeError::Usage(format!("unknown method `{s}`: {EXPECTED_METHODS}")))?;
+        let Some(base) = lower.strip_suffix(SKIP_SUFFIX) else {
+            return Ok(lower.parse::<Method>().map_err(|_| unknown())?.into());
+        };
+        let method: Method = base.parse().map_err(|_| unknown())?;
         if !MethodParams::reads(method, "skip") {
             return Err(DecodeError::Usage(format!(
                 "method `{s}`: only the cost-aware methods (caddtree, bastion, bastion-paper) take `{SKIP_SUFFIX}`"
@@ -584,6 +605,19 @@ mod tests {
             serde_json::from_str(r#"{"method":"caddtree","params":{"cap":32,"skip":true}}"#).unwrap();
         assert_eq!(as_knob, knobs);
         assert!(serde_json::from_str::<MethodSpec>(r#"{"method":"eagle"}"#).is_err());
+        // A `skip` in params may not contradict the name, nor be set on a method that does not read it.
+        for (bad, why) in [
+            (r#"{"method":"ddtree:4","params":{"skip":true}}"#, "has no knob `skip`"),
+            (r#"{"method":"caddtree+skip","params":{"skip":false}}"#, "says otherwise"),
+        ] {
+            let e = serde_json::from_str::<MethodSpec>(bad).unwrap_err().to_string();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+        // `skip = false` is the default: one form per setting.
+        let off: MethodSpec = serde_json::from_str(r#"{"method":"caddtree","params":{"skip":false}}"#).unwrap();
+        assert_eq!(off, MethodSpec::from(Method::CaddTree));
+        let off = MethodParams { skip: Some(false), ..Default::default() };
+        assert_eq!(MethodSpec::new(Method::Bastion, off), MethodSpec::from(Method::Bastion));
         let v = Variant::plain(plain.clone());
         assert!(v.is_plain() && v.label == "bastion+skip");
         assert!(Variant::plain(Method::Ar) == Method::Ar && !(v == Method::Bastion));

@@ -178,6 +178,7 @@ fn generate_reports_every_round_to_the_policy() {
     let mut rec = Recorder(FixedBudget::new(5), Vec::new());
     let gen = generate(&target, Some((&drafter, &mut rec)), &prompt, &cfg).unwrap();
     assert_eq!(rec.1.len(), gen.rounds.len());
+    assert_eq!(gen.first_draft_s, gen.rounds[0].draft_s, "the first draft call is round 0's");
     for (i, (o, r)) in rec.1.iter().zip(&gen.rounds).enumerate() {
         assert_eq!((o.round, o.context_len, o.tokens), (i, r.context_len, r.tree_size));
         assert_eq!((o.verify_seconds, o.draft_seconds), (r.verify_s, r.draft_s));

@@ -106,6 +106,10 @@ fn run_with(
     if r.skip.is_some() && g.rounds.len() > bastion_decode::skip::WARMUP_DRAFTS {
         assert!(!g.rounds[bastion_decode::skip::WARMUP_DRAFTS].drafted, "the AR step that measures t_ar");
     }
+    // A round that does not draft spends no drafting time (AR's and a `+skip` method's AR steps).
+    for round in g.rounds.iter().filter(|round| !round.drafted) {
+        assert_eq!(round.draft_s, 0.0, "{method}: {round:?}");
+    }
     g
 }
 

@@ -368,6 +368,25 @@ mod tests {
         assert!(e.contains(":1: not a sample record") && e.contains("unknown method `eagle`"), "{e}");
     }
 
+    /// A variant's record (label, `+skip` in the name, knobs in `params`)
+    /// reads into one spec and writes back with the same fields.
+    #[test]
+    fn a_variant_record_reads_into_its_spec() {
+        let line = r#"{"key":"m|gsm8k|0|cad-roof|T0|s0","model":"m","dataset":"gsm8k","prompt_id":"0","prompt_index":0,"method":"caddtree+skip","variant":"cad-roof","params":{"cap":64,"cost_model":"roofline"},"temperature":0.0,"seed":0,"prompt_tokens":[3],"output":[1],"rounds":[],"prefill_s":0.1,"decode_s":0.2,"tau":1.0,"tpot_s":0.2,"identical_to_ar":true}"#;
+        let r: SampleRecord = serde_json::from_str(line).unwrap();
+        assert_eq!((r.spec.method, r.spec.skips_draft()), (Method::CaddTree, true));
+        assert_eq!(
+            (r.spec.params.cap, r.spec.params.cost_model),
+            (Some(64), Some(bastion_decode::CostSource::Roofline))
+        );
+        assert_eq!(r.label(), "cad-roof");
+        let back: serde_json::Value = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        assert_eq!(back, serde_json::from_str::<serde_json::Value>(line).unwrap());
+        // A record whose knobs contradict its name is corrupt.
+        let bad = line.replace(r#""cap":64"#, r#""cap":64,"skip":false"#);
+        assert!(serde_json::from_str::<SampleRecord>(&bad).is_err());
+    }
+
     #[test]
     fn torn_tail_is_dropped_and_duplicates_refused() {
         let dir = tempfile::tempdir().unwrap();

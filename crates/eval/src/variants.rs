@@ -244,6 +244,13 @@ pub(crate) fn resolve(
         let knobs = v.direct();
         let direct: Vec<(&str, &Spanned<toml::Value>)> = knobs.set().into_iter().map(|(k, v)| (k, *v)).collect();
         for (knob, value) in &direct {
+            if base.contains_key(*knob) {
+                return Err(loc.at(
+                    value.span(),
+                    at(knob),
+                    format!("`{knob}` is already set by the method's name `{named}`"),
+                ));
+            }
             typed(loc, &mut base, knob, value, at(knob))?;
         }
         // Swept knobs: each value typed, then every combination.
@@ -265,7 +272,7 @@ pub(crate) fn resolve(
                 v.name.span(),
                 at("name"),
                 format!(
-                    "`{name}` sets no knob and no scope: list {method} in methods instead, or set one of {}",
+                    "`{name}` sets no knob and no scope: list {named} in methods instead, or set one of {}",
                     MethodParams::knob_names().collect::<Vec<_>>().join(", ")
                 ),
             ));
@@ -307,7 +314,7 @@ pub(crate) fn resolve(
                 return Err(loc.at(v.name.span(), at("name"), format!("label `{label}` is used twice")));
             }
             taken.push(label.clone());
-            out.push((Variant { label, spec: MethodSpec { method, params } }, scope.clone()));
+            out.push((Variant { label, spec: MethodSpec::new(method, params) }, scope.clone()));
         }
     }
     Ok(out)

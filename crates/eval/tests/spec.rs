@@ -414,6 +414,8 @@ fn malformed_variants_name_the_file_line_and_field() {
         (v("name = \"x\"\nmethod = \"ddtree:8\"\nskip = true\n"), "25:8: variants[0].skip", "read by: caddtree, bastion, bastion-paper"),
         (v("name = \"x\"\nmethod = \"bastion+skip\"\nsweep.skip = [true, false]\n"), "25:14: variants[0].sweep.skip", "`skip` is both set and swept"),
         (v("name = \"bastion+skip\"\nmethod = \"bastion\"\ncap = 64\n"), "23:8: variants[0].name", "is a method's name"),
+        (v("name = \"x\"\nmethod = \"bastion+skip\"\nskip = false\n"), "25:8: variants[0].skip", "already set by the method's name `bastion+skip`"),
+        (v("name = \"x\"\nmethod = \"bastion+skip\"\n"), "23:8: variants[0].name", "list bastion+skip in methods instead"),
         (v("name = \"x\"\nmethod = \"ddtree:8\"\ntop_k = 0\n"), "25:9: variants[0].top_k", "expected ≥ 1 candidate"),
         (v("name = \"x\"\nmethod = \"ddtree:8\"\ntop_k = -2\n"), "25:9: variants[0].top_k", "-2"),
         (v("name = \"x\"\nmethod = \"dflash\"\ndraft_depth = 8\n"), "25:15: variants[0].draft_depth", "block size − 1 = 7"),

@@ -7,6 +7,7 @@ use bastion_tree::RoundCostModel;
 use plotters::prelude::*;
 
 use super::COLORS;
+use crate::error::OutputError;
 
 /// Up to `k` context lengths of `all`, spread evenly, first and last included.
 fn spread(all: &[usize], k: usize) -> Vec<usize> {
@@ -23,16 +24,18 @@ fn spread(all: &[usize], k: usize) -> Vec<usize> {
 /// BASTION's calibrated roofline (solid) and CaDDTree's convex fit (dashed).
 ///
 /// # Errors
-/// Drawing or file errors (the message names `path`).
-pub fn verify_latency(cal: &Calibration, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
-    let err = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+/// [`OutputError::Draw`] naming `path` for drawing or file errors and for a
+/// calibration whose convex fit does not rebuild.
+pub fn verify_latency(cal: &Calibration, path: &Path) -> Result<(), OutputError> {
+    let err = |e: &dyn std::fmt::Display| OutputError::Draw { path: path.to_path_buf(), what: e.to_string() };
     let mut contexts: Vec<usize> = cal.verify.iter().map(|p| p.context_len).collect();
     contexts.dedup();
     let contexts = spread(&contexts, 5);
     let max_s = cal.verify.iter().map(|p| p.tokens).max().unwrap_or(1);
     let roofline = cal.roofline();
     let f = &cal.fit.caddtree;
-    let cost = bastion_tree::ConvexCostModel::from_curves(0.0, f.contexts.clone(), f.curves.clone())?;
+    let cost =
+        bastion_tree::ConvexCostModel::from_curves(0.0, f.contexts.clone(), f.curves.clone()).map_err(|e| err(&e))?;
     let ms_max = cal
         .verify
         .iter()
