@@ -52,6 +52,8 @@ pub struct GgufFile {
     path: PathBuf,
     version: u32,
     metadata: BTreeMap<String, GgufValue>,
+    /// Where each metadata entry's type id and value lie in `bytes`.
+    raw: BTreeMap<String, std::ops::Range<usize>>,
     tensors: BTreeMap<String, GgufTensorInfo>,
     data_start: usize,
     bytes: Vec<u8>,
@@ -217,10 +219,13 @@ impl GgufFile {
         let n_tensors = r.len("tensor count")?;
         let n_meta = r.len("metadata count")?;
         let mut metadata = BTreeMap::new();
+        let mut raw = BTreeMap::new();
         for _ in 0..n_meta {
             let key = r.string("metadata key")?;
+            let start = r.pos;
             let ty = r.u32(&key)?;
             let v = r.value(ty, &key, 0)?;
+            raw.insert(key.clone(), start..r.pos);
             if metadata.insert(key.clone(), v).is_some() {
                 return Err(FormatError::Format { path, what: format!("metadata key `{key}` appears twice") });
             }
@@ -261,7 +266,7 @@ impl GgufFile {
             _ => 32,
         };
         let data_start = r.pos.div_ceil(align) * align;
-        let file = Self { path, version, metadata, tensors, data_start, bytes };
+        let file = Self { path, version, metadata, raw, tensors, data_start, bytes };
         // Check every tensor's extent now, so a truncated file fails at open.
         for t in file.tensors.values() {
             if block_layout(t.ggml_type).is_some() && file.byte_len(t).is_none() {
@@ -287,6 +292,12 @@ impl GgufFile {
             }
         }
         Ok(file)
+    }
+
+    /// Metadata `key` as stored: its type id (`u32`) and value bytes, to copy
+    /// it into another file with its exact type ([`crate::gguf_write::GgufWriter::copy_meta`]).
+    pub fn raw_entry(&self, key: &str) -> Option<&[u8]> {
+        self.raw.get(key).map(|r| &self.bytes[r.clone()])
     }
 
     /// The file's path.
@@ -408,19 +419,21 @@ impl GgufFile {
 }
 
 /// Writes a GGUF v3 file in memory (used by tests to make small and
-/// malformed files): `metadata` as given, tensors as `(name, shape, ggml type, raw bytes)`.
+/// malformed files): `metadata` as given (integers and floats as their
+/// 64-bit types, arrays of any depth), tensors as `(name, shape, ggml type,
+/// raw bytes)` whatever their size. The layout is [`crate::gguf_write::GgufWriter`]'s.
 pub fn write_gguf(metadata: &[(&str, GgufValue)], tensors: &[(&str, Vec<usize>, u32, Vec<u8>)]) -> Vec<u8> {
-    fn put_str(out: &mut Vec<u8>, s: &str) {
-        out.extend((s.len() as u64).to_le_bytes());
-        out.extend(s.as_bytes());
-    }
+    use crate::gguf_write::{GgufMeta, GgufWriter};
     fn put_value(out: &mut Vec<u8>, v: &GgufValue) {
         match v {
             GgufValue::UInt(x) => out.extend(x.to_le_bytes()),
             GgufValue::Int(x) => out.extend(x.to_le_bytes()),
             GgufValue::Float(x) => out.extend(x.to_le_bytes()),
             GgufValue::Bool(b) => out.push(u8::from(*b)),
-            GgufValue::Str(s) => put_str(out, s),
+            GgufValue::Str(s) => {
+                out.extend((s.len() as u64).to_le_bytes());
+                out.extend(s.as_bytes());
+            }
             GgufValue::Array(items) => {
                 out.extend(items.first().map_or(8, type_id).to_le_bytes());
                 out.extend((items.len() as u64).to_le_bytes());
@@ -440,31 +453,14 @@ pub fn write_gguf(metadata: &[(&str, GgufValue)], tensors: &[(&str, Vec<usize>, 
             GgufValue::Array(_) => 9,
         }
     }
-    let mut out = b"GGUF".to_vec();
-    out.extend(3u32.to_le_bytes());
-    out.extend((tensors.len() as u64).to_le_bytes());
-    out.extend((metadata.len() as u64).to_le_bytes());
+    let mut w = GgufWriter::new("(in memory)");
     for (k, v) in metadata {
-        put_str(&mut out, k);
-        out.extend(type_id(v).to_le_bytes());
-        put_value(&mut out, v);
+        let mut raw = type_id(v).to_le_bytes().to_vec();
+        put_value(&mut raw, v);
+        w.push_meta(k, GgufMeta::Raw(raw));
     }
-    let mut offset = 0u64;
     for (name, shape, ty, data) in tensors {
-        put_str(&mut out, name);
-        out.extend((shape.len() as u32).to_le_bytes());
-        for d in shape.iter().rev() {
-            out.extend((*d as u64).to_le_bytes());
-        }
-        out.extend(ty.to_le_bytes());
-        out.extend(offset.to_le_bytes());
-        offset += (data.len() as u64).div_ceil(32) * 32;
+        w.push_tensor_unchecked(name, shape, *ty, data.clone());
     }
-    out.resize(out.len().div_ceil(32) * 32, 0);
-    for (_, _, _, data) in tensors {
-        let start = out.len();
-        out.extend(data);
-        out.resize(start + data.len().div_ceil(32) * 32, 0);
-    }
-    out
+    w.to_bytes()
 }

@@ -19,9 +19,11 @@ pub mod error;
 pub mod fuzzing;
 pub mod gguf;
 mod gguf_quants;
+pub mod gguf_write;
 pub mod safetensors_file;
 
 pub use chat::{ChatTemplate, Message, CHAT_TEMPLATE_FUEL};
 pub use config::{Arch, Llama3Scaling, ModelConfig};
 pub use error::{FormatError, Result};
 pub use gguf::{GgufFile, GgufTensorInfo, GgufValue};
+pub use gguf_write::{GgufMeta, GgufWriter};
