@@ -245,6 +245,13 @@ const GGUF_LAYER: [(&str, &str); 11] = [
     ("mlp.down_proj.weight", "ffn_down.weight"),
 ];
 
+/// The GGUF name of a layer tensor's Hugging Face name without its
+/// `model.layers.N.` prefix (`self_attn.q_proj.weight` → `attn_q.weight`):
+/// targets and drafters name their layers alike.
+pub(crate) fn gguf_layer_part(hf_tail: &str) -> Option<&'static str> {
+    GGUF_LAYER.iter().find(|(h, _)| *h == hf_tail).map(|(_, g)| *g)
+}
+
 /// The GGUF name of a Hugging Face tensor name, if the model has one.
 pub fn gguf_name(hf: &str) -> Option<String> {
     if let Some((_, g)) = GGUF_FIXED.iter().find(|(h, _)| *h == hf) {
@@ -252,8 +259,7 @@ pub fn gguf_name(hf: &str) -> Option<String> {
     }
     let rest = hf.strip_prefix("model.layers.")?;
     let (layer, tail) = rest.split_once('.')?;
-    let (_, part) = GGUF_LAYER.iter().find(|(h, _)| *h == tail)?;
-    Some(format!("blk.{layer}.{part}"))
+    Some(format!("blk.{layer}.{}", gguf_layer_part(tail)?))
 }
 
 /// The Hugging Face name of a GGUF tensor name ([`gguf_name`]'s inverse).

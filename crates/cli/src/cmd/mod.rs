@@ -11,6 +11,7 @@ pub mod check;
 pub mod datasets;
 pub mod distill;
 pub mod draft_vocab;
+pub mod export_gguf;
 pub mod generate;
 pub mod profile;
 pub mod reproduce;

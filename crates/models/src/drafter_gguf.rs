@@ -1,0 +1,203 @@
+//! A DFlash drafter as llama.cpp's `dflash` GGUF (its speculative mode
+//! `draft-dflash`): Bastion's drafters (z-lab layout: `config.json` +
+//! `model.safetensors`) exported so that llama.cpp can load them next to
+//! their target.
+//!
+//! What llama.cpp reads (ggml-org/llama.cpp `src/models/dflash.cpp`,
+//! `load_arch_hparams` / `load_arch_tensors`, checked against the strings of
+//! the `xllamacpp` 2026.10.11549 wheel, build b11549):
+//! `general.architecture = "dflash"`; the usual `dflash.*` hyper-parameters
+//! (context and embedding length, block count, feed-forward length, head
+//! counts, key / value length, RoPE base, RMS epsilon), `dflash.block_size`
+//! and `dflash.target_layers`, which are **z-lab's ids + 1** (llama.cpp takes
+//! the *input* of layer id + 1, the same tensor as z-lab's output of layer
+//! id, so an id equal to the target's last layer cannot be expressed); the
+//! mask token under `tokenizer.ggml.mask_token_id` with the target's whole
+//! tokenizer copied in; tensors `fc.weight`, `enc.output_norm.weight` (z-lab
+//! `hidden_norm`), `output_norm.weight` (`norm`) and per layer the target's
+//! GGUF names (`blk.N.attn_q.weight`, …, `attn_q_norm`, `attn_k_norm`). The
+//! embeddings and the LM head come from the target at run time.
+
+use std::path::{Path, PathBuf};
+
+use bastion_formats::gguf_write::{tensor_type, GgufMeta, GgufWriter};
+use bastion_formats::GgufFile;
+
+use crate::drafter::DrafterConfig;
+use crate::error::{ModelError, Result};
+use crate::weights::{gguf_layer_part, SafetensorsSource, WeightSource};
+use crate::WeightDtype;
+
+/// z-lab ↔ GGUF names of a drafter's tensors outside its layers.
+const DRAFTER_FIXED: [(&str, &str); 3] = [
+    ("fc.weight", "fc.weight"),
+    ("hidden_norm.weight", "enc.output_norm.weight"),
+    ("norm.weight", "output_norm.weight"),
+];
+
+/// The GGUF name of a z-lab drafter tensor name (`layers.N.…` ↔ `blk.N.…`
+/// as for targets), if llama.cpp's `dflash` architecture has it.
+pub fn drafter_gguf_name(zlab: &str) -> Option<String> {
+    if let Some((_, g)) = DRAFTER_FIXED.iter().find(|(z, _)| *z == zlab) {
+        return Some(g.to_string());
+    }
+    let rest = zlab.strip_prefix("layers.")?;
+    let (layer, tail) = rest.split_once('.')?;
+    layer.parse::<usize>().ok()?;
+    Some(format!("blk.{layer}.{}", gguf_layer_part(tail)?))
+}
+
+/// What [`export_drafter_gguf`] wrote.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GgufExport {
+    /// The file written.
+    pub path: PathBuf,
+    /// Tensors written.
+    pub tensors: usize,
+    /// `dflash.target_layers` as written (z-lab ids + 1).
+    pub target_layers: Vec<u32>,
+    /// Bytes of the file.
+    pub bytes: usize,
+}
+
+/// Writes the drafter in `drafter_dir` as llama.cpp's `dflash` GGUF at
+/// `out`, for the target GGUF `target` (its tokenizer is copied in), with
+/// the linear layers' weights in `dtype` (f32, f16 or q8_0; norms stay f32).
+///
+/// # Errors
+/// [`ModelError::Config`] naming the drafter's `config.json` when llama.cpp
+/// could not run the drafter: a target layer id that is the target's last
+/// layer, a mask id outside the vocabulary, a drafter that does not fit the
+/// target (hidden size, …); [`ModelError::Format`] for a target that is not
+/// a GGUF file with a tokenizer, or a dtype the export does not write;
+/// [`ModelError::Tensor`] for a tensor llama.cpp's `dflash` architecture has
+/// no name for; I/O errors naming the file.
+pub fn export_drafter_gguf(drafter_dir: &Path, target: &Path, out: &Path, dtype: WeightDtype) -> Result<GgufExport> {
+    let linear_type = match dtype {
+        WeightDtype::F32 => tensor_type::F32,
+        WeightDtype::F16 => tensor_type::F16,
+        WeightDtype::Q8_0 => tensor_type::Q8_0,
+        other => {
+            return Err(ModelError::Format {
+                path: out.to_path_buf(),
+                what: format!("cannot export weights as {other}: expected f32, f16 or q8_0"),
+            })
+        }
+    };
+    if !target.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
+        return Err(ModelError::Format {
+            path: target.to_path_buf(),
+            what: "expected the target's .gguf file: the drafter GGUF carries its tokenizer".into(),
+        });
+    }
+    let target_file = GgufFile::open(target)?;
+    let tcfg = crate::config::ModelConfig::from_gguf(&target_file)?;
+    let cfg_path = drafter_dir.join("config.json");
+    let dcfg = DrafterConfig::from_json(&cfg_path)?;
+    dcfg.check_target(&cfg_path, &tcfg)?;
+    let refuse = |field: &str, expected: String| ModelError::Config {
+        path: cfg_path.clone(),
+        field: field.to_string(),
+        expected,
+    };
+    let last = tcfg.num_layers - 1;
+    let mut target_layers = Vec::new();
+    for &id in &dcfg.target_layer_ids {
+        if id >= last {
+            return Err(refuse(
+                "dflash_config.target_layer_ids",
+                format!(
+                    "ids below the target's last layer ({last}): llama.cpp reads the input of layer id + 1, \
+                     so the output of layer {id} cannot be expressed"
+                ),
+            ));
+        }
+        target_layers.push(id as u32 + 1);
+    }
+    if dcfg.mask_token_id as usize >= tcfg.vocab_size {
+        return Err(refuse(
+            "dflash_config.mask_token_id",
+            format!("a token id below the vocabulary size {} (found {})", tcfg.vocab_size, dcfg.mask_token_id),
+        ));
+    }
+    if !tokenizer_keys(&target_file).any(|k| k == "tokenizer.ggml.tokens") {
+        return Err(ModelError::Format {
+            path: target.to_path_buf(),
+            what: "no tokenizer (tokenizer.ggml.tokens): llama.cpp's drafter GGUF carries the target's".into(),
+        });
+    }
+
+    let m = &dcfg.model;
+    let mut w = GgufWriter::new(out);
+    let key = |k: &str| format!("dflash.{k}");
+    let u32_of = |n: usize| GgufMeta::U32(n as u32);
+    w.meta("general.architecture", GgufMeta::Str("dflash".into()))
+        .meta(
+            "general.name",
+            GgufMeta::Str(drafter_dir.file_name().map_or("drafter".into(), |n| n.to_string_lossy().into())),
+        )
+        .meta(key("context_length"), u32_of(m.max_position_embeddings))
+        .meta(key("embedding_length"), u32_of(m.hidden_size))
+        .meta(key("block_count"), u32_of(m.num_layers))
+        .meta(key("feed_forward_length"), u32_of(m.intermediate_size))
+        .meta(key("attention.head_count"), u32_of(m.num_heads))
+        .meta(key("attention.head_count_kv"), u32_of(m.num_kv_heads))
+        .meta(key("attention.key_length"), u32_of(m.head_dim))
+        .meta(key("attention.value_length"), u32_of(m.head_dim))
+        .meta(key("rope.freq_base"), GgufMeta::F32(m.rope_theta as f32))
+        .meta(key("attention.layer_norm_rms_epsilon"), GgufMeta::F32(m.rms_norm_eps as f32))
+        .meta(key("block_size"), u32_of(dcfg.block_size))
+        .meta(key("target_layers"), GgufMeta::I32s(target_layers.iter().map(|&l| l as i32).collect()));
+    let keys: Vec<String> = tokenizer_keys(&target_file).map(str::to_string).collect();
+    for k in &keys {
+        w.copy_meta(&target_file, k);
+    }
+    w.meta("tokenizer.ggml.mask_token_id", GgufMeta::U32(dcfg.mask_token_id));
+
+    let source = SafetensorsSource::open(drafter_dir)?;
+    let mut names = source.tensor_names();
+    names.sort();
+    for name in &names {
+        let gguf = drafter_gguf_name(name).ok_or_else(|| ModelError::Tensor {
+            path: source.path_for(name),
+            tensor: name.clone(),
+            what: "llama.cpp's dflash architecture has no tensor of this name (a drafter with its own embeddings \
+                   or LM head cannot be exported)"
+                .into(),
+        })?;
+        let t = source.get(name)?.expect("listed by the source");
+        let ty = if t.shape.len() == 1 { tensor_type::F32 } else { linear_type };
+        w.tensor(&gguf, &t.shape, ty, &t.data)?;
+    }
+    let bytes = w.to_bytes().len();
+    w.write()?;
+    Ok(GgufExport { path: out.to_path_buf(), tensors: names.len(), target_layers, bytes })
+}
+
+/// The target's tokenizer entries (`tokenizer.*`).
+fn tokenizer_keys(file: &GgufFile) -> impl Iterator<Item = &str> {
+    file.metadata().keys().map(String::as_str).filter(|k| k.starts_with("tokenizer."))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_map_as_llama_cpp_reads_them() {
+        for (z, g) in [
+            ("fc.weight", "fc.weight"),
+            ("hidden_norm.weight", "enc.output_norm.weight"),
+            ("norm.weight", "output_norm.weight"),
+            ("layers.0.self_attn.q_proj.weight", "blk.0.attn_q.weight"),
+            ("layers.1.self_attn.k_norm.weight", "blk.1.attn_k_norm.weight"),
+            ("layers.1.mlp.down_proj.weight", "blk.1.ffn_down.weight"),
+            ("layers.0.post_attention_layernorm.weight", "blk.0.ffn_norm.weight"),
+        ] {
+            assert_eq!(drafter_gguf_name(z).as_deref(), Some(g), "{z}");
+        }
+        for z in ["lm_head.weight", "embed_tokens.weight", "layers.x.mlp.up_proj.weight", "layers.0.rotary.inv_freq"] {
+            assert_eq!(drafter_gguf_name(z), None, "{z}");
+        }
+    }
+}

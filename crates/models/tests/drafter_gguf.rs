@@ -1,0 +1,109 @@
+//! The shipped SmolLM2 drafter exported as llama.cpp's `dflash` GGUF: the
+//! metadata llama.cpp reads with the types it checks, the target's tokenizer
+//! copied verbatim, every tensor under its llama.cpp name with the drafter's
+//! values, and the drafters llama.cpp could not run refused by field.
+
+use std::path::Path;
+
+use bastion_models::gguf::GgufValue;
+use bastion_models::{drafter_gguf_name, export_drafter_gguf, GgufFile, SafetensorsSource, WeightDtype, WeightSource};
+use bastion_testkit::{smollm2_drafter_dir, smollm2_gguf};
+
+/// A metadata entry's GGUF type id (the first four bytes of its raw entry).
+fn type_of(f: &GgufFile, key: &str) -> u32 {
+    let raw = f.raw_entry(key).unwrap_or_else(|| panic!("{key} missing"));
+    u32::from_le_bytes(raw[..4].try_into().unwrap())
+}
+
+#[test]
+fn the_shipped_drafter_exports_as_llama_cpp_reads_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("drafter-f32.gguf");
+    let e = export_drafter_gguf(&smollm2_drafter_dir(), &smollm2_gguf(), &out, WeightDtype::F32).unwrap();
+    assert_eq!(e.target_layers, [3, 16, 28], "z-lab's [2, 15, 27] + 1");
+    let f = GgufFile::open(&out).unwrap();
+    let target = GgufFile::open(smollm2_gguf()).unwrap();
+    assert_eq!(f.get_str("general.architecture").unwrap(), "dflash");
+    for (key, value, ty) in [
+        ("dflash.embedding_length", 576, 4),
+        ("dflash.block_count", 2, 4),
+        ("dflash.feed_forward_length", 1536, 4),
+        ("dflash.attention.head_count", 9, 4),
+        ("dflash.attention.head_count_kv", 3, 4),
+        ("dflash.attention.key_length", 64, 4),
+        ("dflash.block_size", 16, 4),
+        ("tokenizer.ggml.mask_token_id", 5, 4),
+    ] {
+        assert_eq!((f.get_uint(key).unwrap(), type_of(&f, key)), (value, ty), "{key}");
+    }
+    assert_eq!(type_of(&f, "dflash.attention.layer_norm_rms_epsilon"), 6, "f32");
+    assert!((f.get_float("dflash.rope.freq_base").unwrap() - 100000.0).abs() < 1e-3);
+    match f.get("dflash.target_layers") {
+        Some(GgufValue::Array(v)) => assert_eq!(v, &[3, 16, 28].map(GgufValue::Int)),
+        other => panic!("dflash.target_layers: {other:?}"),
+    }
+    // The target's whole tokenizer, byte for byte (types included).
+    let keys: Vec<&String> = target.metadata().keys().filter(|k| k.starts_with("tokenizer.")).collect();
+    assert!(keys.len() >= 4, "{keys:?}");
+    for k in keys {
+        assert_eq!(f.raw_entry(k), target.raw_entry(k), "{k}");
+    }
+    // Every tensor under its llama.cpp name, values as in the safetensors.
+    let src = SafetensorsSource::open(smollm2_drafter_dir()).unwrap();
+    let names = src.tensor_names();
+    assert_eq!(names.len(), 3 + 2 * 11);
+    assert_eq!(f.tensors().len(), names.len());
+    for name in &names {
+        let gguf = drafter_gguf_name(name).unwrap();
+        let (shape, values) = f.tensor_f32(&gguf).unwrap();
+        let t = src.get(name).unwrap().unwrap();
+        assert_eq!((shape, values), (t.shape, t.data), "{name} as {gguf}");
+    }
+    assert_eq!(f.tensors()["fc.weight"].shape, [576, 3 * 576]);
+
+    // q8_0: linear layers in blocks of 32 (type 8), norms in f32.
+    let q8 = dir.path().join("drafter-q8.gguf");
+    let e = export_drafter_gguf(&smollm2_drafter_dir(), &smollm2_gguf(), &q8, WeightDtype::Q8_0).unwrap();
+    let g = GgufFile::open(&q8).unwrap();
+    assert_eq!(g.tensors()["blk.0.attn_q.weight"].ggml_type, 8);
+    assert_eq!(g.tensors()["enc.output_norm.weight"].ggml_type, 0);
+    assert!(e.bytes < std::fs::metadata(&out).unwrap().len() as usize / 3);
+    let (_, q) = g.tensor_f32("blk.1.ffn_down.weight").unwrap();
+    let exact = src.get("layers.1.mlp.down_proj.weight").unwrap().unwrap().data;
+    let worst = q.iter().zip(&exact).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    let scale = exact.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+    assert!(worst <= scale / 127.0, "q8_0 error {worst} beyond one step of {scale} / 127");
+}
+
+/// A copy of the shipped drafter with its config edited by `edit`.
+fn edited(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) -> std::path::PathBuf {
+    let d = dir.join("drafter");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::copy(smollm2_drafter_dir().join("model.safetensors"), d.join("model.safetensors")).unwrap();
+    let mut cfg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(smollm2_drafter_dir().join("config.json")).unwrap()).unwrap();
+    edit(&mut cfg);
+    std::fs::write(d.join("config.json"), serde_json::to_vec(&cfg).unwrap()).unwrap();
+    d
+}
+
+#[test]
+fn drafters_llama_cpp_cannot_run_are_refused_by_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("x.gguf");
+    let export = |d: &Path, dtype| export_drafter_gguf(d, &smollm2_gguf(), &out, dtype).unwrap_err().to_string();
+    // SmolLM2 has 30 layers: llama.cpp cannot read the output of layer 29.
+    let last = edited(dir.path(), |c| c["dflash_config"]["target_layer_ids"] = serde_json::json!([2, 15, 29]));
+    let e = export(&last, WeightDtype::F16);
+    assert!(e.contains("target_layer_ids") && e.contains("output of layer 29 cannot be expressed"), "{e}");
+    let mask = edited(dir.path(), |c| c["dflash_config"]["mask_token_id"] = serde_json::json!(60000));
+    let e = export(&mask, WeightDtype::F16);
+    assert!(e.contains("mask_token_id") && e.contains("vocabulary size 49152"), "{e}");
+    let e = export(&smollm2_drafter_dir(), WeightDtype::Bf16);
+    assert!(e.contains("expected f32, f16 or q8_0"), "{e}");
+    let e = export_drafter_gguf(&smollm2_drafter_dir(), &smollm2_drafter_dir(), &out, WeightDtype::F16)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("expected the target's .gguf file"), "{e}");
+    assert!(!out.exists(), "nothing written on a refusal");
+}
