@@ -244,16 +244,25 @@ struct DraftVocab {
 }
 
 impl Drafter {
-    /// Loads a z-lab checkpoint folder (`config.json`, `model.safetensors`)
-    /// for `target`, on the target's device.
+    /// Loads a z-lab checkpoint folder (`config.json`, `model.safetensors`),
+    /// or llama.cpp's `dflash` GGUF of one (a `.gguf` file, as `bastion
+    /// export-gguf` writes it: [`crate::drafter_gguf`]), for `target`, on the
+    /// target's device.
     ///
     /// # Errors
-    /// The errors of [`DrafterConfig::from_json`] and of the weight reader
+    /// The errors of [`DrafterConfig::from_json`] (of
+    /// [`crate::drafter_gguf::config_from_gguf`] for a GGUF) and of the weight reader
     /// (naming file and tensor); [`ModelError::Config`] naming the drafter's
     /// `config.json` when it does not fit the target (hidden size, layer ids,
     /// mask token, vocabulary).
     pub fn load(dir: impl AsRef<Path>, target: &Model) -> Result<Self> {
         let dir = dir.as_ref();
+        if dir.is_file() && dir.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
+            // llama.cpp's `dflash` GGUF (`bastion export-gguf`).
+            let file = crate::GgufFile::open(dir)?;
+            let cfg = crate::drafter_gguf::config_from_gguf(&file, target.config().num_layers)?;
+            return Self::from_source(cfg, dir, &crate::drafter_gguf::DrafterGgufSource { file: &file }, target);
+        }
         let cfg_path = dir.join("config.json");
         let cfg = DrafterConfig::from_json(&cfg_path)?;
         let src = SafetensorsSource::open(dir)?;

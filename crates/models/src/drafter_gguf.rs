@@ -17,15 +17,20 @@
 //! `hidden_norm`), `output_norm.weight` (`norm`) and per layer the target's
 //! GGUF names (`blk.N.attn_q.weight`, …, `attn_q_norm`, `attn_k_norm`). The
 //! embeddings and the LM head come from the target at run time.
+//!
+//! Bastion loads such a file too ([`crate::Drafter::load`] with a `.gguf`
+//! path): [`config_from_gguf`] and [`DrafterGgufSource`] read it back under
+//! the z-lab names.
 
 use std::path::{Path, PathBuf};
 
 use bastion_formats::gguf_write::{tensor_type, GgufMeta, GgufWriter};
 use bastion_formats::GgufFile;
 
+use crate::config::{Arch, ModelConfig};
 use crate::drafter::DrafterConfig;
 use crate::error::{ModelError, Result};
-use crate::weights::{gguf_layer_part, SafetensorsSource, WeightSource};
+use crate::weights::{gguf_layer_part, hf_layer_part, HostTensor, SafetensorsSource, WeightSource};
 use crate::WeightDtype;
 
 /// z-lab ↔ GGUF names of a drafter's tensors outside its layers.
@@ -45,6 +50,103 @@ pub fn drafter_gguf_name(zlab: &str) -> Option<String> {
     let (layer, tail) = rest.split_once('.')?;
     layer.parse::<usize>().ok()?;
     Some(format!("blk.{layer}.{}", gguf_layer_part(tail)?))
+}
+
+/// The z-lab name of a drafter GGUF tensor name ([`drafter_gguf_name`]'s inverse).
+pub fn drafter_zlab_name(gguf: &str) -> Option<String> {
+    if let Some((z, _)) = DRAFTER_FIXED.iter().find(|(_, g)| *g == gguf) {
+        return Some(z.to_string());
+    }
+    let rest = gguf.strip_prefix("blk.")?;
+    let (layer, tail) = rest.split_once('.')?;
+    layer.parse::<usize>().ok()?;
+    Some(format!("layers.{layer}.{}", hf_layer_part(tail)?))
+}
+
+/// The drafter configuration a `dflash` GGUF describes (its `dflash.*`
+/// keys; the vocabulary from the copied tokenizer; `dflash.target_layers`
+/// − 1 as z-lab's ids); `num_target_layers` is the target's layer count,
+/// which the file does not record.
+///
+/// # Errors
+/// [`ModelError::Config`] naming the file and key: another architecture, a
+/// missing or out-of-range key, a target layer of 0.
+pub fn config_from_gguf(file: &GgufFile, num_target_layers: usize) -> Result<DrafterConfig> {
+    let path = file.path().to_path_buf();
+    let bad = |field: &str, expected: &str| ModelError::Config {
+        path: path.clone(),
+        field: field.to_string(),
+        expected: expected.to_string(),
+    };
+    let arch = file.get_str("general.architecture")?;
+    if arch != "dflash" {
+        return Err(bad("general.architecture", &format!("\"dflash\" for a drafter (got {arch:?})")));
+    }
+    let uint = |k: &str| -> Result<usize> { Ok(file.get_uint(&format!("dflash.{k}"))? as usize) };
+    let hidden_size = uint("embedding_length")?;
+    let num_heads = uint("attention.head_count")?;
+    let model = ModelConfig {
+        arch: Arch::Qwen3,
+        vocab_size: file.get_str_array("tokenizer.ggml.tokens")?.len(),
+        hidden_size,
+        intermediate_size: uint("feed_forward_length")?,
+        num_layers: uint("block_count")?,
+        num_heads,
+        num_kv_heads: uint("attention.head_count_kv")?,
+        head_dim: uint("attention.key_length")?,
+        rms_norm_eps: file.get_float("dflash.attention.layer_norm_rms_epsilon")?,
+        rope_theta: file.get_float("dflash.rope.freq_base")?,
+        rope_scaling: None,
+        tie_embeddings: false,
+        max_position_embeddings: uint("context_length")?,
+        eos_token_ids: Vec::new(),
+    };
+    model.validate().map_err(|(field, expected)| bad(&format!("dflash.{field}"), &expected))?;
+    let ids = match file.get("dflash.target_layers") {
+        Some(crate::GgufValue::Array(v)) => v
+            .iter()
+            .map(|x| match x {
+                crate::GgufValue::Int(i) if *i >= 1 => Ok(*i as usize - 1),
+                crate::GgufValue::UInt(u) if *u >= 1 => Ok(*u as usize - 1),
+                _ => Err(bad("dflash.target_layers", "layer numbers ≥ 1 (z-lab ids + 1)")),
+            })
+            .collect::<Result<Vec<_>>>()?,
+        _ => return Err(bad("dflash.target_layers", "an array of layer numbers (z-lab ids + 1)")),
+    };
+    let mask = file.get_uint("tokenizer.ggml.mask_token_id")?;
+    Ok(DrafterConfig {
+        model,
+        block_size: uint("block_size")?,
+        num_target_layers,
+        mask_token_id: u32::try_from(mask).map_err(|_| bad("tokenizer.ggml.mask_token_id", "a token id"))?,
+        target_layer_ids: ids,
+    })
+}
+
+/// A drafter GGUF's tensors under their z-lab names, de-quantised to f32.
+pub struct DrafterGgufSource<'a> {
+    /// The file.
+    pub file: &'a GgufFile,
+}
+
+impl WeightSource for DrafterGgufSource<'_> {
+    fn get(&self, name: &str) -> Result<Option<HostTensor>> {
+        let Some(g) = drafter_gguf_name(name).filter(|g| self.file.tensors().contains_key(g)) else { return Ok(None) };
+        let (shape, data) = self.file.tensor_f32(&g)?;
+        Ok(Some(HostTensor { shape, data }))
+    }
+
+    fn path_for(&self, _name: &str) -> PathBuf {
+        self.file.path().to_path_buf()
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        drafter_gguf_name(name).is_some_and(|g| self.file.tensors().contains_key(&g))
+    }
+
+    fn tensor_names(&self) -> Vec<String> {
+        self.file.tensors().keys().map(|g| drafter_zlab_name(g).unwrap_or_else(|| g.clone())).collect()
+    }
 }
 
 /// What [`export_drafter_gguf`] wrote.
@@ -199,5 +301,9 @@ mod tests {
         for z in ["lm_head.weight", "embed_tokens.weight", "layers.x.mlp.up_proj.weight", "layers.0.rotary.inv_freq"] {
             assert_eq!(drafter_gguf_name(z), None, "{z}");
         }
+        for z in ["fc.weight", "hidden_norm.weight", "norm.weight", "layers.3.self_attn.o_proj.weight"] {
+            assert_eq!(drafter_zlab_name(&drafter_gguf_name(z).unwrap()).as_deref(), Some(z));
+        }
+        assert_eq!(drafter_zlab_name("token_embd.weight"), None);
     }
 }

@@ -45,7 +45,9 @@ pub use chat::{ChatTemplate, Message};
 pub use config::{Arch, Llama3Scaling, ModelConfig};
 pub use draft_vocab::{DraftVocabFile, DRAFT_VOCAB_FILE};
 pub use drafter::{build_target_layer_ids, context_features, DraftSession, Drafter, DrafterConfig};
-pub use drafter_gguf::{drafter_gguf_name, export_drafter_gguf, GgufExport};
+pub use drafter_gguf::{
+    config_from_gguf, drafter_gguf_name, drafter_zlab_name, export_drafter_gguf, DrafterGgufSource, GgufExport,
+};
 pub use error::{ModelError, Result};
 pub use gguf::{GgufFile, GgufValue};
 pub use layer::{decoder_layer, key_values, LayerShape, LayerWeights, Proj};

@@ -252,6 +252,11 @@ pub(crate) fn gguf_layer_part(hf_tail: &str) -> Option<&'static str> {
     GGUF_LAYER.iter().find(|(h, _)| *h == hf_tail).map(|(_, g)| *g)
 }
 
+/// [`gguf_layer_part`]'s inverse (`attn_q.weight` → `self_attn.q_proj.weight`).
+pub(crate) fn hf_layer_part(gguf_tail: &str) -> Option<&'static str> {
+    GGUF_LAYER.iter().find(|(_, g)| *g == gguf_tail).map(|(h, _)| *h)
+}
+
 /// The GGUF name of a Hugging Face tensor name, if the model has one.
 pub fn gguf_name(hf: &str) -> Option<String> {
     if let Some((_, g)) = GGUF_FIXED.iter().find(|(h, _)| *h == hf) {

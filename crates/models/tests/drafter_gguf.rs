@@ -107,3 +107,33 @@ fn drafters_llama_cpp_cannot_run_are_refused_by_field() {
     assert!(e.contains("expected the target's .gguf file"), "{e}");
     assert!(!out.exists(), "nothing written on a refusal");
 }
+
+/// The exported file loads back as a drafter: in f32 its drafts equal the
+/// safetensors drafter's to the bit; in q8_0 it loads and drafts the same
+/// shapes.
+#[test]
+fn an_exported_drafter_loads_back_and_drafts_the_same() {
+    use bastion_models::{load_model, Drafter};
+    let dir = tempfile::tempdir().unwrap();
+    let target = load_model(smollm2_gguf(), &burn::tensor::Device::flex()).unwrap();
+    let original = Drafter::load(smollm2_drafter_dir(), &target).unwrap();
+    let prompt: Vec<u32> = (0..40).map(|i| 100 + 37 * i).collect();
+    let hidden = target.config().hidden_size;
+    let out = target.session().prefill(&prompt, &original.hidden_indices()).unwrap();
+    let features = out.features(hidden, None).unwrap().to_host().unwrap();
+    let drafts =
+        |d: &Drafter| d.session().draft(&target, &features.as_slice().into(), 42, 15).unwrap().to_host().unwrap();
+    let want = drafts(&original);
+    for (dtype, exact) in [(WeightDtype::F32, true), (WeightDtype::Q8_0, false)] {
+        let path = dir.path().join(format!("d-{dtype}.gguf"));
+        export_drafter_gguf(&smollm2_drafter_dir(), &smollm2_gguf(), &path, dtype).unwrap();
+        let back = Drafter::load(&path, &target).unwrap();
+        assert_eq!(back.config().target_layer_ids, [2, 15, 27]);
+        assert_eq!((back.block_size(), back.config().mask_token_id), (16, 5));
+        let got = drafts(&back);
+        assert_eq!(got.len(), want.len(), "{dtype}");
+        if exact {
+            assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "f32 drafts differ");
+        }
+    }
+}
