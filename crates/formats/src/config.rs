@@ -70,8 +70,9 @@ pub fn cfg_err(path: &Path, field: &str, expected: &str) -> FormatError {
 }
 
 /// The GGUF metadata key of a Hugging Face config field, for messages about
-/// a configuration read from GGUF.
-fn gguf_key(arch: &str, hf_field: &str) -> String {
+/// a configuration read from GGUF (`arch` is the key prefix: `llama`,
+/// `qwen3`, `dflash`).
+pub fn gguf_key(arch: &str, hf_field: &str) -> String {
     let k = match hf_field {
         "vocab_size" => "vocab_size",
         "hidden_size" => "embedding_length",

@@ -209,7 +209,7 @@ impl GgufWriter {
             tensor_type::F16 => values.iter().flat_map(|&x| f16::from_f32(x).to_le_bytes()).collect(),
             tensor_type::Q8_0 => {
                 let row = shape.last().copied().unwrap_or(0);
-                if row % 32 != 0 {
+                if row == 0 || !row.is_multiple_of(32) {
                     return Err(bad(format!("rows of {row} values are not whole Q8_0 blocks of 32")));
                 }
                 quantize_q8_0(values)
@@ -279,18 +279,26 @@ impl GgufWriter {
     pub fn write(&self) -> Result<()> {
         let path = &self.path;
         let fail = |e: std::io::Error| FormatError::Format { path: path.clone(), what: format!("cannot write: {e}") };
-        let tmp = path.with_extension("gguf.partial");
-        std::fs::write(&tmp, self.to_bytes()).map_err(fail)?;
-        std::fs::rename(&tmp, path).map_err(fail)
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(format!(".partial-{}", std::process::id()));
+        let tmp = PathBuf::from(tmp);
+        let written = std::fs::write(&tmp, self.to_bytes()).and_then(|()| std::fs::rename(&tmp, path));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        written.map_err(fail)
     }
 }
 
 /// `values` as Q8_0 blocks (ggml `quantize_row_q8_0_ref`): per 32 values an
 /// `f16` scale `d = max |x| / 127` and `round(x / d)` as `i8` (0 when the
-/// block is all zeros). `values.len()` must be a multiple of 32.
+/// block is all zeros). A last block of fewer than 32 values is padded
+/// with zeros.
 pub fn quantize_q8_0(values: &[f32]) -> Vec<u8> {
     let mut out = Vec::with_capacity(values.len() / 32 * 34);
-    for block in values.chunks(32) {
+    for chunk in values.chunks(32) {
+        let mut block = [0.0f32; 32];
+        block[..chunk.len()].copy_from_slice(chunk);
         let amax = block.iter().fold(0.0f32, |m, x| m.max(x.abs()));
         let d = amax / 127.0;
         let inv = if d != 0.0 { 1.0 / d } else { 0.0 };
@@ -311,7 +319,8 @@ mod tests {
         w.meta("general.architecture", GgufMeta::Str("dflash".into()))
             .meta("dflash.block_count", GgufMeta::U32(2))
             .meta("dflash.attention.layer_norm_rms_epsilon", GgufMeta::F32(1e-5))
-            .meta("dflash.target_layers", GgufMeta::U32s(vec![3, 16, 28]))
+            .meta("dflash.target_layers", GgufMeta::I32s(vec![3, 16, 28]))
+            .meta("dflash.ids", GgufMeta::U32s(vec![7]))
             .meta("tokenizer.ggml.token_type", GgufMeta::I32s(vec![1, 3, -1]))
             .meta("tokenizer.ggml.tokens", GgufMeta::Strs(vec!["a".into(), "<|im_end|>".into()]))
             .meta("dflash.block_count", GgufMeta::U32(3));
@@ -327,7 +336,12 @@ mod tests {
             Some(GgufValue::Array(v)) => v.clone(),
             other => panic!("{key}: {other:?}"),
         };
-        assert_eq!(ints("dflash.target_layers"), [3, 16, 28].map(GgufValue::UInt));
+        assert_eq!(ints("dflash.target_layers"), [3, 16, 28].map(GgufValue::Int));
+        assert_eq!(ints("dflash.ids"), [GgufValue::UInt(7)]);
+        assert_eq!(
+            &f.raw_entry("dflash.target_layers").unwrap()[..8],
+            [9u32.to_le_bytes(), 5u32.to_le_bytes()].concat()
+        );
         assert_eq!(ints("tokenizer.ggml.token_type"), [1, 3, -1].map(GgufValue::Int));
         assert_eq!(f.get_str_array("tokenizer.ggml.tokens").unwrap(), ["a", "<|im_end|>"]);
         // Each value has the type a loader checks: u32, f32, i32 arrays (type id and bytes).
@@ -384,5 +398,28 @@ mod tests {
         assert!(e(w.tensor_bytes("e", &[32], tensor_type::Q8_0, vec![0; 33])).contains("33 bytes"));
         // All-zero blocks quantise to a zero scale and zero values.
         assert_eq!(quantize_q8_0(&[0.0; 32]), vec![0u8; 34]);
+        // Golden bytes: amax 127 gives d = 1 (f16 0x3C00); 62.5 rounds away from zero to 63.
+        let mut block = [0.0f32; 32];
+        block[0] = 127.0;
+        block[1] = 62.5;
+        block[2] = -62.5;
+        block[3] = -1.4;
+        let q = quantize_q8_0(&block);
+        assert_eq!(&q[..6], &[0x00, 0x3C, 127, 63, (-63i8) as u8, (-1i8) as u8]);
+    }
+
+    /// Tensor data starts on a 32-byte boundary and every offset is a multiple of 32.
+    #[test]
+    fn tensor_data_is_aligned() {
+        let mut w = GgufWriter::new("a.gguf");
+        w.meta("general.name", GgufMeta::Str("odd length".into()));
+        w.tensor("a", &[3], tensor_type::F32, &[1.0, 2.0, 3.0]).unwrap();
+        w.tensor("b", &[5], tensor_type::F16, &[1.0; 5]).unwrap();
+        let bytes = w.to_bytes();
+        let f = GgufFile::parse("a.gguf".into(), bytes).unwrap();
+        for t in f.tensors().values() {
+            assert_eq!(t.offset % 32, 0, "{}", t.name);
+        }
+        assert_eq!(f.tensor_f32("b").unwrap().1, vec![1.0; 5]);
     }
 }

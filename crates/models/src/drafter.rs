@@ -257,7 +257,7 @@ impl Drafter {
     /// mask token, vocabulary).
     pub fn load(dir: impl AsRef<Path>, target: &Model) -> Result<Self> {
         let dir = dir.as_ref();
-        if dir.is_file() && dir.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
+        if dir.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
             // llama.cpp's `dflash` GGUF (`bastion export-gguf`).
             let file = crate::GgufFile::open(dir)?;
             let cfg = crate::drafter_gguf::config_from_gguf(&file, target.config().num_layers)?;

@@ -101,22 +101,38 @@ pub fn config_from_gguf(file: &GgufFile, num_target_layers: usize) -> Result<Dra
         max_position_embeddings: uint("context_length")?,
         eos_token_ids: Vec::new(),
     };
-    model.validate().map_err(|(field, expected)| bad(&format!("dflash.{field}"), &expected))?;
+    model
+        .validate()
+        .map_err(|(field, expected)| bad(&bastion_formats::config::gguf_key("dflash", field), &expected))?;
+    if uint("attention.value_length")? != model.head_dim {
+        return Err(bad("dflash.attention.value_length", "the key length (Qwen3 layers)"));
+    }
     let ids = match file.get("dflash.target_layers") {
         Some(crate::GgufValue::Array(v)) => v
             .iter()
             .map(|x| match x {
-                crate::GgufValue::Int(i) if *i >= 1 => Ok(*i as usize - 1),
-                crate::GgufValue::UInt(u) if *u >= 1 => Ok(*u as usize - 1),
+                crate::GgufValue::Int(i) if *i >= 1 => {
+                    usize::try_from(*i - 1).map_err(|_| bad("dflash.target_layers", "layer numbers"))
+                }
+                crate::GgufValue::UInt(u) if *u >= 1 => {
+                    usize::try_from(*u - 1).map_err(|_| bad("dflash.target_layers", "layer numbers"))
+                }
                 _ => Err(bad("dflash.target_layers", "layer numbers ≥ 1 (z-lab ids + 1)")),
             })
             .collect::<Result<Vec<_>>>()?,
         _ => return Err(bad("dflash.target_layers", "an array of layer numbers (z-lab ids + 1)")),
     };
+    if ids.is_empty() {
+        return Err(bad("dflash.target_layers", "a non-empty array of layer numbers"));
+    }
+    let block_size = uint("block_size")?;
+    if !(2..=model.max_position_embeddings).contains(&block_size) {
+        return Err(bad("dflash.block_size", "2 ≤ block size ≤ the context length"));
+    }
     let mask = file.get_uint("tokenizer.ggml.mask_token_id")?;
     Ok(DrafterConfig {
         model,
-        block_size: uint("block_size")?,
+        block_size,
         num_target_layers,
         mask_token_id: u32::try_from(mask).map_err(|_| bad("tokenizer.ggml.mask_token_id", "a token id"))?,
         target_layer_ids: ids,
@@ -216,11 +232,8 @@ pub fn export_drafter_gguf(drafter_dir: &Path, target: &Path, out: &Path, dtype:
         }
         target_layers.push(id as u32 + 1);
     }
-    if dcfg.mask_token_id as usize >= tcfg.vocab_size {
-        return Err(refuse(
-            "dflash_config.mask_token_id",
-            format!("a token id below the vocabulary size {} (found {})", tcfg.vocab_size, dcfg.mask_token_id),
-        ));
+    if dcfg.model.rope_scaling.is_some() {
+        return Err(refuse("rope_scaling", "none: the export does not write RoPE scaling keys".into()));
     }
     if !tokenizer_keys(&target_file).any(|k| k == "tokenizer.ggml.tokens") {
         return Err(ModelError::Format {
@@ -232,7 +245,7 @@ pub fn export_drafter_gguf(drafter_dir: &Path, target: &Path, out: &Path, dtype:
     let m = &dcfg.model;
     let mut w = GgufWriter::new(out);
     let key = |k: &str| format!("dflash.{k}");
-    let u32_of = |n: usize| GgufMeta::U32(n as u32);
+    let u32_of = |n: usize| GgufMeta::U32(u32::try_from(n).unwrap_or(u32::MAX));
     w.meta("general.architecture", GgufMeta::Str("dflash".into()))
         .meta(
             "general.name",
@@ -267,7 +280,11 @@ pub fn export_drafter_gguf(drafter_dir: &Path, target: &Path, out: &Path, dtype:
                    or LM head cannot be exported)"
                 .into(),
         })?;
-        let t = source.get(name)?.expect("listed by the source");
+        let t = source.get(name)?.ok_or_else(|| ModelError::Tensor {
+            path: source.path_for(name),
+            tensor: name.clone(),
+            what: "listed in the file but not readable".into(),
+        })?;
         let ty = if t.shape.len() == 1 { tensor_type::F32 } else { linear_type };
         w.tensor(&gguf, &t.shape, ty, &t.data)?;
     }

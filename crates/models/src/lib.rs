@@ -18,6 +18,7 @@ pub mod drafter;
 pub mod drafter_gguf;
 pub mod error;
 pub use bastion_formats::gguf;
+pub use bastion_formats::gguf_write;
 mod forward;
 mod inference_layer;
 mod kv;

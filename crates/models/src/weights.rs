@@ -274,8 +274,7 @@ pub fn hf_name(gguf: &str) -> Option<String> {
     }
     let rest = gguf.strip_prefix("blk.")?;
     let (layer, tail) = rest.split_once('.')?;
-    let (h, _) = GGUF_LAYER.iter().find(|(_, g)| *g == tail)?;
-    Some(format!("model.layers.{layer}.{h}"))
+    Some(format!("model.layers.{layer}.{}", hf_layer_part(tail)?))
 }
 
 /// Records the tensors a loader reads from a source, so that a checkpoint

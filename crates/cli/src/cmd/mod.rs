@@ -74,7 +74,7 @@ impl TargetArgs {
 pub struct PairArgs {
     #[command(flatten)]
     pub target: TargetArgs,
-    /// DFlash drafter folder (config.json + model.safetensors); needed by every method but ar.
+    /// DFlash drafter: a folder (config.json + model.safetensors) or its llama.cpp GGUF (`bastion export-gguf`); needed by every method but ar.
     #[arg(long)]
     pub drafter: Option<PathBuf>,
     /// Draft over the drafter's N most frequent tokens only (its draft_vocab.json, written by
