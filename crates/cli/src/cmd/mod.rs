@@ -13,6 +13,7 @@ pub mod distill;
 pub mod draft_vocab;
 pub mod export_gguf;
 pub mod generate;
+pub mod learning_curve;
 pub mod profile;
 pub mod reproduce;
 pub mod run;

@@ -16,11 +16,13 @@
 //! The data ([`budget_curves`], [`acceptance_histograms`]) come from the
 //! [`crate::tables::Table`]s and the per-round records, so the figures show
 //! the same numbers as the tables. Every figure Bastion draws lives in this
-//! module: these, the knob sweeps' ([`knob`]) and the calibration's verify
-//! latency ([`verify_latency`], `bastion profile`).
+//! module: these, the knob sweeps' ([`knob`]), the calibration's verify
+//! latency ([`verify_latency`], `bastion profile`) and a drafter's learning
+//! curve ([`learning`], `bastion learning-curve`).
 
 pub mod knob;
 mod latency;
+pub mod learning;
 
 pub use latency::verify_latency;
 
