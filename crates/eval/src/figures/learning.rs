@@ -136,6 +136,9 @@ pub fn curve_table(points: &[CurvePoint], threads: usize) -> String {
     out
 }
 
+/// A line of the figure: its legend name, its points, colour and width.
+type Series<'a> = (&'a str, Vec<(f64, f64)>, RGBColor, u32);
+
 /// Draws held-out τ (overall, and per domain where held out) against
 /// CPU-hours into `path` (SVG).
 ///
@@ -168,8 +171,7 @@ pub fn curve_figure(points: &[CurvePoint], threads: usize, title: &str, path: &P
         .y_desc("held-out τ (DFlash chain, T = 0)")
         .draw()
         .map_err(|e| err(&e))?;
-    let mut series: Vec<(&str, Vec<(f64, f64)>, RGBColor, u32)> =
-        vec![("all", points.iter().map(|p| (x(p), p.tau)).collect(), BLACK, 3)];
+    let mut series: Vec<Series<'_>> = vec![("all", points.iter().map(|p| (x(p), p.tau)).collect(), BLACK, 3)];
     for (d, name) in bastion_data::TRAIN_DOMAINS.iter().enumerate() {
         let s: Vec<(f64, f64)> =
             points.iter().filter(|p| p.by_domain[d].is_finite()).map(|p| (x(p), p.by_domain[d])).collect();
