@@ -60,7 +60,8 @@ impl CalibrationSource {
 pub struct PairSpec {
     /// The target: a `.gguf` file or a Hugging Face folder.
     pub target: PathBuf,
-    /// The DFlash drafter folder; `None` when only `ar` will run.
+    /// The DFlash drafter folder, or its llama.cpp GGUF; `None` when only
+    /// `ar` will run.
     pub drafter: Option<PathBuf>,
     /// The Burn backend.
     pub backend: BackendKind,
@@ -72,8 +73,8 @@ pub struct PairSpec {
     /// `bastion`'s online calibration.
     pub online: OnlineConfig,
     /// Draft over the drafter's `n` most frequent tokens only (its
-    /// `draft_vocab.json`, [`bastion_models::draft_vocab`]); `None`: the
-    /// whole vocabulary.
+    /// `draft_vocab.json`, [`bastion_models::draft_vocab`], in the drafter
+    /// folder or beside a drafter GGUF); `None`: the whole vocabulary.
     pub draft_vocab: Option<usize>,
     /// How the target's (and the drafter's) linear-layer weights are
     /// stored ([`Model::load_as`]).
@@ -207,7 +208,8 @@ impl LoadedPair {
         };
         let mut drafter = spec.drafter.as_deref().map(|d| Drafter::load(d, &target)).transpose()?;
         if let (Some(n), Some(d), Some(dir)) = (spec.draft_vocab, drafter.as_mut(), spec.drafter.as_deref()) {
-            let path = dir.join(DRAFT_VOCAB_FILE);
+            // A drafter GGUF (`bastion export-gguf`) keeps its draft vocabulary file beside it.
+            let path = if dir.is_file() { dir.with_file_name(DRAFT_VOCAB_FILE) } else { dir.join(DRAFT_VOCAB_FILE) };
             let tokens = DraftVocabFile::read(&path)?.top(n, &path)?;
             d.set_draft_vocab(&target, Some(tokens))?;
         }
