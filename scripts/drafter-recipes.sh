@@ -12,7 +12,8 @@
 # that many seconds of training steps. A PILOT-step run (default 20) of the
 # variant measures its seconds per step (the median 10-step interval of the
 # pilot's log), and the variant then runs BUDGET / that many steps, its
-# schedule (warm-up, cosine decay) spread over them. With PER_DOMAIN=N the
+# schedule (warm-up, cosine decay) spread over them (PILOT_ONLY=1: measure
+# every variant's pilot, then stop). With PER_DOMAIN=N the
 # first N sequences of each training domain are held out too, and the table
 # gives the final held-out τ per domain (math word problems, competition
 # math, code, chat). The levers of the drafter-data work:
@@ -21,7 +22,12 @@
 #
 # Needs a release build, the default model and distilled data
 # (`bastion distill`). Target features are computed once per set of target
-# layers into FEATURES (f16, reused across variants and reruns).
+# layers into FEATURES (f16, reused across variants and reruns; a file built
+# with the target's top-k for `soft` serves the other variants too). The build
+# is the long part on a fresh machine: about 180 target tokens/s on 2 cores
+# (f32 target, top-8 kept), so SEQS=2000 (0.53 M tokens, 1.8 GB) takes about
+# an hour and SEQS=8000 four. Each pilot also ends with a held-out estimate
+# (about 3 minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BASTION:-target/release/bastion}
@@ -100,6 +106,11 @@ for name in $VARIANTS; do
       rm -rf "$pilot"
     fi
     steps=$(python3 -c "import sys; print(max(1, int(float(sys.argv[1]) / float(sys.argv[2]))))" "$BUDGET" "$(cat "$pilot.sps")")
+    # PILOT_ONLY=1 measures every variant's pilot first (on a quiet machine), training nothing.
+    if [ -n "${PILOT_ONLY:-}" ]; then
+      echo "$name: $(cat "$pilot.sps") s / step → $steps steps" >&2
+      continue
+    fi
   fi
   # A variant finished with these settings by an earlier (interrupted) run is
   # reused: the script resumes across sessions. Its log and stamp are committed
@@ -152,6 +163,8 @@ print(" | ".join([f"{tau:.3f}"] + [f"{d[k]:.3f}" if k in d else "–" for k in (
   fi
   echo "$name: held-out τ $taus (${secs} s)" >&2
 done
+
+[ -n "${PILOT_ONLY:-}" ] && exit 0
 
 if [ -n "$BUDGET" ]; then
   table=$(

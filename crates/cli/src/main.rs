@@ -22,22 +22,24 @@ struct Cli {
 /// The subcommands; each one's help is the doc comment of its `Args`.
 #[derive(Subcommand)]
 enum Command {
-    Datasets(cmd::datasets::Args),
+    // The main job first, then the commands a user of it reaches for, then the
+    // drafter-training pipeline: `--help` lists them in this order.
+    Reproduce(cmd::reproduce::Args),
     Generate(cmd::generate::Args),
+    Run(cmd::run::Args),
+    Tau(cmd::tau::Args),
+    Tables(cmd::tables::Args),
+    Merge(cmd::tables::MergeArgs),
+    Check(cmd::check::Args),
+    Profile(cmd::profile::Args),
+    BenchTarget(cmd::profile::BenchArgs),
+    Datasets(cmd::datasets::Args),
     Distill(cmd::distill::Args),
+    SelfInstruct(cmd::self_instruct::Args),
     TrainDrafter(cmd::train::Args),
     LearningCurve(cmd::learning_curve::Args),
     DraftVocab(cmd::draft_vocab::Args),
     ExportGguf(cmd::export_gguf::Args),
-    SelfInstruct(cmd::self_instruct::Args),
-    Tau(cmd::tau::Args),
-    Run(cmd::run::Args),
-    Check(cmd::check::Args),
-    Reproduce(cmd::reproduce::Args),
-    Tables(cmd::tables::Args),
-    Merge(cmd::tables::MergeArgs),
-    Profile(cmd::profile::Args),
-    BenchTarget(cmd::profile::BenchArgs),
 }
 
 fn main() -> ExitCode {

@@ -59,11 +59,60 @@ fn generate_reproduces_the_smollm2_greedy_reference() {
     let fx = bastion_testkit::Fixture::load("smollm2-135m");
     let case = &fx.json["prompts"]["coding"];
     let prompt = case["messages"][0]["content"].as_str().unwrap();
-    let (ok, out, err) =
-        bastion(&["generate", "--model", &model, "--prompt", prompt, "--chat", "--max-new-tokens", "64"]);
+    // The default model (run from the repository root) and its chat template by default.
+    assert!(std::path::Path::new(ROOT)
+        .join("models")
+        .join(std::path::Path::new(&model).file_name().unwrap())
+        .is_file());
+    let (ok, out, err) = bastion(&["generate", "--prompt", prompt, "--max-new-tokens", "64"]);
     assert!(ok, "{err}");
     assert_eq!(out.strip_suffix('\n').unwrap(), case["greedy_text"].as_str().unwrap());
     assert!(err.contains("64 tokens in 63 rounds, τ 1.00") && err.contains("tokens/s"), "{err}");
+    // `--chat` says the same; `--raw` encodes the bare text, which continues it instead.
+    let (ok, chat, err) =
+        bastion(&["generate", "--model", &model, "--prompt", prompt, "--chat", "--max-new-tokens", "64"]);
+    assert!(ok && chat == out, "{err}");
+    let (ok, raw, err) = bastion(&["generate", "--prompt", prompt, "--raw", "--max-new-tokens", "8"]);
+    assert!(ok, "{err}");
+    assert!(!out.starts_with(raw.trim_end()), "{raw}");
+}
+
+/// `datasets show --model` gives the prompt ids `run` and `generate` use: generating from
+/// them gives the text the chat-templated prompt gives.
+#[test]
+fn datasets_show_gives_the_chat_templated_ids() {
+    let model = smollm2();
+    let (ok, out, err) = bastion(&["datasets", "show", "gsm8k", "--max-samples", "1", "--model", &model]);
+    assert!(ok, "{err}");
+    let line: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let ids: Vec<String> = line["ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap().to_string()).collect();
+    assert!(ids.len() > 20, "{ids:?}");
+    let question = line["turns"][0].as_str().unwrap();
+    let (ok, text, err) = bastion(&["generate", "--prompt", question, "--max-new-tokens", "12"]);
+    assert!(ok, "{err}");
+    let (ok, by_ids, err) = bastion(&["generate", "--prompt-ids", &ids.join(","), "--max-new-tokens", "12"]);
+    assert!(ok, "{err}");
+    let tokens: Vec<u32> = by_ids.split_whitespace().map(|t| t.parse().unwrap()).collect();
+    let tokenizer = bastion_models::load_tokenizer(&model).unwrap();
+    assert_eq!(tokenizer.decode(&tokens, true).unwrap(), text.strip_suffix('\n').unwrap());
+}
+
+/// A target that is not there is named as missing (not as a file of the wrong kind), and
+/// the missing default model comes with how to fetch it.
+#[test]
+fn a_missing_model_is_named_as_missing() {
+    let (ok, _, err) = bastion(&["generate", "--model", "models/nope.gguf", "--prompt", "Hi"]);
+    assert!(!ok);
+    assert!(err.contains("models/nope.gguf: no such file or folder") && !err.contains("expected a .gguf"), "{err}");
+    let empty = tempfile::tempdir().unwrap();
+    let (ok, _, err) = bastion_in(empty.path(), &["generate", "--prompt", "Hi"]);
+    assert!(!ok);
+    assert!(err.contains("SmolLM2-135M-Instruct.Q4_1.gguf") && err.contains("scripts/fetch-model.sh"), "{err}");
+    let not_gguf = empty.path().join("weights.bin");
+    std::fs::write(&not_gguf, b"x").unwrap();
+    let (ok, _, err) = bastion(&["generate", "--model", not_gguf.to_str().unwrap(), "--prompt", "Hi"]);
+    assert!(!ok);
+    assert!(err.contains("not a .gguf file"), "{err}");
 }
 
 /// The shipped SmolLM2 drafter through the command line: `generate --method
@@ -115,6 +164,15 @@ fn shipped_drafter_generates_ar_text_and_tau_reports() {
         |text: &str, method: &str| text.lines().find(|l| l.starts_with(&format!("| {method} |"))).map(String::from);
     let dflash_row = row(&out, "dflash").unwrap_or_else(|| panic!("{out}"));
     assert!(row(&out, "ar").is_some(), "{out}");
+    // The heading's provenance: machine and commit of the run (runs.jsonl), the weight file
+    // as stored and as run, the drafter, the token limit, prompts per set, the lossless count.
+    assert!(out.contains("\n- Ran on ") && out.contains(" build; commit "), "{out}");
+    assert!(out.contains("(Q4_1 GGUF, run with f32 weights); drafter "), "{out}");
+    assert!(out.contains("at most 24 new tokens; 1 prompt per set."), "{out}");
+    assert!(out.contains("- 2 of 2 speculative outputs identical to AR's."), "{out}");
+    let runs = std::fs::read_to_string(results.join("tau-dflash/runs.jsonl")).unwrap();
+    let run: serde_json::Value = serde_json::from_str(runs.lines().next().unwrap()).unwrap();
+    assert_eq!(run["weights"].as_object().unwrap().values().next().unwrap(), "Q4_1 GGUF");
     let recs: Vec<bastion_eval::SampleRecord> =
         std::fs::read_to_string(&out_file).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(recs.len(), 4, "AR and DFlash on one prompt of each set");
@@ -660,4 +718,42 @@ fn a_full_disk_ends_the_run_clearly_and_a_rerun_completes_it() {
     assert!(ok, "{err}");
     assert!(err.contains("already done"), "the rerun resumes: {err}");
     assert_eq!(record_values(&full), expected);
+}
+
+/// `docs/cli.md`, the command reference, is `bastion --help` and every command's
+/// `--help`, kept in sync here: `BASTION_UPDATE_DOCS=1 cargo test --workspace --test cli
+/// cli_reference` rewrites it after a change to the flags or their docs.
+#[test]
+fn cli_reference_matches_the_help() {
+    let (ok, top, err) = bastion(&["--help"]);
+    assert!(ok, "{err}");
+    let mut doc = String::from(
+        "# Command reference\n\nEvery command's `--help`, generated: the test `cli_reference_matches_the_help` \
+         (crates/cli/tests/cli.rs) fails when this file and the binary differ, and \
+         `BASTION_UPDATE_DOCS=1 cargo test --workspace --test cli cli_reference` rewrites it.\n\n",
+    );
+    doc += &format!("## `bastion`\n\n```text\n{top}```\n");
+    let commands: Vec<&str> = top
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|&c| c != "help")
+        .collect();
+    assert!(commands.len() >= 15 && commands[0] == "reproduce", "{commands:?}");
+    for c in commands {
+        let (ok, help, err) = bastion(&[c, "--help"]);
+        assert!(ok, "{err}");
+        doc += &format!("\n## `bastion {c}`\n\n```text\n{help}```\n");
+    }
+    let path = bastion_testkit::repo_root().join("docs/cli.md");
+    if std::env::var_os("BASTION_UPDATE_DOCS").is_some() {
+        std::fs::write(&path, &doc).unwrap();
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == doc,
+        "docs/cli.md differs from the binary's help: rerun with BASTION_UPDATE_DOCS=1 and commit it"
+    );
 }

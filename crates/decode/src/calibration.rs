@@ -469,11 +469,13 @@ impl Calibration {
             );
         }
         if self.target.shape != shape {
-            return mismatch(
-                "target (field target.shape)",
-                format!("{} {:?}", self.target.path, self.target.shape),
-                format!("{shape:?}"),
-            );
+            return Err(DecodeError::Calibration(format!(
+                "calibration {} was measured for another target (field target.shape, {}): {}; run `bastion \
+                 profile` for this setup",
+                file.display(),
+                self.target.path,
+                shape_differences(&self.target.shape, &shape)
+            )));
         }
         if self.device.backend != backend.as_str() {
             return mismatch("backend (field device.backend)", self.device.backend.clone(), backend.as_str().into());
@@ -574,6 +576,38 @@ impl Calibration {
             )
         })
     }
+}
+
+/// The fields in which a calibration's target shape (`theirs`) differs from
+/// this run's (`ours`), in words: the weight dtype by its `--dtype` name,
+/// the rest by their model-config names.
+fn shape_differences(theirs: &ModelShape, ours: &ModelShape) -> String {
+    let dtype = |bytes: f64| {
+        [(4.0, "--dtype f32"), (2.0, "--dtype bf16 or f16"), (1.0625, "--dtype q8_0")]
+            .into_iter()
+            .find(|&(b, _)| b == bytes)
+            .map_or_else(|| format!("{bytes} bytes per weight"), |(_, name)| name.to_string())
+    };
+    let mut out = Vec::new();
+    if theirs.weight_bytes != ours.weight_bytes {
+        out.push(format!("measured with {}, this run is {}", dtype(theirs.weight_bytes), dtype(ours.weight_bytes)));
+    }
+    let sizes = [
+        ("layers", theirs.layers, ours.layers),
+        ("hidden size", theirs.hidden, ours.hidden),
+        ("query heads", theirs.q_heads, ours.q_heads),
+        ("key/value heads", theirs.kv_heads, ours.kv_heads),
+        ("head dimension", theirs.head_dim, ours.head_dim),
+        ("MLP size", theirs.ffn, ours.ffn),
+        ("vocabulary", theirs.vocab, ours.vocab),
+    ];
+    for (name, t, o) in sizes.into_iter().filter(|(_, t, o)| t != o) {
+        out.push(format!("{name} {t} there, {o} here"));
+    }
+    if theirs.activation_bytes != ours.activation_bytes {
+        out.push(format!("{} bytes per activation there, {} here", theirs.activation_bytes, ours.activation_bytes));
+    }
+    out.join("; ")
 }
 
 #[cfg(test)]

@@ -96,6 +96,16 @@ impl FromStr for Method {
             "caddtree" => Method::CaddTree,
             "bastion" => Method::Bastion,
             "bastion-paper" => Method::BastionPaper,
+            // In an experiment file `ddtree` is the budget grid (`ddtree_budgets`); one
+            // decoding runs one budget.
+            "ddtree" => {
+                return Err(DecodeError::Usage(
+                    "method `ddtree` names DDTree's budget grid, which an experiment file runs (its \
+                     `ddtree_budgets`); one decoding takes one budget: ddtree:N, e.g. ddtree:2, ddtree:4, \
+                     ddtree:8 or ddtree:16 (the default sweep's grid)"
+                        .into(),
+                ))
+            }
             other => {
                 let n = other.strip_prefix("ddtree:").ok_or_else(bad)?;
                 let budget: usize = n.parse().map_err(|_| bad())?;
@@ -139,10 +149,13 @@ mod tests {
         }
         assert_eq!("DDTree:16".parse::<Method>().unwrap(), Method::DDTree { budget: 16 });
         assert_eq!(" Bastion-Paper ".parse::<Method>().unwrap(), Method::BastionPaper);
-        for bad in ["ddtree", "ddtree:0", "ddtree:x", "eagle", "", "bastion+skip"] {
+        for bad in ["ddtree:0", "ddtree:x", "eagle", "", "bastion+skip"] {
             let e = bad.parse::<Method>().unwrap_err().to_string();
             assert!(e.contains("unknown method") && e.contains("ddtree:N"), "{e}");
         }
+        // Bare `ddtree` (an experiment file's budget grid) asks for one budget.
+        let e = "ddtree".parse::<Method>().unwrap_err().to_string();
+        assert!(e.contains("budget grid") && e.contains("ddtree:4"), "{e}");
         assert!(!Method::Ar.needs_drafter() && Method::DFlash.needs_drafter());
         // Serialised as the name, as records and experiment files write it.
         let json = serde_json::to_string(&[Method::Ar, Method::DDTree { budget: 8 }]).unwrap();

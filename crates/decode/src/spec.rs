@@ -404,10 +404,12 @@ impl FromStr for MethodSpec {
     fn from_str(s: &str) -> Result<Self> {
         let unknown = || DecodeError::Usage(format!("unknown method `{s}`: {EXPECTED_METHODS}"));
         let lower = s.trim().to_ascii_lowercase();
+        // The kind's own message where it has one to give (bare `ddtree`), else this name's.
+        let kind = |m: &str| m.parse::<Method>().map_err(|e| if m == "ddtree" { e } else { unknown() });
         let Some(base) = lower.strip_suffix(SKIP_SUFFIX) else {
-            return Ok(lower.parse::<Method>().map_err(|_| unknown())?.into());
+            return Ok(kind(&lower)?.into());
         };
-        let method: Method = base.parse().map_err(|_| unknown())?;
+        let method = kind(base)?;
         if !MethodParams::reads(method, "skip") {
             return Err(DecodeError::Usage(format!(
                 "method `{s}`: only the cost-aware methods (caddtree, bastion, bastion-paper) take `{SKIP_SUFFIX}`"

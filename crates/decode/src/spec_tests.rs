@@ -83,10 +83,12 @@ fn specs_parse_print_and_serialise_as_records_store_them() {
         let e = bad.parse::<MethodSpec>().unwrap_err().to_string();
         assert!(e.contains("only the cost-aware methods"), "{e}");
     }
-    for bad in ["ddtree", "ddtree:0", "eagle+skip", ""] {
+    for bad in ["ddtree:0", "eagle+skip", ""] {
         let e = bad.parse::<MethodSpec>().unwrap_err().to_string();
         assert!(e.contains("unknown method") && e.contains("ddtree:N"), "{e}");
     }
+    let e = "ddtree".parse::<MethodSpec>().unwrap_err().to_string();
+    assert!(e.contains("budget grid") && e.contains("ddtree:N"), "{e}");
     // Records: `method` carries `+skip`, `params` the other knobs (omitted when none).
     let plain: MethodSpec = "bastion+skip".parse().unwrap();
     assert_eq!(serde_json::to_string(&plain).unwrap(), r#"{"method":"bastion+skip"}"#);

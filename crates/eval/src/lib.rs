@@ -7,6 +7,8 @@ pub mod check;
 mod draft;
 mod error;
 pub mod figures;
+pub mod provenance;
+pub mod reference;
 pub mod runner;
 pub mod spec;
 pub mod stats;

@@ -446,6 +446,7 @@ pub fn run(
     on_event: &mut dyn FnMut(RunEvent<'_>),
 ) -> Result<Vec<SampleRecord>, RunError> {
     check_settings(exp, &opts.results_dir)?;
+    crate::provenance::record_run(&opts.results_dir, &crate::provenance::RunInfo::now(exp, opts.shard))?;
     let samples = plan(exp, &opts.datasets_dir, opts.shard)?;
     let mut store = SampleStore::open(&opts.shard.samples_path(&opts.results_dir))?;
     check_variants(exp, store.records(), &opts.results_dir)?;

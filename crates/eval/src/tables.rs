@@ -380,6 +380,12 @@ pub struct Table {
     pub rows: Vec<Row>,
     /// Whether any cell has an output log-probability (T > 0).
     pub has_logprob: bool,
+    /// Whether a row is a `+skip` method (the table then says what its τ counts).
+    pub has_skip: bool,
+    /// The header's provenance lines (machine, build, commit and dates; target,
+    /// drafter, calibration, token limit and prompts; how many outputs equal
+    /// AR's), filled by whoever knows them (`bastion tables`); empty otherwise.
+    pub provenance: Vec<String>,
 }
 
 /// The tables of a summary frame, one per (model, temperature), rows in
@@ -418,6 +424,8 @@ pub fn tables(summary: &DataFrame) -> PolarsResult<Vec<Table>> {
                 datasets: Vec::new(),
                 rows: Vec::new(),
                 has_logprob: false,
+                has_skip: false,
+                provenance: Vec::new(),
             });
         }
     }
@@ -487,6 +495,7 @@ pub fn tables(summary: &DataFrame) -> PolarsResult<Vec<Table>> {
                 }
             };
             t.has_logprob |= have.iter().any(|c| c.logprob.is_finite());
+            t.has_skip |= label.contains("+skip");
             t.rows.push(Row { method: label, avg_tau: mean(|c| c.tau), avg_speedup: mean(|c| c.speedup), cells });
         }
     }
@@ -557,17 +566,19 @@ pub fn render(template: &Path, experiment: &str, tables: &[Table]) -> Result<Str
 }
 
 /// Writes the per-round and per-sample frames as Parquet into `dir`
-/// (`rounds.parquet`, `samples.parquet`).
+/// (`rounds.parquet`, `samples.parquet`), with `metadata` as the files'
+/// key-value metadata (the tables' provenance: `bastion.runs`, …).
 ///
 /// # Errors
 /// [`OutputError`] (Polars or I/O) naming the file.
-pub fn write_parquet(records: &[SampleRecord], dir: &Path) -> Result<(), OutputError> {
+pub fn write_parquet(records: &[SampleRecord], dir: &Path, metadata: &[(String, String)]) -> Result<(), OutputError> {
     for (name, frame) in [("rounds.parquet", round_frame(records)), ("samples.parquet", sample_frame(records))] {
         let path = dir.join(name);
         let frame_err = |source| OutputError::Frame { path: path.clone(), source };
         let mut df = frame.map_err(frame_err)?;
         let file = std::fs::File::create(&path).map_err(OutputError::io(&path))?;
-        ParquetWriter::new(file).finish(&mut df).map_err(frame_err)?;
+        let kv = (!metadata.is_empty()).then(|| KeyValueMetadata::from_static(metadata.to_vec()));
+        ParquetWriter::new(file).with_key_value_metadata(kv).finish(&mut df).map_err(frame_err)?;
     }
     Ok(())
 }

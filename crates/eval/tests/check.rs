@@ -108,6 +108,8 @@ fn rows_come_from_tables_without_the_oracle() {
         settings: String::new(),
         temperature: 0.0,
         has_logprob: false,
+        has_skip: false,
+        provenance: Vec::new(),
         datasets: vec!["gsm8k".into(), "math500".into()],
         rows: vec![
             Row { method: "ar".into(), cells: vec![cell(1.0, 1.0), cell(1.0, 1.0)], avg_tau: 1.0, avg_speedup: 1.0 },

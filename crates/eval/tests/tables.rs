@@ -151,12 +151,33 @@ fn summary_agrees_with_the_records() {
     assert!(md.contains("### unit: m (flex, q8_0 weights), T = 0"), "{md}");
     let tex = render(std::path::Path::new(&format!("{root}/results.tex.j2")), "unit", &t).unwrap();
     assert!(tex.contains("m (flex, q8\\_0 weights), $T = 0"), "{tex}");
+    // Provenance lines under the heading (and in the caption); the footnotes explain the
+    // average always and the `+skip` τ when such a row is there.
+    assert!(!md.contains("`+skip` rows") && md.contains("avg: the unweighted mean"), "{md}");
+    t[0].provenance =
+        vec!["Ran on a test CPU; commit abc_1.".into(), "3 of 3 speculative outputs identical to AR's.".into()];
+    t[0].has_skip = true;
+    let md = render(std::path::Path::new(&format!("{root}/results.md.j2")), "unit", &t).unwrap();
+    assert!(
+        md.contains("T = 0\n\n- Ran on a test CPU; commit abc_1.\n- 3 of 3 speculative outputs identical to AR's.\n\n"),
+        "{md}"
+    );
+    assert!(md.contains("`+skip` rows: a round whose draft is not expected to pay"), "{md}");
+    let tex = render(std::path::Path::new(&format!("{root}/results.tex.j2")), "unit", &t).unwrap();
+    assert!(tex.contains("Ran on a test CPU; commit abc\\_1."), "{tex}");
 
     let dir = tempfile::tempdir().unwrap();
-    write_parquet(&recs, dir.path()).unwrap();
+    let meta = [("bastion.provenance".to_string(), "Ran on a test machine; commit abc123".to_string())];
+    write_parquet(&recs, dir.path(), &meta).unwrap();
     let back = ParquetReader::new(std::fs::File::open(dir.path().join("rounds.parquet")).unwrap()).finish().unwrap();
     assert_eq!(back.height(), 36);
     assert_eq!(back.get_column_names().len(), 16);
+    // The provenance travels in the files' key-value metadata (thrift strings in the footer).
+    for file in ["rounds.parquet", "samples.parquet"] {
+        let bytes = std::fs::read(dir.path().join(file)).unwrap();
+        let has = |s: &str| bytes.windows(s.len()).any(|w| w == s.as_bytes());
+        assert!(has("bastion.provenance") && has("Ran on a test machine; commit abc123"), "{file}");
+    }
 }
 
 #[test]
@@ -196,13 +217,19 @@ fn figures_show_the_table_numbers() {
         ["unit__m__T0__speedup-vs-budget.svg", "unit__m__T0__phases.svg", "unit__m__T0__tau-histogram.svg"]
     );
     let svg = std::fs::read_to_string(&files[0]).unwrap();
+    // A method has one colour in every figure (bastion's in the speedup panel and in its
+    // histogram panel); budgets are the markers' x, with no text labels to overlap.
+    let hex = |c: plotters::style::RGBColor| format!("#{:02X}{:02X}{:02X}", c.0, c.1, c.2);
+    let bastion = hex(bastion_eval::figures::method_color("bastion"));
     assert!(
         svg.starts_with("<svg")
             && svg.contains("math500")
             && svg.contains("bastion (at its mean budget)")
-            && svg.contains(">\n4.0\n</text>"),
+            && svg.contains(&bastion)
+            && !svg.contains(">\n4.0\n</text>"),
         "{svg}"
     );
+    assert!(std::fs::read_to_string(&files[2]).unwrap().contains(&bastion));
     // Phases: a bar per method and dataset (labels on the axis), the four phases in the legend.
     let svg = std::fs::read_to_string(&files[1]).unwrap();
     assert!(
@@ -280,4 +307,38 @@ fn intervals_agree_with_hand_computed_cases() {
     let md = render(std::path::Path::new(&format!("{root}/results.md.j2")), "unit", &t).unwrap();
     // One prompt: the prompt is the resampling unit, so its interval is a point (the seeds' spread is `tau_seed_std`).
     assert!(md.contains("| ddtree:4 | 3.00 ± 0.00 | – |"), "{md}");
+}
+
+/// A table rendered to Markdown reads back as a reference whose every τ and
+/// speedup matches the table's (within the printed rounding), and a figure that
+/// moved beyond the reference's interval is flagged; the committed default table
+/// parses completely.
+#[test]
+fn rendered_tables_read_back_as_the_reference() {
+    use bastion_eval::reference::{compare, parse_markdown};
+    let root = bastion_testkit::repo_root().join("paper_tables/templates/results.md.j2");
+    let t = tables(&summary_frame(&records()).unwrap()).unwrap();
+    let md = render(&root, "unit", &t).unwrap();
+    let reference = parse_markdown(&md);
+    let cells: usize = t.iter().map(|t| t.rows.iter().map(|r| r.cells.iter().flatten().count()).sum::<usize>()).sum();
+    assert!(cells > 4);
+    assert_eq!(reference.len(), cells, "{reference:?}");
+    let same = compare(&reference, &t);
+    assert_eq!(same.len(), 2 * cells);
+    assert!(same.iter().all(|c| c.within), "{same:?}");
+    let mut moved = t.clone();
+    let row = moved[0].rows.iter_mut().find(|r| r.method != "ar").unwrap();
+    let cell = row.cells.iter_mut().flatten().next().unwrap();
+    cell.tau += 0.5;
+    let flagged: Vec<_> = compare(&reference, &moved).into_iter().filter(|c| !c.within).collect();
+    assert_eq!(flagged.len(), 1, "{flagged:?}");
+    assert_eq!((flagged[0].figure, flagged[0].method.as_str()), ("τ", row.method.as_str()));
+
+    let committed = std::fs::read_to_string(bastion_testkit::repo_root().join("paper_tables/default.md")).unwrap();
+    let cells = parse_markdown(&committed);
+    let rows =
+        committed.lines().take_while(|l| !l.starts_with("Where a round")).filter(|l| l.starts_with("| ")).count();
+    // Every method row (the header excluded) of the first table, in each of the four sets.
+    assert_eq!(cells.len(), 4 * (rows - 1), "{rows} rows");
+    assert!(cells.iter().any(|c| c.method == "ar" && c.dataset == "gsm8k" && c.tau == 1.0 && c.speedup == 1.0));
 }

@@ -190,6 +190,111 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// The parts of a GGUF file before its tensor data: version, metadata (and
+/// where each entry lies), the tensor directory and where the data starts.
+struct Header {
+    version: u32,
+    metadata: BTreeMap<String, GgufValue>,
+    raw: BTreeMap<String, std::ops::Range<usize>>,
+    tensors: BTreeMap<String, GgufTensorInfo>,
+    data_start: usize,
+}
+
+impl Header {
+    /// Parses the header at the start of `bytes` (the rest may be missing).
+    fn parse(path: &Path, bytes: &[u8]) -> Result<Self> {
+        let mut r = Reader { bytes, pos: 0, path };
+        if r.take(4, "magic")? != b"GGUF" {
+            return Err(FormatError::Format {
+                path: path.to_path_buf(),
+                what: "not a GGUF file (magic bytes are not \"GGUF\")".into(),
+            });
+        }
+        let version = r.u32("version")?;
+        if !(2..=3).contains(&version) {
+            return Err(FormatError::Format {
+                path: path.to_path_buf(),
+                what: format!("GGUF version {version} (supported: 2, 3)"),
+            });
+        }
+        let n_tensors = r.len("tensor count")?;
+        let n_meta = r.len("metadata count")?;
+        let mut metadata = BTreeMap::new();
+        let mut raw = BTreeMap::new();
+        for _ in 0..n_meta {
+            let key = r.string("metadata key")?;
+            let start = r.pos;
+            let ty = r.u32(&key)?;
+            let v = r.value(ty, &key, 0)?;
+            raw.insert(key.clone(), start..r.pos);
+            if metadata.insert(key.clone(), v).is_some() {
+                return Err(FormatError::Format {
+                    path: path.to_path_buf(),
+                    what: format!("metadata key `{key}` appears twice"),
+                });
+            }
+        }
+        let mut tensors = BTreeMap::new();
+        for _ in 0..n_tensors {
+            let name = r.string("tensor name")?;
+            let n_dims = r.u32(&name)? as usize;
+            if n_dims > 8 {
+                return Err(FormatError::Format {
+                    path: path.to_path_buf(),
+                    what: format!("tensor `{name}`: {n_dims} dimensions (at most 8)"),
+                });
+            }
+            let mut shape = Vec::with_capacity(n_dims);
+            for _ in 0..n_dims {
+                shape.push(r.u64(&name)? as usize);
+            }
+            shape.reverse();
+            if shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).is_none() {
+                return Err(FormatError::Format {
+                    path: path.to_path_buf(),
+                    what: format!("tensor `{name}`: shape {shape:?} overflows"),
+                });
+            }
+            let ggml_type = r.u32(&name)?;
+            let offset = r.u64(&name)?;
+            if tensors.contains_key(&name) {
+                return Err(FormatError::Format {
+                    path: path.to_path_buf(),
+                    what: format!("tensor `{name}` appears twice in the directory"),
+                });
+            }
+            tensors.insert(name.clone(), GgufTensorInfo { name, shape, ggml_type, offset });
+        }
+        let align = match metadata.get("general.alignment") {
+            Some(GgufValue::UInt(a)) if *a > 0 => *a as usize,
+            _ => 32,
+        };
+        let data_start = r.pos.div_ceil(align) * align;
+        Ok(Header { version, metadata, raw, tensors, data_start })
+    }
+}
+
+/// What a GGUF file holds, without its tensor data ([`GgufFile::open_header`]).
+#[derive(Debug, Clone)]
+pub struct GgufHeader {
+    /// Metadata by key.
+    pub metadata: BTreeMap<String, GgufValue>,
+    /// The tensor directory by name.
+    pub tensors: BTreeMap<String, GgufTensorInfo>,
+}
+
+impl GgufHeader {
+    /// The ggml type that holds most of the weights' elements (`Q4_1` for a Q4_1
+    /// model whose norms are F32), by [`ggml_type_name`]; `None` without tensors.
+    pub fn main_type(&self) -> Option<String> {
+        let mut elements: BTreeMap<u32, u64> = BTreeMap::new();
+        for t in self.tensors.values() {
+            *elements.entry(t.ggml_type).or_default() += t.shape.iter().product::<usize>() as u64;
+        }
+        elements.into_iter().max_by_key(|&(ty, n)| (n, std::cmp::Reverse(ty))).map(|(ty, _)| ggml_type_name(ty))
+    }
+}
+
 impl GgufFile {
     /// Reads and parses a GGUF file.
     ///
@@ -203,69 +308,37 @@ impl GgufFile {
         Self::parse(path, bytes)
     }
 
+    /// The metadata and tensor directory of the GGUF file at `path`, reading
+    /// only the start of the file (doubling from 4 MiB until the header fits):
+    /// cheap for a multi-gigabyte model.
+    ///
+    /// # Errors
+    /// [`FormatError::Io`]; [`FormatError::Format`] as [`GgufFile::open`] for the header.
+    pub fn open_header(path: impl AsRef<Path>) -> Result<GgufHeader> {
+        use std::io::Read;
+        let path = path.as_ref();
+        let io = |source| FormatError::Io { path: path.to_path_buf(), source };
+        let mut file = std::fs::File::open(path).map_err(io)?;
+        let len = file.metadata().map_err(io)?.len();
+        let mut bytes = Vec::new();
+        let mut want = 4u64 << 20;
+        loop {
+            let more = want.min(len).saturating_sub(bytes.len() as u64);
+            (&mut file).take(more).read_to_end(&mut bytes).map_err(io)?;
+            match Header::parse(path, &bytes) {
+                Ok(h) => return Ok(GgufHeader { metadata: h.metadata, tensors: h.tensors }),
+                Err(e) if bytes.len() as u64 >= len => return Err(e),
+                Err(_) => want *= 2,
+            }
+        }
+    }
+
     /// Parses GGUF bytes; `path` is only used in messages.
     ///
     /// # Errors
     /// As [`GgufFile::open`].
     pub fn parse(path: PathBuf, bytes: Vec<u8>) -> Result<Self> {
-        let mut r = Reader { bytes: &bytes, pos: 0, path: &path };
-        if r.take(4, "magic")? != b"GGUF" {
-            return Err(FormatError::Format { path, what: "not a GGUF file (magic bytes are not \"GGUF\")".into() });
-        }
-        let version = r.u32("version")?;
-        if !(2..=3).contains(&version) {
-            return Err(FormatError::Format { path, what: format!("GGUF version {version} (supported: 2, 3)") });
-        }
-        let n_tensors = r.len("tensor count")?;
-        let n_meta = r.len("metadata count")?;
-        let mut metadata = BTreeMap::new();
-        let mut raw = BTreeMap::new();
-        for _ in 0..n_meta {
-            let key = r.string("metadata key")?;
-            let start = r.pos;
-            let ty = r.u32(&key)?;
-            let v = r.value(ty, &key, 0)?;
-            raw.insert(key.clone(), start..r.pos);
-            if metadata.insert(key.clone(), v).is_some() {
-                return Err(FormatError::Format { path, what: format!("metadata key `{key}` appears twice") });
-            }
-        }
-        let mut tensors = BTreeMap::new();
-        for _ in 0..n_tensors {
-            let name = r.string("tensor name")?;
-            let n_dims = r.u32(&name)? as usize;
-            if n_dims > 8 {
-                return Err(FormatError::Format {
-                    path: path.clone(),
-                    what: format!("tensor `{name}`: {n_dims} dimensions (at most 8)"),
-                });
-            }
-            let mut shape = Vec::with_capacity(n_dims);
-            for _ in 0..n_dims {
-                shape.push(r.u64(&name)? as usize);
-            }
-            shape.reverse();
-            if shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).is_none() {
-                return Err(FormatError::Format {
-                    path: path.clone(),
-                    what: format!("tensor `{name}`: shape {shape:?} overflows"),
-                });
-            }
-            let ggml_type = r.u32(&name)?;
-            let offset = r.u64(&name)?;
-            if tensors.contains_key(&name) {
-                return Err(FormatError::Format {
-                    path,
-                    what: format!("tensor `{name}` appears twice in the directory"),
-                });
-            }
-            tensors.insert(name.clone(), GgufTensorInfo { name, shape, ggml_type, offset });
-        }
-        let align = match metadata.get("general.alignment") {
-            Some(GgufValue::UInt(a)) if *a > 0 => *a as usize,
-            _ => 32,
-        };
-        let data_start = r.pos.div_ceil(align) * align;
+        let Header { version, metadata, raw, tensors, data_start } = Header::parse(&path, &bytes)?;
         let file = Self { path, version, metadata, raw, tensors, data_start, bytes };
         // Check every tensor's extent now, so a truncated file fails at open.
         for t in file.tensors.values() {

@@ -25,5 +25,5 @@ pub mod safetensors_file;
 pub use chat::{ChatTemplate, Message, CHAT_TEMPLATE_FUEL};
 pub use config::{Arch, Llama3Scaling, ModelConfig};
 pub use error::{FormatError, Result};
-pub use gguf::{GgufFile, GgufTensorInfo, GgufValue};
+pub use gguf::{GgufFile, GgufHeader, GgufTensorInfo, GgufValue};
 pub use gguf_write::{GgufMeta, GgufWriter};

@@ -38,13 +38,7 @@ pub fn load_model_as(path: impl AsRef<Path>, device: &Device, dtype: WeightDtype
         let src = SafetensorsSource::open(path)?;
         return Model::load_as(cfg, &src, device, dtype);
     }
-    Err(ModelError::Io {
-        path: path.to_path_buf(),
-        source: std::io::Error::new(
-            std::io::ErrorKind::NotFound,
-            "expected a .gguf file or a folder with config.json and model.safetensors",
-        ),
-    })
+    Err(not_a_model(path))
 }
 
 /// A model of the Hugging Face configuration at `config` (a `config.json`
@@ -106,13 +100,7 @@ pub fn load_layer_weights(path: impl AsRef<Path>, layer: usize) -> Result<Vec<(S
         let cfg = ModelConfig::from_hf_json(path.join("config.json"))?;
         return read(&cfg, &SafetensorsSource::open(path)?);
     }
-    Err(ModelError::Io {
-        path: path.to_path_buf(),
-        source: std::io::Error::new(
-            std::io::ErrorKind::NotFound,
-            "expected a .gguf file or a folder with config.json and model.safetensors",
-        ),
-    })
+    Err(not_a_model(path))
 }
 
 /// The configuration of the model at `path` (a `.gguf` file or a Hugging
@@ -129,13 +117,7 @@ pub fn load_config(path: impl AsRef<Path>) -> Result<ModelConfig> {
     if path.is_dir() {
         return Ok(ModelConfig::from_hf_json(path.join("config.json"))?);
     }
-    Err(ModelError::Io {
-        path: path.to_path_buf(),
-        source: std::io::Error::new(
-            std::io::ErrorKind::NotFound,
-            "expected a .gguf file or a folder with config.json and model.safetensors",
-        ),
-    })
+    Err(not_a_model(path))
 }
 
 /// Builds the model held by an opened GGUF file. A `rope_freqs.weight`
@@ -183,4 +165,18 @@ pub fn load_tokenizer(path: impl AsRef<Path>) -> Result<Tokenizer> {
         return Tokenizer::from_gguf(&GgufFile::open(path)?);
     }
     Tokenizer::from_hf_dir(path)
+}
+
+/// The error for a model path that is neither a `.gguf` file nor a folder:
+/// one that does not exist says so; another file is named as not a GGUF.
+fn not_a_model(path: &Path) -> ModelError {
+    let (kind, what) = if path.exists() {
+        (
+            std::io::ErrorKind::InvalidInput,
+            "not a .gguf file: expected a .gguf file or a folder with config.json and model.safetensors",
+        )
+    } else {
+        (std::io::ErrorKind::NotFound, "no such file or folder")
+    };
+    ModelError::Io { path: path.to_path_buf(), source: std::io::Error::new(kind, what) }
 }

@@ -138,7 +138,9 @@ impl FeatureFile {
     /// [`FeatureFile::build`] that also keeps the target's top-`top_k`
     /// next-token distribution at every position ([`FeatureFile::top_k_rows`];
     /// `top_k` = 0: none). A file with top-k is another file (its name ends
-    /// in `-k{top_k}`), built and extended like one without.
+    /// in `-k{top_k}`), built and extended like one without; a run without
+    /// top-k reads the features of such a file when it holds them (one target
+    /// pass serves both).
     ///
     /// # Errors
     /// As [`FeatureFile::build`].
@@ -215,6 +217,14 @@ impl FeatureFile {
             if let (Some(spans), Ok(Some(file)), true) = (spans_for(&index, sequences, &prefix), file, top_ok) {
                 let top_k = open_top(top_k_bytes(&index.rows, top_k))?;
                 return Ok(Self { path, file, width, spans, top_k, _lock: lock });
+            }
+        }
+
+        // A file built with the target's top-k holds the same features: a run without
+        // top-k reads it rather than building its own.
+        if top_k == 0 {
+            if let Some(found) = Self::open_with_any_top_k(dir, &stem, &expected, sequences, &prefix)? {
+                return Ok(found);
             }
         }
 
@@ -351,6 +361,52 @@ impl FeatureFile {
         let need = spans.iter().map(|&(_, r)| (r * top_k) as u64 * 8).sum();
         let top_k = open_top(need)?;
         Ok(Self { path, file, width, spans, top_k, _lock: lock })
+    }
+
+    /// The features of `sequences` from a complete file of the same stem built with
+    /// some top-k (`{stem}-k{k}`), read without its `.topk` companion; `None` when
+    /// there is none that holds them (or it is being built).
+    fn open_with_any_top_k(
+        dir: &Path,
+        stem: &str,
+        expected: &Index,
+        sequences: &[Vec<u32>],
+        prefix: &[String],
+    ) -> Result<Option<Self>> {
+        let entries = std::fs::read_dir(dir).map_err(io_err(dir))?;
+        let mut candidates: Vec<(usize, String)> = entries
+            .filter_map(|e| {
+                let name = e.ok()?.file_name().into_string().ok()?;
+                let k = name.strip_prefix(stem)?.strip_prefix("-k")?.strip_suffix(".json")?.parse().ok()?;
+                Some((k, name.strip_suffix(".json")?.to_string()))
+            })
+            .collect();
+        candidates.sort();
+        for (k, soft_stem) in candidates {
+            let index_path = dir.join(format!("{soft_stem}.json"));
+            let Ok(Some(index)) = read_index(&index_path, &Index { top_k: k, ..expected.clone() }) else {
+                continue;
+            };
+            let Some(spans) = spans_for(&index, sequences, prefix) else { continue };
+            let path = dir.join(format!("{soft_stem}.f16"));
+            let Ok(file) = File::open(&path) else { continue };
+            if file.metadata().map_err(io_err(&path))?.len() < data_bytes(&index.rows, index.width) {
+                continue;
+            }
+            let lock_path = dir.join(format!("{soft_stem}.lock"));
+            let lock = OpenOptions::new()
+                .create(true)
+                .read(true)
+                .write(true)
+                .truncate(false)
+                .open(&lock_path)
+                .map_err(io_err(&lock_path))?;
+            if lock.try_lock_shared().is_err() {
+                continue;
+            }
+            return Ok(Some(Self { path, file, width: expected.width, spans, top_k: None, _lock: lock }));
+        }
+        Ok(None)
     }
 
     /// Number of sequences.

@@ -650,8 +650,18 @@ fn feature_file_keeps_the_targets_top_k() {
         FeatureFile::build_with_top_k(&target, &cfg.drafter, &seqs, dir.path(), k, |_, _| panic!("rebuilt")).unwrap();
     let first = again.top_k_rows(1, 3).unwrap();
     assert_eq!(first.0.len(), 3 * k);
-    let plain = FeatureFile::build(&target, &cfg.drafter, &seqs, dir.path(), |_, _| {}).unwrap();
+    // A run without top-k reads the same features from the top-k file, building nothing.
+    let plain = FeatureFile::build(&target, &cfg.drafter, &seqs, dir.path(), |_, _| panic!("rebuilt")).unwrap();
+    for (i, s) in seqs.iter().enumerate() {
+        assert!(plain.rows(i, s.len()).unwrap() == again.rows(i, s.len()).unwrap(), "sequence {i}");
+    }
     assert!(plain.top_k_rows(0, 1).unwrap_err().to_string().contains("without the target's top-k"));
+    // Data the top-k file does not hold (one more sequence) gets its own file.
+    let mut more = seqs.clone();
+    more.push(seqs[0][..seqs[0].len() - 1].to_vec());
+    let mut built = 0;
+    let own = FeatureFile::build(&target, &cfg.drafter, &more, dir.path(), |_, _| built += 1).unwrap();
+    assert_eq!((own.len(), built), (more.len(), more.len()));
 }
 
 /// Soft targets: training on the target's top-k distribution mixed with the

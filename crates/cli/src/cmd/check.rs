@@ -8,6 +8,8 @@ use bastion_eval::{Experiment, RunOptions, Shard};
 
 use super::Result;
 
+/// Regression check: rerun a small fixed slice and compare τ and speedup with a committed baseline.
+///
 /// Regression check of τ and speedup: reruns a small fixed slice
 /// (`experiments/check.toml`) from scratch into RESULTS/check-runs/<name>/ and compares
 /// its rows with `results/baselines/<name>.json`: τ exactly (T = 0 decoding and pinned

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use bastion_data::{DatasetName, Datasets, Selection};
+use bastion_models::Message;
 
 use super::Result;
 
@@ -32,6 +33,11 @@ enum Action {
         /// Keep at most this many prompts.
         #[arg(long)]
         max_samples: Option<usize>,
+        /// A target (`.gguf` or Hugging Face folder): each line also gets `ids`, its first turn
+        /// in the target's chat template as token ids, exactly as `run` and `tau` encode it (so
+        /// another engine can be given the same prompt).
+        #[arg(long)]
+        model: Option<PathBuf>,
     },
 }
 
@@ -52,9 +58,22 @@ pub fn run(a: Args) -> Result {
                 println!("ok  {}", a.dir.join(name).display());
             }
         }
-        Action::Show { name, paper_subset, max_samples } => {
+        Action::Show { name, paper_subset, max_samples, model } => {
+            let tokenizer = model.as_ref().map(bastion_models::load_tokenizer).transpose()?;
+            let template = match (&tokenizer, &model) {
+                (Some(t), Some(m)) => Some(
+                    t.chat_template()
+                        .ok_or_else(|| format!("--model {}: the tokenizer has no chat template", m.display()))?,
+                ),
+                _ => None,
+            };
             for p in sets.load(name, &Selection { paper_subset, max_samples })? {
-                println!("{}", serde_json::to_string(&p)?);
+                let mut line = serde_json::to_value(&p)?;
+                if let (Some(t), Some(template)) = (&tokenizer, template) {
+                    let text = template.render(&[Message::new("user", &p.turns[0])], true)?;
+                    line["ids"] = t.encode(&text, false)?.into();
+                }
+                println!("{line}");
             }
         }
     }

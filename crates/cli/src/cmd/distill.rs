@@ -7,6 +7,8 @@ use bastion_decode::{LoadedPair, Method, MethodSpec};
 
 use super::{progress_bar, PairArgs, Result};
 
+/// Distil drafter training data: the target's greedy responses to training prompts.
+///
 /// Self-distillation data for drafter training: the target's greedy
 /// responses to the training prompts (GSM8K train + MBPP non-test, never
 /// evaluation prompts), appended to a JSON-lines file; rerun to resume.

@@ -8,6 +8,8 @@ use bastion_train::DistillStore;
 
 use super::Result;
 
+/// Write a drafter's pruned draft vocabulary from distilled responses.
+///
 /// Count the response tokens of `bastion distill` output and write the
 /// drafter's draft vocabulary (DRAFTER/draft_vocab.json: token ids by
 /// decreasing frequency). `--draft-vocab N` (generate, tau, profile) or

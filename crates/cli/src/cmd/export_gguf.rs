@@ -6,6 +6,8 @@ use bastion_models::{export_drafter_gguf, WeightDtype};
 
 use super::Result;
 
+/// Export a DFlash drafter as llama.cpp's `dflash` GGUF.
+///
 /// Write a DFlash drafter (z-lab layout: config.json + model.safetensors, as
 /// `bastion train-drafter` writes it) as llama.cpp's `dflash` GGUF, for its
 /// speculative mode `--spec-type draft-dflash` next to the target GGUF. The

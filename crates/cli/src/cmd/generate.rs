@@ -7,6 +7,8 @@ use bastion_models::Message;
 
 use super::{CostArgs, PairArgs, Result};
 
+/// Generate from a prompt, autoregressively or speculatively; prints the text, τ and speed.
+///
 /// Generate with a target model, autoregressively or speculatively with a
 /// DFlash drafter; prints the text, then (stderr) τ, TPOT and tokens/s
 /// (prefill and first draft call excluded). Stops after --max-new-tokens or an
@@ -22,7 +24,11 @@ pub struct Args {
     /// token-level reproduction and for models without a tokenizer.
     #[arg(long, value_delimiter = ',')]
     prompt_ids: Option<Vec<u32>>,
-    /// Wrap the prompt in the model's chat template (one user turn, generation prompt added).
+    /// Encode the prompt text as it is. By default a model with a chat template gets the prompt
+    /// as one user turn of it, generation prompt added (as `run` and `tau` do, so τ compares).
+    #[arg(long, conflicts_with_all = ["prompt_ids", "chat"])]
+    raw: bool,
+    /// Require the chat template (an error for a model without one); the default when it has one.
     #[arg(long, conflicts_with = "prompt_ids")]
     chat: bool,
     /// Stop after this many new tokens.
@@ -48,8 +54,8 @@ pub fn run(a: Args) -> Result {
     let cfg = GenerateConfig { temperature: a.temperature, seed: a.seed, ..pair.generate_config(a.max_new_tokens) };
     let ids = match (&a.prompt, &a.prompt_ids) {
         (_, Some(ids)) => ids.clone(),
-        (Some(text), None) if a.chat => {
-            pair.tokenizer()?; // the byte encoder of tokenizer-less models is for sweeps only
+        // The byte encoder of tokenizer-less models is for sweeps only: a tokenizer first.
+        (Some(text), None) if !a.raw && (a.chat || pair.tokenizer()?.chat_template().is_some()) => {
             pair.chat_encoder(0)?.encode(&[Message::new("user", text)])?
         }
         (Some(text), None) => pair.tokenizer()?.encode(text, true)?,

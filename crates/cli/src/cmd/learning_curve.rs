@@ -6,6 +6,8 @@ use bastion_eval::figures::learning::{curve_figure, curve_table, read_curve};
 
 use super::Result;
 
+/// A drafter's held-out τ against training CPU-hours, from its training logs.
+///
 /// Read the training logs of a drafter (`training_log.jsonl` of `bastion
 /// train-drafter`; a run continued with `--resume` appends to its log, and
 /// several logs of one drafter add up) and write its learning curve: held-out

@@ -22,6 +22,9 @@ pub mod tables;
 pub mod tau;
 pub mod train;
 
+/// The default model, fetched by `scripts/fetch-model.sh`: every `--model` defaults to it.
+pub const DEFAULT_MODEL: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
 /// What a command returns; its message is printed after `error: `.
 pub type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -29,8 +32,8 @@ pub type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
 #[derive(clap::Args, Debug, Clone)]
 pub struct TargetArgs {
     /// The target: a `.gguf` file or a Hugging Face folder (config.json, model.safetensors,
-    /// tokenizer.json).
-    #[arg(long)]
+    /// tokenizer.json); by default the default model (`scripts/fetch-model.sh` fetches it).
+    #[arg(long, default_value = DEFAULT_MODEL)]
     pub model: PathBuf,
     /// Burn backend: flex (default), ndarray, wgpu or cuda (the last three need the matching
     /// Cargo feature).
@@ -53,6 +56,22 @@ pub struct TargetArgs {
 }
 
 impl TargetArgs {
+    /// Refuses a target that is not there, saying how to get the default model.
+    ///
+    /// # Errors
+    /// When `--model` names nothing (and `--random-weights` is not given).
+    pub fn check_model(&self) -> Result {
+        if self.random_weights.is_some() || self.model.exists() {
+            return Ok(());
+        }
+        let hint = if self.model == Path::new(DEFAULT_MODEL) {
+            ": the default model is not fetched yet; run scripts/fetch-model.sh (or name another with --model)"
+        } else {
+            ""
+        };
+        Err(format!("--model {}: no such file or folder{hint}", self.model.display()).into())
+    }
+
     /// Refuses `--random-weights` for `command`, whose results would be
     /// meaningless without the real weights.
     ///
@@ -90,8 +109,10 @@ impl PairArgs {
     /// cost-aware ones.
     ///
     /// # Errors
-    /// A speculative method without `--drafter`; an invalid `--online-forgetting`.
+    /// A missing `--model`; a speculative method without `--drafter`; an invalid
+    /// `--online-forgetting`.
     pub fn spec(&self, method: Method, cost: Option<&CostArgs>) -> Result<PairSpec> {
+        self.target.check_model()?;
         if method.needs_drafter() && self.drafter.is_none() {
             return Err(format!("method {method} needs --drafter DIR").into());
         }

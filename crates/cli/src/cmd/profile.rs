@@ -12,6 +12,8 @@ use bastion_models::TreeAttentionMode;
 
 use super::{create_dir, progress_bar, say, PairArgs, Result, TargetArgs};
 
+/// Calibrate the cost-aware methods' latency models on this machine.
+///
 /// Calibrate the cost-aware methods on this machine (CaDDTree, BASTION):
 /// the device's peak FLOP/s and bandwidth, the target's verify latency
 /// over tree sizes × context lengths (warm-up, repeats, median), the
@@ -166,6 +168,8 @@ pub fn calibrate(pair: &PairArgs, out: Option<PathBuf>, figure: Option<PathBuf>,
     Ok(())
 }
 
+/// Benchmark a target's verification latency over tree sizes and context lengths.
+///
 /// Benchmark a target on this machine: the latency of verifying trees of
 /// N nodes at given context lengths (N = 1 is a greedy decode step), its
 /// ratio to the first size and the cost of each extra verified token, for
@@ -199,6 +203,7 @@ pub struct BenchArgs {
 /// Runs `bastion bench-target`: `profile`'s verification grid, one table
 /// per (attention mode, context length).
 pub fn bench_target(a: BenchArgs) -> Result {
+    a.target.check_model()?;
     let TargetArgs { model, backend, dtype, random_weights } = &a.target;
     let mut spec = bastion_decode::PairSpec::new(model, *backend);
     spec.dtype = *dtype;

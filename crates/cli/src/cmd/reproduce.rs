@@ -3,13 +3,13 @@
 use std::path::{Path, PathBuf};
 
 use bastion_decode::{ProfileOptions, DEFAULT_CALIBRATION_DIR};
+use bastion_eval::reference::{parse_markdown, Comparison};
 use bastion_eval::{Experiment, Shard};
 
-use super::{profile, run, tables, PairArgs, Result, TargetArgs};
+use super::{profile, run, tables, PairArgs, Result, TargetArgs, DEFAULT_MODEL};
 
-/// The default model, fetched by `scripts/fetch-model.sh`.
-const DEFAULT_MODEL: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
-
+/// The main job: every method on the default model over four datasets; prints and writes the tables.
+///
 /// The main job: runs `experiments/default.toml` (SmolLM2 + the shipped drafter,
 /// GSM8K, MATH-500, HumanEval, MT-Bench, every method, T = 0; ~25 min on 2 CPU
 /// cores) and prints and writes its tables. Fetches the default model first if it is
@@ -20,6 +20,11 @@ pub struct Args {
     /// The experiment file.
     #[arg(long, default_value = "experiments/default.toml")]
     experiment: PathBuf,
+    /// Also write the tables and figures over the committed reference
+    /// (`paper_tables/<name>.{md,tex}`, `paper_tables/figures/`); without it they go to
+    /// `results/<name>/` and are compared with the reference.
+    #[arg(long)]
+    update_reference: bool,
 }
 
 /// Runs `bastion reproduce`: fetch the default model and calibrate if needed, then run.
@@ -51,11 +56,43 @@ pub fn run(a: Args) -> Result {
     let results = Path::new("results");
     let opts = run::options(&exp, results, Path::new("datasets"), Shard::default());
     run::sweep(&exp, &opts)?;
-    tables::write_tables(
-        &exp.name,
-        &opts.results_dir,
-        Path::new("paper_tables"),
-        Path::new(tables::DEFAULT_TEMPLATES),
-        &tables::settings_of(&exp),
-    )
+    let reference_dir = Path::new("paper_tables");
+    let reference = reference_dir.join(format!("{}.md", exp.name));
+    // Read before anything is written: with --update-reference the file is replaced.
+    let committed = std::fs::read_to_string(&reference).ok();
+    let out = if a.update_reference { reference_dir } else { opts.results_dir.as_path() };
+    let settings = tables::settings_of(&exp);
+    let t = tables::write_tables(&exp.name, &opts.results_dir, out, Path::new(tables::DEFAULT_TEMPLATES), &settings)?;
+    match committed {
+        Some(text) => print_comparison(&reference, &bastion_eval::reference::compare(&parse_markdown(&text), &t)),
+        None => println!("no committed reference {} to compare with", reference.display()),
+    }
+    Ok(())
+}
+
+/// Prints this run's τ and speedup next to the committed reference's, with a
+/// verdict per figure and a count at the end.
+fn print_comparison(reference: &Path, rows: &[Comparison]) {
+    println!("\nThis run against the committed reference {}:", reference.display());
+    println!("| dataset | method | figure | this run | reference | verdict |");
+    println!("|---|---|---|---:|---:|---|");
+    for c in rows {
+        let unit = if c.figure == "speedup" { "×" } else { "" };
+        println!(
+            "| {} | {} | {} | {:.2}{unit} | {:.2}{unit} ± {:.2} | {} |",
+            c.dataset,
+            c.method,
+            c.figure,
+            c.now,
+            c.reference,
+            c.pm,
+            if c.within { "within" } else { "OUTSIDE" }
+        );
+    }
+    let within = rows.iter().filter(|c| c.within).count();
+    println!(
+        "{within} of {} figures within the reference's 95 % interval (τ is exact at T = 0 on the reference's CPU; \
+         speedups move with the machine). `bastion reproduce --update-reference` replaces the reference.",
+        rows.len()
+    );
 }

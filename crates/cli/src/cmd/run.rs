@@ -9,6 +9,8 @@ use bastion_eval::{Experiment, RunEvent, RunOptions, SampleRecord, Shard};
 
 use super::{progress_bar, say, tables, Result};
 
+/// Run an experiment file: methods × datasets × models × temperatures, resumable.
+///
 /// Run an experiment file (`experiments/*.toml`): every method on every
 /// prompt of its datasets, AR first as the baseline, appending one record
 /// per sample to `results/<name>/samples.jsonl`. Rerun to resume: finished

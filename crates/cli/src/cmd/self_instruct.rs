@@ -11,6 +11,7 @@ use super::{progress_bar, Result, TargetArgs};
 
 /// Training prompts for drafter distillation written by the target (self-instruct).
 ///
+///
 /// For each pair of a seed topic and a kind of request of the domain (lists in
 /// `crates/train/src/self_instruct.rs`) the target writes one request: a chat message, a
 /// competition math problem, or a code task (one line, or a Python header with a docstring).
@@ -51,6 +52,7 @@ pub struct Args {
 /// Runs `bastion self-instruct`.
 pub fn run(a: Args) -> Result {
     a.target.require_real_weights("self-instruct")?;
+    a.target.check_model()?;
     let sets = Datasets::open(&a.datasets)?;
     let mut eval = Vec::new();
     for name in DatasetName::ALL {

@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use bastion_decode::DEFAULT_CALIBRATION_DIR;
+use bastion_eval::provenance::{self, RunInfo};
 use bastion_eval::{figures, merge_shards, tables, Experiment, SampleRecord, SampleStore};
 
 use super::{create_dir, Result};
@@ -11,6 +13,8 @@ use super::{create_dir, Result};
 /// Where the table templates live, relative to the working directory.
 pub const DEFAULT_TEMPLATES: &str = "paper_tables/templates";
 
+/// Rebuild an experiment's tables, figures and frames from its records.
+///
 /// Tables of an experiment's records: per (model, dataset, method, T) τ, TPOT,
 /// speedup vs AR, budget mean/std, and the ddtree-oracle row; printed, and written as
 /// Markdown and LaTeX to `paper_tables/<name>.{md,tex}`, the figures (speedup against
@@ -37,20 +41,97 @@ pub fn run(a: Args) -> Result {
     // The headings' settings need the whole file to validate (its models
     // present); tables of results copied from elsewhere go without them.
     let settings = Experiment::load(&a.experiment, Path::new(".")).map(|e| settings_of(&e)).unwrap_or_default();
-    write_tables(&name, &a.results.join(&name), &a.out, &a.templates, &settings)
+    write_tables(&name, &a.results.join(&name), &a.out, &a.templates, &settings).map(drop)
 }
 
-/// How each model pair of `exp` runs, by pair name, for table headings:
-/// the backend, the weight dtype and, when pruned, the draft vocabulary
-/// (`flex, q8_0 weights, draft vocabulary 1024`).
-pub fn settings_of(exp: &Experiment) -> BTreeMap<String, String> {
-    let settings = |m: &bastion_eval::ModelPair| {
+/// What the tables' headings say about one model pair of an experiment.
+#[derive(Debug, Clone, Default)]
+pub struct Heading {
+    /// How the pair runs: the backend, the weight dtype and, when pruned, the
+    /// draft vocabulary (`flex, q8_0 weights, draft vocabulary 1024`).
+    pub settings: String,
+    /// The target file, the dtype it runs in, the drafter, the calibration
+    /// (when a method reads one) and the token limit.
+    pub files: String,
+    /// The dtype the target runs in (`f32`), for the weight file's line.
+    dtype: String,
+    /// The target file.
+    target: String,
+}
+
+/// The headings of each model pair of `exp`, by pair name.
+pub fn settings_of(exp: &Experiment) -> BTreeMap<String, Heading> {
+    let cost_aware = exp.methods.iter().any(|m| m.spec.method.needs_calibration());
+    let heading = |m: &bastion_eval::ModelPair| {
         let vocab = m.draft_vocab.map(|n| format!(", draft vocabulary {n}")).unwrap_or_default();
-        format!("{}, {} weights{vocab}", exp.backend, m.dtype)
+        let calibration = cost_aware.then(|| {
+            let source = m.calibration_source(false, Path::new(DEFAULT_CALIBRATION_DIR));
+            format!("; calibration {}", source.path(&m.target, exp.backend, m.dtype, m.draft_vocab).display())
+        });
+        Heading {
+            settings: format!("{}, {} weights{vocab}", exp.backend, m.dtype),
+            files: format!(
+                "drafter {}{}; at most {} new tokens",
+                m.drafter.display(),
+                calibration.unwrap_or_default(),
+                exp.max_new_tokens
+            ),
+            dtype: m.dtype.to_string(),
+            target: m.target.display().to_string(),
+        }
     };
-    exp.models.iter().map(|m| (m.name.clone(), settings(m))).collect()
+    exp.models.iter().map(|m| (m.name.clone(), heading(m))).collect()
 }
 
+/// The provenance lines of `table`: where and how its records were made
+/// (`runs`, the experiment's `runs.jsonl`), from which files (`heading`),
+/// on how many prompts, and how many outputs equal AR's (`records`).
+fn provenance(
+    table: &tables::Table,
+    heading: Option<&Heading>,
+    runs: &[RunInfo],
+    records: &[SampleRecord],
+) -> Vec<String> {
+    let mut lines = Vec::new();
+    let ran = provenance::summarise(runs, &table.model);
+    if !ran.machines.is_empty() {
+        let dates = match &ran.dates {
+            Some((a, b)) if a == b => a.clone(),
+            Some((a, b)) => format!("{a} to {b}"),
+            None => "?".into(),
+        };
+        lines.push(format!("Ran on {}; commit {}; {dates} (UTC).", ran.machines.join("; "), ran.commits.join(", ")));
+    }
+    let mine: Vec<&SampleRecord> =
+        records.iter().filter(|r| r.model == table.model && r.temperature == table.temperature).collect();
+    let mut per_set: BTreeMap<String, std::collections::BTreeSet<&str>> = BTreeMap::new();
+    for r in &mine {
+        per_set.entry(r.dataset.to_string()).or_default().insert(&r.prompt_id);
+    }
+    let mut counts: Vec<usize> = per_set.values().map(|p| p.len()).collect();
+    counts.dedup();
+    let prompts = match counts.as_slice() {
+        [n] => format!("{n} prompt{} per set", if *n == 1 { "" } else { "s" }),
+        _ => "prompts per set: the n columns".to_string(),
+    };
+    if let Some(h) = heading {
+        let stored = ran.weights.as_deref().unwrap_or("weight file type not recorded");
+        lines.push(format!("Target {} ({stored}, run with {} weights); {}; {prompts}.", h.target, h.dtype, h.files));
+    } else {
+        lines.push(format!("{prompts}."));
+    }
+    if table.temperature == 0.0 {
+        let checked: Vec<bool> = mine.iter().filter_map(|r| r.identical_to_ar).collect();
+        if !checked.is_empty() {
+            let same = checked.iter().filter(|&&b| b).count();
+            lines.push(format!("{same} of {} speculative outputs identical to AR's.", checked.len()));
+        }
+    }
+    lines
+}
+
+/// Join the shard records of a sharded experiment (Slurm job arrays).
+///
 /// Join the shard records of an experiment (`RESULTS/<name>/shard-*-of-N/`)
 /// into `RESULTS/<name>/samples.jsonl`.
 #[derive(clap::Args, Debug)]
@@ -79,8 +160,8 @@ pub fn write_tables(
     dir: &Path,
     out: &Path,
     templates: &Path,
-    settings: &BTreeMap<String, String>,
-) -> Result {
+    settings: &BTreeMap<String, Heading>,
+) -> Result<Vec<tables::Table>> {
     let path = dir.join("samples.jsonl");
     if !path.is_file() {
         return Err(
@@ -93,19 +174,23 @@ pub fn write_tables(
 
 /// [`write_tables`] of the given records (the frames still go to `dir`).
 ///
-/// `settings` (pair name → backend, dtype, …) goes into each table's heading.
+/// `settings` (pair name → [`Heading`]) and the runs recorded in `dir`
+/// (`runs.jsonl`) go into each table's heading.
 pub fn write_tables_of(
     name: &str,
     records: &[SampleRecord],
     dir: &Path,
     out: &Path,
     templates: &Path,
-    settings: &BTreeMap<String, String>,
-) -> Result {
+    settings: &BTreeMap<String, Heading>,
+) -> Result<Vec<tables::Table>> {
     let summary = tables::summary_frame(records)?;
     let mut t = tables::tables(&summary)?;
+    let runs = provenance::read_runs(dir);
     for table in &mut t {
-        table.settings = settings.get(&table.model).cloned().unwrap_or_default();
+        let heading = settings.get(&table.model);
+        table.settings = heading.map(|h| h.settings.clone()).unwrap_or_default();
+        table.provenance = provenance(table, heading, &runs, records);
     }
     create_dir(out)?;
     let md = tables::render(&templates.join("results.md.j2"), name, &t)?;
@@ -114,7 +199,15 @@ pub fn write_tables_of(
         let p = out.join(format!("{name}.{ext}"));
         std::fs::write(&p, text).map_err(|e| format!("{}: {e}", p.display()))?;
     }
-    tables::write_parquet(records, dir)?;
+    // The same provenance in the frames: each table's lines and the runs themselves.
+    let mut meta: Vec<(String, String)> = t
+        .iter()
+        .map(|table| {
+            (format!("bastion.provenance.{}.T{}", table.model, table.temperature), table.provenance.join("\n"))
+        })
+        .collect();
+    meta.push(("bastion.runs".into(), serde_json::to_string(&runs)?));
+    tables::write_parquet(records, dir, &meta)?;
     let figures = figures::write_figures(name, &t, records, &out.join("figures"))?;
     println!("{md}");
     println!(
@@ -125,5 +218,5 @@ pub fn write_tables_of(
         figures.len(),
         out.join("figures").display()
     );
-    Ok(())
+    Ok(t)
 }

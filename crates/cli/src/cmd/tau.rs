@@ -9,6 +9,8 @@ use bastion_eval::{plan, DraftBastion, DraftDatasets, DraftModel, Experiment, Ex
 
 use super::{create_dir, run, tables, CostArgs, PairArgs, Result};
 
+/// τ and speedup of a drafter on evaluation prompts (a preset over `run`).
+///
 /// τ and speedup of a drafter on evaluation prompts (chat template, T = 0), as
 /// a preset over `bastion run`: writes the experiment it runs to
 /// RESULTS/<name>/experiment.toml, its records to RESULTS/<name>/samples.jsonl
@@ -108,6 +110,7 @@ fn slug(s: &str) -> String {
 /// Runs `bastion tau`.
 pub fn run(a: Args) -> Result {
     a.pair.target.require_real_weights("tau")?;
+    a.pair.target.check_model()?;
     if !a.method.method.needs_drafter() {
         return Err(format!("--method {}: τ needs a speculative method (anything but ar)", a.method).into());
     }

@@ -8,6 +8,8 @@ use bastion_models::{load_model, BackendKind};
 
 use super::{progress_bar, say, Result};
 
+/// Train a DFlash drafter on distilled data (saved in z-lab layout).
+///
 /// Train a DFlash drafter for a target on `bastion distill` output and
 /// save it in z-lab layout (config.json + model.safetensors).
 #[derive(clap::Args, Debug)]

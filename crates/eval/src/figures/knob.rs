@@ -208,6 +208,8 @@ mod tests {
             settings: String::new(),
             temperature: 0.0,
             has_logprob: false,
+            has_skip: false,
+            provenance: Vec::new(),
             datasets: vec!["gsm8k".into(), "humaneval".into()],
             rows: vec![
                 row("ar", vec![cell(1.0, 0.0), cell(1.0, 0.0)]),

@@ -29,6 +29,7 @@ pub use latency::verify_latency;
 use std::path::{Path, PathBuf};
 
 use bastion_decode::Method;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use serde::Serialize;
 
@@ -46,6 +47,43 @@ pub const COLORS: [RGBColor; 6] = [
     RGBColor(140, 86, 75),
 ];
 
+/// A method's colour, the same in every figure: fixed for the harness's
+/// methods (AR grey, the DDTree grid blue, …), and for any other label
+/// (variants, knob values) one of a 20-colour palette chosen by a hash of it.
+pub fn method_color(label: &str) -> RGBColor {
+    const FIXED: [(&str, RGBColor); 9] = [
+        ("ar", RGBColor(127, 127, 127)),
+        ("ddtree", RGBColor(31, 119, 180)),
+        ("dflash", RGBColor(255, 127, 14)),
+        ("caddtree", RGBColor(44, 160, 44)),
+        ("bastion", RGBColor(214, 39, 40)),
+        ("bastion-paper", RGBColor(148, 103, 189)),
+        ("caddtree+skip", RGBColor(140, 86, 75)),
+        ("bastion+skip", RGBColor(227, 119, 194)),
+        ("bastion-paper+skip", RGBColor(188, 189, 34)),
+    ];
+    const MORE: [RGBColor; 11] = [
+        RGBColor(23, 190, 207),
+        RGBColor(174, 199, 232),
+        RGBColor(255, 187, 120),
+        RGBColor(152, 223, 138),
+        RGBColor(255, 152, 150),
+        RGBColor(197, 176, 213),
+        RGBColor(196, 156, 148),
+        RGBColor(247, 182, 210),
+        RGBColor(219, 219, 141),
+        RGBColor(158, 218, 229),
+        RGBColor(57, 59, 121),
+    ];
+    let key = if label.starts_with("ddtree:") || label.starts_with(ORACLE) { "ddtree" } else { label };
+    if let Some((_, c)) = FIXED.iter().find(|(m, _)| *m == key) {
+        return *c;
+    }
+    // FNV-1a: stable across runs and platforms.
+    let h = label.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    MORE[(h % MORE.len() as u64) as usize]
+}
+
 /// One method's point in a speedup-against-budget panel.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BudgetPoint {
@@ -55,6 +93,8 @@ pub struct BudgetPoint {
     pub budget: f64,
     /// Speedup vs AR.
     pub speedup: f64,
+    /// Half the speedup's 95 % bootstrap interval (NaN when undefined).
+    pub speedup_pm: f64,
 }
 
 /// One dataset's panel of the speedup-against-budget figure.
@@ -64,6 +104,8 @@ pub struct BudgetPanel {
     pub dataset: String,
     /// The DDTree grid: (fixed budget, speedup), budgets ascending.
     pub ddtree: Vec<(u32, f64)>,
+    /// Half the 95 % interval of each grid speedup, in `ddtree`'s order.
+    pub ddtree_pm: Vec<f64>,
     /// The other speculative methods at their mean budget (the oracle row
     /// is left out: it is one of the grid points).
     pub others: Vec<BudgetPoint>,
@@ -77,20 +119,25 @@ pub fn budget_curves(table: &Table) -> Vec<BudgetPanel> {
         .iter()
         .enumerate()
         .map(|(d, dataset)| {
-            let mut panel = BudgetPanel { dataset: dataset.clone(), ddtree: Vec::new(), others: Vec::new() };
+            let mut panel =
+                BudgetPanel { dataset: dataset.clone(), ddtree: Vec::new(), ddtree_pm: Vec::new(), others: Vec::new() };
+            let mut grid = Vec::new();
             for row in &table.rows {
                 let Some(cell) = row.cells[d].as_ref().filter(|c| c.speedup.is_finite()) else { continue };
                 if let Some(b) = row.method.strip_prefix("ddtree:").and_then(|n| n.parse::<u32>().ok()) {
-                    panel.ddtree.push((b, cell.speedup));
+                    grid.push((b, cell.speedup, cell.speedup_pm));
                 } else if row.method != "ar" && !row.method.starts_with(ORACLE) && cell.budget.is_finite() {
                     panel.others.push(BudgetPoint {
                         method: row.method.clone(),
                         budget: cell.budget,
                         speedup: cell.speedup,
+                        speedup_pm: cell.speedup_pm,
                     });
                 }
             }
-            panel.ddtree.sort_by_key(|&(b, _)| b);
+            grid.sort_by_key(|&(b, _, _)| b);
+            panel.ddtree = grid.iter().map(|&(b, s, _)| (b, s)).collect();
+            panel.ddtree_pm = grid.iter().map(|&(_, _, pm)| pm).collect();
             panel
         })
         .collect()
@@ -215,18 +262,22 @@ fn speedup_figure(table: &Table, panels: &[BudgetPanel], path: &Path) -> DrawRes
         .titled(&format!("Speedup vs budget: {}, T = {}", table.model, table.temperature), ("sans-serif", 18))
         .map_err(|e| err(&e))?;
     let (plots, strip) = root.split_vertically(300 * rows as u32);
-    let color_of = |m: &str| COLORS[1 + methods.iter().position(|x| *x == m).unwrap_or(0) % (COLORS.len() - 1)];
-    let blue = COLORS[0];
+    let color_of = method_color;
+    let blue = method_color("ddtree");
     let gray = BLACK.mix(0.5);
-    // Budgets on a log2 axis: x = log2(budget), labelled 1, 2, 4, … .
-    let lg = |b: f64| b.max(0.5).log2();
+    // Budgets on a log2 axis from 1 up (x = log2(budget), labelled 1, 2, 4, …) and
+    // linear below it, so that a mean budget of 0 (every round skipped) sits at x = -1,
+    // labelled 0, and 0.5 halfway to 1.
+    let lg = |b: f64| if b < 1.0 { b.max(0.0) - 1.0 } else { b.log2() };
+    let bar = error_bar;
     for (area, panel) in plots.split_evenly((rows, cols)).iter().zip(panels) {
         let xs = panel.ddtree.iter().map(|&(b, _)| f64::from(b)).chain(panel.others.iter().map(|o| o.budget));
         let ys = panel.ddtree.iter().map(|&(_, s)| s).chain(panel.others.iter().map(|o| o.speedup));
         let xs: Vec<f64> = xs.collect();
         let x_lo = lg(xs.iter().copied().fold(1.0f64, f64::min)) - 0.5;
         let x_hi = lg(xs.iter().copied().fold(2.0f64, f64::max)) + 0.6;
-        let y_max = ys.fold(1.0f64, f64::max) * 1.15;
+        let tops = panel.ddtree_pm.iter().chain(panel.others.iter().map(|o| &o.speedup_pm)).map(|pm| pm.max(0.0));
+        let y_max = ys.zip(tops).map(|(y, pm)| if pm.is_finite() { y + pm } else { y }).fold(1.0f64, f64::max) * 1.12;
         let mut chart = ChartBuilder::on(area)
             .caption(&panel.dataset, ("sans-serif", 15))
             .margin(8)
@@ -241,12 +292,14 @@ fn speedup_figure(table: &Table, panels: &[BudgetPanel], path: &Path) -> DrawRes
             .x_labels(12)
             .x_desc("budget (drafted nodes per round)")
             .y_desc("speedup vs AR")
-            // Only whole powers of two get a label.
+            // Whole x: -1 is budget 0, then the powers of two.
             .x_label_formatter(&|x| {
-                if (x - x.round()).abs() < 1e-6 {
-                    format!("{}", 2f64.powf(x.round()))
-                } else {
+                if (x - x.round()).abs() >= 1e-6 || x.round() < -1.0 {
                     String::new()
+                } else if x.round() < 0.0 {
+                    "0".to_string()
+                } else {
+                    format!("{}", 2f64.powf(x.round()))
                 }
             })
             .y_label_formatter(&|y| format!("{y:.1}"))
@@ -258,13 +311,16 @@ fn speedup_figure(table: &Table, panels: &[BudgetPanel], path: &Path) -> DrawRes
         let grid_points: Vec<(f64, f64)> = panel.ddtree.iter().map(|&(b, s)| (lg(f64::from(b)), s)).collect();
         chart.draw_series(LineSeries::new(grid_points.iter().copied(), blue.stroke_width(2))).map_err(|e| err(&e))?;
         chart.draw_series(grid_points.iter().map(|&xy| Circle::new(xy, 3, blue.filled()))).map_err(|e| err(&e))?;
+        for (&(x, y), &pm) in grid_points.iter().zip(&panel.ddtree_pm) {
+            bar(&mut chart, x, y, pm, blue).map_err(|e| err(&e))?;
+        }
+        // The mean budget is the marker's x (the table has its value): no text labels to
+        // overlap where several methods sit at the same budget.
         for o in &panel.others {
             let color = color_of(&o.method);
             let at = (lg(o.budget), o.speedup);
+            bar(&mut chart, at.0, at.1, o.speedup_pm, color).map_err(|e| err(&e))?;
             chart.draw_series([TriangleMarker::new(at, 7, color.filled())]).map_err(|e| err(&e))?;
-            // The mean budget above and right of the marker.
-            let label = Text::new(format!("{:.1}", o.budget), (6, -16), ("sans-serif", 10).into_font().color(&color));
-            chart.draw_series([EmptyElement::at(at) + label]).map_err(|e| err(&e))?;
         }
     }
     // The legend strip: a swatch and a name per series, wrapped like `legend_rows`.
@@ -293,6 +349,26 @@ fn speedup_figure(table: &Table, panels: &[BudgetPanel], path: &Path) -> DrawRes
     root.present().map_err(|e| err(&e))
 }
 
+/// A vertical error bar of ± `pm` at (`x`, `y`); nothing when `pm` is undefined or 0.
+fn error_bar<DB: DrawingBackend>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+    x: f64,
+    y: f64,
+    pm: f64,
+    color: RGBColor,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    if pm.is_finite() && pm > 0.0 {
+        let style = color.stroke_width(1);
+        let cap = 0.06;
+        chart.draw_series([
+            PathElement::new(vec![(x, y - pm), (x, y + pm)], style),
+            PathElement::new(vec![(x - cap, y - pm), (x + cap, y - pm)], style),
+            PathElement::new(vec![(x - cap, y + pm), (x + cap, y + pm)], style),
+        ])?;
+    }
+    Ok(())
+}
+
 fn histogram_figure(model: &str, temperature: f64, hists: &[&AcceptanceHistogram], path: &Path) -> DrawResult {
     let err = |e: &dyn std::fmt::Display| OutputError::Draw { path: path.into(), what: e.to_string() };
     let (rows, cols) = grid(hists.len());
@@ -302,7 +378,7 @@ fn histogram_figure(model: &str, temperature: f64, hists: &[&AcceptanceHistogram
     let root = root
         .titled(&format!("Tokens committed per round: {model}, T = {temperature}"), ("sans-serif", 18))
         .map_err(|e| err(&e))?;
-    for (i, (area, h)) in root.split_evenly((rows, cols)).iter().zip(hists).enumerate() {
+    for (area, h) in root.split_evenly((rows, cols)).iter().zip(hists) {
         let n = h.rounds().max(1) as f64;
         let share: Vec<f64> = h.counts.iter().map(|&c| c as f64 / n).collect();
         let y_max = share.iter().copied().fold(0.05f64, f64::max) * 1.1;
@@ -326,7 +402,7 @@ fn histogram_figure(model: &str, temperature: f64, hists: &[&AcceptanceHistogram
             .y_label_formatter(&|y| format!("{y:.2}"))
             .draw()
             .map_err(|e| err(&e))?;
-        let color = COLORS[i % COLORS.len()];
+        let color = method_color(&h.method);
         chart
             .draw_series(
                 share
@@ -350,10 +426,15 @@ const PHASES: [(&str, CellField); 4] =
 
 fn phase_figure(table: &Table, path: &Path) -> DrawResult {
     let err = |e: &dyn std::fmt::Display| OutputError::Draw { path: path.into(), what: e.to_string() };
-    let (rows, cols) = grid(table.datasets.len());
+    // One panel per dataset, stacked, each as wide as its bars need; method names in
+    // full, turned, under their bars (a label area as tall as the longest name).
+    let rows = table.datasets.len().max(1);
     let methods = table.rows.len();
-    let (width, height) = (60 + 46 * methods as u32 * cols as u32, 300 * rows as u32 + 70);
-    let root = SVGBackend::new(path, (width.max(480), height)).into_drawing_area();
+    let longest = table.rows.iter().map(|r| r.method.chars().count()).max().unwrap_or(4) as u32;
+    let label_area = 16 + 7 * longest;
+    let panel_height = 220 + label_area;
+    let (width, height) = (90 + 52 * methods as u32, panel_height * rows as u32 + 70);
+    let root = SVGBackend::new(path, (width.max(520), height)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let (strip, body) = root.split_vertically(30);
     let body = body
@@ -362,7 +443,7 @@ fn phase_figure(table: &Table, path: &Path) -> DrawResult {
             ("sans-serif", 16),
         )
         .map_err(|e| err(&e))?;
-    for (d, area) in body.split_evenly((rows, cols)).iter().enumerate().take(table.datasets.len()) {
+    for (d, area) in body.split_evenly((rows, 1)).iter().enumerate().take(table.datasets.len()) {
         let bars: Vec<(&str, [f64; 4])> = table
             .rows
             .iter()
@@ -375,9 +456,9 @@ fn phase_figure(table: &Table, path: &Path) -> DrawResult {
         let y_max = bars.iter().map(|(_, v)| v.iter().sum::<f64>()).fold(0.1f64, f64::max) * 1.1;
         let labels: Vec<String> = bars.iter().map(|(m, _)| m.to_string()).collect();
         let mut chart = ChartBuilder::on(area)
-            .caption(&table.datasets[d], ("sans-serif", 13))
+            .caption(&table.datasets[d], ("sans-serif", 14))
             .margin(8)
-            .x_label_area_size(70)
+            .x_label_area_size(label_area)
             .y_label_area_size(44)
             .build_cartesian_2d(-0.5f64..(bars.len().max(1) as f64 - 0.5), 0f64..y_max)
             .map_err(|e| err(&e))?;
@@ -393,7 +474,7 @@ fn phase_figure(table: &Table, path: &Path) -> DrawResult {
                     String::new()
                 }
             })
-            .x_label_style(("sans-serif", 10).into_font().transform(FontTransform::Rotate90))
+            .x_label_style(("sans-serif", 12).into_font().transform(FontTransform::Rotate90))
             .y_desc("ms per round")
             .draw()
             .map_err(|e| err(&e))?;
@@ -491,6 +572,19 @@ mod tests {
         assert_eq!(grid(5), (2, 4));
         assert_eq!(grid(8), (2, 4));
         assert_eq!(grid(9), (3, 4));
+    }
+
+    #[test]
+    fn methods_keep_distinct_colours() {
+        let names =
+            ["ar", "ddtree:4", "dflash", "caddtree", "bastion", "bastion-paper", "caddtree+skip", "bastion+skip"];
+        let colours: Vec<RGBColor> = names.iter().map(|m| method_color(m)).collect();
+        for (i, a) in colours.iter().enumerate() {
+            assert!(colours[i + 1..].iter().all(|b| b != a), "{} shares a colour", names[i]);
+        }
+        // The grid, its budgets and its oracle are one series; any other label is stable.
+        assert_eq!(method_color("ddtree:16"), method_color("ddtree-oracle (4/8)"));
+        assert_eq!(method_color("b[x=1]"), method_color("b[x=1]"));
     }
 
     #[test]

@@ -1,0 +1,163 @@
+//! A run's tables against a committed reference: the Markdown tables
+//! `bastion tables` writes (`paper_tables/<name>.md`) are read back, and each
+//! of this run's τ and speedup figures is set against the reference's value
+//! and its bootstrap interval. `bastion reproduce` prints the comparison
+//! instead of overwriting the reference.
+
+use serde::Serialize;
+
+use crate::tables::Table;
+
+/// One (model, T, dataset, method) cell of a reference table: τ and speedup
+/// with half their 95 % intervals (`None` where the table shows none).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReferenceCell {
+    /// Model pair name.
+    pub model: String,
+    /// Temperature.
+    pub temperature: f64,
+    /// Dataset column.
+    pub dataset: String,
+    /// Method label (row).
+    pub method: String,
+    /// τ.
+    pub tau: f64,
+    /// Half the τ interval.
+    pub tau_pm: Option<f64>,
+    /// Speedup over AR.
+    pub speedup: f64,
+    /// Half the speedup interval.
+    pub speedup_pm: Option<f64>,
+}
+
+/// `1.42× ± 0.16`, `2.08 ± 0.15` or `1.00`: the value and its half interval.
+fn value_pm(cell: &str) -> Option<(f64, Option<f64>)> {
+    let cell = cell.replace('×', "");
+    let mut parts = cell.split('±').map(str::trim);
+    let value = parts.next()?.parse().ok()?;
+    let pm = parts.next().and_then(|p| p.parse().ok());
+    Some((value, pm))
+}
+
+/// The cells of every table in `markdown`, as `bastion tables` renders them
+/// (`results.md.j2`: a `### name: model (settings), T = t` heading, then a
+/// table whose header names `<dataset> τ`, `<dataset> speedup`, …). Rows or
+/// tables in another layout are skipped.
+pub fn parse_markdown(markdown: &str) -> Vec<ReferenceCell> {
+    let mut out = Vec::new();
+    let mut heading: Option<(String, f64)> = None;
+    let mut columns: Vec<String> = Vec::new();
+    for line in markdown.lines() {
+        if let Some(h) = line.strip_prefix("### ") {
+            // `name: model (settings), T = t`
+            let (_, rest) = h.split_once(": ").unwrap_or(("", h));
+            let (left, t) = rest.rsplit_once(", T = ").unwrap_or((rest, "nan"));
+            let model = left.split(" (").next().unwrap_or(left).trim().to_string();
+            heading = Some((model, t.trim().parse().unwrap_or(f64::NAN)));
+            columns.clear();
+            continue;
+        }
+        let Some((model, temperature)) = &heading else { continue };
+        if !line.starts_with('|') {
+            continue;
+        }
+        let cells: Vec<&str> = line.trim().trim_matches('|').split('|').map(str::trim).collect();
+        if cells.first() == Some(&"method") {
+            columns = cells.iter().map(|c| (*c).to_string()).collect();
+            continue;
+        }
+        // Only the results table (its header has `<dataset> τ` columns); the phases table's
+        // header resets the columns.
+        if columns.is_empty() || cells.first().is_some_and(|c| c.starts_with("---")) {
+            continue;
+        }
+        for (i, col) in columns.iter().enumerate() {
+            let Some(dataset) = col.strip_suffix(" τ").filter(|d| *d != "avg") else { continue };
+            let speed_col = format!("{dataset} speedup");
+            let Some(j) = columns.iter().position(|c| *c == speed_col) else { continue };
+            let (Some((tau, tau_pm)), Some((speedup, speedup_pm))) =
+                (cells.get(i).and_then(|c| value_pm(c)), cells.get(j).and_then(|c| value_pm(c)))
+            else {
+                continue;
+            };
+            out.push(ReferenceCell {
+                model: model.clone(),
+                temperature: *temperature,
+                dataset: dataset.to_string(),
+                method: cells[0].to_string(),
+                tau,
+                tau_pm,
+                speedup,
+                speedup_pm,
+            });
+        }
+    }
+    out
+}
+
+/// A row's label as compared: the oracle's per-dataset budgets (`ddtree-oracle
+/// (4/8/4/4)`) may move between runs, so its row is matched by name alone.
+fn row_key(method: &str) -> &str {
+    if method.starts_with("ddtree-oracle") {
+        "ddtree-oracle"
+    } else {
+        method
+    }
+}
+
+/// One figure of this run against the reference.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Comparison {
+    /// Dataset column.
+    pub dataset: String,
+    /// Method label.
+    pub method: String,
+    /// `τ` or `speedup`.
+    pub figure: &'static str,
+    /// This run's value.
+    pub now: f64,
+    /// The reference's value.
+    pub reference: f64,
+    /// The reference's half interval (0 where it shows none).
+    pub pm: f64,
+    /// Whether `now` lies within the reference's interval (widened by the
+    /// table's rounding, 0.005).
+    pub within: bool,
+}
+
+/// This run's `tables` against `reference`: one comparison per τ and
+/// speedup figure that both have (same model, temperature, dataset and
+/// method), in table order.
+pub fn compare(reference: &[ReferenceCell], tables: &[Table]) -> Vec<Comparison> {
+    let mut out = Vec::new();
+    for t in tables {
+        for row in &t.rows {
+            for (dataset, cell) in t.datasets.iter().zip(&row.cells) {
+                let Some(cell) = cell else { continue };
+                let Some(r) = reference.iter().find(|r| {
+                    r.model == t.model
+                        && r.temperature == t.temperature
+                        && &r.dataset == dataset
+                        && row_key(&r.method) == row_key(&row.method)
+                }) else {
+                    continue;
+                };
+                for (figure, now, reference, pm) in
+                    [("τ", cell.tau, r.tau, r.tau_pm), ("speedup", cell.speedup, r.speedup, r.speedup_pm)]
+                {
+                    let pm = pm.unwrap_or(0.0);
+                    out.push(Comparison {
+                        dataset: dataset.clone(),
+                        method: row.method.clone(),
+                        figure,
+                        now,
+                        reference,
+                        pm,
+                        within: (now - reference).abs() <= pm + 0.005,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
