@@ -216,13 +216,6 @@ fn shipped_drafter_generates_ar_text_and_tau_reports() {
 }
 
 #[test]
-fn generate_names_a_missing_model() {
-    let (ok, _, err) = bastion(&["generate", "--model", "no/such.gguf", "--prompt", "hi"]);
-    assert!(!ok);
-    assert!(err.contains("no/such.gguf"), "{err}");
-}
-
-#[test]
 fn generate_speculates_with_the_tiny_pair() {
     // z-lab dflash_generate on fixture prompt 0: 13 rounds committing 71 tokens (the reference's
     // τ 71 / 13 = 5.46); 63 of them reach the 64-token output (the first is the prefill's) over the
