@@ -159,7 +159,9 @@ fn summary_agrees_with_the_records() {
     t[0].has_skip = true;
     let md = render(std::path::Path::new(&format!("{root}/results.md.j2")), "unit", &t).unwrap();
     assert!(
-        md.contains("T = 0.0\n\n- Ran on a test CPU; commit abc_1.\n- 3 of 3 speculative outputs identical to AR's.\n\n"),
+        md.contains(
+            "T = 0.0\n\n- Ran on a test CPU; commit abc_1.\n- 3 of 3 speculative outputs identical to AR's.\n\n"
+        ),
         "{md}"
     );
     assert!(md.contains("`+skip` rows: a round whose draft is not expected to pay"), "{md}");

@@ -65,6 +65,11 @@ fn top_k_bytes(rows: &[usize], k: usize) -> u64 {
     rows.iter().map(|&r| (r * k) as u64 * 8).sum()
 }
 
+/// Opens (creating it if needed) the lock file of a feature file.
+fn open_lock(path: &Path) -> Result<File> {
+    OpenOptions::new().create(true).read(true).write(true).truncate(false).open(path).map_err(io_err(path))
+}
+
 /// Removes `path` if it is there.
 fn remove_if_there(path: &Path) -> Result<()> {
     match std::fs::remove_file(path) {
@@ -182,13 +187,7 @@ impl FeatureFile {
             }
             Ok(Some((file, top_path.clone(), top_k)))
         };
-        let lock = OpenOptions::new()
-            .create(true)
-            .read(true)
-            .write(true)
-            .truncate(false)
-            .open(&lock_path)
-            .map_err(io_err(&lock_path))?;
+        let lock = open_lock(&lock_path)?;
         let locked = |exclusive: bool| {
             let got = if exclusive { lock.try_lock() } else { lock.try_lock_shared() };
             match got {
@@ -394,13 +393,7 @@ impl FeatureFile {
                 continue;
             }
             let lock_path = dir.join(format!("{soft_stem}.lock"));
-            let lock = OpenOptions::new()
-                .create(true)
-                .read(true)
-                .write(true)
-                .truncate(false)
-                .open(&lock_path)
-                .map_err(io_err(&lock_path))?;
+            let lock = open_lock(&lock_path)?;
             if lock.try_lock_shared().is_err() {
                 continue;
             }
