@@ -262,14 +262,12 @@ fn speedup_figure(table: &Table, panels: &[BudgetPanel], path: &Path) -> DrawRes
         .titled(&format!("Speedup vs budget: {}, T = {}", table.model, table.temperature), ("sans-serif", 18))
         .map_err(|e| err(&e))?;
     let (plots, strip) = root.split_vertically(300 * rows as u32);
-    let color_of = method_color;
     let blue = method_color("ddtree");
     let gray = BLACK.mix(0.5);
     // Budgets on a log2 axis from 1 up (x = log2(budget), labelled 1, 2, 4, …) and
     // linear below it, so that a mean budget of 0 (every round skipped) sits at x = -1,
     // labelled 0, and 0.5 halfway to 1.
     let lg = |b: f64| if b < 1.0 { b.max(0.0) - 1.0 } else { b.log2() };
-    let bar = error_bar;
     for (area, panel) in plots.split_evenly((rows, cols)).iter().zip(panels) {
         let xs = panel.ddtree.iter().map(|&(b, _)| f64::from(b)).chain(panel.others.iter().map(|o| o.budget));
         let ys = panel.ddtree.iter().map(|&(_, s)| s).chain(panel.others.iter().map(|o| o.speedup));
@@ -312,14 +310,14 @@ fn speedup_figure(table: &Table, panels: &[BudgetPanel], path: &Path) -> DrawRes
         chart.draw_series(LineSeries::new(grid_points.iter().copied(), blue.stroke_width(2))).map_err(|e| err(&e))?;
         chart.draw_series(grid_points.iter().map(|&xy| Circle::new(xy, 3, blue.filled()))).map_err(|e| err(&e))?;
         for (&(x, y), &pm) in grid_points.iter().zip(&panel.ddtree_pm) {
-            bar(&mut chart, x, y, pm, blue).map_err(|e| err(&e))?;
+            error_bar(&mut chart, x, y, pm, blue).map_err(|e| err(&e))?;
         }
         // The mean budget is the marker's x (the table has its value): no text labels to
         // overlap where several methods sit at the same budget.
         for o in &panel.others {
-            let color = color_of(&o.method);
+            let color = method_color(&o.method);
             let at = (lg(o.budget), o.speedup);
-            bar(&mut chart, at.0, at.1, o.speedup_pm, color).map_err(|e| err(&e))?;
+            error_bar(&mut chart, at.0, at.1, o.speedup_pm, color).map_err(|e| err(&e))?;
             chart.draw_series([TriangleMarker::new(at, 7, color.filled())]).map_err(|e| err(&e))?;
         }
     }
@@ -339,7 +337,7 @@ fn speedup_figure(table: &Table, panels: &[BudgetPanel], path: &Path) -> DrawRes
                 .and_then(|()| strip.draw(&Circle::new((x + 9, y), 3, blue.filled()))),
             _ => {
                 let m = methods[i - 1 - usize::from(has_grid)];
-                strip.draw(&TriangleMarker::new((x + 9, y), 7, color_of(m).filled()))
+                strip.draw(&TriangleMarker::new((x + 9, y), 7, method_color(m).filled()))
             }
         }
         .map_err(|e| err(&e))?;
