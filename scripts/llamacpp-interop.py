@@ -94,23 +94,30 @@ def main():
         right = export(a.drafter, a.model, os.path.join(tmp, "drafter.gguf"))
         wrong = export(a.drafter, a.model, os.path.join(tmp, "reversed", "drafter.gguf"), reverse=True)
         cases = prompts(a.model, a.sets.split(","), a.prompts)
+        # One llama.cpp server at a time: an idle second server in the same process
+        # competes for the 2 cores.
         engines = {
-            "llama.cpp": Engine(a.model, "dflash", drafter=right, n_max=block - 1, threads=a.threads),
-            "llama.cpp, layers reversed": Engine(a.model, "dflash", drafter=wrong, n_max=block - 1,
-                                                    threads=a.threads),
+            "llama.cpp": right,
+            "llama.cpp, layers reversed": wrong,
         }
-        rows, taus = [], {k: [] for k in ["bastion", *engines]}
+        taus = {k: [] for k in ["bastion", *engines]}
+        rows, outputs = [], []
         for name, p in cases:
             b_tau, b_tokens = bastion_tau(a.model, right, p["ids"], a.new_tokens)
             taus["bastion"].append(b_tau)
-            row = [f"{name} {p['id']}", f"{b_tau:.2f}"]
-            for label, engine in engines.items():
+            rows.append([f"{name} {p['id']}", f"{b_tau:.2f}"])
+            outputs.append(b_tokens)
+        for label, drafter in engines.items():
+            engine = Engine(a.model, "dflash", drafter=drafter, n_max=block - 1, threads=a.threads)
+            for (name, p), row, b_tokens in zip(cases, rows, outputs):
                 tokens, timings = engine.generate(p["ids"], a.new_tokens)
                 t = tau(timings)
                 taus[label].append(t)
-                same = next((i for i, (x, y) in enumerate(zip(tokens, b_tokens)) if x != y), min(len(tokens), len(b_tokens)))
+                same = next((i for i, (x, y) in enumerate(zip(tokens, b_tokens)) if x != y),
+                            min(len(tokens), len(b_tokens)))
                 row += [f"{t:.2f}", str(same)]
-            rows.append(row)
+            engine.close()
+        for row in rows:
             print(" | ".join(row), file=sys.stderr)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

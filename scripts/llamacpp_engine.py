@@ -37,7 +37,12 @@ def _quiet():
 
 class Engine:
     """One llama.cpp server for `model` (a GGUF): `mode` is a key of SPEC_TYPES;
-    `drafter` (a dflash GGUF) and `n_max` (draft tokens per round) for dflash."""
+    `drafter` (a dflash GGUF) and `n_max` (draft tokens per round) for dflash.
+
+    Keep one server alive at a time (`close()` the last one first): llama.cpp's
+    worker threads busy-wait between graphs, and an idle second server in the same
+    process starves the one generating on a 2-core machine (CI's interop step,
+    two servers at once, did not end within CI's time limit)."""
 
     def __init__(self, model, mode="ar", drafter=None, n_max=None, threads=2, n_ctx=2048):
         if mode not in SPEC_TYPES:
@@ -48,8 +53,9 @@ class Engine:
         p.model.path = str(model)
         p.n_ctx = n_ctx
         p.n_parallel = 1
-        p.cpuparams.n_threads = threads
-        p.cpuparams_batch.n_threads = threads
+        for cpu in (p.cpuparams, p.cpuparams_batch, p.speculative.draft.cpuparams,
+                    p.speculative.draft.cpuparams_batch):
+            cpu.n_threads = threads
         p.warmup = False
         p.sampling.temp = 0.0
         if SPEC_TYPES[mode]:
@@ -58,11 +64,13 @@ class Engine:
                 p.speculative.draft.n_max = n_max
             if drafter:
                 p.speculative.draft.mparams.path = str(drafter)
-                p.speculative.draft.cpuparams.n_threads = threads
-                p.speculative.draft.cpuparams_batch.n_threads = threads
         self.mode, self.n_max = mode, n_max
         with _quiet():
             self.server = xl.Server(p)
+
+    def close(self):
+        """Stop the server and free its model (its threads end with it)."""
+        self.server = None
 
     def generate(self, ids, new_tokens):
         """Greedy continuation of the prompt `ids`: (tokens, timings). timings:
