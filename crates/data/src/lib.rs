@@ -27,6 +27,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+mod files;
+pub use files::{DatasetFile, FileLayout, PromptSource};
+
 /// The committed checksums: the expected hash of every dataset file.
 const SHA256SUMS: &str = include_str!("../../../datasets/SHA256SUMS");
 
@@ -92,6 +95,53 @@ pub enum DatasetName {
     MtBench,
     /// Alpaca (a 1000-record sample; see `datasets/SOURCES.md`).
     Alpaca,
+    /// A user's own JSONL file, by the name its experiment gives it
+    /// (`[[datasets.files]]`, [`DatasetFile`]).
+    User(UserName),
+}
+
+/// The name of a user's dataset file: interned, so that [`DatasetName`] stays
+/// `Copy`. A name is a non-empty run of letters, digits, `-`, `_` and `.`
+/// (it names result rows and file paths) and is not a built-in set's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct UserName(&'static str);
+
+impl UserName {
+    /// Interns `name` (each distinct name is leaked once: an experiment
+    /// names a handful).
+    ///
+    /// # Errors
+    /// [`DataError::Selection`] for an empty name, a character outside
+    /// letters, digits, `-`, `_`, `.`, or a built-in set's name.
+    pub fn new(name: &str) -> Result<Self> {
+        if name.is_empty() || !name.chars().all(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | '.')) {
+            return Err(DataError::Selection(format!(
+                "dataset name `{name}`: expected letters, digits, `-`, `_` or `.` (it names result rows and files)"
+            )));
+        }
+        if DatasetName::ALL.iter().any(|d| d.as_str() == name) {
+            return Err(DataError::Selection(format!(
+                "dataset name `{name}` is a built-in set's; give your file another name"
+            )));
+        }
+        static NAMES: std::sync::Mutex<std::collections::BTreeSet<&'static str>> =
+            std::sync::Mutex::new(std::collections::BTreeSet::new());
+        let mut names = NAMES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let interned = match names.get(name) {
+            Some(&n) => n,
+            None => {
+                let n: &'static str = Box::leak(name.to_string().into_boxed_str());
+                names.insert(n);
+                n
+            }
+        };
+        Ok(Self(interned))
+    }
+
+    /// The name.
+    pub fn as_str(self) -> &'static str {
+        self.0
+    }
 }
 
 impl DatasetName {
@@ -102,6 +152,7 @@ impl DatasetName {
     /// The name used in experiment files and tables.
     pub fn as_str(self) -> &'static str {
         match self {
+            Self::User(n) => n.as_str(),
             Self::Gsm8k => "gsm8k",
             Self::Math500 => "math500",
             Self::Aime25 => "aime25",
@@ -112,9 +163,11 @@ impl DatasetName {
         }
     }
 
-    /// The file under `datasets/`.
+    /// The file under `datasets/`; a user's set names its file's name
+    /// (`<name>.jsonl`; its path is the [`DatasetFile`]'s).
     pub fn file_name(self) -> &'static str {
         match self {
+            Self::User(n) => n.as_str(),
             Self::Gsm8k => "gsm8k.jsonl",
             Self::Math500 => "math500.jsonl",
             Self::Aime25 => "aime25.jsonl",
@@ -139,10 +192,13 @@ impl FromStr for DatasetName {
     }
 }
 
+/// Stored names (records, settings): a built-in set's or a user's file's.
+/// Experiment files and the CLI parse with [`FromStr`], which takes the
+/// built-in names only (a user's set is declared with its file).
 impl TryFrom<String> for DatasetName {
     type Error = DataError;
     fn try_from(s: String) -> Result<Self> {
-        s.parse()
+        s.parse().or_else(|_| UserName::new(&s).map(Self::User))
     }
 }
 
@@ -254,6 +310,12 @@ impl Datasets {
     /// [`DataError::Checksum`] for a modified file, [`DataError::Record`]
     /// naming the line and field of a malformed record.
     pub fn load(&self, name: DatasetName, selection: &Selection) -> Result<Vec<Prompt>> {
+        if let DatasetName::User(n) = name {
+            return Err(DataError::Selection(format!(
+                "`{}` is a user's dataset: load it from its file ([[datasets.files]])",
+                n.as_str()
+            )));
+        }
         let file = name.file_name();
         let bytes = self.read_verified(file)?;
         let subset = if selection.paper_subset { self.subset(name)? } else { None };
@@ -555,6 +617,9 @@ fn template(name: DatasetName, index: usize, r: &Value) -> std::result::Result<P
             let input = r.get("input").and_then(Value::as_str).unwrap_or("");
             let turn = if input.is_empty() { instruction } else { format!("{instruction}\n\nInput:\n{input}") };
             (None, vec![turn])
+        }
+        DatasetName::User(n) => {
+            return Err(("(file)".to_string(), format!("a built-in set; `{}` is a user's file", n.as_str())))
         }
     };
     Ok(Prompt { dataset: name, index, id: id.unwrap_or_else(|| index.to_string()), turns })

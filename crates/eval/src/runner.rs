@@ -191,7 +191,7 @@ pub fn plan(exp: &Experiment, datasets_dir: &Path, shard: Shard) -> Result<Vec<S
     let data = Datasets::open(datasets_dir)?;
     let mut prompts: Vec<Prompt> = Vec::new();
     for &d in &exp.datasets {
-        prompts.extend(data.load(d, &exp.selection)?);
+        prompts.extend(exp.prompts(&data, d)?);
     }
     let mine: Vec<&Prompt> =
         prompts.iter().enumerate().filter(|(k, _)| k % shard.count == shard.index).map(|(_, p)| p).collect();
@@ -310,6 +310,23 @@ fn settings_of(exp: &Experiment) -> serde_json::Value {
     // Records written without AR carry no lossless verdict: AR may not be added later.
     if !exp.ar_baseline {
         settings["ar_baseline"] = false.into();
+    }
+    // A user's file keys its records by its own ids: another template or another
+    // content under the same name must not resume into them.
+    if !exp.dataset_files.is_empty() {
+        settings["dataset_files"] = exp
+            .dataset_files
+            .iter()
+            .map(|f| {
+                serde_json::json!({
+                    "name": f.name.as_str(),
+                    "path": f.path.display().to_string(),
+                    "prompt": format!("{:?}", f.prompt),
+                    "id": f.id,
+                    "sha256": f.sha256().unwrap_or_default(),
+                })
+            })
+            .collect();
     }
     settings
 }

@@ -48,7 +48,7 @@ use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
-use bastion_data::{DatasetName, Selection};
+use bastion_data::{DatasetFile, DatasetName, Selection};
 use bastion_decode::{BastionRule, Variant};
 use bastion_models::BackendKind;
 use bastion_tree::OnlineConfig;
@@ -123,8 +123,10 @@ pub struct Experiment {
     pub first_turn_only: bool,
     /// Model pairs.
     pub models: Vec<ModelPair>,
-    /// Datasets in file order.
+    /// Datasets in file order: the built-in `names`, then the `files`.
     pub datasets: Vec<DatasetName>,
+    /// The user's own sets (`[[datasets.files]]`), their paths resolved.
+    pub dataset_files: Vec<DatasetFile>,
     /// Which prompts of each dataset.
     pub selection: Selection,
     /// BASTION's size rules.
@@ -138,6 +140,22 @@ pub struct Experiment {
 }
 
 impl Experiment {
+    /// The prompts of dataset `name`: from its `[[datasets.files]]` file, or
+    /// the built-in set under `data`.
+    ///
+    /// # Errors
+    /// The dataset's load error (file, line, field).
+    pub fn prompts(
+        &self,
+        data: &bastion_data::Datasets,
+        name: DatasetName,
+    ) -> Result<Vec<bastion_data::Prompt>, bastion_data::DataError> {
+        match self.dataset_files.iter().find(|f| f.name == name) {
+            Some(f) => f.load(&self.selection),
+            None => data.load(name, &self.selection),
+        }
+    }
+
     /// Whether the method labelled `label` runs on `model` at `temperature`.
     pub fn runs(&self, label: &str, model: &str, temperature: f64) -> bool {
         self.scopes.get(label).is_none_or(|s| s.covers(model, temperature))
@@ -190,13 +208,34 @@ struct RawModel {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawDatasets {
-    names: Spanned<Vec<Spanned<String>>>,
+    #[serde(default)]
+    names: Option<Spanned<Vec<Spanned<String>>>>,
+    #[serde(default)]
+    files: Option<Spanned<Vec<RawDatasetFile>>>,
     #[serde(default)]
     subset: Option<Spanned<Parsed<Subset>>>,
     #[serde(default)]
     max_samples: Option<Spanned<i64>>,
     #[serde(default)]
     turns: Option<Spanned<Parsed<Turns>>>,
+}
+
+/// A `[[datasets.files]]` entry: a user's JSONL evaluation set.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDatasetFile {
+    name: Spanned<String>,
+    path: Spanned<String>,
+    #[serde(default)]
+    layout: Option<Spanned<Parsed<bastion_data::FileLayout>>>,
+    #[serde(default)]
+    prompt: Option<Spanned<String>>,
+    #[serde(default)]
+    turns: Option<Spanned<String>>,
+    #[serde(default)]
+    template: Option<Spanned<String>>,
+    #[serde(default)]
+    id: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -360,7 +399,7 @@ impl Experiment {
         // the models' block size, a BASTION `cap` by the rule's floor.
         let names: Vec<String> = models.iter().map(|m| m.name.clone()).collect();
         let (methods, scopes) = variants(&loc, &raw, methods, (block_size, bastion_rule), (&names, &temperatures))?;
-        let (datasets, selection, first_turn_only) = datasets(&loc, raw.datasets.get_ref())?;
+        let (datasets, dataset_files, selection, first_turn_only) = datasets(&loc, &raw.datasets, base)?;
         Ok(Experiment {
             file: file.to_path_buf(),
             name,
@@ -375,6 +414,7 @@ impl Experiment {
             first_turn_only,
             models,
             datasets,
+            dataset_files,
             selection,
             bastion_rule,
             online,

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use bastion_data::{DatasetName, Selection};
+use bastion_data::{DatasetFile, DatasetName, FileLayout, PromptSource, Selection};
 use bastion_decode::{BastionRule, Method, MethodSpec, Variant};
 use bastion_models::{load_config, DrafterConfig};
 use toml::Spanned;
@@ -249,11 +249,21 @@ pub(super) fn variants(
     Ok((methods, scopes))
 }
 
-/// The `[datasets]` table: names (none twice), the subset rule and the turns.
-pub(super) fn datasets(loc: &Locator<'_>, d: &RawDatasets) -> Result<(Vec<DatasetName>, Selection, bool), SpecError> {
-    nonempty(loc, &d.names, "datasets.names")?;
+/// The `[datasets]` table: built-in names and the user's files (at least
+/// one set, none twice; a file's path resolved against `base` and present),
+/// the subset rule and the turns.
+pub(super) fn datasets(
+    loc: &Locator<'_>,
+    d: &Spanned<RawDatasets>,
+    base: &Path,
+) -> Result<(Vec<DatasetName>, Vec<DatasetFile>, Selection, bool), SpecError> {
+    let (names, files) = (d.get_ref().names.as_ref(), d.get_ref().files.as_ref());
+    if names.is_none_or(|n| n.get_ref().is_empty()) && files.is_none_or(|f| f.get_ref().is_empty()) {
+        let span = names.map_or(d.span(), Spanned::span);
+        return Err(loc.at(span, "datasets.names", "expected at least one set (names, or [[datasets.files]])"));
+    }
     let mut datasets = Vec::new();
-    for (i, n) in d.names.get_ref().iter().enumerate() {
+    for (i, n) in names.map_or(&[][..], |n| n.get_ref().as_slice()).iter().enumerate() {
         let field = format!("datasets.names[{i}]");
         let name: DatasetName = n.get_ref().parse().map_err(|e| loc.at(n.span(), &field, format!("{e}")))?;
         if datasets.contains(&name) {
@@ -261,8 +271,52 @@ pub(super) fn datasets(loc: &Locator<'_>, d: &RawDatasets) -> Result<(Vec<Datase
         }
         datasets.push(name);
     }
+    let mut user = Vec::new();
+    for (i, f) in files.map_or(&[][..], |f| f.get_ref().as_slice()).iter().enumerate() {
+        let field = |k: &str| format!("datasets.files[{i}].{k}");
+        let sources: Vec<(&str, &Spanned<String>)> =
+            [("prompt", &f.prompt), ("turns", &f.turns), ("template", &f.template)]
+                .into_iter()
+                .filter_map(|(k, v)| v.as_ref().map(|v| (k, v)))
+                .collect();
+        if let [_, (k, v), ..] = sources[..] {
+            return Err(loc.at(v.span(), field(k), "expected one of prompt, turns and template, not several"));
+        }
+        let prompt = sources.first().map(|&(k, v)| {
+            let v = v.get_ref().clone();
+            match k {
+                "prompt" => PromptSource::Field(v),
+                "turns" => PromptSource::Turns(v),
+                _ => PromptSource::Template(v),
+            }
+        });
+        let layout = f.layout.as_ref().map_or(FileLayout::Generic, |l| l.get_ref().0);
+        let path = base.join(f.path.get_ref());
+        if !path.is_file() {
+            return Err(loc.at(
+                f.path.span(),
+                field("path"),
+                format!("{} does not exist: expected a JSONL file, one record per line", f.path.get_ref()),
+            ));
+        }
+        let file = DatasetFile::new(f.name.get_ref(), path, layout, prompt, f.id.as_ref().map(|v| v.get_ref().clone()))
+            .map_err(|e| {
+                let (k, span) = match sources.first() {
+                    Some(&(k, v)) if e.to_string().contains("template") => (k, v.span()),
+                    _ if e.to_string().contains("expected `prompt`") => ("prompt", f.name.span()),
+                    _ => ("name", f.name.span()),
+                };
+                loc.at(span, field(k), e.to_string())
+            })?;
+        if datasets.contains(&file.name) {
+            return Err(loc.at(f.name.span(), field("name"), format!("{} is listed twice", file.name)));
+        }
+        datasets.push(file.name);
+        user.push(file);
+    }
+    let d = d.get_ref();
     let paper_subset = d.subset.as_ref().is_none_or(|s| s.get_ref().0 == Subset::Paper);
     let max_samples = d.max_samples.as_ref().map(|m| positive(loc, m, "datasets.max_samples")).transpose()?;
     let first_turn_only = d.turns.as_ref().is_some_and(|t| t.get_ref().0 == Turns::First);
-    Ok((datasets, Selection { paper_subset, max_samples }, first_turn_only))
+    Ok((datasets, user, Selection { paper_subset, max_samples }, first_turn_only))
 }

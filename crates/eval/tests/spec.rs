@@ -211,6 +211,10 @@ fn shipped_experiments_validate() {
     assert_eq!(default.temperatures, [0.0]);
     // The pruned-vocabulary comparison in q8_0: the same pair three times, the others over the
     // drafter's draft_vocab.json (its file must hold the 1,024 and 4,096 tokens asked for).
+    // A user's own JSONL files and the LiveCodeBench / LongBench layouts.
+    let own = Experiment::load(&r.join("experiments/own-data.toml"), &r).unwrap();
+    let names: Vec<&str> = own.datasets.iter().map(|d| d.as_str()).collect();
+    assert_eq!(names, ["gsm8k", "my-questions", "livecodebench-sample", "longbench-sample"]);
     let vocab = Experiment::load(&r.join("experiments/draft-vocab.toml"), &r).unwrap();
     assert_eq!(vocab.models.iter().map(|m| m.draft_vocab).collect::<Vec<_>>(), [None, Some(1024), Some(4096)]);
     assert!(vocab.models.iter().all(|m| m.dtype == bastion_models::WeightDtype::Q8_0));
@@ -466,4 +470,62 @@ fn malformed_variants_name_the_file_line_and_field() {
 fn experiment_toml_corpus() {
     let n = bastion_testkit::replay_fuzz_corpus("experiment_toml", bastion_eval::spec::fuzz_experiment);
     assert!(n >= 7, "the shipped experiment files are seeds");
+}
+
+/// [`GOOD`] with a `[[datasets.files]]` entry whose lines after `name` are `body`.
+fn with_file(name: &str, body: &str) -> String {
+    with("max_samples = 2", &format!("max_samples = 2\n\n[[datasets.files]]\nname = \"{name}\"\n{body}"))
+}
+
+#[test]
+fn a_users_files_are_read_and_their_mistakes_named() {
+    let mine = "path = \"experiments/data/my-questions.jsonl\"\nprompt = \"question\"";
+    let e = parse(&with_file("mine", mine)).unwrap();
+    let names: Vec<&str> = e.datasets.iter().map(|d| d.as_str()).collect();
+    assert_eq!(names, ["gsm8k", "mt-bench", "mine"], "built-in names first, then the files");
+    assert_eq!(e.dataset_files.len(), 1);
+    assert!(e.dataset_files[0].path.ends_with("experiments/data/my-questions.jsonl"));
+    // Only files, no names.
+    let only = with_file("mine", mine).replace("names = [\"gsm8k\", \"mt-bench\"]\n", "");
+    assert_eq!(parse(&only).unwrap().datasets.len(), 1);
+    let cases: Vec<(String, &str, &str)> = vec![
+        (
+            with_file("mine", "path = \"no/such.jsonl\"\nprompt = \"question\""),
+            "20:8: datasets.files[0].path",
+            "does not exist",
+        ),
+        (
+            with_file("mine", &format!("{mine}\ntemplate = \"Q: {{{{ question }}}}\"")),
+            "22:12: datasets.files[0].template",
+            "one of prompt, turns and template",
+        ),
+        (with_file("gsm8k", mine), "19:8: datasets.files[0].name", "built-in"),
+        (with_file("my set", mine), "19:8: datasets.files[0].name", "expected letters, digits"),
+        (with_file("mine", &format!("{mine}\nquestion = \"q\"")), "22:1: datasets.files[0].question", "unknown field"),
+        (
+            with_file("mine", "path = \"experiments/data/my-questions.jsonl\"\nlayout = \"lcb\""),
+            "21:10: datasets.files[0].layout",
+            "unknown layout `lcb`",
+        ),
+        (
+            with_file("mine", "path = \"experiments/data/my-questions.jsonl\""),
+            "19:8: datasets.files[0].prompt",
+            "expected `prompt`",
+        ),
+        (
+            with_file("mine", "path = \"experiments/data/my-questions.jsonl\"\ntemplate = \"{{ q \""),
+            "21:12: datasets.files[0].template",
+            "does not parse",
+        ),
+    ];
+    for (text, at, msg) in cases {
+        let e = parse(&text).expect_err(at);
+        assert!(e.contains(at), "want `{at}` in: {e}");
+        assert!(e.contains(msg), "want `{msg}` in: {e}");
+    }
+    // The same name twice.
+    let twice = format!("{}\n\n[[datasets.files]]\nname = \"mine\"\n{mine}\n", with_file("mine", mine));
+    let twice = twice.replace("[bastion]\nrule = \"raw\"\nonline_forgetting = 0.8\n", "");
+    let e = parse(&twice).unwrap_err();
+    assert!(e.contains("datasets.files[1].name") && e.contains("listed twice"), "{e}");
 }
