@@ -35,14 +35,18 @@ pub enum FileLayout {
     /// `test*.jsonl`: `question_id`, `question_content`, `starter_code`, …),
     /// prompted as LiveCodeBench prompts generic chat models
     /// (`lcb_runner/prompts/code_generation.py`: the system sentence, then
-    /// the question and the format with or without starter code). The
-    /// system sentence opens the user message here, since the target's chat
-    /// template supplies its own system turn.
+    /// the question and the format with or without starter code). One
+    /// deviation: LiveCodeBench sends the system sentence as a system turn;
+    /// here it opens the user message, since a prompt is user turns wrapped
+    /// in the target's chat template (with whatever system turn that adds).
     LiveCodeBench,
     /// LongBench (`THUDM/LongBench` `data/*.jsonl`: `_id`, `context`,
     /// `input`, `answers`, …): the context, then the question when `input`
-    /// is not empty. LongBench's own prompts differ per task
-    /// (`config/dataset2prompt.json`): give one as the template to use it.
+    /// is not empty, in a generic prompt of Bastion's own. LongBench's
+    /// prompts differ per task (`config/dataset2prompt.json`): give one as
+    /// the template to use it. Contexts are not truncated (LongBench cuts
+    /// the middle of a context longer than the model's window): a prompt
+    /// longer than the target's context fails when it runs.
     LongBench,
 }
 
@@ -96,9 +100,13 @@ pub struct DatasetFile {
     pub path: PathBuf,
     /// The user message(s) of a record.
     pub prompt: PromptSource,
-    /// The field holding a record's id (a string or a number); `id` when
-    /// not given, and the 0-based line index for records without it.
+    /// The field holding a record's id (a string or a number): the
+    /// experiment's or the layout's, required on every record; or, when
+    /// neither names one, `id` where a record has it and else the 0-based
+    /// line index. Ids are unique within the file (they key the records).
     pub id: String,
+    /// Whether every record must have the id field (it was named).
+    pub id_required: bool,
 }
 
 impl DatasetFile {
@@ -129,8 +137,9 @@ impl DatasetFile {
                 .template_from_str(t)
                 .map_err(|e| DataError::Selection(format!("dataset `{name}`: the template does not parse: {e}")))?;
         }
-        let id = id.or(preset_id.map(str::to_string)).unwrap_or_else(|| "id".to_string());
-        Ok(Self { name, path: path.into(), prompt, id })
+        let id = id.or(preset_id.map(str::to_string));
+        let id_required = id.is_some();
+        Ok(Self { name, path: path.into(), prompt, id: id.unwrap_or_else(|| "id".to_string()), id_required })
     }
 
     /// Reads the file: the first `selection.max_samples` records in file
@@ -166,6 +175,7 @@ impl DatasetFile {
             _ => None,
         };
         let mut out = Vec::new();
+        let mut seen = std::collections::HashMap::new();
         for (i, line) in text.lines().enumerate() {
             if out.len() >= max.unwrap_or(usize::MAX) {
                 break;
@@ -190,13 +200,23 @@ impl DatasetFile {
                     .and_then(|t| t.iter().map(|x| x.as_str().map(str::to_string)).collect::<Option<Vec<_>>>())
                     .ok_or_else(|| err(i + 1, f, "a non-empty array of strings (the user turns)".into()))?,
                 (PromptSource::Template(_), Some(t)) => {
-                    let rendered = t.render(minijinja::Value::from(minijinja::value::Serde(&record))).map_err(|e| {
-                        // Name the fields the template prints that this record lacks.
+                    let render = |r: &Value| t.render(minijinja::Value::from(minijinja::value::Serde(r)));
+                    let rendered = render(&record).map_err(|e| {
+                        // The fields the template uses that this record lacks; name the first
+                        // one that is printed (not only tested): with every other missing
+                        // field filled in, the record still fails without it.
                         let mut missing: Vec<String> =
                             t.undeclared_variables(false).into_iter().filter(|v| record.get(v).is_none()).collect();
                         missing.sort();
-                        match missing.first() {
-                            Some(f) => err(i + 1, f, "a value (the template uses it)".into()),
+                        let fill = |skip: &str| {
+                            let mut r = record.clone();
+                            for m in missing.iter().filter(|m| m.as_str() != skip) {
+                                r[m.as_str()] = Value::String(String::new());
+                            }
+                            r
+                        };
+                        match missing.iter().find(|m| render(&fill(m)).is_err()) {
+                            Some(f) => err(i + 1, f, "a value (the template prints it)".into()),
                             None => err(i + 1, "(template)", format!("a record the template renders ({e})")),
                         }
                     })?;
@@ -207,10 +227,16 @@ impl DatasetFile {
             if turns.iter().all(|t| t.trim().is_empty()) {
                 return Err(err(i + 1, "(prompt)", "a non-empty prompt".into()));
             }
-            let id = record
-                .get(&self.id)
-                .filter(|v| !v.is_null())
-                .map_or_else(|| i.to_string(), |v| v.as_str().map_or_else(|| v.to_string(), str::to_string));
+            let id = match record.get(&self.id).filter(|v| !v.is_null()) {
+                Some(v) => v.as_str().map_or_else(|| v.to_string(), str::to_string),
+                None if self.id_required => {
+                    return Err(err(i + 1, &self.id, "an id (a string or a number) on every record".into()))
+                }
+                None => i.to_string(),
+            };
+            if let Some(first) = seen.insert(id.clone(), i + 1) {
+                return Err(err(i + 1, &self.id, format!("a unique id (`{id}` is also line {first}'s)")));
+            }
             out.push(Prompt { dataset: self.name, index: i, id, turns });
         }
         if out.is_empty() && max != Some(0) {
@@ -285,7 +311,27 @@ mod tests {
         assert_eq!(e, "mine.jsonl:0: field `(file)`: expected at least one record");
         let t = file(FileLayout::Generic, Some(PromptSource::Template("{{ context }} {{ input }}".into())));
         let e = t.parse(b"{\"context\": \"c\"}\n", None).unwrap_err().to_string();
-        assert_eq!(e, "mine.jsonl:1: field `input`: expected a value (the template uses it)");
+        assert_eq!(e, "mine.jsonl:1: field `input`: expected a value (the template prints it)");
+        // A field only tested (`hint`) is not the one named.
+        let t = file(FileLayout::Generic, Some(PromptSource::Template("Q: {{ q }}{% if hint %}!{% endif %}".into())));
+        let e = t.parse(b"{\"x\": 1}\n", None).unwrap_err().to_string();
+        assert_eq!(e, "mine.jsonl:1: field `q`: expected a value (the template prints it)");
+        // Ids key the records: unique, and present when named.
+        let ids = DatasetFile::new(
+            "mine",
+            "mine.jsonl",
+            FileLayout::Generic,
+            Some(PromptSource::Field("q".into())),
+            Some("qid".into()),
+        )
+        .unwrap();
+        let e = ids.parse(b"{\"q\": \"a\", \"qid\": 1}\n{\"q\": \"b\", \"qid\": 1}\n", None).unwrap_err().to_string();
+        assert_eq!(e, "mine.jsonl:2: field `qid`: expected a unique id (`1` is also line 1's)");
+        let e = ids.parse(b"{\"q\": \"a\"}\n", None).unwrap_err().to_string();
+        assert_eq!(e, "mine.jsonl:1: field `qid`: expected an id (a string or a number) on every record");
+        // Without a named id field, a line index may not collide with a record's own id.
+        let e = f.parse(b"{\"q\": \"a\", \"id\": 1}\n{\"q\": \"b\"}\n", None).unwrap_err().to_string();
+        assert!(e.contains("expected a unique id (`1` is also line 1's)"), "{e}");
         let turns = file(FileLayout::Generic, Some(PromptSource::Turns("turns".into())));
         let e = turns.parse(br#"{"turns": []}"#, None).unwrap_err().to_string();
         assert!(e.contains("field `turns`: expected a non-empty array of strings"), "{e}");

@@ -37,7 +37,7 @@ const SHA256SUMS: &str = include_str!("../../../datasets/SHA256SUMS");
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
     /// The dataset name is not one of [`DatasetName::ALL`].
-    #[error("unknown dataset `{0}`; expected one of: gsm8k, math500, aime25, humaneval, mbpp, mt-bench, alpaca")]
+    #[error("unknown dataset `{0}`; expected one of: gsm8k, math500, aime25, humaneval, mbpp, mt-bench, alpaca (your own JSONL files go under [[datasets.files]])")]
     UnknownName(String),
     /// A file could not be read.
     #[error("cannot read {path}: {source}")]
@@ -163,8 +163,8 @@ impl DatasetName {
         }
     }
 
-    /// The file under `datasets/`; a user's set names its file's name
-    /// (`<name>.jsonl`; its path is the [`DatasetFile`]'s).
+    /// The file under `datasets/`; for a user's set, its name (its file's
+    /// path is the [`DatasetFile`]'s).
     pub fn file_name(self) -> &'static str {
         match self {
             Self::User(n) => n.as_str(),
@@ -308,7 +308,9 @@ impl Datasets {
     ///
     /// # Errors
     /// [`DataError::Checksum`] for a modified file, [`DataError::Record`]
-    /// naming the line and field of a malformed record.
+    /// naming the line and field of a malformed record,
+    /// [`DataError::Selection`] for a user's set (load it with
+    /// [`DatasetFile::load`]).
     pub fn load(&self, name: DatasetName, selection: &Selection) -> Result<Vec<Prompt>> {
         if let DatasetName::User(n) = name {
             return Err(DataError::Selection(format!(

@@ -456,15 +456,18 @@ pub fn check_lossless(exp: &Experiment, records: &[SampleRecord]) -> Result<(), 
 /// [`RunError`] from loading, decoding or writing; records stored before
 /// the error are kept. [`RunError::OtherSettings`] when `opts.results_dir` holds
 /// results of other settings (`settings.json`: backend, max_new_tokens,
-/// BASTION rule and λ, model files, first turn only, no AR baseline).
+/// BASTION rule and λ, model files, first turn only, no AR baseline, the
+/// user's dataset files and their contents).
 pub fn run(
     exp: &Experiment,
     opts: &RunOptions,
     on_event: &mut dyn FnMut(RunEvent<'_>),
 ) -> Result<Vec<SampleRecord>, RunError> {
+    // The prompts first: a dataset file that does not load records no settings, so the
+    // run after the fix is not refused as one of other settings.
+    let samples = plan(exp, &opts.datasets_dir, opts.shard)?;
     check_settings(exp, &opts.results_dir)?;
     crate::provenance::record_run(&opts.results_dir, &crate::provenance::RunInfo::now(exp, opts.shard))?;
-    let samples = plan(exp, &opts.datasets_dir, opts.shard)?;
     let mut store = SampleStore::open(&opts.shard.samples_path(&opts.results_dir))?;
     check_variants(exp, store.records(), &opts.results_dir)?;
     let todo: Vec<&Sample> = samples.iter().filter(|s| !store.contains(&s.key)).collect();

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use bastion_data::{DatasetFile, DatasetName, FileLayout, PromptSource, Selection};
+use bastion_data::{DatasetFile, DatasetName, FileLayout, PromptSource, Selection, UserName};
 use bastion_decode::{BastionRule, Method, MethodSpec, Variant};
 use bastion_models::{load_config, DrafterConfig};
 use toml::Spanned;
@@ -299,13 +299,12 @@ pub(super) fn datasets(
                 format!("{} does not exist: expected a JSONL file, one record per line", f.path.get_ref()),
             ));
         }
+        UserName::new(f.name.get_ref()).map_err(|e| loc.at(f.name.span(), field("name"), e.to_string()))?;
+        // With a valid name, what is left to refuse is the prompt: none given, or a
+        // template that does not parse.
         let file = DatasetFile::new(f.name.get_ref(), path, layout, prompt, f.id.as_ref().map(|v| v.get_ref().clone()))
             .map_err(|e| {
-                let (k, span) = match sources.first() {
-                    Some(&(k, v)) if e.to_string().contains("template") => (k, v.span()),
-                    _ if e.to_string().contains("expected `prompt`") => ("prompt", f.name.span()),
-                    _ => ("name", f.name.span()),
-                };
+                let (k, span) = sources.first().map_or(("prompt", f.name.span()), |&(k, v)| (k, v.span()));
                 loc.at(span, field(k), e.to_string())
             })?;
         if datasets.contains(&file.name) {

@@ -398,3 +398,41 @@ layout = "longbench"
     .unwrap();
     assert_eq!((todo, again.len()), (0, recs.len()));
 }
+
+/// A user's file that fails to load records nothing (the run after the fix
+/// goes ahead), and a file changed after a run does not resume into its
+/// records.
+#[test]
+fn a_fixed_file_runs_and_a_changed_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("mine.jsonl");
+    let exp_file = dir.path().join("mine.toml");
+    let text = format!(
+        r#"name = "mine"
+max_new_tokens = 6
+methods = ["ar", "dflash"]
+
+[[models]]
+name = "tiny-qwen3"
+target = "tests/fixtures/tiny-qwen3"
+drafter = "tests/fixtures/tiny-dflash"
+
+[[datasets.files]]
+name = "mine"
+path = "{}"
+prompt = "q"
+"#,
+        data.display()
+    );
+    std::fs::write(&exp_file, text).unwrap();
+    std::fs::write(&data, "{\"q\": \"one\"}\n{\"question\": \"two\"}\n").unwrap();
+    let exp = Experiment::load(&exp_file, &root()).unwrap();
+    let e = run(&exp, &options(dir.path(), Shard::default()), &mut |_| {}).unwrap_err().to_string();
+    assert!(e.contains("mine.jsonl:2: field `q`"), "{e}");
+    std::fs::write(&data, "{\"q\": \"one\"}\n{\"q\": \"two\"}\n").unwrap();
+    let recs = run(&exp, &options(dir.path(), Shard::default()), &mut |_| {}).unwrap();
+    assert_eq!(recs.len(), 4);
+    std::fs::write(&data, "{\"q\": \"one\"}\n{\"q\": \"two, changed\"}\n").unwrap();
+    let e = run(&exp, &options(dir.path(), Shard::default()), &mut |_| {}).unwrap_err().to_string();
+    assert!(e.contains("holds results of other settings") && e.contains("dataset_files"), "{e}");
+}
