@@ -82,8 +82,7 @@ declare -A RECIPE=(
 VARIANTS=${VARIANTS:-"base norm-target layers2 step-vocab anchors8 decay4 layers2-decay4-step lr4e-3 layers3 targets-late l2-d4-step-lr4e-3 l3-d4-step-lr4e-3 layers2-step uniform lr1e-3 targets5"}
 
 # Pilots time steps that read the feature file at random: read it once first, so that
-# the first variant's pilot does not pay for a cold page cache (it read 2.4 s / step
-# against 1.7 warm for `soft`).
+# no pilot (the first above all) times a cold page cache.
 if [ -n "$BUDGET" ]; then
   cat "$FEATURES"/*.f16 >/dev/null 2>&1 || true
 fi
