@@ -24,29 +24,11 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llamacpp_engine import Engine, tau  # noqa: E402
-
-BIN = os.environ.get("BASTION", "target/release/bastion")
-
-
-def bastion(*args):
-    out = subprocess.run([BIN, *args], capture_output=True, text=True)
-    if out.returncode != 0:
-        sys.exit(f"bastion {' '.join(args)} failed:\n{out.stderr}")
-    return out
-
-
-def prompts(model, sets, n):
-    found = []
-    for name in sets:
-        out = bastion("datasets", "show", name, "--max-samples", str(n), "--model", model)
-        found += [(name, json.loads(line)) for line in out.stdout.splitlines()]
-    return found
+from llamacpp_engine import BIN, Engine, bastion, common, prompts, tau  # noqa: E402
 
 
 def export(drafter, model, out, reverse=False):
@@ -113,9 +95,7 @@ def main():
                 tokens, timings = engine.generate(p["ids"], a.new_tokens)
                 t = tau(timings)
                 taus[label].append(t)
-                same = next((i for i, (x, y) in enumerate(zip(tokens, b_tokens)) if x != y),
-                            min(len(tokens), len(b_tokens)))
-                row += [f"{t:.2f}", str(same)]
+                row += [f"{t:.2f}", str(common(tokens, b_tokens))]
             engine.close()
         for row in rows:
             print(" | ".join(row), file=sys.stderr)

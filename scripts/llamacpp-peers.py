@@ -32,36 +32,14 @@ import platform
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llamacpp_engine import Engine, tau  # noqa: E402
+from llamacpp_engine import BIN, Engine, bastion, common, prompts, tau  # noqa: E402
 
-BIN = os.environ.get("BASTION", "target/release/bastion")
 SUMMARY = re.compile(r"(\d+) tokens in (\d+) rounds, τ ([0-9.]+).*decode ([0-9.]+) s")
-
-
-def bastion(*args):
-    out = subprocess.run([BIN, *args], capture_output=True, text=True)
-    if out.returncode != 0:
-        sys.exit(f"bastion {' '.join(args[:8])} … failed:\n{out.stderr}")
-    return out
-
-
-def prompts(model, sets, n):
-    found = []
-    for name in sets:
-        out = bastion("datasets", "show", name, "--max-samples", str(n), "--model", model)
-        found += [(name, json.loads(line)) for line in out.stdout.splitlines()]
-    return found
-
-
-def common(a, b):
-    """Tokens two outputs share before they part."""
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
 class Row:

@@ -7,7 +7,10 @@ Used by scripts/llamacpp-interop.py (a Bastion drafter exported with
 Install: pip install xllamacpp==2026.10.11549 (llama.cpp build b11549).
 """
 import contextlib
+import json
 import os
+import subprocess
+import sys
 
 import xllamacpp as xl
 
@@ -102,3 +105,30 @@ def tau(timings):
     accepted = timings.get("draft_n_accepted", 0)
     rounds = timings["predicted_n"] - 1 - accepted
     return (rounds + accepted) / rounds if rounds > 0 else float("nan")
+
+
+# The Bastion side of the comparisons: its CLI, run as a subprocess.
+BIN = os.environ.get("BASTION", "target/release/bastion")
+
+
+def bastion(*args):
+    """Runs `bastion ARGS`; exits with its stderr when it fails."""
+    out = subprocess.run([BIN, *args], capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"bastion {' '.join(args[:8])} … failed:\n{out.stderr}")
+    return out
+
+
+def prompts(model, sets, n):
+    """The first `n` prompts of each set as (set, record with the chat-templated
+    `ids` a sweep gives the target), from `bastion datasets show --model`."""
+    found = []
+    for name in sets:
+        out = bastion("datasets", "show", name, "--max-samples", str(n), "--model", model)
+        found += [(name, json.loads(line)) for line in out.stdout.splitlines()]
+    return found
+
+
+def common(a, b):
+    """Tokens two outputs share before they part."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
