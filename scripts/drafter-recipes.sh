@@ -165,7 +165,7 @@ h = [r for r in map(json.loads, open(sys.argv[1])) if "held_out_tau" in r][-1]
 d = h.get("held_out_tau_by_domain", {})
 tau = h["held_out_tau"]
 print(" | ".join([f"{tau:.3f}"] + [f"{d[k]:.3f}" if k in d else "–" for k in ("math", "competition", "code", "chat")]))' "$out/training_log.jsonl")
-    rows+=("| $name | \`$args\` | $steps | $per_step | $domains | $secs | ${load:-–} |")
+    rows+=("| $name | \`$args\` | $steps | $(cat "$RUNS/$name.pilot.sps") | $per_step | $domains | $secs | ${load:-–} |")
   else
     rows+=("| $name | \`$args\` | $taus | $per_step | $secs | ${load:-–} |")
   fi
@@ -185,9 +185,12 @@ if [ -n "$BUDGET" ]; then
     echo "the variant says otherwise, sampled softmax (+2048), seed 0. Held-out τ: DFlash chain at T = 0 with the"
     echo "variant's own block size, at the last step; per domain: math word problems (GSM8K train), competition math,"
     echo "code, chat. seconds: the whole run, held-out estimates and, on first use, the target's features included."
+    echo "pilot s / step: the pilot's (nothing else running), which sets the steps; run s / step: the run's own"
+    echo "median, high where the run shared the CPU (load: the 15-minute load average at its end, above 2 on"
+    echo "2 cores); a variant's held-out τ depends only on its steps, not on how long they took."
     echo
-    echo "| variant | differs in | steps | s / step | held-out τ | math | competition | code | chat | seconds | load |"
-    echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    echo "| variant | recipe | steps | pilot s / step | run s / step | held-out τ | math | competition | code | chat | seconds | load |"
+    echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     printf '%s\n' "${rows[@]}"
   )
 else
