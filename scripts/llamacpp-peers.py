@@ -102,7 +102,7 @@ def main():
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--n-max", default="3,7,15", help="llama.cpp DFlash draft lengths")
-    ap.add_argument("--methods", default="dflash,ddtree:4,ddtree:16,caddtree,bastion-paper")
+    ap.add_argument("--methods", default="dflash,ddtree:4,ddtree:16,caddtree,bastion")
     ap.add_argument("--draft-vocab", type=int, default=1024, help="the pruned draft vocabulary (0: none)")
     ap.add_argument("--out", help="write the Markdown table here (and a .tex beside it)")
     a = ap.parse_args()

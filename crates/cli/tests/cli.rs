@@ -270,8 +270,8 @@ fn generate_rejects_incomplete_speculation_settings() {
     for w in ["cannot read calibration results/calibration/", "__tiny-qwen3__flex.json", "bastion profile"] {
         assert!(err.contains(w), "{err}");
     }
-    // A forgetting factor outside [0, 1) is refused for bastion.
-    let args = ["--method", "bastion", "--drafter", &drafter, "--online-forgetting", "1"];
+    // A forgetting factor outside [0, 1) is refused for bastion-online.
+    let args = ["--method", "bastion-online", "--drafter", &drafter, "--online-forgetting", "1"];
     let (ok, _, err) =
         bastion_in(dir.path(), &[&["generate", "--model", &model, "--prompt-ids", "5"], &args[..]].concat());
     assert!(!ok && err.contains("--online-forgetting") && err.contains("online.forgetting"), "{err}");
@@ -321,12 +321,15 @@ fn profile_writes_a_calibration_the_cost_aware_methods_use() {
     let base = ["generate", "--model", "tests/fixtures/tiny-qwen3", "--prompt-ids", "11,13,15,17,19,174,23,25"];
     let (ok, ar, err) = bastion(&base);
     assert!(ok, "{err}");
-    for method in ["caddtree", "bastion", "bastion-paper"] {
+    for method in ["caddtree", "bastion", "bastion-online", "bastion-paper"] {
         let mut args = base.to_vec();
         args.extend(["--method", method, "--drafter", "tests/fixtures/tiny-dflash", "--calibration", out_s]);
         let (ok, out, err) = bastion(&args);
         assert!(ok, "{method}: {err}");
         assert_eq!(out, ar, "{method}");
+        // The old name of the paper's BASTION still runs, with a note naming the new one.
+        let noted = err.contains("note: --method `bastion-paper` is the old name of `bastion`");
+        assert_eq!(noted, method == "bastion-paper", "{method}: {err}");
     }
 
     // It belongs to the tiny Qwen3: another target is refused by name.
@@ -576,9 +579,9 @@ fn check_passes_against_its_own_baseline_and_fails_on_a_tau_change() {
     assert!(line.ends_with("τ DIFFERS"), "{out}");
 
     // Online BASTION has no deterministic τ: refused before anything runs.
-    std::fs::write(&file, text.replace("\"ddtree:4\"]", "\"ddtree:4\", \"bastion\"]")).unwrap();
+    std::fs::write(&file, text.replace("\"ddtree:4\"]", "\"ddtree:4\", \"bastion-online\"]")).unwrap();
     let (ok, _, err) = run(args(&[]));
-    assert!(!ok && err.contains("tiny-check.toml: methods: online `bastion`"), "{err}");
+    assert!(!ok && err.contains("tiny-check.toml: methods: `bastion-online` recalibrates"), "{err}");
 }
 
 #[test]

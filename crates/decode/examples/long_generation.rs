@@ -52,8 +52,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Method::DDTree { budget: 16 },
         Method::DDTree { budget: 64 },
         Method::CaddTree,
+        Method::BastionOnline,
         Method::Bastion,
-        Method::BastionPaper,
     ];
     println!("# Long generation: SmolLM2-135M Q4_1 + shipped drafter, {tokens} tokens, T = 0\n");
     println!("Repetitive prompt: {question:?} ({} prompt tokens, flex, f32).", prompt.len());

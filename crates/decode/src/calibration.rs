@@ -3,7 +3,7 @@
 //! context lengths, the drafter's round and the round's other work, measures
 //! the device's roof, and fits both methods' cost models. One JSON file per
 //! (device, target, backend) keeps the raw measurements and the fits; the
-//! `caddtree`, `bastion` and `bastion-paper` policies load it.
+//! `caddtree`, `bastion` and `bastion-online` policies load it.
 //!
 //! Protocol, after the references (deviations marked):
 //! - Verification (CaDDTree `profile_verify_latency.py`, BASTION
@@ -555,7 +555,7 @@ impl Calibration {
     }
 
     /// Policy inputs for every cost-aware method: CaDDTree's cost model,
-    /// BASTION's setup under `rule`, and the online settings of `bastion`.
+    /// BASTION's setup under `rule`, and the online settings of `bastion-online`.
     ///
     /// # Errors
     /// As [`Calibration::cost_model`].

@@ -30,13 +30,17 @@ pub enum Method {
     /// CaDDTree: per-round budget from a convex cost model
     /// (ZhangShuai1230/CaDDTree `caddtree_generate`).
     CaddTree,
-    /// BASTION: per-round budget from a calibrated roofline
-    /// (kaist-ai-osi-lab/BASTION `bastion_generate`), with the calibration
-    /// and the round constants updated online from the observed rounds
-    /// ([`bastion_tree::Bastion::online`]).
+    /// BASTION as the paper and its release run it: per-round budget from
+    /// a roofline calibrated offline and kept fixed
+    /// (kaist-ai-osi-lab/BASTION `bastion_generate`). Its size rule (the
+    /// release's GPU tile rule, or the bare stop rule) is the `rule` knob;
+    /// CPU backends default to the bare rule
+    /// ([`crate::BastionRule::for_backend`]).
     Bastion,
-    /// BASTION as released: the offline calibration is kept fixed.
-    BastionPaper,
+    /// Bastion's own variant of BASTION: the calibration and the round
+    /// constants are updated online from the observed rounds
+    /// ([`bastion_tree::Bastion::online`]); not in the paper.
+    BastionOnline,
 }
 
 impl Method {
@@ -46,14 +50,31 @@ impl Method {
     }
 
     /// Whether the method sizes its trees from a calibration (`bastion profile`):
-    /// `caddtree`, `bastion`, `bastion-paper`.
+    /// `caddtree`, `bastion`, `bastion-online`.
     pub fn needs_calibration(self) -> bool {
-        matches!(self, Method::CaddTree | Method::Bastion | Method::BastionPaper)
+        matches!(self, Method::CaddTree | Method::BastionOnline | Method::Bastion)
     }
 
-    /// Whether the method is one of BASTION's (`bastion`, `bastion-paper`).
+    /// Whether the method is one of BASTION's (`bastion`, `bastion-online`).
     pub fn is_bastion(self) -> bool {
-        matches!(self, Method::Bastion | Method::BastionPaper)
+        matches!(self, Method::BastionOnline | Method::Bastion)
+    }
+
+    /// The note to print for a method name of an earlier release
+    /// ([`DEPRECATED_NAMES`], `+skip` included, any case): what it stands for
+    /// now. `None` for a current name or one that does not parse.
+    pub fn deprecation(name: &str) -> Option<String> {
+        let name = name.trim().to_ascii_lowercase();
+        let (base, skip) = match name.strip_suffix(SKIP_SUFFIX) {
+            Some(base) => (base, SKIP_SUFFIX),
+            None => (name.as_str(), ""),
+        };
+        let (_, now) = DEPRECATED_NAMES.iter().find(|(old, _)| *old == base)?;
+        Some(format!(
+            "`{base}{skip}` is the old name of `{now}{skip}` (the paper's BASTION, its calibration kept fixed) and \
+             will stop parsing in the next release; the online-recalibrating variant that `bastion` named \
+             before is now `bastion-online`"
+        ))
     }
 
     /// The DDTree budget, for `ddtree:N`.
@@ -73,20 +94,27 @@ impl fmt::Display for Method {
             Method::DDTree { budget } => write!(f, "ddtree:{budget}"),
             Method::CaddTree => f.write_str("caddtree"),
             Method::Bastion => f.write_str("bastion"),
-            Method::BastionPaper => f.write_str("bastion-paper"),
+            Method::BastionOnline => f.write_str("bastion-online"),
         }
     }
 }
 
 /// What every method name parser says it expects.
 pub(crate) const EXPECTED_METHODS: &str = "expected ar, dflash, ddtree:N (N ≥ 1 drafted nodes), caddtree, bastion or \
-                                           bastion-paper (the last three also as caddtree+skip, …)";
+                                           bastion-online (the last three also as caddtree+skip, …)";
+
+/// Method names of an earlier release that still parse, each with the name
+/// it stands for now: `bastion-paper` was the paper's BASTION, now `bastion`
+/// (and `bastion` itself named the online variant, now `bastion-online`).
+/// Parsing accepts them; [`Method::deprecation`] gives the note to print.
+pub const DEPRECATED_NAMES: [(&str, &str); 1] = [("bastion-paper", "bastion")];
 
 impl FromStr for Method {
     type Err = DecodeError;
 
     /// Parses `ar`, `dflash`, `ddtree:N` (N ≥ 1), `caddtree`, `bastion`,
-    /// `bastion-paper` (any case). The `+skip` suffix is a knob: parse a
+    /// `bastion-online` (any case), and the deprecated names of
+    /// [`DEPRECATED_NAMES`]. The `+skip` suffix is a knob: parse a
     /// [`crate::MethodSpec`] for it.
     fn from_str(s: &str) -> Result<Self, DecodeError> {
         let bad = || DecodeError::Usage(format!("unknown method `{s}`: {EXPECTED_METHODS}"));
@@ -94,8 +122,8 @@ impl FromStr for Method {
             "ar" => Method::Ar,
             "dflash" => Method::DFlash,
             "caddtree" => Method::CaddTree,
-            "bastion" => Method::Bastion,
-            "bastion-paper" => Method::BastionPaper,
+            "bastion" | "bastion-paper" => Method::Bastion,
+            "bastion-online" => Method::BastionOnline,
             // In an experiment file `ddtree` is the budget grid (`ddtree_budgets`); one
             // decoding runs one budget.
             "ddtree" => {
@@ -142,13 +170,19 @@ mod tests {
             Method::DFlash,
             Method::DDTree { budget: 64 },
             Method::CaddTree,
+            Method::BastionOnline,
             Method::Bastion,
-            Method::BastionPaper,
         ] {
             assert_eq!(m.to_string().parse::<Method>().unwrap(), m);
         }
         assert_eq!("DDTree:16".parse::<Method>().unwrap(), Method::DDTree { budget: 16 });
-        assert_eq!(" Bastion-Paper ".parse::<Method>().unwrap(), Method::BastionPaper);
+        // The old name of the paper's BASTION still parses, with a note naming the new one.
+        assert_eq!(" Bastion-Paper ".parse::<Method>().unwrap(), Method::Bastion);
+        let note = Method::deprecation("bastion-paper+skip").unwrap();
+        assert!(note.contains("`bastion+skip`") && note.contains("bastion-online"), "{note}");
+        for current in ["bastion", "bastion-online", "caddtree+skip", "eagle"] {
+            assert_eq!(Method::deprecation(current), None, "{current}");
+        }
         for bad in ["ddtree:0", "ddtree:x", "eagle", "", "bastion+skip"] {
             let e = bad.parse::<Method>().unwrap_err().to_string();
             assert!(e.contains("unknown method") && e.contains("ddtree:N"), "{e}");
@@ -162,7 +196,7 @@ mod tests {
         assert_eq!(json, r#"["ar","ddtree:8"]"#);
         assert_eq!(serde_json::from_str::<Vec<Method>>(&json).unwrap(), [Method::Ar, Method::DDTree { budget: 8 }]);
         assert!(serde_json::from_str::<Method>(r#""eagle""#).is_err());
-        assert!(Method::BastionPaper.needs_calibration() && !Method::DDTree { budget: 4 }.needs_calibration());
-        assert!(Method::Bastion.is_bastion() && !Method::CaddTree.is_bastion());
+        assert!(Method::Bastion.needs_calibration() && !Method::DDTree { budget: 4 }.needs_calibration());
+        assert!(Method::BastionOnline.is_bastion() && !Method::CaddTree.is_bastion());
     }
 }

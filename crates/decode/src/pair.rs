@@ -70,7 +70,7 @@ pub struct PairSpec {
     pub calibration: Option<CalibrationSource>,
     /// BASTION's size rules.
     pub bastion_rule: BastionRule,
-    /// `bastion`'s online calibration.
+    /// `bastion-online`'s online calibration.
     pub online: OnlineConfig,
     /// Draft over the drafter's `n` most frequent tokens only (its
     /// `draft_vocab.json`, [`bastion_models::draft_vocab`], in the drafter
@@ -105,7 +105,7 @@ impl PairSpec {
 }
 
 /// A method's decoding state: its spec and what it resolved to (the budget
-/// policy and skip gate, which may learn across generations: `bastion`,
+/// policy and skip gate, which may learn across generations: `bastion-online`,
 /// `+skip`).
 pub struct Speculator {
     spec: MethodSpec,

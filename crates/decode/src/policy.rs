@@ -84,7 +84,7 @@ pub struct PolicyInputs {
     pub cost_model: Option<ConvexCostModel>,
     /// BASTION's calibration.
     pub bastion: Option<BastionSetup>,
-    /// Forgetting of `bastion`'s online calibration (`bastion-paper` keeps it
+    /// Forgetting of `bastion-online`'s online calibration (`bastion` keeps it
     /// fixed); the `online_forgetting` knob overrides it.
     pub online: OnlineConfig,
     /// BASTION's size rules; the `rule` knob overrides it.

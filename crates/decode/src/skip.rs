@@ -1,5 +1,5 @@
 //! When a cost-aware method should not draft: the `+skip` variants
-//! (`caddtree+skip`, `bastion+skip`, `bastion-paper+skip`).
+//! (`caddtree+skip`, `bastion+skip`, `bastion-online+skip`).
 //!
 //! CaDDTree and BASTION size each round's tree after drafting, so a round
 //! always pays the drafter, even where the drafter is useless (MT-Bench with

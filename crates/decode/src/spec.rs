@@ -48,13 +48,13 @@ pub struct MethodParams {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub draft_depth: Option<usize>,
     /// Candidates per depth (`ddtree`: default = the budget; `bastion`,
-    /// `bastion-paper`: default 128).
+    /// `bastion-online`: default 128).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub top_k: Option<usize>,
-    /// BASTION's size rules (`bastion`, `bastion-paper`; default: the experiment's).
+    /// BASTION's size rules (`bastion`, `bastion-online`; default: the experiment's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rule: Option<BastionRule>,
-    /// Forgetting λ ∈ [0, 1) of `bastion`'s online calibration.
+    /// Forgetting λ ∈ [0, 1) of `bastion-online`'s online calibration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub online_forgetting: Option<f64>,
     /// BASTION's smallest tree (tokens, root included; `paper` rule: 32, `raw`: 1).
@@ -87,7 +87,7 @@ const KNOBS: [(&str, Reads); 10] = [
     ("draft_depth", |m| m.needs_drafter()),
     ("top_k", |m| matches!(m, Method::DDTree { .. }) || m.is_bastion()),
     ("rule", Method::is_bastion),
-    ("online_forgetting", |m| m == Method::Bastion),
+    ("online_forgetting", |m| m == Method::BastionOnline),
     ("floor", Method::is_bastion),
     ("bucket", Method::is_bastion),
     ("cap", |m| m.is_bastion() || m == Method::CaddTree),
@@ -101,7 +101,7 @@ const FAMILIES: [(&str, Method); 5] = [
     ("ddtree", Method::DDTree { budget: 1 }),
     ("caddtree", Method::CaddTree),
     ("bastion", Method::Bastion),
-    ("bastion-paper", Method::BastionPaper),
+    ("bastion-online", Method::BastionOnline),
 ];
 
 impl MethodParams {
@@ -311,8 +311,8 @@ impl MethodSpec {
     /// `ar`; the chain of `draft_depth` for `dflash`; a fixed budget for
     /// `ddtree:N`, top-k = the budget unless set; CaDDTree (cap 1024) from the
     /// measured cost model or the roofline; BASTION under `inputs.rule`
-    /// unless the `rule` knob says otherwise, online for `bastion`, fixed for
-    /// `bastion-paper`), the accept rule, the draft depth (default
+    /// unless the `rule` knob says otherwise, fixed for `bastion`, online for
+    /// `bastion-online`), the accept rule, the draft depth (default
     /// `block_size − 1`) and a fresh skip gate when skipping. The one place a
     /// method's policy is built.
     ///
@@ -347,7 +347,7 @@ impl MethodSpec {
                     }
                 }
             }
-            Method::Bastion | Method::BastionPaper => {
+            Method::BastionOnline | Method::Bastion => {
                 let setup = inputs.bastion.as_ref().ok_or_else(calibration)?;
                 let base = params
                     .rule
@@ -367,7 +367,7 @@ impl MethodSpec {
                 let online = bastion_tree::OnlineConfig {
                     forgetting: params.online_forgetting.unwrap_or(inputs.online.forgetting),
                 };
-                Some(Box::new(if method == Method::Bastion {
+                Some(Box::new(if method == Method::BastionOnline {
                     Bastion::online(config, setup.roofline, online)?
                 } else {
                     Bastion::new(config, setup.roofline)?
@@ -399,7 +399,8 @@ impl FromStr for MethodSpec {
     type Err = DecodeError;
 
     /// Parses a method name (any case): `ar`, `dflash`, `ddtree:N` (N ≥ 1),
-    /// `caddtree`, `bastion`, `bastion-paper`; the cost-aware three also
+    /// `caddtree`, `bastion`, `bastion-online` (or a deprecated name,
+    /// [`crate::DEPRECATED_NAMES`]); the cost-aware three also
     /// with the suffix `+skip` (the `skip` knob).
     fn from_str(s: &str) -> Result<Self> {
         let unknown = || DecodeError::Usage(format!("unknown method `{s}`: {EXPECTED_METHODS}"));
@@ -412,7 +413,7 @@ impl FromStr for MethodSpec {
         let method = kind(base)?;
         if !MethodParams::reads(method, "skip") {
             return Err(DecodeError::Usage(format!(
-                "method `{s}`: only the cost-aware methods (caddtree, bastion, bastion-paper) take `{SKIP_SUFFIX}`"
+                "method `{s}`: only the cost-aware methods (caddtree, bastion, bastion-online) take `{SKIP_SUFFIX}`"
             )));
         }
         Ok(MethodSpec { method, params: MethodParams { skip: Some(true), ..MethodParams::default() } })

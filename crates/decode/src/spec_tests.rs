@@ -43,21 +43,21 @@ fn plain_methods_resolve_to_their_policies() {
     assert_eq!((chain.draft_depth, chain.accept), (15, AcceptRule::Walk));
     let dd = plain(Method::DDTree { budget: 64 }, &none).unwrap().policy.unwrap();
     assert_eq!(dd.max_nodes(), 64);
-    for m in [Method::CaddTree, Method::Bastion, Method::BastionPaper] {
+    for m in [Method::CaddTree, Method::BastionOnline, Method::Bastion] {
         let e = plain(m, &none).err().unwrap().to_string();
         assert!(e.contains(&format!("method {m} needs")), "{e}");
     }
     let setup = inputs().bastion.unwrap();
     let json = serde_json::to_string(&setup).unwrap();
     assert_eq!(serde_json::from_str::<BastionSetup>(&json).unwrap(), setup);
-    for m in [Method::Bastion, Method::BastionPaper] {
+    for m in [Method::BastionOnline, Method::Bastion] {
         assert_eq!(plain(m, &inputs()).unwrap().policy.unwrap().max_nodes(), 8191);
     }
     // The name's `+skip` is the knob, and resolves to a fresh gate.
-    let skip: MethodSpec = "bastion+skip".parse().unwrap();
+    let skip: MethodSpec = "bastion-online+skip".parse().unwrap();
     assert_eq!(skip.params.skip, Some(true));
     assert!(skip.resolve(&inputs(), 16).unwrap().skip.is_some());
-    assert!(plain(Method::Bastion, &inputs()).unwrap().skip.is_none());
+    assert!(plain(Method::BastionOnline, &inputs()).unwrap().skip.is_none());
 }
 
 #[test]
@@ -67,11 +67,11 @@ fn specs_parse_print_and_serialise_as_records_store_them() {
         "dflash",
         "ddtree:64",
         "caddtree",
+        "bastion-online",
         "bastion",
-        "bastion-paper",
         "caddtree+skip",
+        "bastion-online+skip",
         "bastion+skip",
-        "bastion-paper+skip",
     ] {
         let spec: MethodSpec = name.parse().unwrap();
         assert_eq!(spec.to_string(), name);
@@ -79,6 +79,9 @@ fn specs_parse_print_and_serialise_as_records_store_them() {
     }
     let spec: MethodSpec = "Bastion+Skip".parse().unwrap();
     assert_eq!((spec.method, spec.skips_draft()), (Method::Bastion, true));
+    // The old name of the paper's BASTION parses to it and prints as its new name.
+    let old: MethodSpec = "bastion-paper+skip".parse().unwrap();
+    assert_eq!((old.method, old.skips_draft(), old.to_string().as_str()), (Method::Bastion, true, "bastion+skip"));
     for bad in ["ar+skip", "ddtree:4+skip", "dflash+skip"] {
         let e = bad.parse::<MethodSpec>().unwrap_err().to_string();
         assert!(e.contains("only the cost-aware methods"), "{e}");
@@ -90,8 +93,8 @@ fn specs_parse_print_and_serialise_as_records_store_them() {
     let e = "ddtree".parse::<MethodSpec>().unwrap_err().to_string();
     assert!(e.contains("budget grid") && e.contains("ddtree:N"), "{e}");
     // Records: `method` carries `+skip`, `params` the other knobs (omitted when none).
-    let plain: MethodSpec = "bastion+skip".parse().unwrap();
-    assert_eq!(serde_json::to_string(&plain).unwrap(), r#"{"method":"bastion+skip"}"#);
+    let plain: MethodSpec = "bastion-online+skip".parse().unwrap();
+    assert_eq!(serde_json::to_string(&plain).unwrap(), r#"{"method":"bastion-online+skip"}"#);
     let knobs = MethodSpec {
         method: Method::CaddTree,
         params: MethodParams { skip: Some(true), cap: Some(32), ..Default::default() },
@@ -116,10 +119,10 @@ fn specs_parse_print_and_serialise_as_records_store_them() {
     let off: MethodSpec = serde_json::from_str(r#"{"method":"caddtree","params":{"skip":false}}"#).unwrap();
     assert_eq!(off, MethodSpec::from(Method::CaddTree));
     let off = MethodParams { skip: Some(false), ..Default::default() };
-    assert_eq!(MethodSpec::new(Method::Bastion, off), MethodSpec::from(Method::Bastion));
+    assert_eq!(MethodSpec::new(Method::BastionOnline, off), MethodSpec::from(Method::BastionOnline));
     let v = Variant::plain(plain.clone());
-    assert!(v.is_plain() && v.label == "bastion+skip");
-    assert!(Variant::plain(Method::Ar) == Method::Ar && !(v == Method::Bastion));
+    assert!(v.is_plain() && v.label == "bastion-online+skip");
+    assert!(Variant::plain(Method::Ar) == Method::Ar && !(v == Method::BastionOnline));
 }
 
 #[test]
@@ -130,9 +133,9 @@ fn knobs_reach_the_policy() {
     assert_eq!(dd.top_k(), 64, "DDTree's default: top-k = budget");
     let chain = policy(Method::DFlash, MethodParams { draft_depth: Some(5), ..Default::default() });
     assert_eq!((chain.max_nodes(), chain.top_k()), (5, 1));
-    let b = policy(Method::BastionPaper, MethodParams { cap: Some(64), top_k: Some(16), ..Default::default() });
+    let b = policy(Method::Bastion, MethodParams { cap: Some(64), top_k: Some(16), ..Default::default() });
     assert_eq!((b.max_nodes(), b.top_k()), (63, 16), "cap counts the root");
-    let b = policy(Method::BastionPaper, MethodParams::default());
+    let b = policy(Method::Bastion, MethodParams::default());
     assert_eq!((b.max_nodes(), b.top_k()), (8191, 128), "the paper rule's defaults");
     let c = policy(Method::CaddTree, MethodParams { cap: Some(32), ..Default::default() });
     assert_eq!(c.max_nodes(), 32);
@@ -154,17 +157,17 @@ fn knobs_a_method_does_not_read_or_out_of_range_are_named() {
             Method::DDTree { budget: 4 },
             MethodParams { skip: Some(true), ..Default::default() },
             "skip",
-            "read by: caddtree, bastion, bastion-paper",
+            "read by: caddtree, bastion, bastion-online",
         ),
         (Method::DFlash, MethodParams { top_k: Some(4), ..Default::default() }, "top_k", "read by: ddtree, bastion"),
         (
-            Method::BastionPaper,
+            Method::Bastion,
             MethodParams { online_forgetting: Some(0.5), ..Default::default() },
             "online_forgetting",
             "read by: bastion",
         ),
         (
-            Method::Bastion,
+            Method::BastionOnline,
             MethodParams { cost_model: Some(CostSource::Roofline), ..Default::default() },
             "cost_model",
             "read by: caddtree",
@@ -184,15 +187,15 @@ fn knobs_a_method_does_not_read_or_out_of_range_are_named() {
         ),
         (Method::DFlash, MethodParams { draft_depth: Some(16), ..Default::default() }, "draft_depth", "16:"),
         (
-            Method::Bastion,
+            Method::BastionOnline,
             MethodParams { online_forgetting: Some(1.0), ..Default::default() },
             "online_forgetting",
             "[0, 1)",
         ),
-        (Method::Bastion, MethodParams { floor: Some(0), ..Default::default() }, "floor", "≥ 1"),
-        (Method::Bastion, MethodParams { bucket: Some(0), ..Default::default() }, "bucket", "1 = no rounding"),
+        (Method::BastionOnline, MethodParams { floor: Some(0), ..Default::default() }, "floor", "≥ 1"),
+        (Method::BastionOnline, MethodParams { bucket: Some(0), ..Default::default() }, "bucket", "1 = no rounding"),
         (
-            Method::Bastion,
+            Method::BastionOnline,
             MethodParams { floor: Some(64), cap: Some(32), ..Default::default() },
             "cap",
             "below floor = 64",
@@ -211,11 +214,11 @@ fn knobs_a_method_does_not_read_or_out_of_range_are_named() {
         .is_err());
     // Without a floor, the rule's: the paper rule's 32 tokens.
     let cap16 = MethodParams { cap: Some(16), ..Default::default() };
-    assert!(cap16.check(Method::Bastion, None, BastionRule::Raw).is_ok());
-    let (k, why) = cap16.check(Method::Bastion, None, BastionRule::Paper).unwrap_err();
+    assert!(cap16.check(Method::BastionOnline, None, BastionRule::Raw).is_ok());
+    let (k, why) = cap16.check(Method::BastionOnline, None, BastionRule::Paper).unwrap_err();
     assert!(k == "cap" && why.contains("below floor = 32 (the paper rule's)"), "{why}");
     let raw = MethodParams { rule: Some(BastionRule::Raw), ..cap16 };
-    assert!(raw.check(Method::Bastion, None, BastionRule::Paper).is_ok());
+    assert!(raw.check(Method::BastionOnline, None, BastionRule::Paper).is_ok());
 }
 
 #[test]

@@ -145,7 +145,7 @@ fn calibration_file_round_trips_and_drives_lossless_policies() {
     let prompt: Vec<u32> = (1..30).map(|i| (i * 37 % 250) as u32).collect();
     let cfg = GenerateConfig { max_new_tokens: 40, ..GenerateConfig::default() };
     let ar = generate(&target, None, &prompt, &cfg).unwrap().tokens;
-    for m in [Method::CaddTree, Method::Bastion, Method::BastionPaper] {
+    for m in [Method::CaddTree, Method::BastionOnline, Method::Bastion] {
         let mut resolved = MethodSpec::from(m).resolve(&inputs, drafter.block_size()).unwrap();
         let gen = generate_resolved(&target, Some(&drafter), &mut resolved, &prompt, &cfg).unwrap();
         assert_eq!(gen.tokens, ar, "{m}");
@@ -364,9 +364,16 @@ fn a_drafter_of_another_block_size_works_in_every_method() {
     let prompt = [11, 13, 15, 17, 19, 174, 23, 25];
     let ar = pair.generate(&mut pair.speculator(Method::Ar).unwrap(), &prompt, &cfg).unwrap().tokens;
     assert_eq!(ar.len(), 24);
-    for m in
-        ["dflash", "ddtree:2", "ddtree:16", "caddtree", "bastion", "bastion-paper", "caddtree+skip", "bastion+skip"]
-    {
+    for m in [
+        "dflash",
+        "ddtree:2",
+        "ddtree:16",
+        "caddtree",
+        "bastion-online",
+        "bastion",
+        "caddtree+skip",
+        "bastion-online+skip",
+    ] {
         let method: MethodSpec = m.parse().unwrap();
         let g = pair.generate(&mut pair.speculator(method).unwrap(), &prompt, &cfg).unwrap();
         assert_eq!(g.tokens, ar, "{m}");

@@ -35,16 +35,16 @@ fn policy(method: Method) -> Box<dyn BudgetPolicy> {
         Method::DFlash => Box::new(FixedBudget::chain(7)),
         Method::DDTree { budget } => Box::new(FixedBudget::new(budget)),
         Method::CaddTree => Box::new(CaddTree::new(FixtureCaddCost, 1024)),
-        Method::Bastion | Method::BastionPaper => {
+        Method::BastionOnline | Method::Bastion => {
             let model = RooflineModel {
                 shape: ModelShape::qwen3_4b(),
                 device: DevicePeak::h200(),
                 calibration: RooflineCalibration { alpha_c: 1.25, beta_c: 0.0022, alpha_m: 1.0, beta_m: 0.0 },
             };
             // The bare stop rule, so that trees vary in size round to round;
-            // `bastion` also re-calibrates from the rounds it observes.
+            // `bastion-online` also re-calibrates from the rounds it observes.
             let config = BastionConfig::raw_rule(0.0035, 0.0006);
-            Box::new(if method == Method::Bastion {
+            Box::new(if method == Method::BastionOnline {
                 Bastion::online(config, model, OnlineConfig::default()).unwrap()
             } else {
                 Bastion::new(config, model).unwrap()
@@ -60,13 +60,13 @@ const TREE_METHODS: [&str; 10] = [
     "ddtree:16",
     "ddtree:64",
     "caddtree",
+    "bastion-online",
     "bastion",
-    "bastion-paper",
     // Skipping rounds: at least one AR step (the one that measures it) after
     // three drafted rounds, so generations of more than four rounds mix both.
     "caddtree+skip",
+    "bastion-online+skip",
     "bastion+skip",
-    "bastion-paper+skip",
 ];
 
 /// The method named `name` with the fixture's policies (`policy`) and the
@@ -273,7 +273,7 @@ fn pruned_draft_vocabulary_is_lossless() {
     let trace = GenerateConfig { max_new_tokens: 40, stop_tokens: vec![0], trace: true, ..GenerateConfig::default() };
     for prompt in [&PROMPT[..], &[30, 35, 40, 45, 50, 55][..], &[7, 7, 7, 7][..]] {
         let ar = run(&target, &drafter, "ar", prompt, &trace);
-        for m in ["dflash", "ddtree:16", "caddtree", "bastion+skip"] {
+        for m in ["dflash", "ddtree:16", "caddtree", "bastion-online+skip"] {
             let g = run_generation(&target, &drafter, m, prompt, &trace);
             assert_eq!(g.tokens, ar, "{m}");
             for round in &g.trace {

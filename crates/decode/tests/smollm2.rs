@@ -169,12 +169,12 @@ fn repetition_is_copied_exactly_by_every_method() {
         ("ddtree:64", Box::new(FixedBudget::new(64))),
         ("caddtree", Box::new(CaddTree::new(FixtureCaddCost, 1024))),
         (
-            "bastion",
+            "bastion-online",
             Box::new(
                 Bastion::online(BastionConfig::raw_rule(0.0035, 0.0006), roofline(), OnlineConfig::default()).unwrap(),
             ),
         ),
-        ("bastion-paper", Box::new(Bastion::new(BastionConfig::paper(0.0035, 0.0006), roofline()).unwrap())),
+        ("bastion", Box::new(Bastion::new(BastionConfig::paper(0.0035, 0.0006), roofline()).unwrap())),
     ];
     for (name, mut policy) in policies {
         let g = generate(&target, Some((&drafter, &mut *policy)), &ids, &cfg).unwrap();

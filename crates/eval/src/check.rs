@@ -8,8 +8,8 @@
 //!   any change in what a round accepts moves it by far more). At T = 0 the
 //!   outputs and the drafts are deterministic, and so are the cost-aware
 //!   budgets when the calibration is pinned and not learned online
-//!   (`caddtree`, `bastion-paper`); `bastion check` refuses experiments with
-//!   online `bastion`, T > 0, or a cost-aware method without a pinned
+//!   (`caddtree`, `bastion`); `bastion check` refuses experiments with
+//!   `bastion-online`, T > 0, or a cost-aware method without a pinned
 //!   calibration. Floating-point kernels are chosen by the CPU's
 //!   instruction set at run time, so a near-tie may break differently on
 //!   another instruction set: there a τ difference is reported as a warning

@@ -9,7 +9,7 @@
 //! one short warm-up generation per method before its first measured
 //! sample; at T = 0 one seed (all seeds decode alike), at T > 0 every seed.
 //! One budget policy per (model, method, temperature, seed) lives for the
-//! whole run, so `bastion`'s online calibration carries over from prompt to
+//! whole run, so `bastion-online`'s online calibration carries over from prompt to
 //! prompt; its tree sizes follow measured times, so they (not its outputs)
 //! differ between an interrupted and an uninterrupted run, or across shards.
 //! One process per store: two runs appending to the same file at once are

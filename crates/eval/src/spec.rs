@@ -9,7 +9,7 @@
 //! temperatures = [0.0]                   # each ≥ 0
 //! seeds = [0]                            # sampler seeds (T > 0)
 //! warmup = 1                             # warm-up generations per method
-//! methods = ["ar", "dflash", "ddtree", "caddtree", "bastion", "bastion-paper"]
+//! methods = ["ar", "dflash", "ddtree", "caddtree", "bastion", "bastion-online"]
 //! ddtree_budgets = [8, 16, 32, 64]       # the grid `ddtree` expands to
 //! ar_baseline = true                     # false: no AR runs (no speedup, no lossless check)
 //!
@@ -30,10 +30,10 @@
 //! online_forgetting = 0.9
 //!
 //! [[variants]]                           # a method with knobs set: its own rows
-//! name = "bastion-l05"
-//! method = "bastion"
+//! name = "online-l05"
+//! method = "bastion-online"
 //! online_forgetting = 0.5
-//! sweep.top_k = [16, 64]                 # one row per value: bastion-l05[top_k=16], …
+//! sweep.top_k = [16, 64]                 # one row per value: online-l05[top_k=16], …
 //! ```
 //!
 //! `methods` may be left out when `[[variants]]` name every method to run
@@ -49,7 +49,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use bastion_data::{DatasetFile, DatasetName, Selection};
-use bastion_decode::{BastionRule, Variant};
+use bastion_decode::{BastionRule, Method, Variant};
 use bastion_models::BackendKind;
 use bastion_tree::OnlineConfig;
 use serde::Deserialize;
@@ -131,12 +131,17 @@ pub struct Experiment {
     pub selection: Selection,
     /// BASTION's size rules.
     pub bastion_rule: BastionRule,
-    /// `bastion`'s online calibration.
+    /// `bastion-online`'s online calibration.
     pub online: OnlineConfig,
     /// Variants that run only on some model pairs or temperatures, by
     /// label (`models` / `temperatures` of a `[[variants]]` table); every
     /// other method runs everywhere.
     pub scopes: std::collections::BTreeMap<String, crate::variants::Scope>,
+    /// Notes on what the file still says in an earlier release's words
+    /// (`file:line:column: field: note`, e.g. a deprecated method name,
+    /// [`bastion_decode::DEPRECATED_NAMES`]): the run goes ahead; the CLI
+    /// prints them.
+    pub notes: Vec<String>,
 }
 
 impl Experiment {
@@ -400,6 +405,7 @@ impl Experiment {
         let names: Vec<String> = models.iter().map(|m| m.name.clone()).collect();
         let (methods, scopes) = variants(&loc, &raw, methods, (block_size, bastion_rule), (&names, &temperatures))?;
         let (datasets, dataset_files, selection, first_turn_only) = datasets(&loc, &raw.datasets, base)?;
+        let notes = deprecations(&loc, &raw);
         Ok(Experiment {
             file: file.to_path_buf(),
             name,
@@ -419,8 +425,24 @@ impl Experiment {
             bastion_rule,
             online,
             scopes,
+            notes,
         })
     }
+}
+
+/// A note for every deprecated method name in `methods` and the variants'
+/// `method`, in file order.
+fn deprecations(loc: &Locator<'_>, raw: &RawExperiment) -> Vec<String> {
+    let listed =
+        raw.methods.iter().flat_map(|m| m.get_ref().iter().enumerate().map(|(i, m)| (format!("methods[{i}]"), m)));
+    let variants = raw
+        .variants
+        .iter()
+        .flat_map(|v| v.get_ref().iter().enumerate().map(|(i, v)| (format!("variants[{i}].method"), v.method())));
+    listed
+        .chain(variants)
+        .filter_map(|(field, m)| Method::deprecation(m.get_ref()).map(|note| loc.at(m.span(), field, note).to_string()))
+        .collect()
 }
 
 /// The file as the raw tables, every scalar typed (`backend`, `dtype`,

@@ -14,6 +14,51 @@ use bastion_data::DatasetName;
 use bastion_decode::{MethodSpec, RoundRecord};
 use serde::{Deserialize, Serialize};
 
+/// The format of the records a store writes: a `"format"` field on every
+/// line. Format 2 (this release) names the paper's BASTION `bastion` and the
+/// online-recalibrating variant `bastion-online`; lines without the field
+/// are format 1, whose `bastion` was the online variant and `bastion-paper`
+/// the paper's. [`SampleStore`] reads both, translating format 1's method
+/// names (and the labels in their keys) into format 2's, so a sweep of an
+/// earlier release resumes and tabulates under the current names.
+pub const RECORD_FORMAT: u64 = 2;
+
+/// Format 1's method names whose meaning changed, with their format-2 names.
+const FORMAT1_NAMES: [(&str, &str); 4] = [
+    ("bastion", "bastion-online"),
+    ("bastion+skip", "bastion-online+skip"),
+    ("bastion-paper", "bastion"),
+    ("bastion-paper+skip", "bastion+skip"),
+];
+
+/// One line of a store as a typed record: format 1's names translated
+/// ([`RECORD_FORMAT`]); the `format` field itself is not part of the record.
+fn record_from_line(line: &[u8]) -> Result<SampleRecord, String> {
+    let mut value: serde_json::Value = serde_json::from_slice(line).map_err(|e| e.to_string())?;
+    let object = value.as_object_mut().ok_or("expected a JSON object")?;
+    match object.remove("format") {
+        None => {
+            let plain = !object.contains_key("variant");
+            if let Some(serde_json::Value::String(method)) = object.get_mut("method") {
+                if let Some((old, new)) = FORMAT1_NAMES.iter().find(|(old, _)| old == method) {
+                    *method = new.to_string();
+                    // A plain method's key holds its name as the label (`…|label|T0|s0`).
+                    if let Some(serde_json::Value::String(key)) = object.get_mut("key").filter(|_| plain) {
+                        *key = key.replacen(&format!("|{old}|T"), &format!("|{new}|T"), 1);
+                    }
+                }
+            }
+        }
+        Some(f) if f.as_u64() == Some(RECORD_FORMAT) => {}
+        Some(f) => {
+            return Err(format!(
+                "record format {f}: this bastion reads formats 1 and {RECORD_FORMAT} (a newer bastion wrote it?)"
+            ))
+        }
+    }
+    serde_json::from_value(value).map_err(|e| e.to_string())
+}
+
 /// What one finished sample leaves behind.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SampleRecord {
@@ -28,7 +73,7 @@ pub struct SampleRecord {
     /// Prompt line in the dataset file.
     pub prompt_index: usize,
     /// The method and its knobs, as two fields: `method` (by name: `ar`,
-    /// `ddtree:N`, `bastion+skip`, …) and `params` (the other knobs as
+    /// `ddtree:N`, `bastion+skip`, …; see [`RECORD_FORMAT`] for names of earlier releases) and `params` (the other knobs as
     /// resolved; absent when all are the method's defaults).
     #[serde(flatten)]
     pub spec: MethodSpec,
@@ -216,7 +261,7 @@ impl SampleStore {
             let Some(end) = text[pos..].iter().position(|&b| b == b'\n').map(|i| pos + i) else {
                 break; // no newline: torn
             };
-            match serde_json::from_slice::<SampleRecord>(&text[pos..end]) {
+            match record_from_line(&text[pos..end]) {
                 Ok(r) => {
                     if !keys.insert(r.key.clone()) {
                         return Err(StoreError::Duplicate { path: path.to_path_buf(), line: line_no, key: r.key });
@@ -226,7 +271,7 @@ impl SampleStore {
                 // A bad last line is a torn write too.
                 Err(_) if end + 1 >= text.len() => break,
                 Err(e) => {
-                    return Err(StoreError::Corrupt { path: path.to_path_buf(), line: line_no, reason: e.to_string() });
+                    return Err(StoreError::Corrupt { path: path.to_path_buf(), line: line_no, reason: e });
                 }
             }
             pos = end + 1;
@@ -270,7 +315,10 @@ impl SampleStore {
                 StoreError::Io { path: self.path.clone(), source }
             }
         };
-        let mut line = serde_json::to_vec(&record).expect("a sample record serialises");
+        // `{"format":2,` then the record's fields after its opening brace (it has a key).
+        let fields = serde_json::to_vec(&record).expect("a sample record serialises");
+        let mut line = format!("{{\"format\":{RECORD_FORMAT},").into_bytes();
+        line.extend_from_slice(&fields[1..]);
         line.push(b'\n');
         self.file.write_all(&line).map_err(io)?;
         self.file.sync_data().map_err(io)?;
@@ -366,6 +414,57 @@ mod tests {
         std::fs::write(&path, format!("{}\n{line}\n", line.replace("ddtree:4", "eagle"))).unwrap();
         let e = SampleStore::read(&path).err().unwrap().to_string();
         assert!(e.contains(":1: not a sample record") && e.contains("unknown method `eagle`"), "{e}");
+    }
+
+    /// Format 1's `bastion` (online) and `bastion-paper` (the paper's) read
+    /// as `bastion-online` and `bastion`, keys and all, so an old sweep
+    /// resumes under the new names; a variant keeps its own label; new lines
+    /// carry the format; a format from the future is refused.
+    #[test]
+    fn format_1_method_names_read_as_format_2() {
+        let line = |key: &str, method: &str, variant: &str| {
+            format!(
+                r#"{{"key":"{key}","model":"m","dataset":"gsm8k","prompt_id":"0","prompt_index":0,"method":"{method}"{variant},"temperature":0.0,"seed":0,"prompt_tokens":[3],"output":[1],"rounds":[],"prefill_s":0.1,"decode_s":0.2,"tau":1.0,"tpot_s":0.2,"identical_to_ar":true}}"#
+            )
+        };
+        let old = [
+            line("m|gsm8k|0|bastion|T0|s0", "bastion", ""),
+            line("m|gsm8k|0|bastion-paper+skip|T0|s0", "bastion-paper+skip", ""),
+            line(
+                "m|gsm8k|0|bastion-l05|T0|s0",
+                "bastion",
+                r#","variant":"bastion-l05","params":{"online_forgetting":0.5}"#,
+            ),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("samples.jsonl");
+        std::fs::write(&path, old.join("\n") + "\n").unwrap();
+        let mut store = SampleStore::open(&path).unwrap();
+        let got: Vec<(String, String, String)> =
+            store.records().iter().map(|r| (r.key.clone(), r.spec.to_string(), r.label())).collect();
+        let want = [
+            ("m|gsm8k|0|bastion-online|T0|s0", "bastion-online", "bastion-online"),
+            ("m|gsm8k|0|bastion+skip|T0|s0", "bastion+skip", "bastion+skip"),
+            ("m|gsm8k|0|bastion-l05|T0|s0", "bastion-online", "bastion-l05"),
+        ];
+        assert_eq!(got, want.map(|(k, m, l)| (k.to_string(), m.to_string(), l.to_string())));
+        assert_eq!(store.records()[0].spec.method, Method::BastionOnline);
+        assert_eq!(store.records()[2].spec.params.online_forgetting, Some(0.5));
+        // The key a rerun of `bastion-online` looks for is the translated one.
+        assert!(store.contains("m|gsm8k|0|bastion-online|T0|s0") && !store.contains("m|gsm8k|0|bastion|T0|s0"));
+        // A new record is written in format 2 and reads back as it was.
+        let mut new = record("m|gsm8k|0|bastion|T0|s0");
+        new.spec = Method::Bastion.into();
+        store.append(new.clone()).unwrap();
+        drop(store);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let last = text.lines().last().unwrap();
+        assert!(last.starts_with(&format!(r#"{{"format":{RECORD_FORMAT},"key":"m|gsm8k|0|bastion|T0|s0""#)), "{last}");
+        assert_eq!(SampleStore::read(&path).unwrap()[3], new);
+        // A format this release does not know is a corrupt line, named.
+        std::fs::write(&path, format!("{}\n{}\n", last.replace(r#""format":2"#, r#""format":3"#), old[0])).unwrap();
+        let e = SampleStore::read(&path).err().unwrap().to_string();
+        assert!(e.contains(":1: not a sample record: record format 3"), "{e}");
     }
 
     /// A variant's record (label, `+skip` in the name, knobs in `params`)

@@ -4,8 +4,8 @@
 //!
 //! ```toml
 //! [[variants]]
-//! name = "bastion-l05"          # the row label ([a-z0-9][a-z0-9_.+-]*, not a method name)
-//! method = "bastion"            # any speculative method; ddtree names its budget (ddtree:16)
+//! name = "online-l05"           # the row label ([a-z0-9][a-z0-9_.+-]*, not a method name)
+//! method = "bastion-online"     # any speculative method; ddtree names its budget (ddtree:16)
 //! online_forgetting = 0.5       # knobs: bastion_decode::MethodParams
 //!
 //! [[variants]]
@@ -105,6 +105,13 @@ pub(crate) struct RawVariant {
     cost_model: Option<Spanned<toml::Value>>,
     #[serde(default)]
     skip: Option<Spanned<toml::Value>>,
+}
+
+impl RawVariant {
+    /// The `method` as written.
+    pub(crate) fn method(&self) -> &Spanned<String> {
+        &self.method
+    }
 }
 
 impl RawVariant {

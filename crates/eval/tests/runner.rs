@@ -35,7 +35,7 @@ fn setup(dir: &Path) -> Experiment {
     let text = format!(
         r#"name = "tiny"
 max_new_tokens = 12
-methods = ["dflash", "ddtree", "caddtree", "bastion", "bastion-paper"]
+methods = ["dflash", "ddtree", "caddtree", "bastion", "bastion-online"]
 ddtree_budgets = [4, 16]
 
 [[models]]
@@ -71,10 +71,10 @@ fn options(dir: &Path, shard: Shard) -> RunOptions {
 /// (key, output, identical to AR, (context, tree size, accepted) per round).
 type Reproducible = (String, Vec<u32>, Option<bool>, Vec<(usize, usize, usize)>);
 
-/// The fields a rerun must reproduce exactly at T = 0. `bastion` re-sizes
+/// The fields a rerun must reproduce exactly at T = 0. `bastion-online` re-sizes
 /// trees from measured times, so its rounds (not its output) may differ.
 fn deterministic(r: &SampleRecord) -> Reproducible {
-    let rounds = if r.spec.method == Method::Bastion {
+    let rounds = if r.spec.method == Method::BastionOnline {
         Vec::new()
     } else {
         r.rounds.iter().map(|x| (x.context_len, x.tree_size, x.accepted)).collect()

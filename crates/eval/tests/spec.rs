@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use bastion_data::DatasetName;
-use bastion_decode::{BastionRule, Method};
+use bastion_decode::{BastionRule, Method, MethodSpec};
 use bastion_eval::Experiment;
 
 fn root() -> PathBuf {
@@ -17,7 +17,7 @@ description = "tiny pair"
 max_new_tokens = 16
 temperatures = [0.0, 1.0]
 seeds = [0, 1]
-methods = ["dflash", "ddtree", "caddtree", "bastion", "bastion-paper"]
+methods = ["dflash", "ddtree", "caddtree", "bastion", "bastion-online"]
 ddtree_budgets = [4, 16]
 
 [[models]]
@@ -51,8 +51,21 @@ fn a_good_file_expands_to_the_sweep() {
             Method::DDTree { budget: 16 },
             Method::CaddTree,
             Method::Bastion,
-            Method::BastionPaper
+            Method::BastionOnline
         ]
+    );
+    assert!(e.notes.is_empty(), "{:?}", e.notes);
+    // An earlier release's name still parses, with a note at its place in the file.
+    let old =
+        parse(&GOOD.replace(r#""bastion", "bastion-online"]"#, r#""bastion-paper+skip", "bastion-online"]"#)).unwrap();
+    assert_eq!(old.methods[5].spec, "bastion+skip".parse::<MethodSpec>().unwrap());
+    assert_eq!(old.notes.len(), 1);
+    assert!(
+        old.notes[0].starts_with(
+            "experiments/bad.toml:6:44: methods[3]: `bastion-paper+skip` is the old name of `bastion+skip`"
+        ),
+        "{}",
+        old.notes[0]
     );
     assert_eq!(e.temperatures, vec![0.0, 1.0]);
     assert_eq!(e.seeds, vec![0, 1]);
@@ -204,7 +217,7 @@ fn shipped_experiments_validate() {
     assert!(model.is_file(), "{} is missing: run scripts/fetch-model.sh first", model.display());
     let default = Experiment::load(&r.join("experiments/default.toml"), &r).unwrap();
     assert_eq!(default.name, "default");
-    // ar, dflash, ddtree ×4, caddtree, bastion, bastion-paper, and the two +skip rows.
+    // ar, dflash, ddtree ×4, caddtree, bastion, bastion-online, and the two +skip rows.
     assert_eq!(default.methods.len(), 11);
     assert!(default.methods.iter().any(|m| m.is_plain() && m.spec == "bastion+skip".parse().unwrap()));
     assert_eq!(default.datasets.len(), 4);
@@ -242,7 +255,7 @@ fn shipped_experiments_validate() {
         abl.methods.iter().filter(|m| abl.runs(&m.label, "smollm2-135m-v1k", 0.0)).map(|m| m.label.as_str()).collect();
     assert_eq!(pruned, ["ar", "ddtree4-vocab"]);
     let check = Experiment::load(&r.join("experiments/check.toml"), &r).unwrap();
-    assert!(!check.methods.iter().any(|m| *m == Method::Bastion), "online bastion is not deterministic");
+    assert!(!check.methods.iter().any(|m| *m == Method::BastionOnline), "online bastion is not deterministic");
     assert!(check.models[0].calibration.is_some(), "the check pins its calibration");
 
     // Qwen3-8B's config (Hugging Face Qwen/Qwen3-8B) and the drafter's shape
@@ -328,7 +341,7 @@ fn variants_expand_to_labelled_rows() {
         r#"
 [[variants]]
 name = "bastion-l05"
-method = "bastion"
+method = "bastion-online"
 online_forgetting = 0.5
 
 [[variants]]
@@ -356,7 +369,7 @@ cap = 64
             "ddtree:16",
             "caddtree",
             "bastion",
-            "bastion-paper",
+            "bastion-online",
             "bastion-l05",
             "dd4-topk[draft_depth=3,top_k=1]",
             "dd4-topk[draft_depth=3,top_k=2]",
@@ -369,7 +382,7 @@ cap = 64
     let l05 = &e.methods[7];
     assert_eq!(
         (l05.spec.method, &l05.spec.params),
-        (Method::Bastion, &MethodParams { online_forgetting: Some(0.5), ..Default::default() })
+        (Method::BastionOnline, &MethodParams { online_forgetting: Some(0.5), ..Default::default() })
     );
     assert_eq!(
         e.methods[9].spec.params,
@@ -386,7 +399,7 @@ cap = 64
     assert_eq!((cad.params.cost_model, cad.params.cap), (Some(CostSource::Roofline), Some(64)));
     // Variants alone, without a methods list: AR still runs first.
     let only = GOOD
-        .replace("methods = [\"dflash\", \"ddtree\", \"caddtree\", \"bastion\", \"bastion-paper\"]\n", "")
+        .replace("methods = [\"dflash\", \"ddtree\", \"caddtree\", \"bastion\", \"bastion-online\"]\n", "")
         .replace("ddtree_budgets = [4, 16]\n", "");
     let e = parse(&format!("{only}\n[[variants]]\nname = \"chain5\"\nmethod = \"dflash\"\ndraft_depth = 5\n")).unwrap();
     assert_eq!(e.methods.iter().map(|m| m.label.as_str()).collect::<Vec<_>>(), ["ar", "chain5"]);
@@ -411,11 +424,11 @@ fn malformed_variants_name_the_file_line_and_field() {
     // (file text, "line:column: field", message part); the table starts on line 22, its first key on 23.
     let cases: Vec<(String, &str, &str)> = vec![
         (v("name = \"x\"\nmethod = \"bastion\"\nlambda = 0.5\n"), "25:1: variants[0].lambda", "unknown field `lambda`"),
-        (v("name = \"x\"\nmethod = \"bastion\"\nonline_forgetting = 1.5\n"), "25:21: variants[0].online_forgetting", "[0, 1)"),
-        (v("name = \"x\"\nmethod = \"bastion\"\nonline_forgetting = \"high\"\n"), "25:21: variants[0].online_forgetting", "invalid type"),
+        (v("name = \"x\"\nmethod = \"bastion-online\"\nonline_forgetting = 1.5\n"), "25:21: variants[0].online_forgetting", "[0, 1)"),
+        (v("name = \"x\"\nmethod = \"bastion-online\"\nonline_forgetting = \"high\"\n"), "25:21: variants[0].online_forgetting", "invalid type"),
         (v("name = \"x\"\nmethod = \"dflash\"\ntop_k = 4\n"), "25:9: variants[0].top_k", "method dflash has no knob `top_k`"),
         // `skip` is the knob `+skip` names: only the cost-aware methods read it.
-        (v("name = \"x\"\nmethod = \"ddtree:8\"\nskip = true\n"), "25:8: variants[0].skip", "read by: caddtree, bastion, bastion-paper"),
+        (v("name = \"x\"\nmethod = \"ddtree:8\"\nskip = true\n"), "25:8: variants[0].skip", "read by: caddtree, bastion, bastion-online"),
         (v("name = \"x\"\nmethod = \"bastion+skip\"\nsweep.skip = [true, false]\n"), "25:14: variants[0].sweep.skip", "`skip` is both set and swept"),
         (v("name = \"bastion+skip\"\nmethod = \"bastion\"\ncap = 64\n"), "23:8: variants[0].name", "is a method's name"),
         (v("name = \"x\"\nmethod = \"bastion+skip\"\nskip = false\n"), "25:8: variants[0].skip", "already set by the method's name `bastion+skip`"),
@@ -435,8 +448,8 @@ fn malformed_variants_name_the_file_line_and_field() {
         (v("name = \"x\"\nmethod = \"bastion\"\n"), "23:8: variants[0].name", "sets no knob"),
         (v("name = \"x\"\nmethod = \"ddtree:8\"\ntop_k = 2\nsweep.top_k = [1, 2]\n"), "26:15: variants[0].sweep.top_k", "both set and swept"),
         (v("name = \"x\"\nmethod = \"ddtree:8\"\nsweep.top_k = []\n"), "25:15: variants[0].sweep.top_k", "at least one value"),
-        (v("name = \"x\"\nmethod = \"bastion\"\nsweep.online_forgetting = [0.5, 1.0]\n"), "25:33: variants[0].sweep.online_forgetting[1]", "[0, 1)"),
-        (v("name = \"x\"\nmethod = \"bastion\"\nsweep.online_forgetting = [0.5, 0.5]\n"), "23:8: variants[0].name", "label `x[online_forgetting=0.5]` is used twice"),
+        (v("name = \"x\"\nmethod = \"bastion-online\"\nsweep.online_forgetting = [0.5, 1.0]\n"), "25:33: variants[0].sweep.online_forgetting[1]", "[0, 1)"),
+        (v("name = \"x\"\nmethod = \"bastion-online\"\nsweep.online_forgetting = [0.5, 0.5]\n"), "23:8: variants[0].name", "label `x[online_forgetting=0.5]` is used twice"),
         (v("name = \"x\"\nmethod = \"bastion\"\nsweep.lambda = [0.5]\n"), "25:7: variants[0]", "unknown field `lambda`"),
         (
             v("name = \"x\"\nmethod = \"ddtree:8\"\ntop_k = 2\n\n[[variants]]\nname = \"x\"\nmethod = \"ddtree:16\"\ntop_k = 2\n"),

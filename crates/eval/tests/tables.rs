@@ -251,7 +251,7 @@ fn a_figure_without_a_grid_has_no_ddtree_legend() {
             [
                 record("gsm8k", p, "ar", &[(1, 1), (1, 1)], 0.01),
                 record("gsm8k", p, "caddtree", &[(1, 1), (2, 2)], 0.008),
-                record("gsm8k", p, "bastion-paper", &[(3, 2), (5, 3)], 0.006),
+                record("gsm8k", p, "bastion-online", &[(3, 2), (5, 3)], 0.006),
             ]
         })
         .collect();
@@ -261,7 +261,7 @@ fn a_figure_without_a_grid_has_no_ddtree_legend() {
     let svg = std::fs::read_to_string(&files[0]).unwrap();
     assert!(svg.contains("AR (1×)") && !svg.contains("DDTree"), "{svg}");
     // One 360-px panel: the legend wraps onto more rows instead of running off the figure.
-    assert!(svg.contains("caddtree (at its mean budget)") && svg.contains("bastion-paper (at its mean budget)"));
+    assert!(svg.contains("caddtree (at its mean budget)") && svg.contains("bastion-online (at its mean budget)"));
     let height: u32 = svg.split("height=\"").nth(1).unwrap().split('"').next().unwrap().parse().unwrap();
     assert!(height > 300 + 40 + 16 + 22, "{height}");
 }

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use bastion_decode::Method;
 use bastion_eval::check::{compare, rows_of, Baseline, Machine, BASELINE_FORMAT};
-use bastion_eval::{Experiment, RunOptions, Shard};
+use bastion_eval::{RunOptions, Shard};
 
 use super::Result;
 
@@ -45,13 +45,13 @@ pub struct Args {
 pub fn run(a: Args) -> Result {
     let Args { experiment: file, baseline, update, tolerance, results, datasets } = a;
     let (file, results) = (file.as_path(), results.as_path());
-    let exp = Experiment::load(file, Path::new("."))?;
+    let exp = super::load_experiment(file)?;
     // τ must be deterministic: no online learning, no sampling, pinned calibrations.
     let refuse = |field: &str, why: String| -> Box<dyn std::error::Error> {
         format!("{}: {field}: {why}; `bastion check` needs a deterministic τ", file.display()).into()
     };
-    if exp.methods.iter().any(|m| m.spec.method == Method::Bastion) {
-        return Err(refuse("methods", "online `bastion` sizes its trees from wall-clock times".into()));
+    if exp.methods.iter().any(|m| m.spec.method == Method::BastionOnline) {
+        return Err(refuse("methods", "`bastion-online` recalibrates from wall-clock times".into()));
     }
     if exp.temperatures.iter().any(|&t| t != 0.0) {
         return Err(refuse("temperatures", format!("{:?}: expected [0.0] (T > 0 samples)", exp.temperatures)));

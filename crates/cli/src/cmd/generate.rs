@@ -34,8 +34,8 @@ pub struct Args {
     /// Stop after this many new tokens.
     #[arg(long, default_value_t = 128)]
     max_new_tokens: usize,
-    /// Decoding method: ar, dflash, ddtree:N, caddtree, bastion or bastion-paper.
-    #[arg(long, default_value = "ar")]
+    /// Decoding method: ar, dflash, ddtree:N, caddtree, bastion or bastion-online.
+    #[arg(long, default_value = "ar", value_parser = super::method_arg)]
     method: MethodSpec,
     /// Sampling temperature (0 = greedy).
     #[arg(long, default_value_t = 0.0)]

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use bastion_decode::{BastionRule, CalibrationSource, Method, PairSpec, DEFAULT_CALIBRATION_DIR};
+use bastion_decode::{BastionRule, CalibrationSource, Method, MethodSpec, PairSpec, DEFAULT_CALIBRATION_DIR};
 use bastion_models::{BackendKind, WeightDtype};
 use bastion_tree::OnlineConfig;
 
@@ -122,7 +122,7 @@ impl PairArgs {
         spec.drafter = self.drafter.clone().filter(|_| method.needs_drafter());
         spec.draft_vocab = self.draft_vocab.filter(|_| method.needs_drafter());
         if let Some(cost) = cost {
-            if method == Method::Bastion {
+            if method == Method::BastionOnline {
                 cost.online().validate().map_err(|e| format!("--online-forgetting: {e}"))?;
             }
             spec.calibration = method.needs_calibration().then(|| cost.source());
@@ -135,10 +135,37 @@ impl PairArgs {
     }
 }
 
+/// Loads the experiment file `file` (paths inside resolve against the
+/// working directory) and prints its notes, such as a deprecated method
+/// name, on stderr.
+///
+/// # Errors
+/// The file's first mistake ([`bastion_eval::SpecError`]: file, line, field).
+pub fn load_experiment(file: &Path) -> Result<bastion_eval::Experiment> {
+    let exp = bastion_eval::Experiment::load(file, Path::new("."))?;
+    for note in &exp.notes {
+        eprintln!("note: {note}");
+    }
+    Ok(exp)
+}
+
+/// `--method`: a method name, parsed as [`MethodSpec`]; an old name
+/// ([`bastion_decode::DEPRECATED_NAMES`]) is accepted with a note on stderr.
+///
+/// # Errors
+/// The parser's message (it lists the names expected).
+pub fn method_arg(name: &str) -> std::result::Result<MethodSpec, String> {
+    let spec = name.parse::<MethodSpec>().map_err(|e| e.to_string())?;
+    if let Some(note) = Method::deprecation(name) {
+        eprintln!("note: --method {note}");
+    }
+    Ok(spec)
+}
+
 /// How the cost-aware methods get their cost models.
 #[derive(clap::Args, Debug, Clone)]
 pub struct CostArgs {
-    /// Calibration from `bastion profile` (JSON), for caddtree, bastion and bastion-paper
+    /// Calibration from `bastion profile` (JSON), for caddtree, bastion and bastion-online
     /// [default: results/calibration/<device>__<model>__<backend>.json].
     #[arg(long)]
     pub calibration: Option<PathBuf>,
@@ -147,14 +174,14 @@ pub struct CostArgs {
     /// [default: raw on CPU backends (flex, ndarray), paper on GPU backends (wgpu, cuda)]
     #[arg(long)]
     pub bastion_rule: Option<BastionRule>,
-    /// Forgetting factor λ ∈ [0, 1) of `bastion`'s online calibration (bastion-paper keeps
-    /// the calibration fixed).
+    /// Forgetting factor λ ∈ [0, 1) of bastion-online's online calibration (bastion keeps
+    /// the calibration fixed, as the paper does).
     #[arg(long, default_value_t = OnlineConfig::default().forgetting)]
     pub online_forgetting: f64,
 }
 
 impl CostArgs {
-    /// `bastion`'s online settings.
+    /// `bastion-online`'s online settings.
     pub fn online(&self) -> OnlineConfig {
         OnlineConfig { forgetting: self.online_forgetting }
     }

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use bastion_decode::{ProfileOptions, DEFAULT_CALIBRATION_DIR};
 use bastion_eval::reference::{parse_markdown, Comparison};
-use bastion_eval::{Experiment, Shard};
+use bastion_eval::Shard;
 
 use super::{profile, run, tables, PairArgs, Result, TargetArgs, DEFAULT_MODEL};
 
@@ -36,7 +36,7 @@ pub fn run(a: Args) -> Result {
             return Err("scripts/fetch-model.sh failed".into());
         }
     }
-    let exp = Experiment::load(&a.experiment, Path::new("."))?;
+    let exp = super::load_experiment(&a.experiment)?;
     let cost_aware = exp.methods.iter().any(|m| m.spec.method.needs_calibration());
     for pair in exp.models.iter().filter(|_| cost_aware) {
         let source = pair.calibration_source(false, Path::new(DEFAULT_CALIBRATION_DIR));

@@ -39,7 +39,7 @@ pub struct Args {
 
 /// Runs `bastion run`.
 pub fn run(a: Args) -> Result {
-    let exp = Experiment::load(&a.experiment, Path::new("."))?;
+    let exp = super::load_experiment(&a.experiment)?;
     let opts = options(&exp, &a.results, &a.datasets, a.shard);
     sweep(&exp, &opts)?;
     if a.shard.count == 1 {

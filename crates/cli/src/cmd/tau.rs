@@ -21,8 +21,8 @@ use super::{create_dir, run, tables, CostArgs, PairArgs, Result};
 pub struct Args {
     #[command(flatten)]
     pair: PairArgs,
-    /// Decoding method: dflash, ddtree:N, caddtree, bastion or bastion-paper.
-    #[arg(long, default_value = "dflash")]
+    /// Decoding method: dflash, ddtree:N, caddtree, bastion or bastion-online.
+    #[arg(long, default_value = "dflash", value_parser = super::method_arg)]
     method: MethodSpec,
     #[command(flatten)]
     cost: CostArgs,

@@ -57,10 +57,10 @@ pub fn method_color(label: &str) -> RGBColor {
         ("dflash", RGBColor(255, 127, 14)),
         ("caddtree", RGBColor(44, 160, 44)),
         ("bastion", RGBColor(214, 39, 40)),
-        ("bastion-paper", RGBColor(148, 103, 189)),
+        ("bastion-online", RGBColor(148, 103, 189)),
         ("caddtree+skip", RGBColor(140, 86, 75)),
         ("bastion+skip", RGBColor(227, 119, 194)),
-        ("bastion-paper+skip", RGBColor(188, 189, 34)),
+        ("bastion-online+skip", RGBColor(188, 189, 34)),
     ];
     const MORE: [RGBColor; 11] = [
         RGBColor(23, 190, 207),
@@ -575,7 +575,7 @@ mod tests {
     #[test]
     fn methods_keep_distinct_colours() {
         let names =
-            ["ar", "ddtree:4", "dflash", "caddtree", "bastion", "bastion-paper", "caddtree+skip", "bastion+skip"];
+            ["ar", "ddtree:4", "dflash", "caddtree", "bastion", "bastion-online", "caddtree+skip", "bastion+skip"];
         let colours: Vec<RGBColor> = names.iter().map(|m| method_color(m)).collect();
         for (i, a) in colours.iter().enumerate() {
             assert!(colours[i + 1..].iter().all(|b| b != a), "{} shares a colour", names[i]);
