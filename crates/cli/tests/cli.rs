@@ -43,6 +43,26 @@ fn datasets_show_prints_templated_json_lines() {
     assert_eq!(lines[0]["turns"].as_array().unwrap().len(), 2);
 }
 
+/// A set of one's own is shown as its experiment file declares it: ids from its id field,
+/// the prompt from its field; a name the file does not have lists those it has.
+#[test]
+fn datasets_show_prints_a_users_set_from_its_experiment_file() {
+    let args = ["datasets", "show", "my-questions", "--experiment", "experiments/own-data.toml", "--max-samples", "2"];
+    let (ok, out, err) = bastion(&args);
+    assert!(ok, "{err}");
+    let lines: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!((lines[0]["id"].as_str(), lines[1]["id"].as_str()), (Some("tea-1"), Some("train-2")));
+    assert!(lines[0]["turns"][0].as_str().unwrap().starts_with("A kettle holds 1.5 litres"), "{out}");
+    let (ok, out, _) = bastion(&["datasets", "show", "longbench-sample", "--experiment", "experiments/own-data.toml"]);
+    assert!(ok && out.lines().count() >= 1, "{out}");
+    let (ok, _, err) = bastion(&["datasets", "show", "mine", "--experiment", "experiments/own-data.toml"]);
+    assert!(!ok && err.contains("own-data.toml: no dataset `mine` (it has gsm8k, my-questions,"), "{err}");
+    // Without the experiment file, a user's name is not a built-in set: the error says where it goes.
+    let (ok, _, err) = bastion(&["datasets", "show", "my-questions"]);
+    assert!(!ok && err.contains("--experiment FILE"), "{err}");
+}
+
 #[test]
 fn bad_input_fails_with_a_clear_message() {
     let (ok, _, err) = bastion(&["datasets", "show", "gsm9k"]);

@@ -11,8 +11,11 @@ use serde_json::Value;
 
 use crate::{DataError, DatasetName, Prompt, Result, Selection, UserName};
 
-/// Where a record's user message(s) come from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Where a record's user message(s) come from. Serialised as
+/// `{"field": …}`, `{"turns": …}` or `{"template": …}` (a sweep's
+/// `settings.json` records it).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum PromptSource {
     /// A string field, sent as written.
     Field(String),

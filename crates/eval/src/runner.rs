@@ -321,7 +321,7 @@ fn settings_of(exp: &Experiment) -> serde_json::Value {
                 serde_json::json!({
                     "name": f.name.as_str(),
                     "path": f.path.display().to_string(),
-                    "prompt": format!("{:?}", f.prompt),
+                    "prompt": &f.prompt,
                     "id": f.id,
                     "sha256": f.sha256().unwrap_or_default(),
                 })

@@ -25,8 +25,13 @@ enum Action {
     Verify,
     /// Print a set's prompts (papers' templates) as JSON lines.
     Show {
-        /// gsm8k, math500, aime25, humaneval, mbpp, mt-bench or alpaca.
-        name: DatasetName,
+        /// gsm8k, math500, aime25, humaneval, mbpp, mt-bench or alpaca; or a set of your own
+        /// (a `[[datasets.files]]` name of the file given by --experiment).
+        name: String,
+        /// An experiment file: NAME may then be one of its `[[datasets.files]]` sets, read as
+        /// its runs read them (paths relative to the working directory).
+        #[arg(long)]
+        experiment: Option<PathBuf>,
         /// Use the papers' seed-0 128-prompt subset (gsm8k, math500, mbpp).
         #[arg(long)]
         paper_subset: bool,
@@ -43,9 +48,11 @@ enum Action {
 
 /// Runs `bastion datasets`.
 pub fn run(a: Args) -> Result {
-    let sets = Datasets::open(&a.dir)?;
+    // A user's set needs no built-in folder: it is opened when a built-in set is read.
+    let sets = || Datasets::open(&a.dir);
     match a.action {
         Action::List => {
+            let sets = sets()?;
             println!("{:<10} {:>7} {:>7}", "dataset", "prompts", "subset");
             for name in DatasetName::ALL {
                 let all = sets.load(name, &Selection::default())?.len();
@@ -54,11 +61,34 @@ pub fn run(a: Args) -> Result {
             }
         }
         Action::Verify => {
-            for name in sets.verify_all()? {
+            for name in sets()?.verify_all()? {
                 println!("ok  {}", a.dir.join(name).display());
             }
         }
-        Action::Show { name, paper_subset, max_samples, model } => {
+        Action::Show { name, experiment, paper_subset, max_samples, model } => {
+            let selection = Selection { paper_subset, max_samples };
+            let own = match &experiment {
+                Some(file) => {
+                    let exp = super::load_experiment(file)?;
+                    let names: Vec<&str> = exp.datasets.iter().map(|d| d.as_str()).collect();
+                    let Some(&set) = exp.datasets.iter().find(|d| d.as_str() == name.trim()) else {
+                        return Err(
+                            format!("{}: no dataset `{name}` (it has {})", file.display(), names.join(", ")).into()
+                        );
+                    };
+                    exp.dataset_files.iter().find(|f| f.name == set).map(|f| f.load(&selection)).transpose()?
+                }
+                None => None,
+            };
+            let prompts = match own {
+                Some(prompts) => prompts,
+                None => {
+                    let set: DatasetName = name.parse().map_err(|e| {
+                        format!("{e}; a set of your own is shown with --experiment FILE (its [[datasets.files]])")
+                    })?;
+                    sets()?.load(set, &selection)?
+                }
+            };
             let tokenizer = model.as_ref().map(bastion_models::load_tokenizer).transpose()?;
             let template = match (&tokenizer, &model) {
                 (Some(t), Some(m)) => Some(
@@ -67,7 +97,7 @@ pub fn run(a: Args) -> Result {
                 ),
                 _ => None,
             };
-            for p in sets.load(name, &Selection { paper_subset, max_samples })? {
+            for p in prompts {
                 let mut line = serde_json::to_value(&p)?;
                 if let (Some(t), Some(template)) = (&tokenizer, template) {
                     let text = template.render(&[Message::new("user", &p.turns[0])], true)?;
