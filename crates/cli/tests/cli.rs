@@ -54,6 +54,9 @@ fn datasets_show_prints_a_users_set_from_its_experiment_file() {
     assert_eq!(lines.len(), 2);
     assert_eq!((lines[0]["id"].as_str(), lines[1]["id"].as_str()), (Some("tea-1"), Some("train-2")));
     assert!(lines[0]["turns"][0].as_str().unwrap().starts_with("A kettle holds 1.5 litres"), "{out}");
+    // Without --max-samples, the experiment's own selection (max_samples = 2); any case.
+    let (ok, out, _) = bastion(&["datasets", "show", "My-Questions", "--experiment", "experiments/own-data.toml"]);
+    assert!(ok && out.lines().count() == 2, "{out}");
     let (ok, out, _) = bastion(&["datasets", "show", "longbench-sample", "--experiment", "experiments/own-data.toml"]);
     assert!(ok && out.lines().count() >= 1, "{out}");
     let (ok, _, err) = bastion(&["datasets", "show", "mine", "--experiment", "experiments/own-data.toml"]);
@@ -295,6 +298,11 @@ fn generate_rejects_incomplete_speculation_settings() {
     let (ok, _, err) =
         bastion_in(dir.path(), &[&["generate", "--model", &model, "--prompt-ids", "5"], &args[..]].concat());
     assert!(!ok && err.contains("--online-forgetting") && err.contains("online.forgetting"), "{err}");
+    // ... and for a method that does not read it, refused rather than ignored.
+    let args = ["--method", "bastion", "--drafter", &drafter, "--online-forgetting", "0.5"];
+    let (ok, _, err) =
+        bastion_in(dir.path(), &[&["generate", "--model", &model, "--prompt-ids", "5"], &args[..]].concat());
+    assert!(!ok && err.contains("--online-forgetting: only bastion-online reads it, not bastion"), "{err}");
     // A verify-only profile may not take the default file's place.
     let (ok, _, err) = bastion_in(dir.path(), &["profile", "--model", &model]);
     assert!(!ok && err.contains("pass --drafter DIR, or --out FILE"), "{err}");
@@ -350,6 +358,9 @@ fn profile_writes_a_calibration_the_cost_aware_methods_use() {
         // The old name of the paper's BASTION still runs, with a note naming the new one.
         let noted = err.contains("note: --method `bastion-paper` is the old name of `bastion`");
         assert_eq!(noted, method == "bastion-paper", "{method}: {err}");
+        // `bastion`, whose meaning moved, says where the online variant went.
+        let moved = err.contains("note: --method `bastion` is the paper's BASTION") && err.contains("`bastion-online`");
+        assert_eq!(moved, method == "bastion", "{method}: {err}");
     }
 
     // It belongs to the tiny Qwen3: another target is refused by name.

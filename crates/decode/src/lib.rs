@@ -3,8 +3,9 @@
 //! One speculative decoding loop for every method of the papers (docs/algorithms.md §1,
 //! §3, §7): `ar` (no drafter: a root-only tree per round, the baseline),
 //! `dflash` (the DFlash chain), `ddtree:N` (best-first tree of N drafted
-//! nodes), `caddtree` (per-round budget from a measured cost model) and
-//! `bastion` (per-round budget from a calibrated roofline). Per round:
+//! nodes), `caddtree` (per-round budget from a measured cost model),
+//! `bastion` (per-round budget from a calibrated roofline) and
+//! `bastion-online` (the same, its calibration updated online). Per round:
 //! draft → the budget policy grows the tree → target verification → the
 //! lossless walk → KV-cache commit. Every round is measured. The
 //! cost-aware methods' `+skip` variants take an AR step instead of drafting

@@ -60,20 +60,28 @@ impl Method {
         matches!(self, Method::BastionOnline | Method::Bastion)
     }
 
-    /// The note to print for a method name of an earlier release
-    /// ([`DEPRECATED_NAMES`], `+skip` included, any case): what it stands for
-    /// now. `None` for a current name or one that does not parse.
+    /// The note to print, for one release, where a name's meaning moved
+    /// (`+skip` included, any case): an earlier release's name
+    /// ([`DEPRECATED_NAMES`]) with what it stands for now, or `bastion`,
+    /// which named the online-recalibrating variant before this release.
+    /// `None` for any other name, or one that does not parse.
     pub fn deprecation(name: &str) -> Option<String> {
         let name = name.trim().to_ascii_lowercase();
         let (base, skip) = match name.strip_suffix(SKIP_SUFFIX) {
             Some(base) => (base, SKIP_SUFFIX),
             None => (name.as_str(), ""),
         };
+        const MOVED: &str = "the online-recalibrating variant that `bastion` named before this release is now \
+                             `bastion-online`";
+        if base == "bastion" {
+            return Some(format!(
+                "`bastion{skip}` is the paper's BASTION, its calibration kept fixed, since this release; {MOVED}"
+            ));
+        }
         let (_, now) = DEPRECATED_NAMES.iter().find(|(old, _)| *old == base)?;
         Some(format!(
             "`{base}{skip}` is the old name of `{now}{skip}` (the paper's BASTION, its calibration kept fixed) and \
-             will stop parsing in the next release; the online-recalibrating variant that `bastion` named \
-             before is now `bastion-online`"
+             will stop parsing in the next release; {MOVED}"
         ))
     }
 
@@ -180,7 +188,13 @@ mod tests {
         assert_eq!(" Bastion-Paper ".parse::<Method>().unwrap(), Method::Bastion);
         let note = Method::deprecation("bastion-paper+skip").unwrap();
         assert!(note.contains("`bastion+skip`") && note.contains("bastion-online"), "{note}");
-        for current in ["bastion", "bastion-online", "caddtree+skip", "eagle"] {
+        // `bastion`, whose meaning moved, says so for one release.
+        let note = Method::deprecation("Bastion+skip").unwrap();
+        assert!(
+            note.starts_with("`bastion+skip` is the paper's BASTION") && note.contains("`bastion-online`"),
+            "{note}"
+        );
+        for current in ["bastion-online", "bastion-online+skip", "caddtree+skip", "eagle"] {
             assert_eq!(Method::deprecation(current), None, "{current}");
         }
         for bad in ["ddtree:0", "ddtree:x", "eagle", "", "bastion+skip"] {

@@ -125,6 +125,44 @@ fn specs_parse_print_and_serialise_as_records_store_them() {
     assert!(Variant::plain(Method::Ar) == Method::Ar && !(v == Method::BastionOnline));
 }
 
+/// `bastion` keeps its calibration fixed (the paper's BASTION) and `bastion-online` learns
+/// from the rounds it observes: after rounds whose drafting took far longer than
+/// calibrated, only the online policy sizes its trees differently (a dearer fixed cost per
+/// round makes larger trees pay).
+#[test]
+fn only_bastion_online_learns_from_observed_rounds() {
+    let raw = MethodParams { rule: Some(BastionRule::Raw), ..Default::default() };
+    let grown = |p: &mut Box<dyn BudgetPolicy>| {
+        p.begin_round(64);
+        let mut n = 0;
+        while n < p.max_nodes() && p.admit(n, 0.9f64.powi(n as i32 + 1)) {
+            n += 1;
+        }
+        p.finish(n)
+    };
+    let slow_draft = |round| bastion_tree::RoundObservation {
+        round,
+        context_len: 64,
+        tokens: 8,
+        verify_seconds: 0.02,
+        draft_seconds: 0.5,
+        non_verify_seconds: 0.0005,
+    };
+    let mut sizes = Vec::new();
+    for method in [Method::Bastion, Method::BastionOnline] {
+        let mut p = policy(method, raw.clone());
+        let before = grown(&mut p);
+        for round in 1..40 {
+            p.observe(&slow_draft(round));
+        }
+        sizes.push((method, before, grown(&mut p)));
+    }
+    let [(_, fixed_before, fixed_after), (_, online_before, online_after)] = sizes[..] else { unreachable!() };
+    assert_eq!(fixed_before, online_before, "{sizes:?}");
+    assert_eq!(fixed_after, fixed_before, "{sizes:?}");
+    assert!(online_after > online_before, "{sizes:?}");
+}
+
 #[test]
 fn knobs_reach_the_policy() {
     let dd = policy(Method::DDTree { budget: 64 }, MethodParams { top_k: Some(4), ..Default::default() });
@@ -159,7 +197,12 @@ fn knobs_a_method_does_not_read_or_out_of_range_are_named() {
             "skip",
             "read by: caddtree, bastion, bastion-online",
         ),
-        (Method::DFlash, MethodParams { top_k: Some(4), ..Default::default() }, "top_k", "read by: ddtree, bastion"),
+        (
+            Method::DFlash,
+            MethodParams { top_k: Some(4), ..Default::default() },
+            "top_k",
+            "read by: ddtree, bastion, bastion-online",
+        ),
         (
             Method::Bastion,
             MethodParams { online_forgetting: Some(0.5), ..Default::default() },

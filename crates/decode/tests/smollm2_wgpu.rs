@@ -97,7 +97,7 @@ fn kernel_verification_on_smollm2_is_lossless() {
     let config = BastionConfig::raw_rule(0.0035, 0.0006);
     let policies: Vec<(&str, Box<dyn BudgetPolicy>)> = vec![
         ("ddtree:8", Box::new(FixedBudget::new(8))),
-        ("bastion", Box::new(Bastion::online(config, roofline(), OnlineConfig::default()).unwrap())),
+        ("bastion-online", Box::new(Bastion::online(config, roofline(), OnlineConfig::default()).unwrap())),
     ];
     for (name, mut policy) in policies {
         let gen = generate(&target, Some((&drafter, &mut *policy)), &ids, &cfg).unwrap();

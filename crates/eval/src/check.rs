@@ -268,8 +268,16 @@ impl Baseline {
             source,
             hint: " (record one with `bastion check --update` on a trusted build)".into(),
         })?;
-        let b: Baseline = serde_json::from_str(&text)
+        let mut b: Baseline = serde_json::from_str(&text)
             .map_err(|e| OutputError::Format { path: path.into(), what: format!("not a baseline file: {e}") })?;
+        // An earlier release's name of the paper's BASTION: the same rows under today's name
+        // (a baseline never holds the online variant, which `check` refuses).
+        for row in &mut b.rows {
+            let (base, skip) = row.method.split_once('+').map_or((row.method.as_str(), ""), |(b, s)| (b, s));
+            if let Some((_, now)) = bastion_decode::DEPRECATED_NAMES.iter().find(|(old, _)| *old == base) {
+                row.method = if skip.is_empty() { now.to_string() } else { format!("{now}+{skip}") };
+            }
+        }
         if b.format != BASELINE_FORMAT {
             let expected = format!("expected {BASELINE_FORMAT}, found {}", b.format);
             let source = FieldError { field: "format".into(), expected };

@@ -115,7 +115,13 @@ pub(super) fn methods(loc: &Locator<'_>, raw: &RawExperiment, ar_baseline: bool)
             }
             let twice = if is_ar { std::mem::replace(&mut ar_listed, true) } else { methods.contains(&method) };
             if twice {
-                return Err(loc.at(m.span(), &field, format!("method {method} is listed twice")));
+                // An earlier release's file listing both `bastion` (then online) and
+                // `bastion-paper`: say what moved rather than only that it repeats.
+                let why = match Method::deprecation(&s) {
+                    Some(note) => format!("method {method} is listed twice: {note}"),
+                    None => format!("method {method} is listed twice"),
+                };
+                return Err(loc.at(m.span(), &field, why));
             }
             if !is_ar {
                 methods.push(method);

@@ -31,32 +31,46 @@ const FORMAT1_NAMES: [(&str, &str); 4] = [
     ("bastion-paper+skip", "bastion+skip"),
 ];
 
+/// Why a line is not a record: not JSON at all (on the last line, a write
+/// cut short), or JSON that is not a record this release reads.
+enum LineError {
+    Syntax(String),
+    Invalid(String),
+}
+
 /// One line of a store as a typed record: format 1's names translated
 /// ([`RECORD_FORMAT`]); the `format` field itself is not part of the record.
-fn record_from_line(line: &[u8]) -> Result<SampleRecord, String> {
-    let mut value: serde_json::Value = serde_json::from_slice(line).map_err(|e| e.to_string())?;
-    let object = value.as_object_mut().ok_or("expected a JSON object")?;
+fn record_from_line(line: &[u8]) -> Result<SampleRecord, LineError> {
+    let mut value: serde_json::Value = serde_json::from_slice(line).map_err(|e| LineError::Syntax(e.to_string()))?;
+    let invalid = |why: String| LineError::Invalid(why);
+    let object = value.as_object_mut().ok_or_else(|| invalid("expected a JSON object".into()))?;
     match object.remove("format") {
         None => {
             let plain = !object.contains_key("variant");
             if let Some(serde_json::Value::String(method)) = object.get_mut("method") {
                 if let Some((old, new)) = FORMAT1_NAMES.iter().find(|(old, _)| old == method) {
                     *method = new.to_string();
-                    // A plain method's key holds its name as the label (`…|label|T0|s0`).
+                    // A plain method's key holds its name as the label, third field from
+                    // the right (`model|dataset|prompt|label|T0|s0`).
                     if let Some(serde_json::Value::String(key)) = object.get_mut("key").filter(|_| plain) {
-                        *key = key.replacen(&format!("|{old}|T"), &format!("|{new}|T"), 1);
+                        let mut fields: Vec<&str> = key.rsplitn(4, '|').collect();
+                        if fields.len() == 4 && fields[2] == *old {
+                            fields[2] = new;
+                            fields.reverse();
+                            *key = fields.join("|");
+                        }
                     }
                 }
             }
         }
         Some(f) if f.as_u64() == Some(RECORD_FORMAT) => {}
         Some(f) => {
-            return Err(format!(
+            return Err(invalid(format!(
                 "record format {f}: this bastion reads formats 1 and {RECORD_FORMAT} (a newer bastion wrote it?)"
-            ))
+            )))
         }
     }
-    serde_json::from_value(value).map_err(|e| e.to_string())
+    serde_json::from_value(value).map_err(|e| invalid(e.to_string()))
 }
 
 /// What one finished sample leaves behind.
@@ -124,6 +138,15 @@ impl SampleRecord {
         seed: u64,
     ) -> String {
         format!("{model}|{dataset}|{prompt_id}|{label}|T{temperature}|s{seed}")
+    }
+
+    /// The record as one line of a store (no newline): its fields after a
+    /// `"format"` field ([`RECORD_FORMAT`]). Every writer of records uses
+    /// it, so that any reader knows the names' meaning.
+    pub fn to_line(&self) -> String {
+        let fields = serde_json::to_string(self).expect("a sample record serialises");
+        // `{"format":2,` then the fields after the record's opening brace (it has a key).
+        format!("{{\"format\":{RECORD_FORMAT},{}", &fields[1..])
     }
 
     /// The row label: the variant's, or the method's name.
@@ -268,9 +291,10 @@ impl SampleStore {
                     }
                     records.push(r);
                 }
-                // A bad last line is a torn write too.
-                Err(_) if end + 1 >= text.len() => break,
-                Err(e) => {
+                // A last line that is not even JSON is a torn write too; a complete
+                // line this release cannot read (another format) is never dropped.
+                Err(LineError::Syntax(_)) if end + 1 >= text.len() => break,
+                Err(LineError::Syntax(e) | LineError::Invalid(e)) => {
                     return Err(StoreError::Corrupt { path: path.to_path_buf(), line: line_no, reason: e });
                 }
             }
@@ -315,10 +339,7 @@ impl SampleStore {
                 StoreError::Io { path: self.path.clone(), source }
             }
         };
-        // `{"format":2,` then the record's fields after its opening brace (it has a key).
-        let fields = serde_json::to_vec(&record).expect("a sample record serialises");
-        let mut line = format!("{{\"format\":{RECORD_FORMAT},").into_bytes();
-        line.extend_from_slice(&fields[1..]);
+        let mut line = record.to_line().into_bytes();
         line.push(b'\n');
         self.file.write_all(&line).map_err(io)?;
         self.file.sync_data().map_err(io)?;
@@ -435,6 +456,8 @@ mod tests {
                 "bastion",
                 r#","variant":"bastion-l05","params":{"online_forgetting":0.5}"#,
             ),
+            // Only the label field is renamed, even where another field spells the name.
+            line("m|gsm8k|bastion|T1|bastion|T0|s0", "bastion", ""),
         ];
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("samples.jsonl");
@@ -446,6 +469,7 @@ mod tests {
             ("m|gsm8k|0|bastion-online|T0|s0", "bastion-online", "bastion-online"),
             ("m|gsm8k|0|bastion+skip|T0|s0", "bastion+skip", "bastion+skip"),
             ("m|gsm8k|0|bastion-l05|T0|s0", "bastion-online", "bastion-l05"),
+            ("m|gsm8k|bastion|T1|bastion-online|T0|s0", "bastion-online", "bastion-online"),
         ];
         assert_eq!(got, want.map(|(k, m, l)| (k.to_string(), m.to_string(), l.to_string())));
         assert_eq!(store.records()[0].spec.method, Method::BastionOnline);
@@ -460,11 +484,18 @@ mod tests {
         let text = std::fs::read_to_string(&path).unwrap();
         let last = text.lines().last().unwrap();
         assert!(last.starts_with(&format!(r#"{{"format":{RECORD_FORMAT},"key":"m|gsm8k|0|bastion|T0|s0""#)), "{last}");
-        assert_eq!(SampleStore::read(&path).unwrap()[3], new);
-        // A format this release does not know is a corrupt line, named.
-        std::fs::write(&path, format!("{}\n{}\n", last.replace(r#""format":2"#, r#""format":3"#), old[0])).unwrap();
+        assert_eq!(SampleStore::read(&path).unwrap()[4], new);
+        assert_eq!(last, new.to_line());
+        // A format this release does not know is a corrupt line, named, first or last:
+        // never dropped as a torn write.
+        let future = last.replace(r#""format":2"#, r#""format":3"#);
+        std::fs::write(&path, format!("{future}\n{}\n", old[0])).unwrap();
         let e = SampleStore::read(&path).err().unwrap().to_string();
         assert!(e.contains(":1: not a sample record: record format 3"), "{e}");
+        std::fs::write(&path, format!("{}\n{future}\n", old[0])).unwrap();
+        let e = SampleStore::open(&path).err().unwrap().to_string();
+        assert!(e.contains(":2: not a sample record: record format 3"), "{e}");
+        assert!(std::fs::read_to_string(&path).unwrap().ends_with(&format!("{future}\n")), "the line is kept");
     }
 
     /// A variant's record (label, `+skip` in the name, knobs in `params`)

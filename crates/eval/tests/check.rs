@@ -142,6 +142,14 @@ fn baseline_files_round_trip_and_bad_ones_are_named() {
     b.save(&path).unwrap();
     assert_eq!(Baseline::load(&path).unwrap(), b);
 
+    // Rows of an earlier release's name of the paper's BASTION read under today's name.
+    let mut old = baseline();
+    old.rows.push(row("gsm8k", "bastion-paper+skip", 1.5, 1.1));
+    old.save(&path).unwrap();
+    let read = Baseline::load(&path).unwrap();
+    assert_eq!(read.rows.last().unwrap(), &row("gsm8k", "bastion+skip", 1.5, 1.1));
+    b.save(&path).unwrap();
+
     let missing = Baseline::load(&dir.path().join("none.json")).unwrap_err().to_string();
     assert!(missing.contains("none.json") && missing.contains("bastion check --update"), "{missing}");
     let text = std::fs::read_to_string(&path).unwrap();

@@ -54,7 +54,30 @@ fn a_good_file_expands_to_the_sweep() {
             Method::BastionOnline
         ]
     );
-    assert!(e.notes.is_empty(), "{:?}", e.notes);
+    // `bastion`, whose meaning moved this release, gets a note; `bastion-online` none.
+    assert_eq!(e.notes.len(), 1, "{:?}", e.notes);
+    assert!(
+        e.notes[0].starts_with("experiments/bad.toml:6:44: methods[3]: `bastion` is the paper's BASTION"),
+        "{:?}",
+        e.notes
+    );
+    // A variant's method says so too, at its own place.
+    let v = parse(&with_variants("\n[[variants]]\nname = \"x\"\nmethod = \"bastion-paper\"\ncap = 64\n")).unwrap();
+    assert_eq!(v.notes.len(), 2, "{:?}", v.notes);
+    assert!(
+        v.notes[1].starts_with(
+            "experiments/bad.toml:24:10: variants[0].method: `bastion-paper` is the old name of `bastion`"
+        ),
+        "{:?}",
+        v.notes
+    );
+    // An earlier release's file listing both of its BASTION names: the error says what moved.
+    let both = parse(&GOOD.replace(r#""bastion", "bastion-online"]"#, r#""bastion", "bastion-paper"]"#)).unwrap_err();
+    assert!(
+        both.contains("6:55: methods[4]: method bastion is listed twice: `bastion-paper` is the old name of `bastion`")
+            && both.contains("now `bastion-online`"),
+        "{both}"
+    );
     // An earlier release's name still parses, with a note at its place in the file.
     let old =
         parse(&GOOD.replace(r#""bastion", "bastion-online"]"#, r#""bastion-paper+skip", "bastion-online"]"#)).unwrap();
@@ -219,7 +242,7 @@ fn shipped_experiments_validate() {
     assert_eq!(default.name, "default");
     // ar, dflash, ddtree ×4, caddtree, bastion, bastion-online, and the two +skip rows.
     assert_eq!(default.methods.len(), 11);
-    assert!(default.methods.iter().any(|m| m.is_plain() && m.spec == "bastion+skip".parse().unwrap()));
+    assert!(default.methods.iter().any(|m| m.is_plain() && m.spec == "bastion-online+skip".parse().unwrap()));
     assert_eq!(default.datasets.len(), 4);
     assert_eq!(default.temperatures, [0.0]);
     // The pruned-vocabulary comparison in q8_0: the same pair three times, the others over the

@@ -28,8 +28,9 @@ enum Action {
         /// gsm8k, math500, aime25, humaneval, mbpp, mt-bench or alpaca; or a set of your own
         /// (a `[[datasets.files]]` name of the file given by --experiment).
         name: String,
-        /// An experiment file: NAME may then be one of its `[[datasets.files]]` sets, read as
-        /// its runs read them (paths relative to the working directory).
+        /// An experiment file: NAME is one of its sets (built-in or `[[datasets.files]]`), read
+        /// as its runs read them: its selection (the flags below override it) and turns. Its
+        /// models must exist, as for a run (paths relative to the working directory).
         #[arg(long)]
         experiment: Option<PathBuf>,
         /// Use the papers' seed-0 128-prompt subset (gsm8k, math500, mbpp).
@@ -66,27 +67,35 @@ pub fn run(a: Args) -> Result {
             }
         }
         Action::Show { name, experiment, paper_subset, max_samples, model } => {
-            let selection = Selection { paper_subset, max_samples };
-            let own = match &experiment {
+            let prompts = match &experiment {
+                // As the experiment's runs read the set: its selection (the flags override
+                // it) and its turns.
                 Some(file) => {
                     let exp = super::load_experiment(file)?;
                     let names: Vec<&str> = exp.datasets.iter().map(|d| d.as_str()).collect();
-                    let Some(&set) = exp.datasets.iter().find(|d| d.as_str() == name.trim()) else {
+                    let Some(&set) = exp.datasets.iter().find(|d| d.as_str().eq_ignore_ascii_case(name.trim())) else {
                         return Err(
                             format!("{}: no dataset `{name}` (it has {})", file.display(), names.join(", ")).into()
                         );
                     };
-                    exp.dataset_files.iter().find(|f| f.name == set).map(|f| f.load(&selection)).transpose()?
+                    let selection = Selection {
+                        paper_subset: paper_subset || exp.selection.paper_subset,
+                        max_samples: max_samples.or(exp.selection.max_samples),
+                    };
+                    let mut prompts = match exp.dataset_files.iter().find(|f| f.name == set) {
+                        Some(f) => f.load(&selection)?,
+                        None => sets()?.load(set, &selection)?,
+                    };
+                    if exp.first_turn_only {
+                        prompts.iter_mut().for_each(|p| p.turns.truncate(1));
+                    }
+                    prompts
                 }
-                None => None,
-            };
-            let prompts = match own {
-                Some(prompts) => prompts,
                 None => {
                     let set: DatasetName = name.parse().map_err(|e| {
                         format!("{e}; a set of your own is shown with --experiment FILE (its [[datasets.files]])")
                     })?;
-                    sets()?.load(set, &selection)?
+                    sets()?.load(set, &Selection { paper_subset, max_samples })?
                 }
             };
             let tokenizer = model.as_ref().map(bastion_models::load_tokenizer).transpose()?;

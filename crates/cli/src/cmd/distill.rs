@@ -30,7 +30,7 @@ pub struct Args {
     datasets: PathBuf,
     /// Decoding method (outputs are identical to AR at T = 0): ar, dflash, ddtree:N. Only with
     /// `--batch 1`: a batch decodes AR.
-    #[arg(long, default_value = "ar")]
+    #[arg(long, default_value = "ar", value_parser = super::method_arg)]
     method: MethodSpec,
     /// Sequences decoded together (AR, one forward per token for the whole batch: on a CPU a step
     /// is bound by reading the weights, so a batch costs little more than one sequence). The

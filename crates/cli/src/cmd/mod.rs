@@ -122,6 +122,7 @@ impl PairArgs {
         spec.drafter = self.drafter.clone().filter(|_| method.needs_drafter());
         spec.draft_vocab = self.draft_vocab.filter(|_| method.needs_drafter());
         if let Some(cost) = cost {
+            cost.check_online(method)?;
             if method == Method::BastionOnline {
                 cost.online().validate().map_err(|e| format!("--online-forgetting: {e}"))?;
             }
@@ -175,15 +176,26 @@ pub struct CostArgs {
     #[arg(long)]
     pub bastion_rule: Option<BastionRule>,
     /// Forgetting factor λ ∈ [0, 1) of bastion-online's online calibration (bastion keeps
-    /// the calibration fixed, as the paper does).
-    #[arg(long, default_value_t = OnlineConfig::default().forgetting)]
-    pub online_forgetting: f64,
+    /// the calibration fixed, as the paper does) [default: 0.9].
+    #[arg(long)]
+    pub online_forgetting: Option<f64>,
 }
 
 impl CostArgs {
     /// `bastion-online`'s online settings.
     pub fn online(&self) -> OnlineConfig {
-        OnlineConfig { forgetting: self.online_forgetting }
+        self.online_forgetting.map_or_else(OnlineConfig::default, |forgetting| OnlineConfig { forgetting })
+    }
+
+    /// Refuses `--online-forgetting` for a method that does not read it.
+    ///
+    /// # Errors
+    /// The flag and the method that reads it.
+    pub fn check_online(&self, method: Method) -> Result {
+        if self.online_forgetting.is_some() && method != Method::BastionOnline {
+            return Err(format!("--online-forgetting: only bastion-online reads it, not {method}").into());
+        }
+        Ok(())
     }
 
     /// `--bastion-rule`, or the default of `backend`

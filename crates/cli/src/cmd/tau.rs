@@ -95,7 +95,7 @@ fn draft(a: &Args, drafter: &Path) -> ExperimentDraft {
             } else {
                 a.cost.bastion_rule.unwrap_or(BastionRule::for_backend(a.pair.target.backend))
             },
-            online_forgetting: a.cost.online_forgetting,
+            online_forgetting: a.cost.online().forgetting,
         },
     }
 }
@@ -117,6 +117,7 @@ pub fn run(a: Args) -> Result {
     if a.samples == 0 {
         return Err("--samples must be ≥ 1".into());
     }
+    a.cost.check_online(a.method.method)?;
     let drafter = a.pair.drafter.clone().ok_or("tau needs --drafter DIR")?;
     let draft = draft(&a, &drafter);
     if !bastion_eval::spec::valid_name(&draft.name) {
@@ -134,8 +135,7 @@ pub fn run(a: Args) -> Result {
     let keys: HashSet<String> = plan(&exp, &a.datasets, Shard::default())?.into_iter().map(|s| s.key).collect();
     let records: Vec<SampleRecord> = run::sweep(&exp, &opts)?.into_iter().filter(|r| keys.contains(&r.key)).collect();
     if let Some(out) = &a.out {
-        let lines: String =
-            records.iter().map(|r| serde_json::to_string(r).map(|l| l + "\n")).collect::<serde_json::Result<_>>()?;
+        let lines: String = records.iter().map(|r| r.to_line() + "\n").collect();
         std::fs::write(out, lines).map_err(|e| format!("{}: {e}", out.display()))?;
     }
     tables::write_tables_of(&exp.name, &records, &dir, &dir, &a.templates, &tables::settings_of(&exp))?;
