@@ -6,7 +6,11 @@
 # One long `bastion train-drafter` run whose cosine schedule spans TOTAL steps. It
 # checkpoints every 100 steps and estimates the held-out τ (per domain) every EVAL
 # steps; rerunning the same command resumes it from its last checkpoint, so the curve
-# grows across sessions (a session's end loses at most 100 steps). Each call then
+# grows across sessions (a session's end loses at most 100 steps). The checkpoints and the
+# feature cache live in ignored folders: on a VM whose disk does not outlive a session the
+# whole run must fit one, hence TOTAL's default of 4,000 steps (features about an hour,
+# then about 1.3 s a step on a 2-core VM; a first run with TOTAL=16000 was lost at step
+# 1,540 that way, its held-out τ in results/drafter-curve/README.md). Each call then
 # redraws the curve: held-out τ against training CPU-hours (the steps' own wall times,
 # held-out estimates excluded), as a figure and a table under OUT.
 #
@@ -27,7 +31,7 @@ MODEL=${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 DATA=${DATA:-results/distill/smollm2-135m.jsonl}
 FEATURES=${FEATURES:-results/features}
 SEQS=${SEQS:-2000}
-TOTAL=${TOTAL:-16000}
+TOTAL=${TOTAL:-4000}
 EVAL=${EVAL:-500}
 OUT=${OUT:-results/drafter-curve}
 RUN=${RUN:-$OUT/run}

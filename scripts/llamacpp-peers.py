@@ -102,7 +102,8 @@ def main():
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--n-max", default="3,7,15", help="llama.cpp DFlash draft lengths")
-    ap.add_argument("--methods", default="dflash,ddtree:4,ddtree:16,caddtree,bastion")
+    ap.add_argument("--methods", default="dflash,ddtree:4,ddtree:8,ddtree:16,caddtree,bastion,bastion-online,"
+                    "caddtree+skip,bastion+skip,bastion-online+skip")
     ap.add_argument("--draft-vocab", type=int, default=1024, help="the pruned draft vocabulary (0: none)")
     ap.add_argument("--out", help="write the Markdown table here (and a .tex beside it)")
     a = ap.parse_args()
@@ -144,6 +145,7 @@ def main():
                 f"{statistics.mean(r.tau):.2f}", f"{same}/{len(ref)}", f"{shared:.0f}"]
 
     table = [cells(r) for r in rows]
+    summary = ratios(rows, block - 1)
     cmd = (f"BASTION={BIN} python3 scripts/llamacpp-peers.py --sets {a.sets} --prompts {a.prompts} "
            f"--new-tokens {a.new_tokens} --n-max {a.n_max} --methods {a.methods} --draft-vocab {a.draft_vocab}")
     head = ["engine", "mode", "weights", "tok/s", "vs llama.cpp AR", "τ", "output = llama.cpp AR",
@@ -151,7 +153,7 @@ def main():
     md = [
         "# Bastion and llama.cpp's speculative decoding, same GGUF, same prompts, one run",
         "",
-        f"`{cmd}`, {time.strftime('%Y-%m-%d', time.gmtime())}, {platform.machine()}, {a.threads} threads, "
+        f"`{cmd}`, {time.strftime('%Y-%m-%d', time.gmtime())}, {cpu_model()} ({platform.machine()}), {a.threads} threads, "
         f"{minutes:.0f} min. Target `{a.model}`; drafter `{a.drafter}` (llama.cpp: exported with "
         "`bastion export-gguf`, f32). llama.cpp: xllamacpp 2026.10.11549 (build b11549, AVX2/FMA/F16C). "
         f"The first {a.prompts} prompts of each of {a.sets.replace(',', ', ')}, chat-templated token ids "
@@ -160,11 +162,16 @@ def main():
         "over prompts; τ: tokens per verification round, bonus included (1 for AR, and for llama.cpp's "
         "n-gram modes when no draft is found). Shared tokens: the mean common prefix with llama.cpp AR's "
         "output (Bastion's f32 and q8_0 activations break near-ties differently from llama.cpp's 8-bit "
-        "ones; at T = 0 every Bastion method equals Bastion AR, tested).",
+        "ones; at T = 0 every Bastion method equals Bastion AR, tested). A `+skip` row's τ counts the "
+        "rounds that drafted (a skipped round is one AR step).",
         "",
         "| " + " | ".join(head) + " |",
         "|" + "|".join(["---"] * 3 + ["---:"] * 5) + "|",
         *["| " + " | ".join(c) + " |" for c in table],
+        "",
+        "Ratios of this run (decode rates, mean over prompts):",
+        "",
+        *[f"- {line}" for line in summary],
     ]
     report = "\n".join(md)
     print(report)
@@ -182,6 +189,54 @@ def main():
             "\\end{tabular}",
         ]
         open(os.path.splitext(a.out)[0] + ".tex", "w").write("\n".join(tex) + "\n")
+
+
+def cpu_model():
+    """The CPU's model name (`/proc/cpuinfo`), or "unknown CPU"."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+def ratios(rows, chain):
+    """The comparisons the table is for, as lines: Bastion q8_0 AR vs llama.cpp AR; the DFlash
+    chains at the same draft length (same drafter); each engine's best speculative mode; the
+    DFlash τ of the two engines (the export check)."""
+    def rate(r):
+        return statistics.mean(r.rate)
+
+    def name(r):
+        return r.mode + ("" if r.engine == "llama.cpp" else f" ({r.weights})")
+
+    def find(engine, mode, weights=None):
+        return next((r for r in rows if r.engine == engine and r.mode == mode
+                     and (weights is None or r.weights == weights)), None)
+
+    out = []
+    l_ar, b_ar = find("llama.cpp", "ar"), find("Bastion", "ar", "q8_0")
+    if l_ar and b_ar:
+        out.append(f"Bastion q8_0 AR vs llama.cpp AR: {rate(b_ar):.1f} / {rate(l_ar):.1f} tok/s = "
+                   f"{rate(b_ar) / rate(l_ar):.2f}×.")
+    l_df, b_df = find("llama.cpp", f"dflash, n_max {chain}"), find("Bastion", "dflash", "q8_0")
+    if l_df and b_df:
+        out.append(f"DFlash chain, {chain} drafted tokens, same drafter: Bastion {rate(b_df):.1f} vs llama.cpp "
+                   f"{rate(l_df):.1f} tok/s = {rate(b_df) / rate(l_df):.2f}×; τ {statistics.mean(b_df.tau):.2f} "
+                   f"vs {statistics.mean(l_df.tau):.2f} (llama.cpp's "
+                   f"{statistics.mean(l_df.tau) / statistics.mean(b_df.tau) - 1:+.1%}).")
+    l_spec = [r for r in rows if r.engine == "llama.cpp" and r.mode != "ar"]
+    b_spec = [r for r in rows if r.engine == "Bastion" and r.mode != "ar"]
+    if l_spec and b_spec:
+        lb, bb = max(l_spec, key=rate), max(b_spec, key=rate)
+        out.append(f"Best speculative mode: Bastion's {name(bb)} {rate(bb):.1f} vs llama.cpp's {name(lb)} "
+                   f"{rate(lb):.1f} tok/s = {rate(bb) / rate(lb):.2f}×.")
+        if b_ar and l_ar:
+            out.append(f"Against each engine's own AR: Bastion's best {rate(bb) / rate(b_ar):.2f}×, "
+                       f"llama.cpp's best {rate(lb) / rate(l_ar):.2f}×.")
+    return out
 
 
 if __name__ == "__main__":

@@ -196,8 +196,11 @@ fn shipped_drafter_generates_ar_text_and_tau_reports() {
     let runs = std::fs::read_to_string(results.join("tau-dflash/runs.jsonl")).unwrap();
     let run: serde_json::Value = serde_json::from_str(runs.lines().next().unwrap()).unwrap();
     assert_eq!(run["weights"].as_object().unwrap().values().next().unwrap(), "Q4_1 GGUF");
+    // --out writes store lines: each carries the record format, as the store's own do.
+    let text = std::fs::read_to_string(&out_file).unwrap();
+    assert!(text.lines().all(|l| l.starts_with(r#"{"format":2,"#)), "{text}");
     let recs: Vec<bastion_eval::SampleRecord> =
-        std::fs::read_to_string(&out_file).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        text.lines().map(|l| bastion_eval::SampleRecord::from_line(l).unwrap()).collect();
     assert_eq!(recs.len(), 4, "AR and DFlash on one prompt of each set");
     for r in recs.iter().filter(|r| r.spec.method == bastion_decode::Method::DFlash) {
         assert_eq!(r.identical_to_ar, Some(true));

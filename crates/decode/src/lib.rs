@@ -30,7 +30,7 @@ pub use calibration::{
 };
 pub use error::{DecodeError, Result};
 pub use generate::{generate, generate_resolved, tau, AcceptRule, GenerateConfig, Generation, RoundRecord, RoundTrace};
-pub use method::{Method, DEPRECATED_NAMES};
+pub use method::{Method, DEPRECATED_NAMES, SKIP_SUFFIX};
 pub use pair::{CalibrationSource, ChatEncoder, LoadedPair, PairSpec, Speculator, DEFAULT_CALIBRATION_DIR};
 pub use policy::{BastionRule, BastionSetup, PolicyInputs, CADDTREE_MAX_BUDGET};
 pub use profile::{profile, VerifyGrid};

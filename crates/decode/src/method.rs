@@ -73,15 +73,17 @@ impl Method {
         };
         const MOVED: &str = "the online-recalibrating variant that `bastion` named before this release is now \
                              `bastion-online`";
+        let with_skip = if skip.is_empty() { "" } else { ", with Bastion's skip rule" };
         if base == "bastion" {
             return Some(format!(
-                "`bastion{skip}` is the paper's BASTION, its calibration kept fixed, since this release; {MOVED}"
+                "`bastion{skip}` is the paper's BASTION, its calibration kept fixed{with_skip}, since this release; \
+                 {MOVED}"
             ));
         }
         let (_, now) = DEPRECATED_NAMES.iter().find(|(old, _)| *old == base)?;
         Some(format!(
-            "`{base}{skip}` is the old name of `{now}{skip}` (the paper's BASTION, its calibration kept fixed) and \
-             will stop parsing in the next release; {MOVED}"
+            "`{base}{skip}` is the old name of `{now}{skip}` (the paper's BASTION, its calibration kept \
+             fixed{with_skip}) and will stop parsing in the next release; {MOVED}"
         ))
     }
 
@@ -188,10 +190,14 @@ mod tests {
         assert_eq!(" Bastion-Paper ".parse::<Method>().unwrap(), Method::Bastion);
         let note = Method::deprecation("bastion-paper+skip").unwrap();
         assert!(note.contains("`bastion+skip`") && note.contains("bastion-online"), "{note}");
+        assert!(note.contains("kept fixed, with Bastion's skip rule)"), "{note}");
+        assert!(!Method::deprecation("bastion-paper").unwrap().contains("skip rule"));
         // `bastion`, whose meaning moved, says so for one release.
         let note = Method::deprecation("Bastion+skip").unwrap();
         assert!(
-            note.starts_with("`bastion+skip` is the paper's BASTION") && note.contains("`bastion-online`"),
+            note.starts_with(
+                "`bastion+skip` is the paper's BASTION, its calibration kept fixed, with Bastion's skip rule,"
+            ) && note.contains("`bastion-online`"),
             "{note}"
         );
         for current in ["bastion-online", "bastion-online+skip", "caddtree+skip", "eagle"] {

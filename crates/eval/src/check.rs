@@ -273,9 +273,14 @@ impl Baseline {
         // An earlier release's name of the paper's BASTION: the same rows under today's name
         // (a baseline never holds the online variant, which `check` refuses).
         for row in &mut b.rows {
-            let (base, skip) = row.method.split_once('+').map_or((row.method.as_str(), ""), |(b, s)| (b, s));
-            if let Some((_, now)) = bastion_decode::DEPRECATED_NAMES.iter().find(|(old, _)| *old == base) {
-                row.method = if skip.is_empty() { now.to_string() } else { format!("{now}+{skip}") };
+            for (old, now) in bastion_decode::DEPRECATED_NAMES {
+                if row.method == old {
+                    row.method = now.to_string();
+                    break;
+                } else if row.method.strip_prefix(old) == Some(bastion_decode::SKIP_SUFFIX) {
+                    row.method = format!("{now}{}", bastion_decode::SKIP_SUFFIX);
+                    break;
+                }
             }
         }
         if b.format != BASELINE_FORMAT {

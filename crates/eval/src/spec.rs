@@ -430,8 +430,9 @@ impl Experiment {
     }
 }
 
-/// A note for every deprecated method name in `methods` and the variants'
-/// `method`, in file order.
+/// A note for every method name whose meaning moved this release (`bastion`,
+/// or a deprecated name: [`Method::deprecation`]) in `methods` and the
+/// variants' `method`, in file order.
 fn deprecations(loc: &Locator<'_>, raw: &RawExperiment) -> Vec<String> {
     let listed =
         raw.methods.iter().flat_map(|m| m.get_ref().iter().enumerate().map(|(i, m)| (format!("methods[{i}]"), m)));

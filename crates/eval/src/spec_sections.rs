@@ -117,7 +117,9 @@ pub(super) fn methods(loc: &Locator<'_>, raw: &RawExperiment, ar_baseline: bool)
             if twice {
                 // An earlier release's file listing both `bastion` (then online) and
                 // `bastion-paper`: say what moved rather than only that it repeats.
-                let why = match Method::deprecation(&s) {
+                let spelled = |m: &Spanned<String>| m.get_ref().trim().to_ascii_lowercase();
+                let respelled = !raw_methods.get_ref()[..i].iter().any(|earlier| spelled(earlier) == s);
+                let why = match Method::deprecation(&s).filter(|_| respelled) {
                     Some(note) => format!("method {method} is listed twice: {note}"),
                     None => format!("method {method} is listed twice"),
                 };

@@ -40,6 +40,8 @@ enum LineError {
 
 /// One line of a store as a typed record: format 1's names translated
 /// ([`RECORD_FORMAT`]); the `format` field itself is not part of the record.
+/// A format-1 plain record whose key does not carry its method's name is
+/// refused (renaming one and not the other would mis-key it).
 fn record_from_line(line: &[u8]) -> Result<SampleRecord, LineError> {
     let mut value: serde_json::Value = serde_json::from_slice(line).map_err(|e| LineError::Syntax(e.to_string()))?;
     let invalid = |why: String| LineError::Invalid(why);
@@ -54,11 +56,12 @@ fn record_from_line(line: &[u8]) -> Result<SampleRecord, LineError> {
                     // the right (`model|dataset|prompt|label|T0|s0`).
                     if let Some(serde_json::Value::String(key)) = object.get_mut("key").filter(|_| plain) {
                         let mut fields: Vec<&str> = key.rsplitn(4, '|').collect();
-                        if fields.len() == 4 && fields[2] == *old {
-                            fields[2] = new;
-                            fields.reverse();
-                            *key = fields.join("|");
+                        if fields.len() != 4 || fields[2] != *old {
+                            return Err(invalid(format!("key `{key}` does not end in |{old}|T…|s… as its method's")));
                         }
+                        fields[2] = new;
+                        fields.reverse();
+                        *key = fields.join("|");
                     }
                 }
             }
@@ -140,9 +143,20 @@ impl SampleRecord {
         format!("{model}|{dataset}|{prompt_id}|{label}|T{temperature}|s{seed}")
     }
 
+    /// One line of a store (no newline) as a record, format 1's method
+    /// names translated ([`RECORD_FORMAT`]). Read records with this, not
+    /// with serde directly, which neither translates nor checks the format.
+    ///
+    /// # Errors
+    /// Not JSON, another format, or not a record: the reason.
+    pub fn from_line(line: &str) -> Result<Self, String> {
+        record_from_line(line.as_bytes()).map_err(|(LineError::Syntax(e) | LineError::Invalid(e))| e)
+    }
+
     /// The record as one line of a store (no newline): its fields after a
     /// `"format"` field ([`RECORD_FORMAT`]). Every writer of records uses
-    /// it, so that any reader knows the names' meaning.
+    /// it, so that any reader knows the names' meaning (serde alone writes
+    /// no format, which readers take for format 1).
     pub fn to_line(&self) -> String {
         let fields = serde_json::to_string(self).expect("a sample record serialises");
         // `{"format":2,` then the fields after the record's opening brace (it has a key).
@@ -486,6 +500,11 @@ mod tests {
         assert!(last.starts_with(&format!(r#"{{"format":{RECORD_FORMAT},"key":"m|gsm8k|0|bastion|T0|s0""#)), "{last}");
         assert_eq!(SampleStore::read(&path).unwrap()[4], new);
         assert_eq!(last, new.to_line());
+        assert_eq!(SampleRecord::from_line(last).unwrap(), new);
+        // A format-1 plain record whose key lacks its method's name is refused, not mis-keyed.
+        let odd = line("m|gsm8k|0|other|T0|s0", "bastion", "");
+        let e = SampleRecord::from_line(&odd).unwrap_err();
+        assert!(e.contains("does not end in |bastion|T"), "{e}");
         // A format this release does not know is a corrupt line, named, first or last:
         // never dropped as a torn write.
         let future = last.replace(r#""format":2"#, r#""format":3"#);

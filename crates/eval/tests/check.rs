@@ -144,10 +144,20 @@ fn baseline_files_round_trip_and_bad_ones_are_named() {
 
     // Rows of an earlier release's name of the paper's BASTION read under today's name.
     let mut old = baseline();
+    old.rows.push(row("gsm8k", "bastion-paper", 1.4, 1.0));
     old.rows.push(row("gsm8k", "bastion-paper+skip", 1.5, 1.1));
+    old.rows.push(row("gsm8k", "bastion-paper+x", 1.6, 1.2)); // a variant's label: kept
     old.save(&path).unwrap();
     let read = Baseline::load(&path).unwrap();
-    assert_eq!(read.rows.last().unwrap(), &row("gsm8k", "bastion+skip", 1.5, 1.1));
+    let n = read.rows.len();
+    assert_eq!(
+        read.rows[n - 3..],
+        [
+            row("gsm8k", "bastion", 1.4, 1.0),
+            row("gsm8k", "bastion+skip", 1.5, 1.1),
+            row("gsm8k", "bastion-paper+x", 1.6, 1.2)
+        ]
+    );
     b.save(&path).unwrap();
 
     let missing = Baseline::load(&dir.path().join("none.json")).unwrap_err().to_string();

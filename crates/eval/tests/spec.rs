@@ -78,6 +78,9 @@ fn a_good_file_expands_to_the_sweep() {
             && both.contains("now `bastion-online`"),
         "{both}"
     );
+    // A name written twice alike is only a repeat: no note on what moved.
+    let twice = parse(&GOOD.replace(r#""bastion", "bastion-online"]"#, r#""bastion", "bastion"]"#)).unwrap_err();
+    assert!(twice.ends_with("method bastion is listed twice"), "{twice}");
     // An earlier release's name still parses, with a note at its place in the file.
     let old =
         parse(&GOOD.replace(r#""bastion", "bastion-online"]"#, r#""bastion-paper+skip", "bastion-online"]"#)).unwrap();

@@ -238,6 +238,9 @@ fn figures_show_the_table_numbers() {
         svg.contains("math500") && svg.contains(">\ndflash\n</text>") && svg.contains(">\nverify\n</text>"),
         "{svg}"
     );
+    // Each name is turned and anchored at its start, below the axis (a centred one ran half into the bars).
+    let label = svg.split(">\ndflash\n</text>").next().unwrap().rsplit("<text").next().unwrap();
+    assert!(label.contains("text-anchor=\"start\"") && label.contains("rotate(90"), "{label}");
     let svg = std::fs::read_to_string(&files[2]).unwrap();
     assert!(svg.contains("ddtree:4: 2.50 tokens/round over 8 rounds"), "{svg}");
 }

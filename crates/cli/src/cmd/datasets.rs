@@ -29,7 +29,8 @@ enum Action {
         /// (a `[[datasets.files]]` name of the file given by --experiment).
         name: String,
         /// An experiment file: NAME is one of its sets (built-in or `[[datasets.files]]`), read
-        /// as its runs read them: its selection (the flags below override it) and turns. Its
+        /// as its runs read them: its selection and turns (--max-samples overrides its
+        /// max_samples; --paper-subset adds the subset). Its
         /// models must exist, as for a run (paths relative to the working directory).
         #[arg(long)]
         experiment: Option<PathBuf>,

@@ -150,8 +150,10 @@ pub fn load_experiment(file: &Path) -> Result<bastion_eval::Experiment> {
     Ok(exp)
 }
 
-/// `--method`: a method name, parsed as [`MethodSpec`]; an old name
-/// ([`bastion_decode::DEPRECATED_NAMES`]) is accepted with a note on stderr.
+/// `--method`: a method name, parsed as [`MethodSpec`]; a name whose meaning
+/// moved this release (`bastion`, or an old name of
+/// [`bastion_decode::DEPRECATED_NAMES`]) is accepted with a note on stderr
+/// ([`Method::deprecation`]).
 ///
 /// # Errors
 /// The parser's message (it lists the names expected).

@@ -118,6 +118,7 @@ pub fn run(a: Args) -> Result {
         return Err("--samples must be ≥ 1".into());
     }
     a.cost.check_online(a.method.method)?;
+    a.cost.online().validate().map_err(|e| format!("--online-forgetting: {e}"))?;
     let drafter = a.pair.drafter.clone().ok_or("tau needs --drafter DIR")?;
     let draft = draft(&a, &drafter);
     if !bastion_eval::spec::valid_name(&draft.name) {

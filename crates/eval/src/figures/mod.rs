@@ -31,6 +31,7 @@ use std::path::{Path, PathBuf};
 use bastion_decode::Method;
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
+use plotters::style::text_anchor;
 use serde::Serialize;
 
 use crate::error::OutputError;
@@ -457,25 +458,27 @@ fn phase_figure(table: &Table, path: &Path) -> DrawResult {
             .caption(&table.datasets[d], ("sans-serif", 14))
             .margin(8)
             .x_label_area_size(label_area)
-            .y_label_area_size(44)
+            .y_label_area_size(56)
             .build_cartesian_2d(-0.5f64..(bars.len().max(1) as f64 - 0.5), 0f64..y_max)
             .map_err(|e| err(&e))?;
         chart
             .configure_mesh()
             .disable_x_mesh()
             .x_labels(bars.len().max(1))
-            .x_label_formatter(&|x| {
-                let i = x.round();
-                if (x - i).abs() < 1e-6 && i >= 0.0 {
-                    labels.get(i as usize).cloned().unwrap_or_default()
-                } else {
-                    String::new()
-                }
-            })
-            .x_label_style(("sans-serif", 12).into_font().transform(FontTransform::Rotate90))
+            // The names are drawn below, each from its start under its bar: the mesh
+            // centres a turned label on its tick, which hid half of a long name under the bars.
+            .x_label_formatter(&|_| String::new())
             .y_desc("ms per round")
             .draw()
             .map_err(|e| err(&e))?;
+        let name_style = TextStyle::from(("sans-serif", 12).into_font().transform(FontTransform::Rotate90))
+            .pos(text_anchor::Pos::new(text_anchor::HPos::Left, text_anchor::VPos::Center));
+        let origin = area.get_base_pixel();
+        for (i, name) in labels.iter().enumerate() {
+            let (x, y) = chart.backend_coord(&(i as f64, 0.0));
+            let at = (x - origin.0, y - origin.1 + 8);
+            area.draw(&Text::new(name.clone(), at, name_style.clone())).map_err(|e| err(&e))?;
+        }
         for (i, (_, v)) in bars.iter().enumerate() {
             let mut base = 0.0;
             for (p, &ms) in v.iter().enumerate() {
