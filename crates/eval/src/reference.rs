@@ -161,3 +161,42 @@ pub fn compare(reference: &[ReferenceCell], tables: &[Table]) -> Vec<Comparison>
     }
     out
 }
+
+/// llama.cpp's AR decode rate from the peer table that
+/// `scripts/llamacpp-peers.py` writes (`paper_tables/peers.md`): the number a
+/// sweep's AR rate is set beside, with where it was measured.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PeerAr {
+    /// llama.cpp AR tokens per second (decode only, mean over prompts).
+    pub tok_s: f64,
+    /// The target file the peer table ran (its `Target` line).
+    pub target: String,
+    /// When and where: `2026-12-05, Intel(R) Xeon(R) Processor (x86_64), 2 threads`.
+    pub run: String,
+}
+
+/// Reads [`PeerAr`] from a peer table's Markdown: the row `| llama.cpp | ar |
+/// … | tok/s | …`, the target named as ``Target `FILE` `` and the date, CPU
+/// and threads of its command line. `None` when the table has no such row or
+/// names no target.
+pub fn parse_peer_ar(markdown: &str) -> Option<PeerAr> {
+    let tok_s = markdown.lines().find_map(|line| {
+        let cells: Vec<&str> = line.trim().trim_matches('|').split('|').map(str::trim).collect();
+        match cells.as_slice() {
+            ["llama.cpp", "ar", _weights, tok_s, ..] => tok_s.parse::<f64>().ok(),
+            _ => None,
+        }
+    })?;
+    let target = markdown.split("Target `").nth(1)?.split('`').next()?.to_string();
+    // "…`, 2026-12-05, CPU (arch), 2 threads, 18 min." after the command line.
+    let run = markdown
+        .lines()
+        .find(|l| l.contains(" threads"))
+        .and_then(|l| {
+            let after = l.split_once("`, ").map_or(l, |(_, a)| a);
+            let end = after.find(" threads")? + " threads".len();
+            Some(after[..end].to_string())
+        })
+        .unwrap_or_else(|| "machine not stated".into());
+    Some(PeerAr { tok_s, target, run })
+}

@@ -347,3 +347,25 @@ fn rendered_tables_read_back_as_the_reference() {
     assert_eq!(cells.len(), 4 * (rows - 1), "{rows} rows");
     assert!(cells.iter().any(|c| c.method == "ar" && c.dataset == "gsm8k" && c.tau == 1.0 && c.speedup == 1.0));
 }
+
+/// The committed peer table gives llama.cpp's AR rate, its target and where it
+/// ran (the line the default table's header quotes); a table without its AR
+/// row or target line gives none.
+#[test]
+fn peer_tables_give_llama_cpp_ar() {
+    use bastion_eval::reference::parse_peer_ar;
+    let md = "# Peers\n\n`python3 scripts/llamacpp-peers.py --prompts 2`, 2026-12-05, Test CPU (x86_64), 2 threads, 18 min. \
+              Target `models/a.gguf`; drafter `d` (`x`), greedy.\n\n\
+              | engine | mode | weights | tok/s | vs llama.cpp AR |\n|---|---|---|---:|---:|\n\
+              | llama.cpp | ar | Q4_1 (8-bit activations) | 84.0 | 1.00× |\n\
+              | llama.cpp | ngram-mod | Q4_1 (8-bit activations) | 90.5 | 1.08× |\n\
+              | Bastion | ar | q8_0 | 109.6 | 1.31× |\n";
+    let peer = parse_peer_ar(md).unwrap();
+    assert_eq!((peer.tok_s, peer.target.as_str()), (84.0, "models/a.gguf"));
+    assert_eq!(peer.run, "2026-12-05, Test CPU (x86_64), 2 threads");
+    assert_eq!(parse_peer_ar(&md.replace("| llama.cpp | ar |", "| llama.cpp | dflash |")), None);
+    assert_eq!(parse_peer_ar(&md.replace("Target `", "Model `")), None);
+    let committed = std::fs::read_to_string(bastion_testkit::repo_root().join("paper_tables/peers.md")).unwrap();
+    let peer = parse_peer_ar(&committed).unwrap();
+    assert!(peer.tok_s > 1.0 && peer.target.ends_with(".gguf") && peer.run.ends_with(" threads"), "{peer:?}");
+}

@@ -12,8 +12,14 @@
 //! call, GFLOP/s, GB/s, share of the roof reached, GEMM time and GEMM /
 //! kernel. The same product with the weight stored in bf16 and in Q8_0
 //! (int8 × int8 block dot products, `cpu::matmul_q8`) is timed in the same
-//! run, with f32 time / that time. The last table sums one decoder layer
-//! (all its projections) and gives the marginal cost of one more row.
+//! run, with f32 time / that time, and the Q8_0 product against its own
+//! roof: `max(2·m·n·k / int8 peak, bytes / (bytes/s))` with the int8 peak
+//! measured in the same run (the int8 kernel on a cache-resident weight at
+//! 64 rows, where it is compute-bound) and the Q8_0 weight's own bytes. The
+//! last table sums one decoder layer (all its projections) and gives the
+//! marginal cost of one more row. The run also times a zero-work call
+//! (`for_each_panel` with nothing to do per panel): what each product pays
+//! to hand its panels to the threads, whatever its size.
 //!
 //! `cargo bench -p bastion-kernels --bench small_rows`; with
 //! `BASTION_BENCH_OUT=FILE` (relative to the repository root) the tables are
@@ -23,7 +29,7 @@
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use bastion_kernels::cpu::matmul::PackedMatrix;
+use bastion_kernels::cpu::matmul::{for_each_panel, q8_kernel, PackedMatrix};
 use bastion_kernels::WeightDtype;
 use bastion_kernels::{measure_peak, PeakOptions};
 use burn::tensor::{Device, Tensor, TensorData};
@@ -69,24 +75,44 @@ fn main() {
         ("down", 576, 1536),
         ("LM head", 49152, 576),
     ];
-    let rows = [1usize, 2, 4, 8, 16, 17, 32, 64];
+    let rows = [1usize, 2, 3, 4, 5, 8, 9, 16, 17, 32, 64];
     let threads = rayon::current_num_threads();
+    // The int8 path's compute peak: its kernel at 64 rows on a weight that stays in L2.
+    let int8_flops = {
+        let (n, k, m) = (1024, 576, 64);
+        let q8 = PackedMatrix::pack_as(&values(n * k, 3), n, k, WeightDtype::Q8_0);
+        let x = values(m * k, 4);
+        let mut y = vec![0.0f32; m * n];
+        2.0 * (m * n * k) as f64 / time(budget, || q8.matmul_into(&x, m, &mut y))
+    };
+    // A product's hand-off to the threads, with nothing to compute.
+    let zero_work = time(budget, || {
+        for_each_panel(64, usize::MAX, |p| {
+            std::hint::black_box(p);
+        })
+    });
     let mut md = String::new();
     writeln!(
         md,
-        "Roof of this machine, measured in this run: {:.1} GFLOP/s (f32 GEMM), {:.1} GB/s (read); {threads} threads.\n",
+        "Roof of this machine, measured in this run: {:.1} GFLOP/s (f32 GEMM), {:.1} GOP/s (int8 kernel, {}, \
+         cache-resident, 64 rows), {:.1} GB/s (read); {threads} threads. A zero-work call (the threads' hand-off \
+         every product pays) takes {:.1} µs: {:.2} ms per forward of SmolLM2-135M's 30 layers × 4 products + LM head.\n",
         flops / 1e9,
-        bw / 1e9
+        int8_flops / 1e9,
+        q8_kernel(),
+        bw / 1e9,
+        zero_work * 1e6,
+        zero_work * 121.0 * 1e3,
     )
     .unwrap();
     writeln!(
         md,
-        "| product | n × k | m | kernel ms | GFLOP/s | GB/s | of roof | GEMM ms | GEMM / kernel | bf16 ms | f32 / bf16 | q8_0 ms | f32 / q8_0 |"
+        "| product | n × k | m | kernel ms | GFLOP/s | GB/s | of roof | GEMM ms | GEMM / kernel | bf16 ms | f32 / bf16 | q8_0 ms | f32 / q8_0 | q8_0 of its roof |"
     )
     .unwrap();
-    writeln!(md, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|").unwrap();
-    // Per row count: f32 kernel, roof, GEMM, bf16 kernel, q8_0 kernel (seconds).
-    let mut layer = vec![[0.0f64; 5]; rows.len()];
+    writeln!(md, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|").unwrap();
+    // Per row count: f32 kernel, roof, GEMM, bf16 kernel, q8_0 kernel, q8_0 roof (seconds).
+    let mut layer = vec![[0.0f64; 6]; rows.len()];
     for (name, n, k) in shapes {
         let w = values(n * k, n as u64);
         let packed = PackedMatrix::pack(&w, n, k);
@@ -115,9 +141,10 @@ fn main() {
             let f = 2.0 * (m * n * k) as f64;
             let bytes = 4.0 * (n * k + m * k + m * n) as f64;
             let roof = (f / flops).max(bytes / bw);
+            let q8_roof = (f / int8_flops).max((q8.bytes() + 4 * (m * k + m * n)) as f64 / bw);
             writeln!(
                 md,
-                "| {name} | {n} × {k} | {m} | {:.3} | {:.1} | {:.1} | {:.0} % | {:.3} | {:.2} | {:.3} | {:.2} | {:.3} | {:.2} |",
+                "| {name} | {n} × {k} | {m} | {:.3} | {:.1} | {:.1} | {:.0} % | {:.3} | {:.2} | {:.3} | {:.2} | {:.3} | {:.2} | {:.0} % |",
                 t_kernel * 1e3,
                 f / t_kernel / 1e9,
                 bytes / t_kernel / 1e9,
@@ -127,11 +154,12 @@ fn main() {
                 t_bf16 * 1e3,
                 t_kernel / t_bf16,
                 t_q8 * 1e3,
-                t_kernel / t_q8
+                t_kernel / t_q8,
+                100.0 * q8_roof / t_q8,
             )
             .unwrap();
             if name != "LM head" {
-                for (sum, t) in layer[ri].iter_mut().zip([t_kernel, roof, t_gemm, t_bf16, t_q8]) {
+                for (sum, t) in layer[ri].iter_mut().zip([t_kernel, roof, t_gemm, t_bf16, t_q8, q8_roof]) {
                     *sum += t;
                 }
             }
@@ -144,12 +172,12 @@ fn main() {
     .unwrap();
     writeln!(
         md,
-        "| m | kernel ms | roof ms | of roof | GEMM ms | kernel ms per extra row | roof ms per extra row | bf16 ms | q8_0 ms | q8_0 ms per extra row |"
+        "| m | kernel ms | roof ms | of roof | GEMM ms | kernel ms per extra row | roof ms per extra row | bf16 ms | q8_0 ms | q8_0 roof ms | q8_0 of its roof | q8_0 ms per extra row | q8_0 / q8_0 at m = 1 |"
     )
     .unwrap();
-    writeln!(md, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|").unwrap();
+    writeln!(md, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|").unwrap();
     for (ri, &m) in rows.iter().enumerate() {
-        let [t, roof, gemm, t_bf16, t_q8] = layer[ri];
+        let [t, roof, gemm, t_bf16, t_q8, q8_roof] = layer[ri];
         let per_row = |v: f64, first: f64| {
             if m > 1 {
                 format!("{:.4}", (v - first) / (m - 1) as f64 * 1e3)
@@ -159,7 +187,7 @@ fn main() {
         };
         writeln!(
             md,
-            "| {m} | {:.3} | {:.3} | {:.0} % | {:.3} | {} | {} | {:.3} | {:.3} | {} |",
+            "| {m} | {:.3} | {:.3} | {:.0} % | {:.3} | {} | {} | {:.3} | {:.3} | {:.3} | {:.0} % | {} | {:.2} |",
             t * 1e3,
             roof * 1e3,
             100.0 * roof / t,
@@ -168,7 +196,10 @@ fn main() {
             per_row(roof, layer[0][1]),
             t_bf16 * 1e3,
             t_q8 * 1e3,
+            q8_roof * 1e3,
+            100.0 * q8_roof / t_q8,
             per_row(t_q8, layer[0][4]),
+            t_q8 / layer[0][4],
         )
         .unwrap();
     }

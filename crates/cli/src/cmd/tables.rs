@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use bastion_decode::DEFAULT_CALIBRATION_DIR;
 use bastion_eval::provenance::{self, RunInfo};
+use bastion_eval::reference::{parse_peer_ar, PeerAr};
 use bastion_eval::{figures, merge_shards, tables, Experiment, SampleRecord, SampleStore};
 
 use super::{create_dir, Result};
@@ -57,11 +58,19 @@ pub struct Heading {
     dtype: String,
     /// The target file.
     target: String,
+    /// llama.cpp's AR rate on the same target file, from the committed peer
+    /// table ([`PEER_TABLE`]) when there is one.
+    peer: Option<PeerAr>,
 }
+
+/// The committed table of Bastion against llama.cpp (`scripts/llamacpp-peers.py`),
+/// relative to the working directory.
+pub const PEER_TABLE: &str = "paper_tables/peers.md";
 
 /// The headings of each model pair of `exp`, by pair name.
 pub fn settings_of(exp: &Experiment) -> BTreeMap<String, Heading> {
     let cost_aware = exp.methods.iter().any(|m| m.spec.method.needs_calibration());
+    let peer = std::fs::read_to_string(PEER_TABLE).ok().and_then(|t| parse_peer_ar(&t));
     let heading = |m: &bastion_eval::ModelPair| {
         let vocab = m.draft_vocab.map(|n| format!(", draft vocabulary {n}")).unwrap_or_default();
         let calibration = cost_aware.then(|| {
@@ -78,6 +87,7 @@ pub fn settings_of(exp: &Experiment) -> BTreeMap<String, Heading> {
             ),
             dtype: m.dtype.to_string(),
             target: m.target.display().to_string(),
+            peer: peer.clone().filter(|p| Path::new(&p.target).file_name() == m.target.file_name()),
         }
     };
     exp.models.iter().map(|m| (m.name.clone(), heading(m))).collect()
@@ -119,6 +129,20 @@ fn provenance(
         lines.push(format!("Target {} ({stored}, run with {} weights); {}; {prompts}.", h.target, h.dtype, h.files));
     } else {
         lines.push(format!("{prompts}."));
+    }
+    if let Some((h, peer)) = heading.and_then(|h| h.peer.as_ref().map(|p| (h, p))) {
+        // Decode rate per prompt (1 / TPOT), mean over prompts: how the peer table counts.
+        let ar: Vec<f64> =
+            mine.iter().filter(|r| r.label() == "ar" && r.tpot_s > 0.0).map(|r| 1.0 / r.tpot_s).collect();
+        if !ar.is_empty() {
+            lines.push(format!(
+                "AR decodes at {:.1} tok/s here ({} weights); llama.cpp AR on the same GGUF: {:.1} tok/s ({PEER_TABLE}: {}).",
+                ar.iter().sum::<f64>() / ar.len() as f64,
+                h.dtype,
+                peer.tok_s,
+                peer.run
+            ));
+        }
     }
     if table.temperature == 0.0 {
         let checked: Vec<bool> = mine.iter().filter_map(|r| r.identical_to_ar).collect();

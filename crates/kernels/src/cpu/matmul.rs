@@ -329,8 +329,20 @@ impl PackedMatrix {
             Store::F32(d) => product(|p| Plain(&d[p * NR * k..(p + 1) * NR * k]), x, m, n, k, y),
             Store::Bf16(d) => product(|p| Plain(&d[p * NR * k..(p + 1) * NR * k]), x, m, n, k, y),
             Store::F16(d) => product(|p| Plain(&d[p * NR * k..(p + 1) * NR * k]), x, m, n, k, y),
-            Store::Q8 { q, d } => q8::product(Isa::get(), q, d, x, m, n, k, y),
+            Store::Q8 { q, d } => q8::product(q8::Kernel::for_isa(Isa::get()), q, d, x, m, n, k, y),
         }
+    }
+}
+
+/// The inner loop Q8_0 products run with on this CPU: `"AVX-VNNI"`,
+/// `"AVX2"` or `"portable"` (all give the same bits; see `cpu::matmul_q8`).
+pub fn q8_kernel() -> &'static str {
+    match q8::Kernel::for_isa(Isa::get()) {
+        q8::Kernel::Portable => "portable",
+        #[cfg(target_arch = "x86_64")]
+        q8::Kernel::Avx2 => "AVX2",
+        #[cfg(target_arch = "x86_64")]
+        q8::Kernel::AvxVnni => "AVX-VNNI",
     }
 }
 
@@ -405,9 +417,11 @@ fn product<'a, P: PanelRead + 'a>(
 }
 
 /// Runs `run(p)` once for every panel `p < panels`: on the calling thread
-/// when the product is small (`work` multiply-adds ≤ `SERIAL_WORK`), else
-/// split across rayon's threads, a few contiguous runs of panels per thread.
-pub(crate) fn for_each_panel(panels: usize, work: usize, run: impl Fn(usize) + Sync) {
+/// when the product is small (`work` multiply-adds ≤ 65,536), else split
+/// across rayon's threads, a few contiguous runs of panels per thread.
+/// Every product goes through it, so a call with a no-op `run` (and a large
+/// `work`) measures what a product pays to hand its panels to the threads.
+pub fn for_each_panel(panels: usize, work: usize, run: impl Fn(usize) + Sync) {
     if work <= SERIAL_WORK || rayon::current_num_threads() == 1 {
         (0..panels).for_each(run);
     } else {

@@ -28,6 +28,16 @@
 //! invariance), and differs from the f32 product of the de-quantised weight
 //! by at most `Σ_b dx[b] / 2 · Σ_t |w[j, 32b + t]|` plus f32 rounding.
 //!
+//! **AVX-VNNI.** Where the CPU has AVX-VNNI (`vpdpbusd` on 256-bit
+//! vectors: Intel from Alder Lake and Sapphire Rapids, AMD from Zen 5), one
+//! instruction does the 32 multiply-adds and the i32 accumulation that take
+//! `vpsignb` + `vpmaddubsw` + `vpmaddwd` + `vpaddd` without it. Its first
+//! operand is unsigned, so the activations are offset to `xq + 128` (one
+//! pass per call) and each block's sum is corrected by `128 · Σ_t qw`, which
+//! the same instruction computes once per group for all rows (against
+//! ones). Both paths form the same exact i32 block sums, so the choice
+//! (made once per process, like the rest) changes no bit of the output.
+//!
 //! **Layout.** A panel of [`NR`] output features holds, per block of 32
 //! along `k`, 8 groups of 4 steps; a group stores, for each feature `j`,
 //! its 4 weights at `j · 4 ..= j · 4 + 3` (64 bytes: two AVX2 vectors of
@@ -46,6 +56,54 @@ const GROUP: usize = 4;
 /// Bytes of one block of one panel.
 pub(crate) const PANEL_BLOCK: usize = Q8_BLOCK * NR;
 
+/// The inner loop a product runs with: the block sums are exact integers on
+/// every kernel, so all three give the same bits.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Kernel {
+    /// Plain Rust, any CPU.
+    Portable,
+    /// AVX2: `vpsignb` + `vpmaddubsw` + `vpmaddwd` + `vpaddd` per 32 multiply-adds.
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    /// AVX-VNNI: one `vpdpbusd` per 32 multiply-adds (see the module doc).
+    #[cfg(target_arch = "x86_64")]
+    AvxVnni,
+}
+
+impl Kernel {
+    /// The fastest kernel for `isa` on this CPU (AVX-VNNI detected once per process).
+    pub(crate) fn for_isa(isa: Isa) -> Kernel {
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2Fma => {
+                static VNNI: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+                if *VNNI.get_or_init(|| std::arch::is_x86_feature_detected!("avxvnni")) {
+                    Kernel::AvxVnni
+                } else {
+                    Kernel::Avx2
+                }
+            }
+            Isa::Portable => Kernel::Portable,
+        }
+    }
+
+    /// Every kernel this CPU can run (for tests that compare them).
+    #[cfg(test)]
+    pub(crate) fn available() -> Vec<Kernel> {
+        let mut all = vec![Kernel::Portable];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if Isa::get() == Isa::Avx2Fma {
+                all.push(Kernel::Avx2);
+            }
+            if Kernel::for_isa(Isa::get()) == Kernel::AvxVnni {
+                all.push(Kernel::AvxVnni);
+            }
+        }
+        all
+    }
+}
+
 /// Offset, within a panel, of weight (`k`, feature `j`).
 #[inline(always)]
 pub(crate) fn index(k: usize, j: usize) -> usize {
@@ -55,7 +113,30 @@ pub(crate) fn index(k: usize, j: usize) -> usize {
 
 /// Activations `x` `[m, k]` as Q8_0 blocks: int8 values `[m, blocks · 32]`
 /// (zero-padded) and f32 scales `[m, blocks]` (see the module doc).
-pub(crate) fn quantize_rows(x: &[f32], m: usize, k: usize) -> (Vec<i8>, Vec<f32>) {
+pub(crate) fn quantize_rows(kernel: Kernel, x: &[f32], m: usize, k: usize) -> (Vec<i8>, Vec<f32>) {
+    #[cfg(target_arch = "x86_64")]
+    if kernel != Kernel::Portable {
+        // SAFETY: the AVX2 kernels are only chosen when the CPU has AVX2, FMA and F16C.
+        return unsafe { quantize_rows_avx2(x, m, k) };
+    }
+    let _ = kernel;
+    quantize_rows_inline(x, m, k)
+}
+
+/// [`quantize_rows`] compiled for AVX2: the same operations, with `round`
+/// inlined (without SSE4.1 it is a call to the C library's `roundf` per
+/// value, which cost a tenth of a 4-row verification).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn quantize_rows_avx2(x: &[f32], m: usize, k: usize) -> (Vec<i8>, Vec<f32>) {
+    quantize_rows_inline(x, m, k)
+}
+
+#[inline(always)]
+fn quantize_rows_inline(x: &[f32], m: usize, k: usize) -> (Vec<i8>, Vec<f32>) {
     let blocks = k.div_ceil(Q8_BLOCK);
     let kp = blocks * Q8_BLOCK;
     let mut xq = vec![0i8; m * kp];
@@ -71,6 +152,7 @@ pub(crate) fn quantize_rows(x: &[f32], m: usize, k: usize) -> (Vec<i8>, Vec<f32>
 
 /// One block: writes `round(v / d)` into `q` and returns `d = max|v| / 127`
 /// (0 for a block of zeros, NaN when `v` holds a NaN or an infinity).
+#[inline(always)]
 fn quantize_block(v: &[f32], q: &mut [i8]) -> f32 {
     if !v.iter().all(|v| v.is_finite()) {
         return f32::NAN;
@@ -86,15 +168,29 @@ fn quantize_block(v: &[f32], q: &mut [i8]) -> f32 {
 
 /// `y = x · Wᵀ` for Q8_0 weights `q` (panels in the layout above) and
 /// scales `d` `[panels, blocks, NR]`; `x` `[m, k]`, `y` `[m, n]` (checked
-/// by the caller).
+/// by the caller), with the inner loop of `kernel`.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn product(isa: Isa, q: &[i8], d: &[half::f16], x: &[f32], m: usize, n: usize, k: usize, y: &mut [f32]) {
+pub(crate) fn product(
+    kernel: Kernel,
+    q: &[i8],
+    d: &[half::f16],
+    x: &[f32],
+    m: usize,
+    n: usize,
+    k: usize,
+    y: &mut [f32],
+) {
     let blocks = k.div_ceil(Q8_BLOCK);
     let panels = n.div_ceil(NR);
     // The raw writes below rely on these lengths.
     assert!(x.len() == m * k && y.len() == m * n, "x [{m}, {k}], y [{m}, {n}]");
     assert!(q.len() >= panels * blocks * PANEL_BLOCK && d.len() >= panels * blocks * NR, "Q8_0 panels of [{n}, {k}]");
-    let (xq, dx) = quantize_rows(x, m, k);
+    let (mut xq, dx) = quantize_rows(kernel, x, m, k);
+    #[cfg(target_arch = "x86_64")]
+    if kernel == Kernel::AvxVnni {
+        // xq + 128 as unsigned bytes (two's complement: flip the top bit).
+        xq.iter_mut().for_each(|v| *v ^= i8::MIN);
+    }
     let out = OutPtr(y.as_mut_ptr());
     let panel =
         |p: usize| (&q[p * blocks * PANEL_BLOCK..][..blocks * PANEL_BLOCK], &d[p * blocks * NR..][..blocks * NR]);
@@ -110,11 +206,15 @@ pub(crate) fn product(isa: Isa, q: &[i8], d: &[half::f16], x: &[f32], m: usize, 
             let mut acc = [[0.0f32; NR]; MR];
             let (xs, ds) =
                 (&xq[i * blocks * Q8_BLOCK..(i + rows) * blocks * Q8_BLOCK], &dx[i * blocks..(i + rows) * blocks]);
-            match isa {
+            let next = if i == 0 { next } else { None };
+            match kernel {
                 #[cfg(target_arch = "x86_64")]
-                // SAFETY: Isa::Avx2Fma is only chosen when the CPU has AVX2, FMA and F16C.
-                Isa::Avx2Fma => unsafe { block_avx2(qp, dp, if i == 0 { next } else { None }, xs, ds, rows, &mut acc) },
-                Isa::Portable => block_portable(qp, dp, xs, ds, rows, &mut acc),
+                // SAFETY: Kernel::Avx2 is only chosen when the CPU has AVX2, FMA and F16C.
+                Kernel::Avx2 => unsafe { block_avx2(qp, dp, next, xs, ds, rows, &mut acc) },
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: Kernel::AvxVnni is only chosen when the CPU also has AVX-VNNI.
+                Kernel::AvxVnni => unsafe { block_vnni(qp, dp, next, xs, ds, rows, &mut acc) },
+                Kernel::Portable => block_portable(qp, dp, xs, ds, rows, &mut acc),
             }
             for (r, a) in acc.iter().enumerate().take(rows) {
                 // SAFETY: panel `p` writes only columns p·NR .. p·NR + cols
@@ -248,6 +348,117 @@ unsafe fn block_avx2_n<const R: usize, const PREFETCH: bool>(
                     _mm256_mul_ps(d1, sx),
                     _mm256_loadu_ps(a.as_ptr().add(8)),
                 );
+                _mm256_storeu_ps(a.as_mut_ptr(), t0);
+                _mm256_storeu_ps(a.as_mut_ptr().add(8), t1);
+            }
+        }
+    }
+}
+
+/// As [`block_avx2`] with AVX-VNNI; `xq` holds the offset activations
+/// `xq + 128` (see the module doc).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA, F16C and AVX-VNNI.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+unsafe fn block_vnni(
+    qp: &[i8],
+    dp: &[half::f16],
+    next: Option<&[i8]>,
+    xq: &[i8],
+    dx: &[f32],
+    rows: usize,
+    acc: &mut [[f32; NR]; MR],
+) {
+    // SAFETY (all arms): same CPU features as this function.
+    unsafe {
+        match (rows, next) {
+            (1, None) => block_vnni_n::<1, false>(qp, dp, qp, xq, dx, acc),
+            (1, Some(n)) => block_vnni_n::<1, true>(qp, dp, n, xq, dx, acc),
+            (2, None) => block_vnni_n::<2, false>(qp, dp, qp, xq, dx, acc),
+            (2, Some(n)) => block_vnni_n::<2, true>(qp, dp, n, xq, dx, acc),
+            (3, None) => block_vnni_n::<3, false>(qp, dp, qp, xq, dx, acc),
+            (3, Some(n)) => block_vnni_n::<3, true>(qp, dp, n, xq, dx, acc),
+            (_, None) => block_vnni_n::<MR, false>(qp, dp, qp, xq, dx, acc),
+            (_, Some(n)) => block_vnni_n::<MR, true>(qp, dp, n, xq, dx, acc),
+        }
+    }
+}
+
+/// `R` rows × [`NR`] features with `vpdpbusd`. Per group of 4 steps: two
+/// weight vectors (8 features × 4 steps each), their sums against ones (for
+/// the offset's correction, shared by the rows), and per row one broadcast
+/// of 4 offset activation bytes and two `vpdpbusd` (u8 × i8, four products
+/// per i32 lane, exact: |Σ| ≤ 32 · 255 · 128 < 2³¹). Per block, each row's
+/// sums less `128 · Σ qw` (the exact `Σ qw · xq` of [`block_avx2_n`]) become
+/// f32 and are added to its totals with one FMA by `dw · dx`.
+///
+/// # Safety
+/// As [`block_avx2_n`], and the CPU must support AVX-VNNI.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+unsafe fn block_vnni_n<const R: usize, const PREFETCH: bool>(
+    qp: &[i8],
+    dp: &[half::f16],
+    next: &[i8],
+    xq: &[i8],
+    dx: &[f32],
+    acc: &mut [[f32; NR]; MR],
+) {
+    use std::arch::x86_64::*;
+    let blocks = dp.len() / NR;
+    let kp = blocks * Q8_BLOCK;
+    assert!(
+        qp.len() >= blocks * PANEL_BLOCK
+            && next.len() >= blocks * PANEL_BLOCK
+            && xq.len() >= R * kp
+            && dx.len() >= R * blocks
+            && R <= MR
+    );
+    let ones = _mm256_set1_epi8(1);
+    // The 8 groups of a block as a loop LLVM cannot unroll fully: unrolled, it
+    // hoisted all 16 weight vectors of a block ahead of the rows, spilled them
+    // to the stack and ran each row's 8 `vpdpbusd` as one dependent chain
+    // (measured: an extra row cost ~6× its instruction count). Looping keeps a
+    // group's two vectors in registers for all rows. `black_box` returns its
+    // argument, so `groups` is 8 and the offsets below stay in bounds.
+    let groups = std::hint::black_box(Q8_BLOCK / GROUP);
+    for b in 0..blocks {
+        let mut lo = [_mm256_setzero_si256(); R];
+        let mut hi = [_mm256_setzero_si256(); R];
+        let (mut s0, mut s1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+        for g in 0..groups {
+            let off = b * PANEL_BLOCK + g * NR * GROUP;
+            // SAFETY: as in block_avx2_n (the same offsets, asserted above).
+            unsafe {
+                if PREFETCH {
+                    _mm_prefetch::<_MM_HINT_T0>(next.as_ptr().add(off));
+                }
+                let w0 = _mm256_loadu_si256(qp.as_ptr().add(off).cast());
+                let w1 = _mm256_loadu_si256(qp.as_ptr().add(off + 32).cast());
+                s0 = _mm256_dpbusd_avx_epi32(s0, ones, w0);
+                s1 = _mm256_dpbusd_avx_epi32(s1, ones, w1);
+                for r in 0..R {
+                    let x4 = xq.as_ptr().add(r * kp + b * Q8_BLOCK + g * GROUP).cast::<i32>().read_unaligned();
+                    let xb = _mm256_set1_epi32(x4);
+                    lo[r] = _mm256_dpbusd_avx_epi32(lo[r], xb, w0);
+                    hi[r] = _mm256_dpbusd_avx_epi32(hi[r], xb, w1);
+                }
+            }
+        }
+        let (c0, c1) = (_mm256_slli_epi32::<7>(s0), _mm256_slli_epi32::<7>(s1));
+        // SAFETY: b · NR + 16 ≤ dp.len(); each row of acc holds NR = 16 floats.
+        unsafe {
+            let s = dp.as_ptr().add(b * NR);
+            let (d0, d1) =
+                (_mm256_cvtph_ps(_mm_loadu_si128(s.cast())), _mm256_cvtph_ps(_mm_loadu_si128(s.add(8).cast())));
+            for (r, a) in acc.iter_mut().enumerate().take(R) {
+                let sx = _mm256_set1_ps(dx[r * blocks + b]);
+                let (i0, i1) = (_mm256_sub_epi32(lo[r], c0), _mm256_sub_epi32(hi[r], c1));
+                let t0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i0), _mm256_mul_ps(d0, sx), _mm256_loadu_ps(a.as_ptr()));
+                let t1 =
+                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(i1), _mm256_mul_ps(d1, sx), _mm256_loadu_ps(a.as_ptr().add(8)));
                 _mm256_storeu_ps(a.as_mut_ptr(), t0);
                 _mm256_storeu_ps(a.as_mut_ptr().add(8), t1);
             }

@@ -1,6 +1,7 @@
 //! Tests of the packed CPU kernels (`cpu::matmul`) in every weight dtype.
 
 use super::*;
+use crate::cpu::matmul_q8::Kernel;
 use proptest::prelude::*;
 
 /// `n` pseudo-random values in [−0.5, 0.5) from `seed` (shared by the CPU kernels' tests).
@@ -135,8 +136,9 @@ fn q8_reference(w: &[f32], x: &[f32], m: usize, n: usize, k: usize, fused: bool)
 /// Q8_0: weights unpack to their de-quantised values (at most half a
 /// step, `d / 2`, from the input) at 34 bytes per 32 weights plus padding,
 /// and the product is exactly the int8 × int8 product of
-/// [`q8_reference`] (activations quantised per block of 32), on the AVX2
-/// and the portable kernel, on odd shapes with partial blocks and panels.
+/// [`q8_reference`] (activations quantised per block of 32) on every int8
+/// kernel the CPU runs (portable, AVX2, AVX-VNNI), on odd shapes with
+/// partial blocks and panels.
 /// It stays within the bound activation rounding allows of the exact
 /// product of the de-quantised weight: `Σ_b dx_b / 2 · Σ_t |w|`.
 #[test]
@@ -154,9 +156,11 @@ fn q8_0_weights_multiply_int8_activations_exactly_as_specified() {
         let y = q.matmul(&x, m);
         assert_eq!(y, q8_reference(&w, &x, m, n, k, Isa::get() != Isa::Portable), "{m}x{n}x{k}");
         let Store::Q8 { q: qs, d } = &q.data else { unreachable!("packed as Q8_0") };
-        let mut portable = vec![0.0f32; m * n];
-        crate::cpu::matmul_q8::product(Isa::Portable, qs, d, &x, m, n, k, &mut portable);
-        assert_eq!(portable, q8_reference(&w, &x, m, n, k, false), "portable {m}x{n}x{k}");
+        for kernel in Kernel::available() {
+            let mut yk = vec![0.0f32; m * n];
+            crate::cpu::matmul_q8::product(kernel, qs, d, &x, m, n, k, &mut yk);
+            assert_eq!(yk, q8_reference(&w, &x, m, n, k, kernel != Kernel::Portable), "{kernel:?} {m}x{n}x{k}");
+        }
         for i in 0..m {
             let xr = &x[i * k..(i + 1) * k];
             for j in 0..n {
@@ -213,7 +217,8 @@ fn q8_0_products_of_zero_and_non_finite_rows() {
 /// hold, though quantisers write ±127) and ±127 against activations that
 /// quantise to ±127, so every `vpmaddubsw` pair is at its largest
 /// (2 · 128 · 127). The product equals the exact integer sums per block,
-/// scaled as specified, on both kernels.
+/// scaled as specified, on every int8 kernel the CPU runs (with AVX-VNNI
+/// the offset activations reach 255 against weights of −128).
 #[test]
 fn q8_0_extreme_int8_operands_do_not_saturate() {
     let (m, n, k) = (3, NR + 3, 2 * Q8_BLOCK);
@@ -247,9 +252,9 @@ fn q8_0_extreme_int8_operands_do_not_saturate() {
         }
     };
     let x: Vec<f32> = (0..m * k).map(|e| xv(e / k, e % k)).collect();
-    for isa in [Isa::get(), Isa::Portable] {
+    for kernel in Kernel::available() {
         let mut y = vec![0.0f32; m * n];
-        crate::cpu::matmul_q8::product(isa, &q, &d, &x, m, n, k, &mut y);
+        crate::cpu::matmul_q8::product(kernel, &q, &d, &x, m, n, k, &mut y);
         for i in 0..m {
             let dx = xv(i, 0).abs() / 127.0;
             for j in 0..n {
@@ -259,9 +264,9 @@ fn q8_0_extreme_int8_operands_do_not_saturate() {
                         .map(|t| i64::from(w(j, t)) * (127 * xv(i, t).signum() as i64))
                         .sum();
                     let s = scale.to_f32() * dx;
-                    acc = if isa == Isa::Portable { acc + sum as f32 * s } else { (sum as f32).mul_add(s, acc) };
+                    acc = if kernel == Kernel::Portable { acc + sum as f32 * s } else { (sum as f32).mul_add(s, acc) };
                 }
-                assert_eq!(y[i * n + j], acc, "row {i}, feature {j}");
+                assert_eq!(y[i * n + j], acc, "{kernel:?}: row {i}, feature {j}");
             }
         }
         // Feature 0 against row 0: every product is (−128)(−127), the pair maximum.
