@@ -22,6 +22,8 @@ NODES=${NODES:-1,2,3,4,5,8,9,16}
 CONTEXT=${CONTEXT:-256}
 REPS=${REPS:-9}
 MODEL=${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
+case ",$NODES," in *,1,*) ;; *) echo "NODES must include 1 (the AR step the ratios divide by)" >&2; exit 2 ;; esac
+case "$CONTEXT" in *[!0-9]*) echo "CONTEXT is one context length (tokens), not a list" >&2; exit 2 ;; esac
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 

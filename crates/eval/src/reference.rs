@@ -165,7 +165,7 @@ pub fn compare(reference: &[ReferenceCell], tables: &[Table]) -> Vec<Comparison>
 /// llama.cpp's AR decode rate from the peer table that
 /// `scripts/llamacpp-peers.py` writes (`paper_tables/peers.md`): the number a
 /// sweep's AR rate is set beside, with where it was measured.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PeerAr {
     /// llama.cpp AR tokens per second (decode only, mean over prompts).
     pub tok_s: f64,

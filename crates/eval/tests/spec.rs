@@ -243,11 +243,17 @@ fn shipped_experiments_validate() {
     assert!(model.is_file(), "{} is missing: run scripts/fetch-model.sh first", model.display());
     let default = Experiment::load(&r.join("experiments/default.toml"), &r).unwrap();
     assert_eq!(default.name, "default");
-    // ar, dflash, ddtree ×4, caddtree, bastion, bastion-online, and the two +skip rows.
-    assert_eq!(default.methods.len(), 11);
+    // ar, dflash, ddtree ×4, caddtree, bastion, bastion-online, and the three +skip rows.
+    assert_eq!(default.methods.len(), 12);
     assert!(default.methods.iter().any(|m| m.is_plain() && m.spec == "bastion-online+skip".parse().unwrap()));
+    assert!(default.methods.iter().any(|m| m.is_plain() && m.spec == "bastion+skip".parse().unwrap()));
     assert_eq!(default.datasets.len(), 4);
     assert_eq!(default.temperatures, [0.0]);
+    // The main job runs against the strong CPU baseline: q8_0, the 1,024-token draft vocabulary.
+    assert_eq!(
+        (default.models[0].dtype, default.models[0].draft_vocab),
+        (bastion_models::WeightDtype::Q8_0, Some(1024))
+    );
     // The pruned-vocabulary comparison in q8_0: the same pair three times, the others over the
     // drafter's draft_vocab.json (its file must hold the 1,024 and 4,096 tokens asked for).
     // A user's own JSONL files and the LiveCodeBench / LongBench layouts.
@@ -257,9 +263,12 @@ fn shipped_experiments_validate() {
     let vocab = Experiment::load(&r.join("experiments/draft-vocab.toml"), &r).unwrap();
     assert_eq!(vocab.models.iter().map(|m| m.draft_vocab).collect::<Vec<_>>(), [None, Some(1024), Some(4096)]);
     assert!(vocab.models.iter().all(|m| m.dtype == bastion_models::WeightDtype::Q8_0));
-    // The default sweep in q8_0, and the GPU check's slice (wgpu, f16).
-    let q8 = Experiment::load(&r.join("experiments/default-q8_0.toml"), &r).unwrap();
-    assert_eq!((q8.methods.len(), q8.models[0].dtype), (11, bastion_models::WeightDtype::Q8_0));
+    // The default sweep in f32 with the full vocabulary, and the GPU check's slice (wgpu, f16).
+    let f32 = Experiment::load(&r.join("experiments/default-f32.toml"), &r).unwrap();
+    assert_eq!(
+        (f32.name.as_str(), f32.methods.len(), f32.models[0].dtype, f32.models[0].draft_vocab),
+        ("default-f32", 11, bastion_models::WeightDtype::F32, None)
+    );
     let gpu = Experiment::load(&r.join("experiments/gpu-check.toml"), &r).unwrap();
     assert_eq!(
         (gpu.backend, gpu.models[0].dtype),

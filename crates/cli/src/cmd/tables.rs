@@ -64,7 +64,8 @@ pub struct Heading {
 }
 
 /// The committed table of Bastion against llama.cpp (`scripts/llamacpp-peers.py`),
-/// relative to the working directory.
+/// read relative to the working directory (the repository root, where `bastion
+/// run` / `tables` / `reproduce` are started) when the headings are made.
 pub const PEER_TABLE: &str = "paper_tables/peers.md";
 
 /// The headings of each model pair of `exp`, by pair name.
@@ -130,13 +131,16 @@ fn provenance(
     } else {
         lines.push(format!("{prompts}."));
     }
-    if let Some((h, peer)) = heading.and_then(|h| h.peer.as_ref().map(|p| (h, p))) {
+    // At T = 0 only (the peer table is greedy), and said to be another run: its
+    // machine and date are its own.
+    if let Some((h, peer)) = heading.and_then(|h| h.peer.as_ref().map(|p| (h, p))).filter(|_| table.temperature == 0.0)
+    {
         // Decode rate per prompt (1 / TPOT), mean over prompts: how the peer table counts.
         let ar: Vec<f64> =
             mine.iter().filter(|r| r.label() == "ar" && r.tpot_s > 0.0).map(|r| 1.0 / r.tpot_s).collect();
         if !ar.is_empty() {
             lines.push(format!(
-                "AR decodes at {:.1} tok/s here ({} weights); llama.cpp AR on the same GGUF: {:.1} tok/s ({PEER_TABLE}: {}).",
+                "AR decodes at {:.1} tok/s here ({} weights); llama.cpp AR on the same GGUF file: {:.1} tok/s in another run ({PEER_TABLE}: {}).",
                 ar.iter().sum::<f64>() / ar.len() as f64,
                 h.dtype,
                 peer.tok_s,

@@ -494,6 +494,54 @@ mod tests {
         }
     }
 
+    /// At the head sizes of real models (64, and 72 = 64 + 8, whose weighted
+    /// sum takes the 64-wide path then the general one) every output is the
+    /// specified arithmetic bit for bit: per key one multiply-add chain over
+    /// `d`, the maximum, `exp_nonpositive`, the 8-lane weight sum, per
+    /// element one chain over the visible keys in order (fused where the
+    /// kernel is), then times `1 / sum`.
+    #[test]
+    fn attention_is_the_specified_chains_at_head_sizes_64_and_72() {
+        let fused = Isa::get() != Isa::Portable;
+        let fma = |a: f32, b: f32, c: f32| if fused { a.mul_add(b, c) } else { a * b + c };
+        for hd in [64, 72] {
+            let (heads, nkv, past) = (4, 2, 13);
+            let tree = DraftTree::from_parts(&[1, 2, 3, 4], &[-1, 0, 0, 1], None).unwrap();
+            let mask = tree.ancestor_mask();
+            let t = tree.len();
+            let mut kv = HostKv::new(1, nkv, hd);
+            kv.reserve(past + t, 0);
+            let (k, v) = (values(nkv * (past + t) * hd, 5), values(nkv * (past + t) * hd, 6));
+            kv.write(0, 0, &k, &v, past + t);
+            let mut q = values(heads * t * hd, 7);
+            // One query far from the others, so that the maximum is not the first score.
+            q[hd..2 * hd].iter_mut().for_each(|x| *x *= 8.0);
+            let out = kv.attend(0, &q, heads, t, past, &Visible::Tree(&mask));
+            for h in 0..heads {
+                let g = h / (heads / nkv);
+                let at = |j: usize, d: usize| (g * (past + t) + j) * hd + d;
+                for i in 0..t {
+                    let rows: Vec<usize> =
+                        (0..past).chain((0..t).filter(|&r| mask.visible(i, r)).map(|r| past + r)).collect();
+                    let qr = &q[(h * t + i) * hd..(h * t + i + 1) * hd];
+                    let scale = 1.0 / (hd as f32).sqrt();
+                    let s: Vec<f32> = rows
+                        .iter()
+                        .map(|&j| (0..hd).fold(0.0f32, |acc, d| fma(qr[d], k[at(j, d)], acc)) * scale)
+                        .collect();
+                    let max = s.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+                    let w: Vec<f32> = s.iter().map(|&x| exp_nonpositive(x - max)).collect();
+                    let inv = 1.0 / weight_sum(&w);
+                    let got = &out[(i * heads + h) * hd..(i * heads + h + 1) * hd];
+                    for d in 0..hd {
+                        let o = rows.iter().zip(&w).fold(0.0f32, |acc, (&j, &p)| fma(p, v[at(j, d)], acc));
+                        assert_eq!(got[d].to_bits(), (o * inv).to_bits(), "hd {hd} head {h} row {i} dim {d}");
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn growth_keeps_rows_and_commit_moves_only_the_path() {
         let (nkv, hd) = (2, 3);

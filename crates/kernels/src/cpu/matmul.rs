@@ -417,7 +417,7 @@ fn product<'a, P: PanelRead + 'a>(
 }
 
 /// Runs `run(p)` once for every panel `p < panels`: on the calling thread
-/// when the product is small (`work` multiply-adds ≤ 65,536), else split
+/// when the product is small (`work` multiply-adds ≤ `SERIAL_WORK`), else split
 /// across rayon's threads, a few contiguous runs of panels per thread.
 /// Every product goes through it, so a call with a no-op `run` (and a large
 /// `work`) measures what a product pays to hand its panels to the threads.

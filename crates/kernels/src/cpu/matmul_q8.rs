@@ -8,7 +8,7 @@
 //! **Why.** Widening each int8 weight to f32 and scaling it costs about
 //! ten instructions per 16 weights; amortised over a few rows that made
 //! a 2–16-row verification as slow in Q8_0 as in f32 (72.5 against 74.8 ms
-//! for 16 rows in the default-q8_0 sweep) although it reads a quarter of
+//! for 16 rows in a q8_0 sweep of the default experiment) although it reads a quarter of
 //! the bytes. With both operands int8, one `vpmaddubsw` + `vpmaddwd` pair
 //! does 32 multiply-adds, and the weights are never widened.
 //!
@@ -57,7 +57,9 @@ const GROUP: usize = 4;
 pub(crate) const PANEL_BLOCK: usize = Q8_BLOCK * NR;
 
 /// The inner loop a product runs with: the block sums are exact integers on
-/// every kernel, so all three give the same bits.
+/// every kernel, so all three give the same bits. A value other than
+/// `Portable` promises the CPU features its kernel needs: make one only with
+/// [`Kernel::for_isa`] (or, in tests, [`Kernel::available`]).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Kernel {
     /// Plain Rust, any CPU.
@@ -90,6 +92,7 @@ impl Kernel {
     /// Every kernel this CPU can run (for tests that compare them).
     #[cfg(test)]
     pub(crate) fn available() -> Vec<Kernel> {
+        #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
         let mut all = vec![Kernel::Portable];
         #[cfg(target_arch = "x86_64")]
         {
@@ -185,6 +188,7 @@ pub(crate) fn product(
     // The raw writes below rely on these lengths.
     assert!(x.len() == m * k && y.len() == m * n, "x [{m}, {k}], y [{m}, {n}]");
     assert!(q.len() >= panels * blocks * PANEL_BLOCK && d.len() >= panels * blocks * NR, "Q8_0 panels of [{n}, {k}]");
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     let (mut xq, dx) = quantize_rows(kernel, x, m, k);
     #[cfg(target_arch = "x86_64")]
     if kernel == Kernel::AvxVnni {
