@@ -90,7 +90,7 @@ fn gsm8k_prompts() -> Vec<Prompt> {
     sets.load(DatasetName::Gsm8k, &Selection { paper_subset: true, max_samples: Some(2) }).unwrap()
 }
 
-/// Issue #18's prompt whose answer repeats one line.
+/// The drafter's stress prompt: an answer that repeats one line.
 const REPEAT_QUESTION: &str =
     "Repeat this list three times exactly, separated by commas: alpha, beta, gamma, delta, epsilon, zeta, eta, theta.";
 
@@ -219,7 +219,7 @@ fn chain_tau(target: &Model, drafter: &Drafter, ids: &[u32], cfg: &GenerateConfi
     g.tau()
 }
 
-/// Issue #18's check that the drafter relies on the target's features: with
+/// The check that the drafter relies on the target's features: with
 /// the feature projection zeroed, the DFlash chain's τ on two GSM8K prompts
 /// falls by at least 30 %. Both drafters stay lossless. The repetition prompt
 /// of the drafter-quality goals is measured and printed too (the model card reports it); the
