@@ -30,6 +30,11 @@ pub struct ReferenceCell {
     pub speedup_pm: Option<f64>,
 }
 
+/// The trimmed cells of a Markdown table row `| a | b |`.
+fn table_cells(line: &str) -> Vec<&str> {
+    line.trim().trim_matches('|').split('|').map(str::trim).collect()
+}
+
 /// `1.42× ± 0.16`, `2.08 ± 0.15` or `1.00`: the value and its half interval.
 fn value_pm(cell: &str) -> Option<(f64, Option<f64>)> {
     let cell = cell.replace('×', "");
@@ -61,7 +66,7 @@ pub fn parse_markdown(markdown: &str) -> Vec<ReferenceCell> {
         if !line.starts_with('|') {
             continue;
         }
-        let cells: Vec<&str> = line.trim().trim_matches('|').split('|').map(str::trim).collect();
+        let cells = table_cells(line);
         if cells.first() == Some(&"method") {
             columns = cells.iter().map(|c| (*c).to_string()).collect();
             continue;
@@ -180,12 +185,9 @@ pub struct PeerAr {
 /// and threads of its command line. `None` when the table has no such row or
 /// names no target.
 pub fn parse_peer_ar(markdown: &str) -> Option<PeerAr> {
-    let tok_s = markdown.lines().find_map(|line| {
-        let cells: Vec<&str> = line.trim().trim_matches('|').split('|').map(str::trim).collect();
-        match cells.as_slice() {
-            ["llama.cpp", "ar", _weights, tok_s, ..] => tok_s.parse::<f64>().ok(),
-            _ => None,
-        }
+    let tok_s = markdown.lines().find_map(|line| match table_cells(line).as_slice() {
+        ["llama.cpp", "ar", _weights, tok_s, ..] => tok_s.parse::<f64>().ok(),
+        _ => None,
     })?;
     let target = markdown.split("Target `").nth(1)?.split('`').next()?.to_string();
     // "…`, 2026-12-05, CPU (arch), 2 threads, 18 min." after the command line.

@@ -400,24 +400,33 @@ unsafe fn weighted_sum_avx2(weights: &[f32], values: &[f32], hd: usize, rows: &[
         while c < hd {
             let vecs = ((hd - c) / 8).min(8);
             let mut acc = [_mm256_setzero_ps(); 8];
+            // One body, inlined twice: with `vecs` a constant 8 (the common
+            // case, 64 elements at once) it runs without a count check
+            // between the multiply-adds of a row; the chains are the same.
+            #[inline(always)]
+            unsafe fn chains(
+                weights: &[f32],
+                rows: &[usize],
+                row0: *const f32,
+                hd: usize,
+                vecs: usize,
+                acc: &mut [__m256; 8],
+            ) {
+                for (&w, &j) in weights.iter().zip(rows) {
+                    // SAFETY: the caller's bounds (row j's elements c .. c + 8·vecs lie in values).
+                    unsafe {
+                        let p = _mm256_set1_ps(w);
+                        let row = row0.add(j * hd);
+                        for (v, a) in acc.iter_mut().enumerate().take(vecs) {
+                            *a = _mm256_fmadd_ps(p, _mm256_loadu_ps(row.add(8 * v)), *a);
+                        }
+                    }
+                }
+            }
             if vecs == 8 {
-                // The common case (64 elements at once) without a count check
-                // between the multiply-adds of a row (the same chains).
-                for (&w, &j) in weights.iter().zip(rows) {
-                    let p = _mm256_set1_ps(w);
-                    let row = pv.add(j * hd + c);
-                    for (v, a) in acc.iter_mut().enumerate() {
-                        *a = _mm256_fmadd_ps(p, _mm256_loadu_ps(row.add(8 * v)), *a);
-                    }
-                }
+                chains(weights, rows, pv.add(c), hd, 8, &mut acc);
             } else {
-                for (&w, &j) in weights.iter().zip(rows) {
-                    let p = _mm256_set1_ps(w);
-                    let row = pv.add(j * hd + c);
-                    for (v, a) in acc.iter_mut().enumerate().take(vecs) {
-                        *a = _mm256_fmadd_ps(p, _mm256_loadu_ps(row.add(8 * v)), *a);
-                    }
-                }
+                chains(weights, rows, pv.add(c), hd, vecs, &mut acc);
             }
             for (v, a) in acc.iter().enumerate().take(vecs) {
                 _mm256_storeu_ps(o.as_mut_ptr().add(c + 8 * v), _mm256_mul_ps(*a, inv));

@@ -119,11 +119,13 @@ pub(crate) fn index(k: usize, j: usize) -> usize {
 pub(crate) fn quantize_rows(kernel: Kernel, x: &[f32], m: usize, k: usize) -> (Vec<i8>, Vec<f32>) {
     #[cfg(target_arch = "x86_64")]
     if kernel != Kernel::Portable {
+        // xq + 128 as unsigned bytes for AVX-VNNI (two's complement: flip the top bit).
+        let offset = if kernel == Kernel::AvxVnni { i8::MIN } else { 0 };
         // SAFETY: the AVX2 kernels are only chosen when the CPU has AVX2, FMA and F16C.
-        return unsafe { quantize_rows_avx2(x, m, k) };
+        return unsafe { quantize_rows_avx2(x, m, k, offset) };
     }
     let _ = kernel;
-    quantize_rows_inline(x, m, k)
+    quantize_rows_inline(x, m, k, 0)
 }
 
 /// [`quantize_rows`] compiled for AVX2: the same operations, with `round`
@@ -134,36 +136,39 @@ pub(crate) fn quantize_rows(kernel: Kernel, x: &[f32], m: usize, k: usize) -> (V
 /// The CPU must support AVX2, FMA and F16C.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn quantize_rows_avx2(x: &[f32], m: usize, k: usize) -> (Vec<i8>, Vec<f32>) {
-    quantize_rows_inline(x, m, k)
+unsafe fn quantize_rows_avx2(x: &[f32], m: usize, k: usize, offset: i8) -> (Vec<i8>, Vec<f32>) {
+    quantize_rows_inline(x, m, k, offset)
 }
 
+/// [`quantize_rows`] with every int8 value XOR `offset` (0, or `i8::MIN` for
+/// AVX-VNNI's `xq + 128`; padding and all-zero blocks hold the offset zero).
 #[inline(always)]
-fn quantize_rows_inline(x: &[f32], m: usize, k: usize) -> (Vec<i8>, Vec<f32>) {
+fn quantize_rows_inline(x: &[f32], m: usize, k: usize, offset: i8) -> (Vec<i8>, Vec<f32>) {
     let blocks = k.div_ceil(Q8_BLOCK);
     let kp = blocks * Q8_BLOCK;
-    let mut xq = vec![0i8; m * kp];
+    let mut xq = vec![offset; m * kp];
     let mut dx = vec![0.0f32; m * blocks];
     for r in 0..m {
         for (b, v) in x[r * k..(r + 1) * k].chunks(Q8_BLOCK).enumerate() {
             let q = &mut xq[r * kp + b * Q8_BLOCK..][..v.len()];
-            dx[r * blocks + b] = quantize_block(v, q);
+            dx[r * blocks + b] = quantize_block(v, q, offset);
         }
     }
     (xq, dx)
 }
 
-/// One block: writes `round(v / d)` into `q` and returns `d = max|v| / 127`
-/// (0 for a block of zeros, NaN when `v` holds a NaN or an infinity).
+/// One block: writes `round(v / d) ^ offset` into `q` and returns
+/// `d = max|v| / 127` (0 for a block of zeros, whose `q` is left alone; NaN
+/// when `v` holds a NaN or an infinity).
 #[inline(always)]
-fn quantize_block(v: &[f32], q: &mut [i8]) -> f32 {
+fn quantize_block(v: &[f32], q: &mut [i8], offset: i8) -> f32 {
     if !v.iter().all(|v| v.is_finite()) {
         return f32::NAN;
     }
     let d = v.iter().fold(0.0f32, |a, v| a.max(v.abs())) / 127.0;
     if d > 0.0 {
         for (q, &v) in q.iter_mut().zip(v) {
-            *q = (v / d).round().clamp(-127.0, 127.0) as i8;
+            *q = (v / d).round().clamp(-127.0, 127.0) as i8 ^ offset;
         }
     }
     d
@@ -188,13 +193,7 @@ pub(crate) fn product(
     // The raw writes below rely on these lengths.
     assert!(x.len() == m * k && y.len() == m * n, "x [{m}, {k}], y [{m}, {n}]");
     assert!(q.len() >= panels * blocks * PANEL_BLOCK && d.len() >= panels * blocks * NR, "Q8_0 panels of [{n}, {k}]");
-    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
-    let (mut xq, dx) = quantize_rows(kernel, x, m, k);
-    #[cfg(target_arch = "x86_64")]
-    if kernel == Kernel::AvxVnni {
-        // xq + 128 as unsigned bytes (two's complement: flip the top bit).
-        xq.iter_mut().for_each(|v| *v ^= i8::MIN);
-    }
+    let (xq, dx) = quantize_rows(kernel, x, m, k);
     let out = OutPtr(y.as_mut_ptr());
     let panel =
         |p: usize| (&q[p * blocks * PANEL_BLOCK..][..blocks * PANEL_BLOCK], &d[p * blocks * NR..][..blocks * NR]);
@@ -249,6 +248,25 @@ fn block_portable(qp: &[i8], dp: &[half::f16], xq: &[i8], dx: &[f32], rows: usiz
     }
 }
 
+/// Calls `$block::<R, PREFETCH>` for `$rows` (1, 2, 3, else [`MR`]) and
+/// whether there is a next panel to prefetch, so that each row count gets
+/// its own accumulators in registers.
+#[cfg(target_arch = "x86_64")]
+macro_rules! by_rows {
+    ($block:ident, $qp:expr, $dp:expr, $next:expr, $xq:expr, $dx:expr, $rows:expr, $acc:expr) => {
+        match ($rows, $next) {
+            (1, None) => $block::<1, false>($qp, $dp, $qp, $xq, $dx, $acc),
+            (1, Some(n)) => $block::<1, true>($qp, $dp, n, $xq, $dx, $acc),
+            (2, None) => $block::<2, false>($qp, $dp, $qp, $xq, $dx, $acc),
+            (2, Some(n)) => $block::<2, true>($qp, $dp, n, $xq, $dx, $acc),
+            (3, None) => $block::<3, false>($qp, $dp, $qp, $xq, $dx, $acc),
+            (3, Some(n)) => $block::<3, true>($qp, $dp, n, $xq, $dx, $acc),
+            (_, None) => $block::<MR, false>($qp, $dp, $qp, $xq, $dx, $acc),
+            (_, Some(n)) => $block::<MR, true>($qp, $dp, n, $xq, $dx, $acc),
+        }
+    };
+}
+
 /// As [`block_portable`] with AVX2, `rows` dispatched to a fixed-size block
 /// so that the accumulators live in registers.
 ///
@@ -265,19 +283,8 @@ unsafe fn block_avx2(
     rows: usize,
     acc: &mut [[f32; NR]; MR],
 ) {
-    // SAFETY (all arms): same CPU features as this function.
-    unsafe {
-        match (rows, next) {
-            (1, None) => block_avx2_n::<1, false>(qp, dp, qp, xq, dx, acc),
-            (1, Some(n)) => block_avx2_n::<1, true>(qp, dp, n, xq, dx, acc),
-            (2, None) => block_avx2_n::<2, false>(qp, dp, qp, xq, dx, acc),
-            (2, Some(n)) => block_avx2_n::<2, true>(qp, dp, n, xq, dx, acc),
-            (3, None) => block_avx2_n::<3, false>(qp, dp, qp, xq, dx, acc),
-            (3, Some(n)) => block_avx2_n::<3, true>(qp, dp, n, xq, dx, acc),
-            (_, None) => block_avx2_n::<MR, false>(qp, dp, qp, xq, dx, acc),
-            (_, Some(n)) => block_avx2_n::<MR, true>(qp, dp, n, xq, dx, acc),
-        }
-    }
+    // SAFETY: same CPU features as this function.
+    unsafe { by_rows!(block_avx2_n, qp, dp, next, xq, dx, rows, acc) }
 }
 
 /// `R` rows × [`NR`] features. Per group of 4 steps: two weight vectors
@@ -375,19 +382,8 @@ unsafe fn block_vnni(
     rows: usize,
     acc: &mut [[f32; NR]; MR],
 ) {
-    // SAFETY (all arms): same CPU features as this function.
-    unsafe {
-        match (rows, next) {
-            (1, None) => block_vnni_n::<1, false>(qp, dp, qp, xq, dx, acc),
-            (1, Some(n)) => block_vnni_n::<1, true>(qp, dp, n, xq, dx, acc),
-            (2, None) => block_vnni_n::<2, false>(qp, dp, qp, xq, dx, acc),
-            (2, Some(n)) => block_vnni_n::<2, true>(qp, dp, n, xq, dx, acc),
-            (3, None) => block_vnni_n::<3, false>(qp, dp, qp, xq, dx, acc),
-            (3, Some(n)) => block_vnni_n::<3, true>(qp, dp, n, xq, dx, acc),
-            (_, None) => block_vnni_n::<MR, false>(qp, dp, qp, xq, dx, acc),
-            (_, Some(n)) => block_vnni_n::<MR, true>(qp, dp, n, xq, dx, acc),
-        }
-    }
+    // SAFETY: same CPU features as this function.
+    unsafe { by_rows!(block_vnni_n, qp, dp, next, xq, dx, rows, acc) }
 }
 
 /// `R` rows × [`NR`] features with `vpdpbusd`. Per group of 4 steps: two
