@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use bastion_models::{ContextFeatures, DraftOutput, DraftSession, Drafter, Model, Output, Session};
-use bastion_tree::{walk, Acceptance, BudgetPolicy, DraftCandidates, DraftTree, RoundObservation};
+use bastion_tree::{Acceptance, BudgetPolicy, DraftCandidates, DraftTree, RoundObservation};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{DecodeError, Result};
@@ -72,9 +72,13 @@ pub struct RoundRecord {
     /// Best-first tree construction with the budget policy (s), including
     /// the rare regrowth from longer candidate lists.
     pub build_s: f64,
-    /// Target verification of the tree (s).
+    /// Target verification of the tree (s): on the CPU with the LM head
+    /// over the root and its likeliest descendants only
+    /// ([`bastion_models::HEAD_BATCH`]).
     pub verify_s: f64,
-    /// Posterior sampling, the walk and KV-cache compaction (s).
+    /// Posterior sampling, the walk and KV-cache compaction (s); on the
+    /// CPU also the LM head over nodes the walk reached beyond the
+    /// verification's first rows.
     pub commit_s: f64,
     /// Bytes copied from the device to the host in the round (draft
     /// candidate lists, one token id per verified node; with `trace`, also
@@ -355,14 +359,13 @@ impl<'a> Decoding<'a> {
     /// The accepted path and the bonus token under the method's accept rule.
     fn accept(&mut self, tree: &DraftTree, out: &Output) -> Result<Acceptance> {
         Ok(match self.method.accept {
-            AcceptRule::Walk => walk(tree, &self.sampler.sample_output(out)?)?,
+            AcceptRule::Walk => self.sampler.walk(tree, out)?,
             AcceptRule::ArgmaxPath => {
-                let greedy = out.argmax()?;
-                let accepted = walk(tree, &greedy)?.accepted;
-                let last = *accepted.last().expect("the walk always accepts the root");
+                let greedy = out.walk(tree, 0.0, None)?;
+                let last = *greedy.accepted.last().expect("the walk always accepts the root");
                 let bonus =
-                    if self.sampler.is_greedy() { greedy[last] } else { self.sampler.sample_output_row(out, last)? };
-                Acceptance { bonus, accepted }
+                    if self.sampler.is_greedy() { greedy.bonus } else { self.sampler.sample_output_row(out, last)? };
+                Acceptance { bonus, accepted: greedy.accepted }
             }
         })
     }

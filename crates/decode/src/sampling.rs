@@ -6,6 +6,7 @@
 //! uniforms it feeds, one per row in row order, wherever the logits are.
 
 use bastion_models::Output;
+use bastion_tree::{Acceptance, DraftTree};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -58,6 +59,22 @@ impl Sampler {
         }
         let u: Vec<f64> = (0..out.rows()).map(|_| self.rng.random::<f64>()).collect();
         Ok(out.sample(self.temperature, &u)?)
+    }
+
+    /// The verification walk over `tree` with this sampler's posterior
+    /// samples from `out` ([`Output::walk`]): the argmax when greedy, else
+    /// one uniform per row drawn in row order, as [`Sampler::sample_output`]
+    /// draws them, so the tokens and the generator's state are the same
+    /// whether the output computes every row or only those the walk visits.
+    ///
+    /// # Errors
+    /// A tree and output of different sizes; a device read-back failure.
+    pub fn walk(&mut self, tree: &DraftTree, out: &Output) -> Result<Acceptance> {
+        if self.is_greedy() {
+            return Ok(out.walk(tree, 0.0, None)?);
+        }
+        let u: Vec<f64> = (0..out.rows()).map(|_| self.rng.random::<f64>()).collect();
+        Ok(out.walk(tree, self.temperature, Some(&u))?)
     }
 
     /// [`Sampler::sample_output`] for row `i` alone (one uniform).

@@ -361,8 +361,13 @@ impl Drafter {
 /// # Errors
 /// [`ModelError::Shape`] when `out` lacks hidden states or a row is out of range.
 pub fn context_features(out: &ForwardOutput, hidden_size: usize, rows: Option<&[usize]>) -> Result<Vec<f32>> {
+    features_of(&out.hidden, hidden_size, rows)
+}
+
+/// [`context_features`] of the hidden states `hidden` (each `[tokens, hidden_size]`).
+pub(crate) fn features_of(hidden: &[Vec<f32>], hidden_size: usize, rows: Option<&[usize]>) -> Result<Vec<f32>> {
     let h = hidden_size;
-    let Some(first) = out.hidden.first() else {
+    let Some(first) = hidden.first() else {
         return Err(ModelError::Shape("the target forward returned no hidden states for the drafter".into()));
     };
     let total = first.len() / h;
@@ -374,12 +379,12 @@ pub fn context_features(out: &ForwardOutput, hidden_size: usize, rows: Option<&[
             &all
         }
     };
-    let mut feats = Vec::with_capacity(rows.len() * h * out.hidden.len());
+    let mut feats = Vec::with_capacity(rows.len() * h * hidden.len());
     for &r in rows {
         if r >= total {
             return Err(ModelError::Shape(format!("context feature row {r} outside the {total} rows returned")));
         }
-        for layer in &out.hidden {
+        for layer in hidden {
             feats.extend_from_slice(&layer[r * h..(r + 1) * h]);
         }
     }

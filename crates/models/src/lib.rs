@@ -58,6 +58,6 @@ pub use loader::{
     load_tokenizer,
 };
 pub use model::{ForwardOutput, Model, Session, TREE_ATTENTION_ENV};
-pub use output::{draw, ContextFeatures, DraftOutput, Output};
+pub use output::{draw, ContextFeatures, DraftOutput, Output, HEAD_BATCH};
 pub use tokenizer::Tokenizer;
 pub use weights::{GgufSource, HostTensor, MemorySource, RandomSource, ReadLog, SafetensorsSource, WeightSource};

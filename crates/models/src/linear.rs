@@ -2,6 +2,9 @@
 //! `flex`, Burn tensors (split into buffer-sized parts, half types where
 //! the device computes in them) on the other backends.
 
+use std::sync::Arc;
+
+use bastion_kernels::cpu::matmul::PackedMatrix;
 use burn::tensor::{DType, Device, Tensor, TensorData};
 use rayon::prelude::*;
 
@@ -94,15 +97,14 @@ pub(crate) fn device_half(device: &Device, dtype: WeightDtype) -> Option<DType> 
 }
 
 enum LinearWeight {
-    Packed(bastion_kernels::cpu::matmul::PackedMatrix),
+    /// Shared, so that a verification's deferred logits can compute rows
+    /// after the pass ([`crate::Output`]).
+    Packed(Arc<PackedMatrix>),
     /// `[in, out_i]` tensors, the output features split into parts of at
     /// most the bound of [`rows_per_part`] (one part unless the layer is that large),
     /// stored and multiplied in `half` when set ([`device_half`]; activations are cast
     /// to it before the matmul and the product back to f32 after it), else f32.
-    Burn {
-        parts: Vec<Tensor<2>>,
-        half: Option<DType>,
-    },
+    Burn { parts: Vec<Tensor<2>>, half: Option<DType> },
 }
 
 /// The largest tensor (bytes) a model places in one device buffer by
@@ -158,11 +160,7 @@ impl Linear {
         let out_features = ws.iter().map(|w| w.shape[0]).sum();
         let w = if runs_on_host(device) {
             let parts: Vec<&[f32]> = ws.iter().map(|w| w.data.as_slice()).collect();
-            LinearWeight::Packed(bastion_kernels::cpu::matmul::PackedMatrix::pack_stacked_as(
-                &parts,
-                in_features,
-                dtype,
-            ))
+            LinearWeight::Packed(Arc::new(PackedMatrix::pack_stacked_as(&parts, in_features, dtype)))
         } else {
             // Rows in parallel: an 8B-parameter model's weights pass through
             // here once at load (rounding, transpose, half conversion).
@@ -235,6 +233,14 @@ impl Linear {
                     None => y,
                 }
             }
+        }
+    }
+
+    /// The packed weight `[out, in]` (on `flex`), shared; `None` for a Burn tensor.
+    pub(crate) fn packed(&self) -> Option<Arc<PackedMatrix>> {
+        match &self.w {
+            LinearWeight::Packed(w) => Some(Arc::clone(w)),
+            LinearWeight::Burn { .. } => None,
         }
     }
 

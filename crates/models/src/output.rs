@@ -22,9 +22,10 @@
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use bastion_tree::{CandidateList, DraftRows, HostRows, TreeError};
+use bastion_kernels::cpu::matmul::PackedMatrix;
+use bastion_tree::{walk, walk_with, Acceptance, CandidateList, DraftRows, DraftTree, HostRows, TreeError};
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Int, Tensor, TensorData};
 
@@ -79,8 +80,87 @@ pub struct Output {
 enum Computed {
     /// In host memory (`flex`).
     Host(ForwardOutput),
+    /// In host memory, each logit row computed when first read (a
+    /// verification on `flex`).
+    Deferred(DeferredHead),
     /// Device tensors (the Burn backends).
     Device(DeviceOutput),
+}
+
+/// Logit rows a verification's walk visits, out of a tree of many: on the
+/// CPU the LM head (SmolLM2: 49,152 × 576) costs about as much for 1 row
+/// as for 4 (its weight is read once; 0.63 / 0.86 ms in q8_0,
+/// `results/kernels/small-rows-*.md`) and then ~0.3 ms per row more (2.7
+/// ms for 9 rows), while the walk visits τ ≈ 2 nodes. So a verification
+/// computes the logits of the root and its [`HEAD_BATCH`] − 1 likeliest
+/// descendants with the pass, and the walk computes more only when it
+/// reaches a node without them: that node and its likeliest descendants,
+/// [`HEAD_BATCH`] rows in one product ([`DraftTree::likely_subtree`]).
+pub const HEAD_BATCH: usize = 4;
+
+/// A verification's outputs on the host with the LM head deferred: the
+/// final-norm rows are kept and a row's logits are computed on first read,
+/// by the same kernel and arithmetic as an eager head (a row's product
+/// never depends on which rows share the call: [`PackedMatrix`]), so every
+/// logit is the same bits as when all rows are computed at once.
+#[derive(Clone)]
+struct DeferredHead {
+    /// The target's LM head `[vocab, hidden]`.
+    head: Arc<PackedMatrix>,
+    /// Final-norm outputs `[rows, hidden]`.
+    normed: Vec<f32>,
+    /// Each row's logits `[vocab]`, once computed.
+    logits: Vec<OnceLock<Vec<f32>>>,
+    /// Requested hidden states, each `[tokens, hidden]`.
+    hidden: Vec<Vec<f32>>,
+}
+
+impl std::fmt::Debug for DeferredHead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeferredHead")
+            .field("rows", &self.logits.len())
+            .field("computed", &self.computed_rows())
+            .field("hidden", &self.hidden.len())
+            .finish()
+    }
+}
+
+impl DeferredHead {
+    /// Rows whose logits have been computed.
+    fn computed_rows(&self) -> usize {
+        self.logits.iter().filter(|l| l.get().is_some()).count()
+    }
+
+    /// Computes the logits of those of `rows` not yet computed, in one
+    /// product (each row `< self.logits.len()`).
+    fn compute(&self, rows: &[usize]) {
+        let mut missing: Vec<usize> = rows.iter().copied().filter(|&r| self.logits[r].get().is_none()).collect();
+        missing.dedup();
+        if missing.is_empty() {
+            return;
+        }
+        let h = self.head.in_features();
+        let x: Vec<f32> = missing.iter().flat_map(|&r| &self.normed[r * h..(r + 1) * h]).copied().collect();
+        let y = self.head.matmul(&x, missing.len());
+        for (&r, row) in missing.iter().zip(y.chunks_exact(self.head.out_features())) {
+            // A row computed twice (a duplicate in `rows`) keeps its first, equal, value.
+            let _ = self.logits[r].set(row.to_vec());
+        }
+    }
+
+    /// Logit row `r` `[vocab]`, computed now if it was not.
+    fn row(&self, r: usize) -> &[f32] {
+        self.compute(&[r]);
+        self.logits[r].get().expect("computed above")
+    }
+
+    /// Every row computed, as one `[rows, vocab]` output.
+    fn all(&self) -> ForwardOutput {
+        let rows = self.logits.len();
+        self.compute(&(0..rows).collect::<Vec<_>>());
+        let logits = self.logits.iter().flat_map(|l| l.get().expect("computed above")).copied().collect();
+        ForwardOutput { logits, rows, hidden: self.hidden.clone() }
+    }
 }
 
 /// One logit row, where it was computed ([`Output::row_at`]).
@@ -117,6 +197,31 @@ impl Output {
         Self { computed: Computed::Device(DeviceOutput { logits, rows, hidden }), read_back: ReadBack::default() }
     }
 
+    /// A verification's output on the host with the LM head `head`
+    /// (`[vocab, hidden]`) deferred: the final-norm rows `normed`
+    /// `[rows, hidden]` are kept, the logits of `first` computed now (in
+    /// one product) and every other row's when first read.
+    ///
+    /// # Panics
+    /// When `normed` is not whole rows of the head's width or a row of `first` is out of range.
+    pub(crate) fn deferred(head: Arc<PackedMatrix>, normed: Vec<f32>, hidden: Vec<Vec<f32>>, first: &[usize]) -> Self {
+        let h = head.in_features();
+        assert!(h > 0 && normed.len().is_multiple_of(h), "final-norm rows of width {h}");
+        let rows = normed.len() / h;
+        let d = DeferredHead { head, normed, logits: (0..rows).map(|_| OnceLock::new()).collect(), hidden };
+        d.compute(first);
+        Self { computed: Computed::Deferred(d), read_back: ReadBack::default() }
+    }
+
+    /// Logit rows computed so far: all of them, except on a verification
+    /// whose LM head is deferred (see [`HEAD_BATCH`]).
+    pub fn computed_rows(&self) -> usize {
+        match &self.computed {
+            Computed::Deferred(d) => d.computed_rows(),
+            _ => self.rows(),
+        }
+    }
+
     /// This output counting its read-back bytes on `read_back` (its session's).
     pub(crate) fn counted(mut self, read_back: &ReadBack) -> Self {
         self.read_back = read_back.clone();
@@ -127,6 +232,7 @@ impl Output {
     pub fn rows(&self) -> usize {
         match &self.computed {
             Computed::Host(o) => o.rows,
+            Computed::Deferred(d) => d.logits.len(),
             Computed::Device(o) => o.rows,
         }
     }
@@ -149,6 +255,7 @@ impl Output {
     pub fn into_host(self) -> Result<ForwardOutput> {
         match self.computed {
             Computed::Host(o) => Ok(o),
+            Computed::Deferred(d) => Ok(d.all()),
             Computed::Device(o) => {
                 let mut logits = Vec::new();
                 for part in o.logits {
@@ -191,6 +298,11 @@ impl Output {
                         .collect());
                 }
                 Ok((0..o.rows).map(|i| bastion_kernels::argmax(o.row(i))).collect())
+            }
+            Computed::Deferred(d) => {
+                let rows = d.logits.len();
+                d.compute(&(0..rows).collect::<Vec<_>>());
+                Ok((0..rows).map(|i| bastion_kernels::argmax(d.row(i))).collect())
             }
             Computed::Device(o) => {
                 let mut ids = Vec::with_capacity(o.rows);
@@ -251,6 +363,10 @@ impl Output {
             Computed::Host(o) => {
                 Ok(uniforms.iter().enumerate().map(|(i, &u)| draw(o.row(i), temperature, u)).collect())
             }
+            Computed::Deferred(d) => {
+                d.compute(&(0..uniforms.len()).collect::<Vec<_>>());
+                Ok(uniforms.iter().enumerate().map(|(i, &u)| draw(d.row(i), temperature, u)).collect())
+            }
             Computed::Device(o) => {
                 let (mut ids, mut first) = (Vec::with_capacity(o.rows), 0);
                 for part in &o.logits {
@@ -279,6 +395,46 @@ impl Output {
         }
     }
 
+    /// The verification walk over `tree` ([`bastion_tree::walk`]) with the
+    /// target's sample at node `i` drawn from this output's row `i`: the
+    /// argmax when `uniforms` is `None`, else a draw at `temperature` with
+    /// `uniforms[i]` ([`Output::sample_row`]). Where the LM head is deferred
+    /// only the rows the walk visits are computed, [`HEAD_BATCH`] at a time
+    /// ([`DraftTree::likely_subtree`]); elsewhere every row is sampled at
+    /// once (one read-back on a device). The tokens are the same either way.
+    ///
+    /// # Errors
+    /// [`ModelError::Shape`] when the output does not hold one row per tree
+    /// node or `uniforms` one value per row; device read-back failures.
+    pub fn walk(&self, tree: &DraftTree, temperature: f64, uniforms: Option<&[f64]>) -> Result<Acceptance> {
+        let rows = self.rows();
+        if rows != tree.len() || uniforms.is_some_and(|u| u.len() != rows) {
+            return Err(ModelError::Shape(format!(
+                "walk: {rows} logit rows and {} uniforms for a tree of {} nodes (one of each per node expected)",
+                uniforms.map_or(rows, <[f64]>::len),
+                tree.len()
+            )));
+        }
+        match (&self.computed, uniforms) {
+            (Computed::Deferred(d), _) => walk_with(tree, |i| {
+                if d.logits[i].get().is_none() {
+                    d.compute(&tree.likely_subtree(i, HEAD_BATCH));
+                }
+                match uniforms {
+                    None => Ok(bastion_kernels::argmax(d.row(i))),
+                    Some(u) => Ok(draw(d.row(i), temperature, u[i])),
+                }
+            }),
+            (_, u) => {
+                let posterior = match u {
+                    None => self.argmax()?,
+                    Some(u) => self.sample(temperature, u)?,
+                };
+                walk(tree, &posterior).map_err(|e| ModelError::Shape(e.to_string()))
+            }
+        }
+    }
+
     /// Logit row `i` where it is: a host slice, or a device tensor `[1, vocab]`.
     fn row_at(&self, i: usize) -> Result<RowAt<'_>> {
         if i >= self.rows() {
@@ -286,6 +442,7 @@ impl Output {
         }
         Ok(match &self.computed {
             Computed::Host(o) => RowAt::Host(o.row(i)),
+            Computed::Deferred(d) => RowAt::Host(d.row(i)),
             Computed::Device(o) => {
                 let (part, r) = o.locate(i);
                 RowAt::Device(Box::new(part.clone().narrow(0, r, 1)))
@@ -321,6 +478,9 @@ impl Output {
     pub fn features(&self, hidden_size: usize, rows: Option<&[usize]>) -> Result<ContextFeatures> {
         match &self.computed {
             Computed::Host(o) => Ok(ContextFeatures::from(crate::context_features(o, hidden_size, rows)?)),
+            Computed::Deferred(d) => {
+                Ok(ContextFeatures::from(crate::drafter::features_of(&d.hidden, hidden_size, rows)?))
+            }
             Computed::Device(o) => o.features(rows).map(|t| ContextFeatures(Feats::Device(Box::new(t)))),
         }
     }
@@ -660,6 +820,76 @@ impl DraftRows for DraftOutput {
                 }
                 self.device_ranks(t, depths, from, k)
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bastion_kernels::WeightDtype;
+
+    /// Pseudo-random values in about [-1, 1) from a seeded LCG.
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                ((s >> 40) as f32 / (1u64 << 23) as f32) - 1.0
+            })
+            .collect()
+    }
+
+    /// A 9-node tree over `eager`'s rows whose target argmax path is
+    /// 0 → 1 → 3 → 6 and stops there, while the drafter rates the branch
+    /// 0 → 2 → 4 likelier: the verification's first rows miss the path.
+    fn tree(eager: &[f32], vocab: usize) -> DraftTree {
+        let best = |r: usize| bastion_kernels::argmax(&eager[r * vocab..(r + 1) * vocab]);
+        let other = |r: usize, k: u32| (best(r) + 1 + k) % vocab as u32;
+        let parents = [-1i64, 0, 0, 1, 2, 2, 3, 4, 6];
+        let tokens = [7, best(0), other(0, 0), best(1), other(2, 0), other(2, 1), best(3), other(4, 0), other(6, 0)];
+        let log_w = [0.0, -1.0, -0.3, -1.2, -0.5, -0.6, -1.4, -0.9, -2.0];
+        DraftTree::from_parts(&tokens, &parents, Some(&log_w)).unwrap()
+    }
+
+    #[test]
+    fn deferred_rows_are_the_eager_bits_and_the_walk_computes_only_what_it_visits() {
+        let (vocab, h) = (300, 40);
+        for dtype in [WeightDtype::F32, WeightDtype::Q8_0] {
+            let head = Arc::new(PackedMatrix::pack_as(&values(vocab * h, 1), vocab, h, dtype));
+            let normed = values(9 * h, 2);
+            let eager_logits = head.matmul(&normed, 9);
+            let tree = tree(&eager_logits, vocab);
+            let eager = Output::from_host(ForwardOutput { logits: eager_logits.clone(), rows: 9, hidden: Vec::new() });
+            let deferred = |first: &[usize]| Output::deferred(Arc::clone(&head), normed.clone(), Vec::new(), first);
+
+            // T = 0: the same walk; the first batch (0, 2, 4, 5) misses the
+            // path, so the walk computes 1's batch (1, 3, 6, 8) and no more.
+            let out = deferred(&tree.likely_subtree(0, HEAD_BATCH));
+            assert_eq!(tree.likely_subtree(0, HEAD_BATCH), vec![0, 2, 4, 5]);
+            assert_eq!(out.computed_rows(), 4);
+            let acc = out.walk(&tree, 0.0, None).unwrap();
+            assert_eq!(acc.accepted, vec![0, 1, 3, 6], "{dtype:?}");
+            assert_eq!(acc, eager.walk(&tree, 0.0, None).unwrap());
+            assert_eq!(out.computed_rows(), 8, "{dtype:?}: rows computed by the walk");
+            // Every row, computed in whatever batch, is the eager bits.
+            for i in 0..9 {
+                assert_eq!(out.row(i).unwrap().as_ref(), eager.row(i).unwrap().as_ref(), "{dtype:?}: row {i}");
+            }
+            assert_eq!(out.into_host().unwrap().logits, eager_logits);
+
+            // T > 0 with the same uniforms: the same draws (sharp enough to follow the path, and not).
+            for (t, seed) in [(0.02, 3), (1.0, 4), (1.0, 5)] {
+                let u: Vec<f64> = values(9, seed).iter().map(|&v| f64::from(v.abs())).collect();
+                let out = deferred(&[0]);
+                assert_eq!(out.walk(&tree, t, Some(&u)).unwrap(), eager.walk(&tree, t, Some(&u)).unwrap());
+                assert!(out.computed_rows() < 9);
+            }
+            // Everything at once (argmax of all rows) also matches.
+            assert_eq!(deferred(&[]).argmax().unwrap(), eager.argmax().unwrap());
+            // A tree of another size is an error, not a panic.
+            let small = DraftTree::root_only(1);
+            assert!(matches!(deferred(&[0]).walk(&small, 0.0, None), Err(ModelError::Shape(_))));
         }
     }
 }

@@ -200,7 +200,9 @@ impl<'m> Session<'m> {
     /// position `len + d` and attends to the committed prefix plus its
     /// ancestors. Returns logits `[1 + n, vocab]` (one row per node) and the
     /// requested hidden states `[1 + n, hidden]`, where they were computed
-    /// ([`Output`]: a round on a GPU reads back only what its walk needs).
+    /// ([`Output`]: a round on a GPU reads back only what its walk needs;
+    /// on the CPU the LM head runs on the rows the walk is likely to visit
+    /// and on others when first read, [`Output::walk`]).
     /// The tree's K/V stay provisional until [`Session::commit`].
     ///
     /// # Errors
@@ -208,7 +210,24 @@ impl<'m> Session<'m> {
     pub fn verify(&mut self, tree: &DraftTree, hidden: &[usize]) -> Result<Output> {
         self.check_idle()?;
         let positions = tree.positions(self.len);
-        let out = self.forward(tree.tokens(), &positions, Visibility::Tree(tree), hidden, true)?;
+        let m = self.model;
+        let out = match (&mut self.cache, m.lm_head.packed()) {
+            // On the host the LM head is deferred: the logits of the root and
+            // its likeliest descendants now, other rows when the walk reaches
+            // them ([`crate::output::HEAD_BATCH`]). The final-norm output is
+            // tapped as one more hidden state.
+            (SessionKv::Host(kv), Some(head)) => {
+                let last = m.cfg.num_layers;
+                let mut taps = hidden.to_vec();
+                taps.push(last);
+                let vis = Visibility::Tree(tree);
+                let mut out = forward(&HostExec, m, kv, tree.tokens(), &positions, self.len, vis, &taps, 0)?;
+                let normed = out.hidden.pop().expect("the final norm was tapped");
+                let first = tree.likely_subtree(0, crate::output::HEAD_BATCH);
+                Output::deferred(head, normed, out.hidden, &first).counted(&self.read_back)
+            }
+            _ => self.forward(tree.tokens(), &positions, Visibility::Tree(tree), hidden, true)?,
+        };
         self.pending = Some(tree.len());
         Ok(out)
     }

@@ -2,7 +2,7 @@
 //! (`tests/fixtures/tiny-qwen3`, `tests/fixtures/tiny-llama`): logits, every
 //! hidden state, greedy continuations, tree verification and cache compaction.
 
-use bastion_models::{Model, ModelConfig, SafetensorsSource};
+use bastion_models::{Model, ModelConfig, SafetensorsSource, HEAD_BATCH};
 use bastion_testkit::{fixture_dir, max_abs_diff, Fixture};
 use bastion_tree::{walk, DraftTree};
 use burn::tensor::Device;
@@ -65,7 +65,12 @@ fn check_tree(name: &str) {
 
     let mut session = model.session();
     session.prefill(&prefix, &[]).unwrap();
-    let out = session.verify(&tree, &all).unwrap().into_host().unwrap();
+    let verified = session.verify(&tree, &all).unwrap();
+    // On the CPU the LM head ran on the root and its likeliest descendants
+    // only; the walk computes what else it visits.
+    assert_eq!(verified.computed_rows(), HEAD_BATCH.min(tree.len()), "{name}: rows computed with the pass");
+    let lazy = verified.walk(&tree, 0.0, None).unwrap();
+    let out = verified.into_host().unwrap();
     let d = max_abs_diff(&out.logits, &fx.f32("tree_logits").data);
     assert!(d < ATOL, "{name}: tree logits differ by {d}");
     let hs = fx.f32("tree_hidden_states");
@@ -80,6 +85,7 @@ fn check_tree(name: &str) {
     let want_idx: Vec<usize> =
         want["accepted_indices"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect();
     assert_eq!(acc.accepted, want_idx, "{name}: accepted indices");
+    assert_eq!(lazy, acc, "{name}: the walk over deferred logits");
     assert_eq!(u64::from(acc.bonus), want["next_token"].as_u64().unwrap(), "{name}: bonus token");
 
     // After compaction the cache equals a fresh prefill of prefix + accepted tokens:

@@ -10,7 +10,8 @@
 //!   [`CaddTree`] (cost-aware stop), [`Bastion`] (calibrated roofline stop);
 //! * cost models: [`ConvexCostModel`] (CaDDTree's monotone convex fit) and
 //!   [`RooflineModel`] (BASTION's analytic FLOPs / bytes with calibration);
-//! * [`walk`]: the lossless verification walk, the same at T = 0 and T > 0.
+//! * [`walk`]: the lossless verification walk, the same at T = 0 and T > 0
+//!   ([`walk_with`]: the posterior sampled only at the nodes it visits).
 //!
 //! Conventions (see `tests/fixtures/tiny-dflash/README.md`): DDTree / CaDDTree
 //! budgets count drafted nodes (root excluded); BASTION sizes count the root.
@@ -66,4 +67,4 @@ pub use roofline::{
 };
 pub use topk::{exp_nonpositive, TopK};
 pub use tree::{AncestorMask, DraftTree};
-pub use walk::{walk, Acceptance};
+pub use walk::{walk, walk_with, Acceptance};

@@ -243,6 +243,39 @@ impl DraftTree {
         self.log_w.iter().map(|w| w.exp()).sum()
     }
 
+    /// Node `i` and up to `k − 1` of its descendants the verification walk
+    /// is likeliest to reach, by the drafter's estimate: the descendants of
+    /// highest path log-probability ([`DraftTree::log_w`]; equal ones in
+    /// index order), node `i` first, then in that order. A drafter's path
+    /// log-probabilities never rise along a path, so then the nodes
+    /// returned form a subtree rooted at `i`. Empty for `k = 0`.
+    ///
+    /// A target whose LM head runs per row computes the logits of these
+    /// nodes in one pass when the walk reaches `i` (only the nodes the walk
+    /// visits need them; docs/algorithms.md §3).
+    ///
+    /// # Panics
+    /// If `i ≥ len()`.
+    pub fn likely_subtree(&self, i: usize, k: usize) -> Vec<usize> {
+        assert!(i < self.len(), "node {i} of a tree of {}", self.len());
+        if k == 0 {
+            return Vec::new();
+        }
+        // Descendants of i: the nodes after it (parents precede children)
+        // whose parent is i or already a descendant.
+        let mut inside = vec![false; self.len()];
+        inside[i] = true;
+        let mut below: Vec<usize> = Vec::new();
+        for j in i + 1..self.len() {
+            if inside[self.parents[j] as usize] {
+                inside[j] = true;
+                below.push(j);
+            }
+        }
+        below.sort_by(|&a, &b| self.log_w[b].total_cmp(&self.log_w[a]).then(a.cmp(&b)));
+        std::iter::once(i).chain(below.into_iter().take(k - 1)).collect()
+    }
+
     /// The ancestor-visibility bitsets of this tree.
     pub fn ancestor_mask(&self) -> AncestorMask {
         AncestorMask::new(self)

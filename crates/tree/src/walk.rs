@@ -44,11 +44,27 @@ pub fn walk(tree: &DraftTree, posterior: &[u32]) -> Result<Acceptance> {
             actual: format!("{}", posterior.len()),
         });
     }
+    walk_with(tree, |i| Ok(posterior[i]))
+}
+
+/// [`walk`] with the target's sample at node `i` given by `sample(i)`,
+/// called only for the nodes the walk visits (the accepted path), each
+/// once, root first: a target that computes its posterior per node pays
+/// only for those.
+///
+/// # Errors
+/// The first error `sample` returns.
+pub fn walk_with<E>(
+    tree: &DraftTree,
+    mut sample: impl FnMut(usize) -> std::result::Result<u32, E>,
+) -> std::result::Result<Acceptance, E> {
     let mut accepted = vec![0];
     let mut node = 0;
-    while let Some(child) = tree.child_with_token(node, posterior[node]) {
+    let mut drawn = sample(0)?;
+    while let Some(child) = tree.child_with_token(node, drawn) {
         accepted.push(child);
         node = child;
+        drawn = sample(node)?;
     }
-    Ok(Acceptance { accepted, bonus: posterior[node] })
+    Ok(Acceptance { accepted, bonus: drawn })
 }

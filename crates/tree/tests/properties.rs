@@ -2,9 +2,9 @@
 //! visibility, CaDDTree / BASTION stop rules, the walk and the cost-model fits.
 
 use bastion_tree::{
-    build_tree, build_tree_from_logits, fit_calibration, fit_convex_monotone, walk, Bastion, BastionConfig, BucketMode,
-    BudgetPolicy, CaddTree, DevicePeak, DraftTree, FixedBudget, ModelShape, RooflineCalibration, RooflineModel,
-    RoundCostModel, TopK, VerifySample,
+    build_tree, build_tree_from_logits, fit_calibration, fit_convex_monotone, walk, walk_with, Bastion, BastionConfig,
+    BucketMode, BudgetPolicy, CaddTree, DevicePeak, DraftTree, FixedBudget, ModelShape, RooflineCalibration,
+    RooflineModel, RoundCostModel, TopK, VerifySample,
 };
 use proptest::prelude::*;
 
@@ -243,6 +243,62 @@ proptest! {
         let last = *acc.accepted.last().unwrap();
         prop_assert_eq!(acc.bonus, posterior[last]);
         prop_assert!(tree.child_with_token(last, acc.bonus).is_none(), "walk stopped early");
+    }
+
+    #[test]
+    fn walk_with_samples_only_the_visited_nodes_once(
+        (depth, vocab, l) in logits(6, 2..=8), budget in 1usize..60,
+        picks in prop::collection::vec((0.0f64..1.0, 0u32..8), 60),
+    ) {
+        let topk = TopK::from_logits(&l, depth, vocab, budget).unwrap();
+        let tree = build_tree(&topk, 1, 0, &mut FixedBudget::new(budget));
+        let posterior: Vec<u32> = (0..tree.len())
+            .map(|i| {
+                let (coin, tok) = picks[i % picks.len()];
+                let kids: Vec<usize> = tree.children(i).collect();
+                if coin < 0.7 && !kids.is_empty() { tree.token(kids[tok as usize % kids.len()]) } else { tok }
+            })
+            .collect();
+        let mut asked = Vec::new();
+        let lazy = walk_with(&tree, |i| -> Result<u32, ()> {
+            asked.push(i);
+            Ok(posterior[i])
+        })
+        .unwrap();
+        prop_assert_eq!(&lazy, &walk(&tree, &posterior).unwrap());
+        prop_assert_eq!(asked, lazy.accepted, "sampled a node off the accepted path, or twice");
+    }
+
+    #[test]
+    fn likely_subtree_is_the_top_descendants_and_closed_under_parents(
+        (depth, vocab, l) in logits(6, 2..=8), budget in 1usize..60, node in 0usize..60, k in 0usize..9,
+    ) {
+        let topk = TopK::from_logits(&l, depth, vocab, budget).unwrap();
+        let tree = build_tree(&topk, 1, 0, &mut FixedBudget::new(budget));
+        let i = node % tree.len();
+        let got = tree.likely_subtree(i, k);
+        let below = |j: usize| {
+            let mut a = Some(j);
+            while let Some(x) = a {
+                if x == i { return true; }
+                a = tree.parent(x);
+            }
+            false
+        };
+        let all: Vec<usize> = (0..tree.len()).filter(|&j| below(j)).collect();
+        prop_assert_eq!(got.len(), k.min(all.len()));
+        if k == 0 { return Ok(()); }
+        prop_assert_eq!(got[0], i);
+        for &j in &got[1..] {
+            prop_assert!(below(j) && j != i);
+            // Closed under parents: a chosen node's parent is chosen (or is i).
+            prop_assert!(got.contains(&tree.parent(j).unwrap()));
+        }
+        // Nothing left out is likelier than what was taken.
+        let worst = got[1..].iter().map(|&j| tree.log_w(j)).fold(f64::INFINITY, f64::min);
+        for &j in all.iter().filter(|j| !got.contains(j)) {
+            prop_assert!(tree.log_w(j) <= worst);
+        }
     }
 
     #[test]
