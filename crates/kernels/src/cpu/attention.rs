@@ -13,10 +13,12 @@
 //! `i`'s ancestors and itself for a draft tree; docs/algorithms.md §3).
 //!
 //! Keys are stored in blocks of eight rows (`[head_dim, 8]` per block), so
-//! the scores of eight keys accumulate in one AVX2 register, eight blocks
-//! at a time; values stay row-major and the weighted sum keeps up to 64
-//! output elements in registers. On AVX2 + FMA both are fused multiply-add
-//! chains, as in the matmul kernel ([`crate::cpu::matmul`]).
+//! the scores of eight keys accumulate in one AVX2 register; values stay
+//! row-major. The query heads that share a KV head (GQA) are taken together,
+//! up to four: each key and value vector is loaded once for all of them
+//! (a row of SmolLM2's three heads per KV head read each layer's keys and
+//! values three times before). On AVX2 + FMA scores and weighted sums are
+//! fused multiply-add chains, as in the matmul kernel ([`crate::cpu::matmul`]).
 //!
 //! **Row invariance.** A query row's output is computed from its visible
 //! keys in position order with fixed arithmetic (per key one multiply-add
@@ -201,12 +203,21 @@ impl HostKv {
             let head = g * self.capacity * hd..(g + 1) * self.capacity * hd;
             let (keys, values) = (&self.keys[layer][head.clone()], &self.values[layer][head]);
             let mut out = vec![0.0f32; group * hd];
-            let mut scores = vec![0.0f32; blocks * KB];
-            let mut weights = vec![0.0f32; rows.len()];
-            for (a, o) in out.chunks_exact_mut(hd).enumerate() {
-                let h = g * group + a;
-                let qrow = &q[(h * t + i) * hd..(h * t + i + 1) * hd];
-                attend_row(isa, qrow, &keys[..blocks * KB * hd], values, hd, &rows, &mut scores, &mut weights, o);
+            let n = group.min(MAX_G);
+            let mut scores = vec![0.0f32; n * blocks * KB];
+            let mut weights = vec![0.0f32; n * rows.len()];
+            // The group's query heads share this row's keys and values: up
+            // to MAX_G of them per pass over the key and value blocks.
+            for (c, o) in out.chunks_mut(MAX_G * hd).enumerate() {
+                let heads = o.len() / hd;
+                let qs: Vec<&[f32]> = (0..heads)
+                    .map(|a| {
+                        let h = g * group + c * MAX_G + a;
+                        &q[(h * t + i) * hd..(h * t + i + 1) * hd]
+                    })
+                    .collect();
+                let (s, w) = (&mut scores[..heads * blocks * KB], &mut weights[..heads * rows.len()]);
+                attend_heads(isa, &qs, &keys[..blocks * KB * hd], values, hd, &rows, s, w, o);
             }
             out
         };
@@ -225,104 +236,169 @@ impl HostKv {
     }
 }
 
-/// One query row over the key / value rows `rows` (position order):
-/// `o = Σ_j softmax_j(q · k_j / √d) · v_j`. `keys` holds the head's key
-/// blocks (at least up to the last of `rows`), `values` its rows;
-/// `scores` (`[blocks · KB]`) and `weights` (`[rows.len()]`) are scratch.
+/// Query heads of one KV group taken together by [`attend_heads`] (their
+/// scores and weighted sums share each key and value vector loaded).
+const MAX_G: usize = 4;
+
+/// One query row of `qs.len()` ≤ [`MAX_G`] heads sharing a KV head, over
+/// the key / value rows `rows` (position order): for each head `h`,
+/// `o_h = Σ_j softmax_j(q_h · k_j / √d) · v_j` into `outs` `[heads, hd]`.
+/// `keys` holds the KV head's key blocks (at least up to the last of
+/// `rows`), `values` its rows; `scores` (`[heads, blocks · KB]`) and
+/// `weights` (`[heads, rows.len()]`) are scratch.
 ///
-/// Fixed arithmetic per key and per output element, whatever else is in
-/// the call: `q · k_j` is one multiply-add chain over `d` in order (fused
-/// on AVX2 + FMA, as the matmul kernel's, [`Isa`]); softmax weights
-/// `exp(s − max)` ([`exp_nonpositive`]); their sum in 8 partial sums by the
-/// weight's ordinal among `rows`, reduced in a fixed tree; `o[d]` one
-/// multiply-add chain over `rows` in order, then times `1 / sum`.
+/// Fixed arithmetic per head, key and output element, whatever else is in
+/// the call (other heads, other rows): `q · k_j` is one multiply-add chain
+/// over `d` in order (fused on AVX2 + FMA, as the matmul kernel's, [`Isa`]);
+/// softmax weights `exp(s − max)` ([`exp_nonpositive`]); their sum in 8
+/// partial sums by the weight's ordinal among `rows`, reduced in a fixed
+/// tree; `o[d]` one multiply-add chain over `rows` in order, then times
+/// `1 / sum`. Taking heads together changes only which loads are shared.
 #[allow(clippy::too_many_arguments)]
-fn attend_row(
+fn attend_heads(
     isa: Isa,
-    q: &[f32],
+    qs: &[&[f32]],
     keys: &[f32],
     values: &[f32],
     hd: usize,
     rows: &[usize],
     scores: &mut [f32],
     weights: &mut [f32],
-    o: &mut [f32],
+    outs: &mut [f32],
 ) {
+    let heads = qs.len();
+    assert!((1..=MAX_G).contains(&heads) && outs.len() == heads * hd);
+    assert!(scores.len().is_multiple_of(heads * KB) && weights.len() == heads * rows.len());
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Isa::Avx2Fma is only chosen when the CPU has AVX2 and FMA.
-        Isa::Avx2Fma => unsafe { attend_row_avx2(q, keys, values, hd, rows, scores, weights, o) },
+        Isa::Avx2Fma => unsafe { attend_heads_avx2(qs, keys, values, hd, rows, scores, weights, outs) },
         Isa::Portable => {
-            scores_portable(q, keys, hd, scores);
-            softmax_weights(scores, hd, rows, weights);
-            weighted_sum_portable(weights, values, hd, rows, o);
+            let per = scores.len() / heads;
+            for (h, q) in qs.iter().enumerate() {
+                let (s, w) = (&mut scores[h * per..(h + 1) * per], &mut weights[h * rows.len()..(h + 1) * rows.len()]);
+                scores_portable(q, keys, hd, s);
+                softmax_weights(s, hd, rows, w);
+                weighted_sum_portable(w, values, hd, rows, &mut outs[h * hd..(h + 1) * hd]);
+            }
         }
     }
 }
 
-/// [`attend_row`] with AVX2 + FMA kernels.
+/// [`attend_heads`] with AVX2 + FMA kernels, a fixed head count per
+/// instance so that the accumulators stay in registers.
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn attend_row_avx2(
-    q: &[f32],
+unsafe fn attend_heads_avx2(
+    qs: &[&[f32]],
     keys: &[f32],
     values: &[f32],
     hd: usize,
     rows: &[usize],
     scores: &mut [f32],
     weights: &mut [f32],
-    o: &mut [f32],
+    outs: &mut [f32],
 ) {
-    // SAFETY: same CPU features as this function.
+    let (heads, n) = (qs.len(), rows.len());
+    let per = scores.len() / heads;
+    // SAFETY (all calls): same CPU features as this function.
     unsafe {
-        scores_avx2(q, keys, hd, scores);
-        softmax_weights(scores, hd, rows, weights);
-        weighted_sum_avx2(weights, values, hd, rows, o);
+        // Key blocks per pass: `heads × blocks` accumulators plus the query
+        // broadcasts and one key vector fit the 16 registers.
+        match heads {
+            1 => scores_avx2::<1, 8>(qs, keys, hd, scores),
+            2 => scores_avx2::<2, 6>(qs, keys, hd, scores),
+            3 => scores_avx2::<3, 4>(qs, keys, hd, scores),
+            _ => scores_avx2::<4, 2>(qs, keys, hd, scores),
+        }
+    }
+    for h in 0..heads {
+        softmax_weights(&scores[h * per..(h + 1) * per], hd, rows, &mut weights[h * n..(h + 1) * n]);
+    }
+    if !hd.is_multiple_of(8) {
+        for h in 0..heads {
+            weighted_sum_portable(&weights[h * n..(h + 1) * n], values, hd, rows, &mut outs[h * hd..(h + 1) * hd]);
+        }
+        return;
+    }
+    // SAFETY: as above.
+    unsafe {
+        match heads {
+            1 => weighted_sum_avx2::<1, 8>(weights, values, hd, rows, outs),
+            2 => weighted_sum_avx2::<2, 6>(weights, values, hd, rows, outs),
+            3 => weighted_sum_avx2::<3, 4>(weights, values, hd, rows, outs),
+            _ => weighted_sum_avx2::<4, 2>(weights, values, hd, rows, outs),
+        }
     }
 }
 
-/// `scores[b·KB + l] = q · key(b·KB + l)` for every block `b` of `keys`
-/// (`[blocks, hd, KB]`): an FMA chain over `d` per key, eight blocks at a
-/// time in independent registers.
+/// `scores[h · per + b·KB + l] = q_h · key(b·KB + l)` for the `G` heads of
+/// `qs` and every block `b` of `keys` (`[blocks, hd, KB]`, `per =
+/// scores.len() / G`): one FMA chain over `d` per head and key, `L` blocks
+/// at a time in `G × L` independent registers, each key vector loaded once
+/// for all heads.
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn scores_avx2(q: &[f32], keys: &[f32], hd: usize, scores: &mut [f32]) {
+// Register blocks indexed by head and vector read clearer as index loops.
+#[allow(clippy::needless_range_loop)]
+unsafe fn scores_avx2<const G: usize, const L: usize>(qs: &[&[f32]], keys: &[f32], hd: usize, scores: &mut [f32]) {
     use std::arch::x86_64::*;
-    const LANES: usize = 8;
-    let blocks = scores.len() / KB;
-    assert!(q.len() >= hd && keys.len() >= blocks * hd * KB);
-    let (pk, pq, ps) = (keys.as_ptr(), q.as_ptr(), scores.as_mut_ptr());
-    let mut b = 0;
-    // SAFETY (both loops): block b + l < blocks, so every load reads inside
-    // keys (asserted) and every store inside scores; d < hd ≤ q.len().
-    unsafe {
-        while b + LANES <= blocks {
-            let mut acc = [_mm256_setzero_ps(); LANES];
+    let per = scores.len() / G;
+    let blocks = per / KB;
+    assert!(qs.len() == G && qs.iter().all(|q| q.len() >= hd) && keys.len() >= blocks * hd * KB);
+    let pq: [*const f32; G] = std::array::from_fn(|h| qs[h].as_ptr());
+    let (pk, ps) = (keys.as_ptr(), scores.as_mut_ptr());
+    // One body for a whole pass of L blocks and for the tail (`count` < L).
+    #[inline(always)]
+    unsafe fn pass<const G: usize, const L: usize>(
+        pq: &[*const f32; G],
+        pk: *const f32,
+        ps: *mut f32,
+        hd: usize,
+        per: usize,
+        b: usize,
+        count: usize,
+    ) {
+        // SAFETY: the caller's bounds: blocks b .. b + count lie in keys and
+        // in each head's scores, d < hd ≤ each query's length.
+        unsafe {
+            let mut acc = [[_mm256_setzero_ps(); L]; G];
             for d in 0..hd {
-                let x = _mm256_broadcast_ss(&*pq.add(d));
-                for (l, a) in acc.iter_mut().enumerate() {
-                    *a = _mm256_fmadd_ps(x, _mm256_loadu_ps(pk.add(((b + l) * hd + d) * KB)), *a);
+                // Explicit loops, not closures: a closure would not inherit AVX2.
+                let mut x = [_mm256_setzero_ps(); G];
+                for h in 0..G {
+                    x[h] = _mm256_broadcast_ss(&*pq[h].add(d));
+                }
+                for l in 0..count {
+                    let k = _mm256_loadu_ps(pk.add(((b + l) * hd + d) * KB));
+                    for h in 0..G {
+                        acc[h][l] = _mm256_fmadd_ps(x[h], k, acc[h][l]);
+                    }
                 }
             }
-            for (l, a) in acc.iter().enumerate() {
-                _mm256_storeu_ps(ps.add((b + l) * KB), *a);
+            for h in 0..G {
+                for l in 0..count {
+                    _mm256_storeu_ps(ps.add(h * per + (b + l) * KB), acc[h][l]);
+                }
             }
-            b += LANES;
+        }
+    }
+    let mut b = 0;
+    // SAFETY: b + count ≤ blocks (asserted bounds of keys; scores hold G · blocks · KB).
+    unsafe {
+        while b + L <= blocks {
+            pass::<G, L>(&pq, pk, ps, hd, per, b, L);
+            b += L;
         }
         while b < blocks {
-            let mut acc = _mm256_setzero_ps();
-            for d in 0..hd {
-                acc =
-                    _mm256_fmadd_ps(_mm256_broadcast_ss(&*pq.add(d)), _mm256_loadu_ps(pk.add((b * hd + d) * KB)), acc);
-            }
-            _mm256_storeu_ps(ps.add(b * KB), acc);
+            pass::<G, L>(&pq, pk, ps, hd, per, b, 1);
             b += 1;
         }
     }
@@ -378,58 +454,80 @@ fn weight_sum(weights: &[f32]) -> f32 {
     ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]))
 }
 
-/// `o[d] = (Σ_n weights[n] · values[rows[n], d]) / Σ weights`: an FMA chain
-/// over `n` per element, 64 elements (8 registers) at a time; a head size
-/// that is not a multiple of 8 takes [`weighted_sum_portable`].
+/// For each of the `G` heads, `o_h[d] = (Σ_n w_h[n] · values[rows[n], d]) /
+/// Σ w_h` with `w_h = weights[h · n ..][..n]` and `o_h = outs[h · hd ..][..hd]`:
+/// an FMA chain over `n` per head and element, `V` vectors (8 elements
+/// each) per head at a time, each value vector loaded once for all heads.
+/// `hd` must be a multiple of 8.
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn weighted_sum_avx2(weights: &[f32], values: &[f32], hd: usize, rows: &[usize], o: &mut [f32]) {
+// Register blocks indexed by head and vector read clearer as index loops.
+#[allow(clippy::needless_range_loop)]
+unsafe fn weighted_sum_avx2<const G: usize, const V: usize>(
+    weights: &[f32],
+    values: &[f32],
+    hd: usize,
+    rows: &[usize],
+    outs: &mut [f32],
+) {
     use std::arch::x86_64::*;
-    if !hd.is_multiple_of(8) {
-        return weighted_sum_portable(weights, values, hd, rows, o);
+    let n = rows.len();
+    assert!(hd.is_multiple_of(8) && outs.len() == G * hd && weights.len() == G * n);
+    assert!(rows.iter().all(|&j| (j + 1) * hd <= values.len()));
+    let mut inv = [_mm256_setzero_ps(); G];
+    for h in 0..G {
+        inv[h] = _mm256_set1_ps(1.0 / weight_sum(&weights[h * n..(h + 1) * n]));
     }
-    assert!(o.len() == hd && rows.iter().all(|&j| (j + 1) * hd <= values.len()) && weights.len() == rows.len());
-    let pv = values.as_ptr();
-    let inv = _mm256_set1_ps(1.0 / weight_sum(weights));
-    let mut c = 0;
-    // SAFETY: every row read is inside values (asserted), c + 8·v ≤ hd = o.len().
-    unsafe {
-        while c < hd {
-            let vecs = ((hd - c) / 8).min(8);
-            let mut acc = [_mm256_setzero_ps(); 8];
-            // One body, inlined twice: with `vecs` a constant 8 (the common
-            // case, 64 elements at once) it runs without a count check
-            // between the multiply-adds of a row; the chains are the same.
-            #[inline(always)]
-            unsafe fn chains(
-                weights: &[f32],
-                rows: &[usize],
-                row0: *const f32,
-                hd: usize,
-                vecs: usize,
-                acc: &mut [__m256; 8],
-            ) {
-                for (&w, &j) in weights.iter().zip(rows) {
-                    // SAFETY: the caller's bounds (row j's elements c .. c + 8·vecs lie in values).
-                    unsafe {
-                        let p = _mm256_set1_ps(w);
-                        let row = row0.add(j * hd);
-                        for (v, a) in acc.iter_mut().enumerate().take(vecs) {
-                            *a = _mm256_fmadd_ps(p, _mm256_loadu_ps(row.add(8 * v)), *a);
-                        }
+    let (pw, pv) = (weights.as_ptr(), values.as_ptr());
+    // One body, inlined twice: with `vecs` the constant V (the common case)
+    // it runs without a count check between the multiply-adds of a row;
+    // the chains are the same.
+    #[inline(always)]
+    unsafe fn chains<const G: usize, const V: usize>(
+        pw: *const f32,
+        n: usize,
+        rows: &[usize],
+        row0: *const f32,
+        hd: usize,
+        vecs: usize,
+        acc: &mut [[__m256; V]; G],
+    ) {
+        for (m, &j) in rows.iter().enumerate() {
+            // SAFETY: the caller's bounds (row j's elements c .. c + 8·vecs lie
+            // in values; weight m < n of each head).
+            unsafe {
+                let mut p = [_mm256_setzero_ps(); G];
+                for h in 0..G {
+                    p[h] = _mm256_set1_ps(*pw.add(h * n + m));
+                }
+                let row = row0.add(j * hd);
+                for v in 0..vecs {
+                    let x = _mm256_loadu_ps(row.add(8 * v));
+                    for h in 0..G {
+                        acc[h][v] = _mm256_fmadd_ps(p[h], x, acc[h][v]);
                     }
                 }
             }
-            if vecs == 8 {
-                chains(weights, rows, pv.add(c), hd, 8, &mut acc);
+        }
+    }
+    let mut c = 0;
+    // SAFETY: every row read is inside values (asserted), c + 8·vecs ≤ hd.
+    unsafe {
+        while c < hd {
+            let vecs = ((hd - c) / 8).min(V);
+            let mut acc = [[_mm256_setzero_ps(); V]; G];
+            if vecs == V {
+                chains::<G, V>(pw, n, rows, pv.add(c), hd, V, &mut acc);
             } else {
-                chains(weights, rows, pv.add(c), hd, vecs, &mut acc);
+                chains::<G, V>(pw, n, rows, pv.add(c), hd, vecs, &mut acc);
             }
-            for (v, a) in acc.iter().enumerate().take(vecs) {
-                _mm256_storeu_ps(o.as_mut_ptr().add(c + 8 * v), _mm256_mul_ps(*a, inv));
+            for h in 0..G {
+                for v in 0..vecs {
+                    _mm256_storeu_ps(outs.as_mut_ptr().add(h * hd + c + 8 * v), _mm256_mul_ps(acc[h][v], inv[h]));
+                }
             }
             c += 8 * vecs;
         }
@@ -503,8 +601,9 @@ mod tests {
         }
     }
 
-    /// At the head sizes of real models (64, and 72 = 64 + 8, whose weighted
-    /// sum takes the 64-wide path then the general one) every output is the
+    /// At the head sizes of real models (64, and 72, whose weighted sum
+    /// takes a full pass then a shorter one) and 1 to 5 query heads per KV
+    /// head (taken together up to four) every output is the
     /// specified arithmetic bit for bit: per key one multiply-add chain over
     /// `d`, the maximum, `exp_nonpositive`, the 8-lane weight sum, per
     /// element one chain over the visible keys in order (fused where the
@@ -513,8 +612,9 @@ mod tests {
     fn attention_is_the_specified_chains_at_head_sizes_64_and_72() {
         let fused = Isa::get() != Isa::Portable;
         let fma = |a: f32, b: f32, c: f32| if fused { a.mul_add(b, c) } else { a * b + c };
-        for hd in [64, 72] {
-            let (heads, nkv, past) = (4, 2, 13);
+        // Query heads per KV head 1, 2, 3, 4 and 5 (= 4 + 1: two passes).
+        for (hd, heads, nkv) in [(64, 4, 2), (72, 4, 2), (64, 3, 3), (64, 6, 2), (72, 8, 2), (64, 10, 2)] {
+            let past = 13;
             let tree = DraftTree::from_parts(&[1, 2, 3, 4], &[-1, 0, 0, 1], None).unwrap();
             let mask = tree.ancestor_mask();
             let t = tree.len();
@@ -544,7 +644,11 @@ mod tests {
                     let got = &out[(i * heads + h) * hd..(i * heads + h + 1) * hd];
                     for d in 0..hd {
                         let o = rows.iter().zip(&w).fold(0.0f32, |acc, (&j, &p)| fma(p, v[at(j, d)], acc));
-                        assert_eq!(got[d].to_bits(), (o * inv).to_bits(), "hd {hd} head {h} row {i} dim {d}");
+                        assert_eq!(
+                            got[d].to_bits(),
+                            (o * inv).to_bits(),
+                            "hd {hd}, {heads} heads / {nkv}: head {h} row {i} dim {d}"
+                        );
                     }
                 }
             }
