@@ -126,8 +126,24 @@ pub struct Comparison {
     /// The reference's half interval (0 where it shows none).
     pub pm: f64,
     /// Whether `now` lies within the reference's interval (widened by the
-    /// table's rounding, 0.005).
+    /// table's rounding, 0.005); for an [`Comparison::exact`] figure,
+    /// whether it equals the reference to that rounding.
     pub within: bool,
+    /// Whether the figure is fixed by the inputs, not by the machine's
+    /// speed: τ of a method whose choices do not follow measured time
+    /// ([`follows_measured_time`]). Speedups never are.
+    pub exact: bool,
+}
+
+/// Whether a method's choices follow times measured during the run, so that
+/// its τ, not only its speed, moves with the machine and its load: the
+/// `+skip` rows (an AR step when drafting is not expected to pay, judged
+/// on measured round times) and `bastion-online` (its latency model
+/// recalibrated from them). τ of every other method is fixed by the
+/// model, the drafter, the seed and, for `caddtree` and `bastion`, the
+/// calibration file.
+pub fn follows_measured_time(method: &str) -> bool {
+    method.contains("+skip") || method.starts_with("bastion-online")
 }
 
 /// This run's `tables` against `reference`: one comparison per τ and
@@ -150,7 +166,8 @@ pub fn compare(reference: &[ReferenceCell], tables: &[Table]) -> Vec<Comparison>
                 for (figure, now, reference, pm) in
                     [("τ", cell.tau, r.tau, r.tau_pm), ("speedup", cell.speedup, r.speedup, r.speedup_pm)]
                 {
-                    let pm = pm.unwrap_or(0.0);
+                    let exact = figure == "τ" && !follows_measured_time(&row.method);
+                    let pm = if exact { 0.0 } else { pm.unwrap_or(0.0) };
                     out.push(Comparison {
                         dataset: dataset.clone(),
                         method: row.method.clone(),
@@ -159,6 +176,7 @@ pub fn compare(reference: &[ReferenceCell], tables: &[Table]) -> Vec<Comparison>
                         reference,
                         pm,
                         within: (now - reference).abs() <= pm + 0.005,
+                        exact,
                     });
                 }
             }

@@ -432,7 +432,10 @@ impl Experiment {
 
 /// A note for every method name whose meaning moved this release (`bastion`,
 /// or a deprecated name: [`Method::deprecation`]) in `methods` and the
-/// variants' `method`, in file order.
+/// variants' `method`, in file order. A file that also names
+/// `bastion-online`, which no earlier release knew, was written for this
+/// one: its `bastion` is meant as the paper's and gets no note (its old
+/// names still do).
 fn deprecations(loc: &Locator<'_>, raw: &RawExperiment) -> Vec<String> {
     let listed =
         raw.methods.iter().flat_map(|m| m.get_ref().iter().enumerate().map(|(i, m)| (format!("methods[{i}]"), m)));
@@ -440,8 +443,15 @@ fn deprecations(loc: &Locator<'_>, raw: &RawExperiment) -> Vec<String> {
         .variants
         .iter()
         .flat_map(|v| v.get_ref().iter().enumerate().map(|(i, v)| (format!("variants[{i}].method"), v.method())));
-    listed
-        .chain(variants)
+    let names: Vec<_> = listed.chain(variants).collect();
+    let base = |m: &str| {
+        let m = m.trim().to_ascii_lowercase();
+        m.strip_suffix(bastion_decode::SKIP_SUFFIX).map_or(m.clone(), str::to_string)
+    };
+    let current = names.iter().any(|(_, m)| base(m.get_ref()) == "bastion-online");
+    names
+        .into_iter()
+        .filter(|(_, m)| !(current && base(m.get_ref()) == "bastion"))
         .filter_map(|(field, m)| Method::deprecation(m.get_ref()).map(|note| loc.at(m.span(), field, note).to_string()))
         .collect()
 }

@@ -320,7 +320,7 @@ fn intervals_agree_with_hand_computed_cases() {
 /// parses completely.
 #[test]
 fn rendered_tables_read_back_as_the_reference() {
-    use bastion_eval::reference::{compare, parse_markdown};
+    use bastion_eval::reference::{compare, follows_measured_time, parse_markdown};
     let root = bastion_testkit::repo_root().join("paper_tables/templates/results.md.j2");
     let t = tables(&summary_frame(&records()).unwrap()).unwrap();
     let md = render(&root, "unit", &t).unwrap();
@@ -338,6 +338,24 @@ fn rendered_tables_read_back_as_the_reference() {
     let flagged: Vec<_> = compare(&reference, &moved).into_iter().filter(|c| !c.within).collect();
     assert_eq!(flagged.len(), 1, "{flagged:?}");
     assert_eq!((flagged[0].figure, flagged[0].method.as_str()), ("τ", row.method.as_str()));
+    // τ of a method whose choices do not follow measured time must equal the
+    // reference: a move inside the bootstrap interval is flagged too.
+    let mut nudged = t.clone();
+    let row = nudged[0].rows.iter_mut().find(|r| r.method != "ar").unwrap();
+    row.cells.iter_mut().flatten().next().unwrap().tau += 0.02;
+    let flagged: Vec<_> = compare(&reference, &nudged).into_iter().filter(|c| !c.within).collect();
+    assert_eq!(flagged.len(), 1, "{flagged:?}");
+    assert!(flagged[0].exact);
+    assert!(same.iter().all(|c| c.exact == (c.figure == "τ" && !follows_measured_time(&c.method))));
+    for (method, timed) in [
+        ("ddtree:4", false),
+        ("caddtree", false),
+        ("bastion", false),
+        ("bastion-online", true),
+        ("caddtree+skip", true),
+    ] {
+        assert_eq!(follows_measured_time(method), timed, "{method}");
+    }
 
     let committed = std::fs::read_to_string(bastion_testkit::repo_root().join("paper_tables/default.md")).unwrap();
     let cells = parse_markdown(&committed);

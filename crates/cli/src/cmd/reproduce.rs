@@ -87,13 +87,27 @@ fn print_comparison(reference: &Path, rows: &[Comparison]) {
             c.now,
             c.reference,
             c.pm,
-            if c.within { "within" } else { "OUTSIDE" }
+            match (c.exact, c.within) {
+                (true, true) => "equal",
+                (true, false) => "DIFFERS",
+                (false, true) => "within",
+                (false, false) => "OUTSIDE",
+            }
         );
     }
-    let within = rows.iter().filter(|c| c.within).count();
+    let count = |exact: bool| {
+        let of: Vec<_> = rows.iter().filter(|c| c.exact == exact).collect();
+        (of.iter().filter(|c| c.within).count(), of.len())
+    };
+    let ((equal, fixed), (within, timed)) = (count(true), count(false));
     println!(
-        "{within} of {} figures within the reference's 95 % interval (τ is exact at T = 0 on the reference's CPU; \
-         speedups move with the machine). `bastion reproduce --update-reference` replaces the reference.",
-        rows.len()
+        "\nτ of the methods whose choices do not follow measured time: {equal} of {fixed} equal the reference. \
+         They are fixed by the model, the drafter and the seed (ar, dflash, ddtree) and, for caddtree and bastion, \
+         the calibration file (the same as the reference's only on its machine), so on a CPU with AVX2 and FMA a \
+         difference there is a reproduction failure.\n\
+         Speedups, and τ of the +skip and bastion-online rows (their choices follow measured times): {within} of \
+         {timed} within the reference's 95 % interval; they move with the machine's speed and load.\n\
+         `bastion reproduce --update-reference` replaces the committed reference (a tracked file: review `git diff` \
+         before committing it)."
     );
 }
