@@ -57,7 +57,7 @@ impl Sampler {
         if self.is_greedy() {
             return Ok(out.argmax()?);
         }
-        let u: Vec<f64> = (0..out.rows()).map(|_| self.rng.random::<f64>()).collect();
+        let u = self.uniforms(out.rows());
         Ok(out.sample(self.temperature, &u)?)
     }
 
@@ -73,8 +73,15 @@ impl Sampler {
         if self.is_greedy() {
             return Ok(out.walk(tree, 0.0, None)?);
         }
-        let u: Vec<f64> = (0..out.rows()).map(|_| self.rng.random::<f64>()).collect();
+        let u = self.uniforms(out.rows());
         Ok(out.walk(tree, self.temperature, Some(&u))?)
+    }
+
+    /// `n` uniforms from this sampler's generator, one per logit row in row
+    /// order (the one stream both [`Sampler::sample_output`] and
+    /// [`Sampler::walk`] draw from).
+    fn uniforms(&mut self, n: usize) -> Vec<f64> {
+        (0..n).map(|_| self.rng.random::<f64>()).collect()
     }
 
     /// [`Sampler::sample_output`] for row `i` alone (one uniform).

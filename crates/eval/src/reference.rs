@@ -131,25 +131,36 @@ pub struct Comparison {
     pub within: bool,
     /// Whether the figure is fixed by the inputs, not by the machine's
     /// speed: τ of a method whose choices do not follow measured time
-    /// ([`follows_measured_time`]). Speedups never are.
+    /// ([`follows_measured_time`]), with the reference's calibration where
+    /// it reads one ([`uses_calibration`]). Speedups never are.
     pub exact: bool,
 }
 
-/// Whether a method's choices follow times measured during the run, so that
+/// Whether a row's choices follow times measured during the run, so that
 /// its τ, not only its speed, moves with the machine and its load: the
 /// `+skip` rows (an AR step when drafting is not expected to pay, judged
-/// on measured round times) and `bastion-online` (its latency model
-/// recalibrated from them). τ of every other method is fixed by the
-/// model, the drafter, the seed and, for `caddtree` and `bastion`, the
-/// calibration file.
+/// on measured round times), `bastion-online` (its latency model
+/// recalibrated from them) and `ddtree-oracle` (the budget of the best
+/// measured speedup). τ of every other method is fixed by the model, the
+/// drafter, the seed and, for `caddtree` and `bastion`, the calibration
+/// file ([`uses_calibration`]).
 pub fn follows_measured_time(method: &str) -> bool {
-    method.contains("+skip") || method.starts_with("bastion-online")
+    method.contains("+skip") || method.starts_with("bastion-online") || method.starts_with("ddtree-oracle")
+}
+
+/// Whether a row's tree sizes come from the calibration file (`caddtree`,
+/// `bastion`): its τ equals the reference's only when the run used the
+/// reference's calibration.
+pub fn uses_calibration(method: &str) -> bool {
+    method.starts_with("caddtree") || method.starts_with("bastion")
 }
 
 /// This run's `tables` against `reference`: one comparison per τ and
 /// speedup figure that both have (same model, temperature, dataset and
-/// method), in table order.
-pub fn compare(reference: &[ReferenceCell], tables: &[Table]) -> Vec<Comparison> {
+/// method), in table order. `same_calibration`: whether the run's
+/// cost-aware methods used the reference's calibration file (else their τ
+/// is judged against the interval, not as exact).
+pub fn compare(reference: &[ReferenceCell], tables: &[Table], same_calibration: bool) -> Vec<Comparison> {
     let mut out = Vec::new();
     for t in tables {
         for row in &t.rows {
@@ -166,7 +177,9 @@ pub fn compare(reference: &[ReferenceCell], tables: &[Table]) -> Vec<Comparison>
                 for (figure, now, reference, pm) in
                     [("τ", cell.tau, r.tau, r.tau_pm), ("speedup", cell.speedup, r.speedup, r.speedup_pm)]
                 {
-                    let exact = figure == "τ" && !follows_measured_time(&row.method);
+                    let exact = figure == "τ"
+                        && !follows_measured_time(&row.method)
+                        && (same_calibration || !uses_calibration(&row.method));
                     let pm = if exact { 0.0 } else { pm.unwrap_or(0.0) };
                     out.push(Comparison {
                         dataset: dataset.clone(),

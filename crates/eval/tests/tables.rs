@@ -320,7 +320,7 @@ fn intervals_agree_with_hand_computed_cases() {
 /// parses completely.
 #[test]
 fn rendered_tables_read_back_as_the_reference() {
-    use bastion_eval::reference::{compare, follows_measured_time, parse_markdown};
+    use bastion_eval::reference::{compare, follows_measured_time, parse_markdown, uses_calibration};
     let root = bastion_testkit::repo_root().join("paper_tables/templates/results.md.j2");
     let t = tables(&summary_frame(&records()).unwrap()).unwrap();
     let md = render(&root, "unit", &t).unwrap();
@@ -328,14 +328,14 @@ fn rendered_tables_read_back_as_the_reference() {
     let cells: usize = t.iter().map(|t| t.rows.iter().map(|r| r.cells.iter().flatten().count()).sum::<usize>()).sum();
     assert!(cells > 4);
     assert_eq!(reference.len(), cells, "{reference:?}");
-    let same = compare(&reference, &t);
+    let same = compare(&reference, &t, true);
     assert_eq!(same.len(), 2 * cells);
     assert!(same.iter().all(|c| c.within), "{same:?}");
     let mut moved = t.clone();
     let row = moved[0].rows.iter_mut().find(|r| r.method != "ar").unwrap();
     row.cells.iter_mut().flatten().next().unwrap().tau += 0.5;
     let row = row.clone();
-    let flagged: Vec<_> = compare(&reference, &moved).into_iter().filter(|c| !c.within).collect();
+    let flagged: Vec<_> = compare(&reference, &moved, true).into_iter().filter(|c| !c.within).collect();
     assert_eq!(flagged.len(), 1, "{flagged:?}");
     assert_eq!((flagged[0].figure, flagged[0].method.as_str()), ("τ", row.method.as_str()));
     // τ of a method whose choices do not follow measured time must equal the
@@ -343,18 +343,24 @@ fn rendered_tables_read_back_as_the_reference() {
     let mut nudged = t.clone();
     let row = nudged[0].rows.iter_mut().find(|r| r.method != "ar").unwrap();
     row.cells.iter_mut().flatten().next().unwrap().tau += 0.02;
-    let flagged: Vec<_> = compare(&reference, &nudged).into_iter().filter(|c| !c.within).collect();
+    let flagged: Vec<_> = compare(&reference, &nudged, true).into_iter().filter(|c| !c.within).collect();
     assert_eq!(flagged.len(), 1, "{flagged:?}");
     assert!(flagged[0].exact);
     assert!(same.iter().all(|c| c.exact == (c.figure == "τ" && !follows_measured_time(&c.method))));
-    for (method, timed) in [
-        ("ddtree:4", false),
-        ("caddtree", false),
-        ("bastion", false),
-        ("bastion-online", true),
-        ("caddtree+skip", true),
+    // With another calibration, the cost-aware rows' τ is judged against the interval.
+    let other = compare(&reference, &t, false);
+    assert!(other.iter().all(|c| {
+        c.exact == (c.figure == "τ" && !follows_measured_time(&c.method) && !uses_calibration(&c.method))
+    }));
+    for (method, timed, calibrated) in [
+        ("ddtree:4", false, false),
+        ("ddtree-oracle (2/4)", true, false),
+        ("caddtree", false, true),
+        ("bastion", false, true),
+        ("bastion-online", true, true),
+        ("caddtree+skip", true, true),
     ] {
-        assert_eq!(follows_measured_time(method), timed, "{method}");
+        assert_eq!((follows_measured_time(method), uses_calibration(method)), (timed, calibrated), "{method}");
     }
 
     let committed = std::fs::read_to_string(bastion_testkit::repo_root().join("paper_tables/default.md")).unwrap();

@@ -39,10 +39,14 @@ pub fn run(a: Args) -> Result {
     }
     let exp = super::load_experiment(&a.experiment)?;
     let cost_aware = exp.methods.iter().any(|m| m.spec.method.needs_calibration());
+    // Calibration files this run reads, and whether any was measured now.
+    let (mut calibrations, mut calibrated_now) = (Vec::new(), false);
     for pair in exp.models.iter().filter(|_| cost_aware) {
         let source = pair.calibration_source(false, Path::new(DEFAULT_CALIBRATION_DIR));
         let path = source.path(&pair.target, exp.backend, pair.dtype, pair.draft_vocab);
+        calibrations.push(path.display().to_string());
         if !path.is_file() {
+            calibrated_now = true;
             eprintln!("no calibration of this machine for {}: running `bastion profile` first", pair.name);
             let target = TargetArgs {
                 model: pair.target.clone(),
@@ -65,7 +69,11 @@ pub fn run(a: Args) -> Result {
     let settings = tables::settings_of(&exp);
     let t = tables::write_tables(&exp.name, &opts.results_dir, out, Path::new(tables::DEFAULT_TEMPLATES), &settings)?;
     match committed {
-        Some(text) => print_comparison(&reference, &bastion_eval::reference::compare(&parse_markdown(&text), &t)),
+        Some(text) => {
+            // The reference's header names the calibration files it read.
+            let same = !calibrated_now && calibrations.iter().all(|c| text.contains(c.as_str()));
+            print_comparison(&reference, &bastion_eval::reference::compare(&parse_markdown(&text), &t, same))
+        }
         None => println!("no committed reference {} to compare with", reference.display()),
     }
     Ok(())
@@ -103,10 +111,11 @@ fn print_comparison(reference: &Path, rows: &[Comparison]) {
     println!(
         "\nτ of the methods whose choices do not follow measured time: {equal} of {fixed} equal the reference. \
          They are fixed by the model, the drafter and the seed (ar, dflash, ddtree) and, for caddtree and bastion, \
-         the calibration file (the same as the reference's only on its machine), so on a CPU with AVX2 and FMA a \
-         difference there is a reproduction failure.\n\
-         Speedups, and τ of the +skip and bastion-online rows (their choices follow measured times): {within} of \
-         {timed} within the reference's 95 % interval; they move with the machine's speed and load.\n\
+         the calibration file (counted here only when this run read the reference's), so on a CPU with AVX2 and FMA \
+         a difference there is a reproduction failure.\n\
+         Speedups, and τ of the +skip, bastion-online and ddtree-oracle rows (their choices follow measured times) \
+         and of caddtree and bastion with another calibration: {within} of {timed} within the reference's 95 % \
+         interval; they move with the machine's speed and load.\n\
          `bastion reproduce --update-reference` replaces the committed reference (a tracked file: review `git diff` \
          before committing it)."
     );
