@@ -13,6 +13,22 @@ fn logits(max_depth: usize, vocab: std::ops::RangeInclusive<usize>) -> impl Stra
     (1..=max_depth, vocab).prop_flat_map(|(d, v)| (Just(d), Just(v), prop::collection::vec(-4.0f32..4.0, d * v)))
 }
 
+/// A target sample per node of `tree`: often one of the node's children's
+/// tokens (when `picks[i]`'s coin is below 0.7), else `picks[i]`'s token.
+fn posterior(tree: &DraftTree, picks: &[(f64, u32)]) -> Vec<u32> {
+    (0..tree.len())
+        .map(|i| {
+            let (coin, tok) = picks[i % picks.len()];
+            let kids: Vec<usize> = tree.children(i).collect();
+            if coin < 0.7 && !kids.is_empty() {
+                tree.token(kids[tok as usize % kids.len()])
+            } else {
+                tok
+            }
+        })
+        .collect()
+}
+
 /// Marginal probabilities `[depth][vocab]` in f64 (softmax of each row).
 fn marginals(depth: usize, vocab: usize, logits: &[f32]) -> Vec<Vec<f64>> {
     (0..depth)
@@ -226,14 +242,7 @@ proptest! {
     ) {
         let topk = TopK::from_logits(&l, depth, vocab, budget).unwrap();
         let tree = build_tree(&topk, 1, 0, &mut FixedBudget::new(budget));
-        // Sample at each node: often one of its children's tokens, else a random token.
-        let posterior: Vec<u32> = (0..tree.len())
-            .map(|i| {
-                let (coin, tok) = picks[i % picks.len()];
-                let kids: Vec<usize> = tree.children(i).collect();
-                if coin < 0.7 && !kids.is_empty() { tree.token(kids[tok as usize % kids.len()]) } else { tok }
-            })
-            .collect();
+        let posterior = posterior(&tree, &picks);
         let acc = walk(&tree, &posterior).unwrap();
         prop_assert_eq!(acc.accepted[0], 0);
         for w in acc.accepted.windows(2) {
@@ -252,13 +261,7 @@ proptest! {
     ) {
         let topk = TopK::from_logits(&l, depth, vocab, budget).unwrap();
         let tree = build_tree(&topk, 1, 0, &mut FixedBudget::new(budget));
-        let posterior: Vec<u32> = (0..tree.len())
-            .map(|i| {
-                let (coin, tok) = picks[i % picks.len()];
-                let kids: Vec<usize> = tree.children(i).collect();
-                if coin < 0.7 && !kids.is_empty() { tree.token(kids[tok as usize % kids.len()]) } else { tok }
-            })
-            .collect();
+        let posterior = posterior(&tree, &picks);
         let mut asked = Vec::new();
         let lazy = walk_with(&tree, |i| -> Result<u32, ()> {
             asked.push(i);
