@@ -84,10 +84,14 @@ fn sync(path: &Path) -> Result<()> {
 
 /// The newest checkpoint in `dir`, loaded into `params` / `optim`; `None`
 /// when `dir` has none yet.
+///
+/// The checkpoint's settings must equal `cfg`'s and its data `data`, or be
+/// data that `also_accept` takes (a prefix of this run's, when it may grow).
 pub(crate) fn load_checkpoint(
     dir: &Path,
     cfg: &TrainConfig,
     data: &str,
+    also_accept: &dyn Fn(&str) -> bool,
     params: DraftParams,
     optim: ModuleOptimizer,
 ) -> Result<Option<(CheckpointState, DraftParams, ModuleOptimizer, PathBuf)>> {
@@ -114,8 +118,9 @@ pub(crate) fn load_checkpoint(
         serde_json::from_str(&serde_json::to_string(&settings_of(cfg)).expect("JSON values serialise"))
             .expect("JSON text parses");
     let data = serde_json::Value::from(data);
+    let grown = state.data.as_str().is_some_and(also_accept);
     for (field, theirs, ours) in [("settings", &state.settings, &settings), ("data", &state.data, &data)] {
-        if theirs != ours {
+        if theirs != ours && !(field == "data" && grown) {
             return Err(TrainError::Usage(format!(
                 "{}: field `{field}`: the checkpoint was written by a run with other {field}: {}\n\
                  (resume with the same {field}, or choose another checkpoint folder)",
@@ -159,6 +164,12 @@ pub(crate) fn settings_of(cfg: &TrainConfig) -> serde_json::Value {
     }
     if !cfg.warm_start_layers.is_empty() {
         settings["warm_start_layers"] = cfg.warm_start_layers.clone().into();
+    }
+    // With warm restarts the schedule does not depend on where the run ends: a resumed run
+    // may go on past the steps it first asked for.
+    if let Some(first) = cfg.restarts {
+        settings["restarts"] = first.into();
+        settings.as_object_mut().expect("an object").remove("steps");
     }
     settings
 }

@@ -42,6 +42,9 @@ pub struct StepPhases {
     pub optimizer: f64,
     /// The step's wall time.
     pub wall: f64,
+    /// The process's CPU time over the step (user + system, every thread; s): the
+    /// step's cost whatever else runs on the machine (0 where the OS does not say).
+    pub cpu: f64,
 }
 
 impl StepPhases {
@@ -99,4 +102,20 @@ pub enum TrainEvent<'a> {
         /// Its folder.
         dir: &'a Path,
     },
+}
+
+/// CPU time this process has used so far, user + system over all its threads
+/// (s; `getrusage(RUSAGE_SELF)`), or 0 where it cannot be read.
+pub(crate) fn process_cpu_seconds() -> f64 {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: `usage` is a valid, writable `rusage` (zeroed, so initialised whatever the call
+    // does); RUSAGE_SELF is a valid `who`. The call writes only into it.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) };
+    if rc != 0 {
+        return 0.0;
+    }
+    // SAFETY: zero-initialised above and filled by a successful call.
+    let u = unsafe { usage.assume_init() };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    secs(u.ru_utime) + secs(u.ru_stime)
 }

@@ -33,13 +33,16 @@ use crate::shard::{shard_step, soft_rows, ShardInputs, ShardOut, SHARDS};
 pub struct TrainConfig {
     /// The drafter's shape (block size, mask token, layer ids, Qwen3 layer hyper-parameters).
     pub drafter: DrafterConfig,
-    /// Optimiser steps.
+    /// Optimiser steps: where the run ends (and, with the cosine schedule, the span the
+    /// learning rate decays over; with [`TrainConfig::restarts`] only where it stops, so a
+    /// resumed run may ask for more).
     pub steps: usize,
     /// Sequences per step.
     pub sequences_per_step: usize,
     /// Anchors per sequence per step.
     pub anchors_per_sequence: usize,
-    /// Peak learning rate (Adam), reached after `warmup_steps`, then cosine decay to 10 %.
+    /// Peak learning rate (Adam), reached after `warmup_steps`, then cosine decay to 10 %
+    /// (over the whole run, or over each cycle with [`TrainConfig::restarts`]).
     pub learning_rate: f64,
     /// Linear warm-up steps.
     pub warmup_steps: usize,
@@ -79,6 +82,14 @@ pub struct TrainConfig {
     /// empty = random initialisation. The extra q/k norms of a drafter over a
     /// Llama target start at ones; `fc` and `hidden_norm` start as without.
     pub warm_start_layers: Vec<usize>,
+    /// `None`: one cosine decay spanning [`TrainConfig::steps`]. `Some(n)`: cosine
+    /// decay with warm restarts (SGDR, Loshchilov & Hutter 2017, §3, with
+    /// `T_mult = 2`): after the warm-up, cycles of `n`, `2n`, `4n`, … steps, each
+    /// decaying from the peak to 10 % of it. The schedule then does not depend on
+    /// where the run ends, so a run can be resumed with more steps and every further
+    /// CPU-hour adds training; cycle ends ([`cycle_end`]) are where the weights are
+    /// best and where held-out τ is always estimated.
+    pub restarts: Option<usize>,
 }
 
 /// The soft-target part of the loss ([`TrainConfig::soft_targets`]).
@@ -272,6 +283,16 @@ fn data_fingerprint(records: &[DistillRecord]) -> String {
     format!("{} records, fnv1a {h:016x}", records.len())
 }
 
+/// Whether a checkpoint's data record `theirs` ([`data_fingerprint`] of its
+/// training and held-out records) names the first N of `records` (N ≤ their
+/// count) and the same `held_out` records.
+fn trained_on_a_prefix(theirs: &str, records: &[DistillRecord], held_out: &[DistillRecord]) -> bool {
+    let n = theirs.strip_prefix("train ").and_then(|t| t.split(' ').next()).and_then(|n| n.parse::<usize>().ok());
+    n.filter(|&n| n <= records.len()).is_some_and(|n| {
+        theirs == format!("train {}; held out {}", data_fingerprint(&records[..n]), data_fingerprint(held_out))
+    })
+}
+
 pub use crate::events::{HeldOutReport, StepPhases, StepReport, TrainEvent};
 
 /// Checkpointing and held-out evaluation of a run.
@@ -288,6 +309,12 @@ pub struct TrainOptions {
     /// only on (seed, step), so a resumed run takes the steps an
     /// uninterrupted one would.
     pub resume: bool,
+    /// With `resume`: also continue a checkpoint trained on the first N of
+    /// this run's records (the same held-out records), so a run can grow its
+    /// data as its target features are built or distillation goes on; from the
+    /// resumed step on, sequences are drawn from all of them (the steps then
+    /// differ from a run that had all the data from the start).
+    pub grow: bool,
     /// Held-out sequences for the τ estimate (never trained on).
     pub held_out: Vec<DistillRecord>,
     /// Steps between held-out estimates (0: only at the end).
@@ -307,6 +334,13 @@ pub struct TrainOptions {
     /// ([`bastion_models::load_layer_weights`]). Used only when a run starts
     /// (a resumed run takes its checkpoint's weights).
     pub warm_start: Vec<Vec<(String, bastion_models::HostTensor)>>,
+    /// Keep the drafter of the best held-out τ so far in this folder, stored as
+    /// the given dtype (`config.json`, `model.safetensors`, and `held_out.json`:
+    /// its step, tokens and τ, overall and per domain). Each estimate that beats
+    /// the folder's τ replaces it, so a long run never loses its best weights
+    /// (mid-cycle weights of a warm-restart schedule are worse than a cycle
+    /// end's) and a resumed run keeps comparing against the same record.
+    pub keep_best: Option<(PathBuf, crate::params::StoreDtype)>,
 }
 
 impl TrainOptions {
@@ -376,7 +410,12 @@ pub fn train(
         }
     }
     if let (Some(dir), true) = (ckpt, opts.resume) {
-        if let Some((state, p, o, from)) = load_checkpoint(dir, cfg, &data, params.clone(), optim.clone())? {
+        // With `grow`, a checkpoint trained on the first N of these records (and the same
+        // held-out ones) goes on over all of them.
+        let prefix_of_ours = |theirs: &str| opts.grow && trained_on_a_prefix(theirs, records, &opts.held_out);
+        if let Some((state, p, o, from)) =
+            load_checkpoint(dir, cfg, &data, &prefix_of_ours, params.clone(), optim.clone())?
+        {
             (first, tokens, params, optim) = (state.steps, state.tokens, p, o);
             if on_event(&TrainEvent::Resumed { steps: first, tokens, dir: &from }).is_break() {
                 return Ok(params);
@@ -485,6 +524,7 @@ pub fn train(
         // over its own leaves of the same parameters), gradients summed in shard
         // order, so the result does not depend on how many threads ran them.
         let started = Instant::now();
+        let cpu_started = crate::events::process_cpu_seconds();
         let per = seqs.len().div_ceil(SHARDS);
         let parts: Vec<&[(usize, Vec<usize>)]> = seqs.chunks(per).collect();
         let threads = opts.threads().min(parts.len());
@@ -514,12 +554,17 @@ pub fn train(
         params = optim.step(lr, params, acc.grads());
         phases.optimizer = optimizer_started.elapsed().as_secs_f64();
         phases.wall = started.elapsed().as_secs_f64();
+        phases.cpu = crate::events::process_cpu_seconds() - cpu_started;
         let done = step + 1;
         let mut stop =
             on_event(&TrainEvent::Step(StepReport { step, loss: value, learning_rate: lr, tokens, phases })).is_break();
         let last = done == cfg.steps;
-        if !held_out.is_empty() && (last || (opts.eval_every > 0 && done % opts.eval_every == 0)) {
+        let due = last || cycle_end(cfg, done) || (opts.eval_every > 0 && done % opts.eval_every == 0);
+        if !held_out.is_empty() && due {
             let (tau, by_domain) = held_out.tau_by_domain(target, &params.valid().to_drafter(&cfg.drafter, target)?)?;
+            if let Some((dir, dtype)) = &opts.keep_best {
+                keep_if_best(dir, *dtype, &params, &cfg.drafter, done, tokens, tau, &by_domain)?;
+            }
             stop |= on_event(&TrainEvent::HeldOut(HeldOutReport { steps: done, tokens, tau, by_domain })).is_break();
         }
         if let Some(dir) = ckpt {
@@ -535,6 +580,49 @@ pub fn train(
         }
     }
     Ok(params)
+}
+
+/// Saves `params` as the best drafter under `dir` when `tau` beats the τ its
+/// `held_out.json` records (or the folder holds none yet); the record is
+/// written after the weights, so a crash between the two leaves the older
+/// record, and the next estimate compares against it.
+///
+/// # Errors
+/// [`TrainError::Io`] / [`TrainError::Format`] naming the file.
+#[allow(clippy::too_many_arguments)]
+fn keep_if_best(
+    dir: &Path,
+    dtype: crate::params::StoreDtype,
+    params: &DraftParams,
+    drafter: &DrafterConfig,
+    steps: usize,
+    tokens: u64,
+    tau: ChainTau,
+    by_domain: &[Option<ChainTau>; 4],
+) -> Result<()> {
+    let record = dir.join("held_out.json");
+    let best = match std::fs::read(&record) {
+        Ok(bytes) => serde_json::from_slice::<serde_json::Value>(&bytes)
+            .ok()
+            .and_then(|v| v["held_out_tau"].as_f64())
+            .ok_or_else(|| TrainError::Format { path: record.clone(), what: "no `held_out_tau` number".into() })?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => f64::NEG_INFINITY,
+        Err(e) => return Err(crate::error::io_err(&record)(e)),
+    };
+    if tau.tau <= best {
+        return Ok(());
+    }
+    params.valid().save_as(drafter, dir, dtype)?;
+    let domains: serde_json::Map<String, serde_json::Value> = bastion_data::TRAIN_DOMAINS
+        .iter()
+        .zip(by_domain)
+        .filter_map(|(d, t)| t.map(|t| (d.to_string(), t.tau.into())))
+        .collect();
+    let text = serde_json::json!({"step": steps, "tokens": tokens, "held_out_tau": tau.tau,
+        "held_out_rounds": tau.rounds, "held_out_tau_by_domain": domains});
+    let tmp = dir.join("held_out.json.tmp");
+    std::fs::write(&tmp, format!("{text:#}\n")).map_err(crate::error::io_err(&tmp))?;
+    std::fs::rename(&tmp, &record).map_err(crate::error::io_err(&record))
 }
 
 /// The tokens a step predicts, as a vocabulary mask: for each drawn
@@ -610,18 +698,54 @@ fn validate(target: &Model, cfg: &TrainConfig) -> Result<()> {
     if !(cfg.learning_rate > 0.0 && cfg.learning_rate.is_finite()) {
         return bad(format!("learning rate {} must be > 0", cfg.learning_rate));
     }
+    if cfg.restarts == Some(0) {
+        return bad("warm restarts need a first cycle of at least one step".into());
+    }
     Ok(())
 }
 
-/// Linear warm-up to the peak, then cosine decay to 10 % of it.
-fn schedule(cfg: &TrainConfig, step: usize) -> f64 {
+/// Linear warm-up to the peak, then cosine decay to 10 % of it: over the
+/// rest of the run, or over each cycle of [`TrainConfig::restarts`].
+pub(crate) fn schedule(cfg: &TrainConfig, step: usize) -> f64 {
     let peak = cfg.learning_rate;
     if step < cfg.warmup_steps {
         return peak * (step + 1) as f64 / cfg.warmup_steps as f64;
     }
-    let span = cfg.steps.saturating_sub(cfg.warmup_steps).max(1) as f64;
-    let p = (step - cfg.warmup_steps) as f64 / span;
+    let after = step - cfg.warmup_steps;
+    let p = match cfg.restarts {
+        None => after as f64 / cfg.steps.saturating_sub(cfg.warmup_steps).max(1) as f64,
+        Some(first) => {
+            let (start, len) = cycle_of(first, after);
+            (after - start) as f64 / len as f64
+        }
+    };
     peak * (0.1 + 0.9 * 0.5 * (1.0 + (std::f64::consts::PI * p).cos()))
+}
+
+/// The cycle of restarts (first cycle `first` steps, each next twice as long)
+/// that step `after` (counted from the warm-up's end) falls in: its first step
+/// and its length.
+fn cycle_of(first: usize, after: usize) -> (usize, usize) {
+    let (mut start, mut len) = (0usize, first.max(1));
+    while after >= start + len {
+        start += len;
+        len *= 2;
+    }
+    (start, len)
+}
+
+/// Whether a run of `cfg` with `done` steps taken has just finished a cycle
+/// of its warm restarts ([`TrainConfig::restarts`]); always `false` for the
+/// single cosine schedule.
+pub fn cycle_end(cfg: &TrainConfig, done: usize) -> bool {
+    match cfg.restarts {
+        Some(first) if done > cfg.warmup_steps => {
+            let after = done - cfg.warmup_steps;
+            let (start, len) = cycle_of(first, after - 1);
+            after == start + len
+        }
+        _ => false,
+    }
 }
 
 #[cfg(test)]

@@ -106,3 +106,60 @@ fn a_bf16_drafter_holds_the_rounded_weights_in_half_the_bytes() {
     let worst = exact.iter().zip(&rounded).fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
     assert!(worst > 0.0 && worst <= 0.02 * scale, "bf16 logits differ by {worst} (scale {scale})");
 }
+
+/// The warm-restart schedule: linear warm-up, then cycles of n, 2n, 4n steps,
+/// each a cosine from the peak down to 10 %, whatever `steps` says; the
+/// single cosine decays over the whole run.
+#[test]
+fn warm_restarts_double_each_cycle_and_ignore_the_run_length() {
+    let device = Device::flex();
+    let target = load_model(bastion_testkit::fixture_dir("tiny-qwen3"), &device).unwrap();
+    let base = TrainConfig {
+        drafter: default_drafter_config(target.config(), 1, 8, 3),
+        steps: 100,
+        sequences_per_step: 1,
+        anchors_per_sequence: 1,
+        learning_rate: 1.0,
+        warmup_steps: 4,
+        seed: 0,
+        loss_decay: 0.0,
+        sampled_vocab: None,
+        norm_from_target: false,
+        step_vocab: false,
+        soft_targets: None,
+        warm_start_layers: Vec::new(),
+        restarts: Some(10),
+    };
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
+    // Warm-up: 1/4, 2/4, 3/4, 4/4 of the peak.
+    for s in 0..4 {
+        assert!(close(schedule(&base, s), (s + 1) as f64 / 4.0));
+    }
+    // Cycles start at the peak after the warm-up's end (step 4), then at 14, 34, 74.
+    for start in [4, 14, 34, 74] {
+        assert!(close(schedule(&base, start), 1.0), "restart at {start}");
+    }
+    // Halfway through each cycle: 0.1 + 0.9 · 0.5 = 0.55; the last step of a cycle is near 10 %.
+    for (start, len) in [(4, 10), (14, 20), (34, 40)] {
+        assert!(close(schedule(&base, start + len / 2), 0.55), "mid-cycle at {start}");
+        let end = schedule(&base, start + len - 1);
+        assert!(end > 0.1 && end < 0.15, "end of the cycle at {start}: {end}");
+    }
+    // Monotone within a cycle.
+    for s in 15..34 {
+        assert!(schedule(&base, s) < schedule(&base, s - 1));
+    }
+    // The run's length does not move it.
+    let longer = TrainConfig { steps: 7, ..base.clone() };
+    assert!((0..200).all(|s| schedule(&base, s) == schedule(&longer, s)));
+    // Cycle ends: after the cycles' last steps, i.e. once 14, 34, 74, 154 steps are done.
+    let ends: Vec<usize> = (0..200).filter(|&d| cycle_end(&base, d)).collect();
+    assert_eq!(ends, [14, 34, 74, 154]);
+    // The single cosine: peak after the warm-up, 0.55 at the middle of the rest, no cycle ends.
+    let cosine = TrainConfig { restarts: None, ..base.clone() };
+    assert!(close(schedule(&cosine, 4), 1.0) && close(schedule(&cosine, 52), 0.55));
+    assert!((0..200).all(|d| !cycle_end(&cosine, d)));
+    // ... so a shorter cosine run decays sooner: at step 6 of 7 (2/3 of the way) 0.1 + 0.9 · 0.25.
+    let short = TrainConfig { restarts: None, ..longer };
+    assert!(close(schedule(&short, 6), 0.325) && schedule(&cosine, 6) > 0.99);
+}

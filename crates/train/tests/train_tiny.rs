@@ -11,7 +11,7 @@ use std::ops::ControlFlow;
 
 use bastion_train::{
     chain_acceptance, default_drafter_config, train, DistillRecord, FeatureFile, HeldOutSet, TrainConfig, TrainEvent,
-    TrainOptions,
+    StoreDtype, TrainOptions,
 };
 use bastion_tree::FixedBudget;
 use burn::tensor::Device;
@@ -60,6 +60,7 @@ fn training_from_scratch_reaches_tau_3() {
         step_vocab: false,
         soft_targets: None,
         warm_start_layers: Vec::new(),
+        restarts: None,
     };
     let held_records = distilled(&target, 8, 999);
     let opts = TrainOptions { held_out: held_records.clone(), eval_every: 100, ..TrainOptions::default() };
@@ -148,6 +149,7 @@ fn small(target: &Model, steps: usize) -> TrainConfig {
         step_vocab: false,
         soft_targets: None,
         warm_start_layers: Vec::new(),
+        restarts: None,
     }
 }
 
@@ -221,6 +223,96 @@ fn resumed_run_equals_uninterrupted_run() {
         panic!("a fresh run must not mix with a stored one")
     };
     assert!(e.to_string().contains("already holds a run"), "{e}");
+}
+
+/// With warm restarts the schedule does not depend on where a run ends: a run
+/// of 4 steps resumed with 7 takes the steps of an uninterrupted 7-step run,
+/// and held-out τ is estimated at every cycle's end (warm-up 2, cycles 1, 2, 4:
+/// steps 3, 5 and 9) as well as at the run's last step. With the single cosine
+/// schedule more steps are other settings.
+#[test]
+fn warm_restarts_resume_with_more_steps() {
+    let target = target();
+    let records = distilled(&target, 16, 42);
+    let cfg = TrainConfig { restarts: Some(1), ..small(&target, 7) };
+    let held = TrainOptions { held_out: records[..2].to_vec(), ..TrainOptions::default() };
+    let best = tempfile::tempdir().unwrap();
+    let keep = TrainOptions { keep_best: Some((best.path().to_path_buf(), StoreDtype::F32)), ..held.clone() };
+    let (mut evals, mut taus) = (Vec::new(), Vec::new());
+    let straight = train(&target, &records[2..], &cfg, &keep, |e| {
+        if let TrainEvent::HeldOut(h) = e {
+            evals.push(h.steps);
+            taus.push(h.tau.tau);
+        }
+        ControlFlow::Continue(())
+    })
+    .unwrap();
+    assert_eq!(evals, [3, 5, 7], "cycle ends 3 and 5, and the last step");
+    // The best estimate's drafter is kept (the first of equal ones), with its record.
+    let top = taus.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let at = evals[taus.iter().position(|&t| t == top).unwrap()];
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(best.path().join("held_out.json")).unwrap()).unwrap();
+    assert_eq!((record["step"].as_u64(), record["held_out_tau"].as_f64()), (Some(at as u64), Some(top)));
+    Drafter::load(best.path(), &target).unwrap();
+    // A record it does not beat is kept as it is.
+    std::fs::write(best.path().join("held_out.json"), r#"{"step": 1, "held_out_tau": 99.0}"#).unwrap();
+    train(&target, &records[2..], &TrainConfig { steps: 3, ..cfg.clone() }, &keep, |_| ControlFlow::Continue(()))
+        .unwrap();
+    let kept = std::fs::read_to_string(best.path().join("held_out.json")).unwrap();
+    assert!(kept.contains("99.0"), "{kept}");
+
+    let ck = tempfile::tempdir().unwrap();
+    let opts = TrainOptions { checkpoint_dir: Some(ck.path().to_path_buf()), resume: true, ..held.clone() };
+    let short = TrainConfig { steps: 4, ..cfg.clone() };
+    train(&target, &records[2..], &short, &opts, |_| ControlFlow::Continue(())).unwrap();
+    let mut resumed_at = None;
+    let resumed = train(&target, &records[2..], &cfg, &opts, |e| {
+        if let TrainEvent::Resumed { steps, .. } = e {
+            resumed_at = Some(*steps);
+        }
+        ControlFlow::Continue(())
+    })
+    .unwrap();
+    assert_eq!(resumed_at, Some(4));
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    straight.save(&cfg.drafter, a.path()).unwrap();
+    resumed.save(&cfg.drafter, b.path()).unwrap();
+    let read = |d: &std::path::Path| std::fs::read(d.join("model.safetensors")).unwrap();
+    assert!(read(a.path()) == read(b.path()), "a run resumed with more steps differs from the uninterrupted one");
+
+    // A run on the first 8 training records goes on over all 14 with `grow` (refused without).
+    let ck = tempfile::tempdir().unwrap();
+    let opts = TrainOptions { checkpoint_dir: Some(ck.path().to_path_buf()), resume: true, ..held.clone() };
+    train(&target, &records[2..10], &short, &opts, |_| ControlFlow::Continue(())).unwrap();
+    let Err(e) = train(&target, &records[2..], &cfg, &opts, |_| ControlFlow::Continue(())) else {
+        panic!("more data must not resume without grow")
+    };
+    assert!(e.to_string().contains("field `data`"), "{e}");
+    let grow = TrainOptions { grow: true, ..opts.clone() };
+    let mut resumed_at = None;
+    train(&target, &records[2..], &cfg, &grow, |e| {
+        if let TrainEvent::Resumed { steps, .. } = e {
+            resumed_at = Some(*steps);
+        }
+        ControlFlow::Continue(())
+    })
+    .unwrap();
+    assert_eq!(resumed_at, Some(4));
+    // Other data than a prefix (here: fewer records) is still refused.
+    let Err(e) = train(&target, &records[2..8], &cfg, &grow, |_| ControlFlow::Continue(())) else {
+        panic!("data that is not a growth of the checkpoint's must not resume")
+    };
+    assert!(e.to_string().contains("field `data`"), "{e}");
+
+    // The single cosine schedule spans its steps: resuming with more is refused.
+    let ck = tempfile::tempdir().unwrap();
+    let opts = TrainOptions { checkpoint_dir: Some(ck.path().to_path_buf()), resume: true, ..TrainOptions::default() };
+    train(&target, &records, &small(&target, 2), &opts, |_| ControlFlow::Continue(())).unwrap();
+    let Err(e) = train(&target, &records, &small(&target, 3), &opts, |_| ControlFlow::Continue(())) else {
+        panic!("a cosine run resumed with other steps must be refused")
+    };
+    assert!(e.to_string().contains("steps: 2 → 3"), "{e}");
 }
 
 /// A step's two data-parallel shards give the same weights whether they run
@@ -316,6 +408,7 @@ fn bad_settings_are_errors_and_rope_scaling_is_saved() {
         step_vocab: false,
         soft_targets: None,
         warm_start_layers: Vec::new(),
+        restarts: None,
     };
     let cases: Vec<(TrainConfig, &str)> = vec![
         (TrainConfig { anchors_per_sequence: 0, ..base.clone() }, "anchors per sequence must be ≥ 1"),

@@ -12,8 +12,9 @@ use super::Result;
 /// train-drafter`; a run continued with `--resume` appends to its log, and
 /// several logs of one drafter add up) and write its learning curve: held-out
 /// τ, overall and per training domain, against training CPU-hours (the
-/// trainer's per-step wall time summed, times --threads; feature builds and
-/// restarts left out), as OUT.md and OUT.svg. The table ends with the gain of
+/// process CPU time the trainer logs per step, summed; for logs without it,
+/// the per-step wall time summed times --threads; feature builds and restarts
+/// left out), as OUT.md and OUT.svg. The table ends with the gain of
 /// the last doubling of training time.
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -23,7 +24,7 @@ pub struct Args {
     /// Output prefix: writes OUT.md and OUT.svg.
     #[arg(long)]
     out: PathBuf,
-    /// Threads the trainer ran on (CPU-hours = training hours × threads).
+    /// Threads the trainer ran on (for logs without CPU time: CPU-hours = training hours × threads).
     #[arg(long, default_value_t = 2)]
     threads: usize,
 }

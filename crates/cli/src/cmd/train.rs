@@ -48,7 +48,7 @@ pub struct TrainSettings {
     /// Block size B.
     #[arg(long, default_value_t = 16)]
     block_size: usize,
-    /// Optimiser steps.
+    /// Optimiser steps (with --restarts only where this run stops: resume with more to go on).
     #[arg(long, default_value_t = 1000)]
     steps: usize,
     /// Sequences per step.
@@ -63,6 +63,12 @@ pub struct TrainSettings {
     /// Warm-up steps.
     #[arg(long, default_value_t = 50)]
     warmup_steps: usize,
+    /// Cosine decay with warm restarts instead of one decay over --steps: cycles of N, 2N,
+    /// 4N, … steps after the warm-up, each from the peak learning rate down to 10 % (SGDR).
+    /// The schedule then does not end at --steps, so a run resumed with more steps goes on
+    /// training; held-out τ is estimated at every cycle's end.
+    #[arg(long, value_name = "N")]
+    restarts: Option<usize>,
     /// Seed (initialisation, anchor sampling).
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -121,6 +127,11 @@ pub struct TrainSettings {
     /// Continue from the newest checkpoint (the settings must be the same).
     #[arg(long)]
     resume: bool,
+    /// With --resume: also continue a checkpoint trained on the first N of these sequences (the
+    /// same held-out ones): training goes on over all of them (a run whose data grows, e.g. as
+    /// --max-sequences rises with the features built).
+    #[arg(long)]
+    grow: bool,
     /// Stop after this step (checkpoint and drafter saved there; the schedule stays that of
     /// --steps, so a later --resume continues the same run). With --resume at a checkpoint at or
     /// past it: export that checkpoint as a drafter without training.
@@ -135,6 +146,11 @@ pub struct TrainSettings {
     /// weights are the same at any count.
     #[arg(long, default_value_t = 0)]
     threads: usize,
+    /// Keep the drafter of the best held-out τ so far in DIR (stored as --save-dtype, with
+    /// `held_out.json`: its step and τ); every estimate that beats it replaces it, across
+    /// resumed runs.
+    #[arg(long, value_name = "DIR")]
+    keep_best: Option<PathBuf>,
     /// Element type of the saved drafter's weights: `f32`, or `bf16` (half the bytes, as the
     /// z-lab drafters ship; training and checkpoints stay f32).
     #[arg(long, value_enum, default_value_t = SaveDtype::F32)]
@@ -245,16 +261,19 @@ fn train_drafter(model: &Path, data: &Path, out: &Path, checkpoint_dir: &Path, s
         step_vocab: s.sampled_vocab_scope == VocabScope::Step,
         soft_targets: s.soft_targets.map(|top_k| bastion_train::SoftTargets { top_k, weight: s.soft_weight }),
         warm_start_layers,
+        restarts: s.restarts,
     };
     let opts = bastion_train::TrainOptions {
         checkpoint_dir: Some(checkpoint_dir.to_path_buf()),
         checkpoint_every: s.checkpoint_every,
         resume: s.resume,
+        grow: s.grow,
         held_out: held,
         eval_every: s.eval_every,
         feature_dir: s.feature_cache.clone(),
         threads: s.threads,
         warm_start,
+        keep_best: s.keep_best.clone().map(|d| (d, save_dtype(s.save_dtype))),
     };
     let usable = |r: &[bastion_train::DistillRecord]| r.iter().filter(|r| r.response_ids.len() >= 2).count();
     eprintln!(
@@ -265,6 +284,10 @@ fn train_drafter(model: &Path, data: &Path, out: &Path, checkpoint_dir: &Path, s
         s.steps,
         cfg.drafter.target_layer_ids
     );
+    // Passes over the training sequences: each step draws sequences_per_step of them (summed
+    // step by step, so a run whose data grew counts each step against the data it had).
+    let per_step_epochs = s.sequences_per_step as f64 / usable(&records).max(1) as f64;
+    let mut epochs = 0.0f64;
     let short = records.len() + opts.held_out.len() - usable(&records) - usable(&opts.held_out);
     if short > 0 {
         eprintln!("warning: {short} sequences have responses under 2 tokens and are skipped");
@@ -298,13 +321,18 @@ fn train_drafter(model: &Path, data: &Path, out: &Path, checkpoint_dir: &Path, s
                 resumed = Some((*steps, *tokens));
                 say(&bar, format!("resumed from {} ({steps} steps, {tokens} tokens)", dir.display()));
                 // Lines past the checkpoint are redone by this run.
-                if let Err(e) = truncate_log(&log_path, *steps) {
-                    log_err = Some(e);
-                    return ControlFlow::Break(());
+                match truncate_log(&log_path, *steps) {
+                    Ok(Some((at, e))) => epochs = e + (steps - at) as f64 * per_step_epochs,
+                    Ok(None) => epochs = *steps as f64 * per_step_epochs,
+                    Err(e) => {
+                        log_err = Some(e);
+                        return ControlFlow::Break(());
+                    }
                 }
                 None
             }
             TrainEvent::Step(r) => {
+                epochs += per_step_epochs;
                 let a = avg.map_or(r.loss, |a| 0.95 * a + 0.05 * r.loss);
                 avg = Some(a);
                 last = Some(*r);
@@ -325,15 +353,17 @@ fn train_drafter(model: &Path, data: &Path, out: &Path, checkpoint_dir: &Path, s
                 p.backward += r.phases.backward;
                 p.optimizer += r.phases.optimizer;
                 p.wall += r.phases.wall;
+                p.cpu += r.phases.cpu;
                 window.1 += 1;
                 ((r.step + 1) % 10 == 0).then(|| {
                     let (sum, n) = std::mem::take(&mut window);
                     let per_step = |x: f64| x / n.max(1) as f64;
-                    serde_json::json!({"step": r.step + 1, "tokens": r.tokens, "loss_ema": a, "lr": r.learning_rate,
+                    serde_json::json!({"step": r.step + 1, "tokens": r.tokens, "epochs": epochs, "loss_ema": a, "lr": r.learning_rate,
                         "seconds": started.elapsed().as_secs_f64(),
                         "step_seconds": {"features": per_step(sum.features), "drafter_forward": per_step(sum.drafter_forward),
                             "lm_head": per_step(sum.lm_head), "backward": per_step(sum.backward),
-                            "optimizer": per_step(sum.optimizer), "wall": per_step(sum.wall)}})
+                            "optimizer": per_step(sum.optimizer), "wall": per_step(sum.wall),
+                            "cpu": per_step(sum.cpu)}})
                 })
             }
             TrainEvent::HeldOut(h) => {
@@ -350,7 +380,7 @@ fn train_drafter(model: &Path, data: &Path, out: &Path, checkpoint_dir: &Path, s
                         h.steps, h.tau.tau, h.tau.rounds, h.tokens
                     ),
                 );
-                Some(serde_json::json!({"step": h.steps, "tokens": h.tokens, "held_out_tau": h.tau.tau,
+                Some(serde_json::json!({"step": h.steps, "tokens": h.tokens, "epochs": epochs, "held_out_tau": h.tau.tau,
                     "held_out_rounds": h.tau.rounds, "held_out_tau_by_domain": by_domain, "loss_ema": avg,
                     "seconds": started.elapsed().as_secs_f64()}))
             }
@@ -379,11 +409,7 @@ fn train_drafter(model: &Path, data: &Path, out: &Path, checkpoint_dir: &Path, s
     if let Some(e) = log_err {
         return Err(e.into());
     }
-    let dtype = match s.save_dtype {
-        SaveDtype::F32 => bastion_train::StoreDtype::F32,
-        SaveDtype::Bf16 => bastion_train::StoreDtype::Bf16,
-    };
-    params.save_as(&cfg.drafter, out, dtype)?;
+    params.save_as(&cfg.drafter, out, save_dtype(s.save_dtype))?;
     let (steps_done, tokens_done) = last.map(|r| (r.step + 1, r.tokens)).or(resumed).unwrap_or((0, 0));
     eprintln!(
         "saved {} after {steps_done} steps, {tokens_done} target tokens (final EMA loss {}, held-out τ {})",
@@ -394,9 +420,18 @@ fn train_drafter(model: &Path, data: &Path, out: &Path, checkpoint_dir: &Path, s
     Ok(())
 }
 
+/// The library's name for `--save-dtype`.
+fn save_dtype(d: SaveDtype) -> bastion_train::StoreDtype {
+    match d {
+        SaveDtype::F32 => bastion_train::StoreDtype::F32,
+        SaveDtype::Bf16 => bastion_train::StoreDtype::Bf16,
+    }
+}
+
 /// Drops the lines of a training log whose `step` is past `steps` (a
-/// resumed run redoes them).
-fn truncate_log(path: &Path, steps: usize) -> std::result::Result<(), String> {
+/// resumed run redoes them); returns the step and `epochs` of the last line
+/// kept that has them.
+fn truncate_log(path: &Path, steps: usize) -> std::result::Result<Option<(usize, f64)>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let keep: String = text
         .lines()
@@ -408,5 +443,10 @@ fn truncate_log(path: &Path, steps: usize) -> std::result::Result<(), String> {
         })
         .map(|l| format!("{l}\n"))
         .collect();
-    std::fs::write(path, keep).map_err(|e| format!("{}: {e}", path.display()))
+    let last = keep.lines().rev().find_map(|l| {
+        let v: serde_json::Value = serde_json::from_str(l).ok()?;
+        Some((v["step"].as_u64()? as usize, v["epochs"].as_f64()?))
+    });
+    std::fs::write(path, keep).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(last)
 }

@@ -8,8 +8,10 @@
 //! `step_seconds.wall`, logged as a 10-step mean every 10 steps; in logs
 //! written before that, the elapsed seconds between step lines of one
 //! file), so the target-feature build of a first run and the restarts of
-//! resumed runs are left out; CPU-hours are that time × the threads the
-//! trainer ran on.
+//! resumed runs are left out. CPU-hours are the process CPU time the trainer
+//! logged per step (`step_seconds.cpu`: what the steps cost whatever else ran
+//! on the machine) when every logged window has it, else that wall time × the
+//! threads the trainer ran on.
 
 use std::path::Path;
 
@@ -26,8 +28,15 @@ pub struct CurvePoint {
     pub step: usize,
     /// Target tokens trained on.
     pub tokens: u64,
+    /// Passes over the training sequences (steps × sequences per step ÷
+    /// training sequences), when the log gives it.
+    pub epochs: Option<f64>,
     /// Training wall time up to this step (s), per-step times summed.
     pub train_seconds: f64,
+    /// Training CPU time up to this step (s, user + system over the trainer's
+    /// threads), when the logs give it for every step window (else `None`, for
+    /// every point of the curve).
+    pub cpu_seconds: Option<f64>,
     /// Held-out τ over every held-out sequence.
     pub tau: f64,
     /// Held-out τ per training domain (`math`, `competition`, `code`,
@@ -42,9 +51,9 @@ pub struct CurvePoint {
 /// [`OutputError::Io`] for an unreadable file; [`OutputError::Format`]
 /// naming the file and line for a line that is not a training-log record.
 pub fn read_curve(paths: &[&Path]) -> Result<Vec<CurvePoint>, OutputError> {
-    // (first step, last step, wall seconds per step) of each logged window.
-    let mut walls: Vec<(usize, usize, f64)> = Vec::new();
-    let mut held: Vec<(usize, u64, f64, [f64; 4])> = Vec::new();
+    // (first step, last step, wall and CPU seconds per step) of each logged window.
+    let mut walls: Vec<(usize, usize, f64, Option<f64>)> = Vec::new();
+    let mut held: Vec<(usize, u64, Option<f64>, f64, [f64; 4])> = Vec::new();
     for path in paths {
         let text = std::fs::read_to_string(path).map_err(OutputError::io(path))?;
         // Logs written before per-step times were logged: the step lines' elapsed seconds.
@@ -56,6 +65,7 @@ pub fn read_curve(paths: &[&Path]) -> Result<Vec<CurvePoint>, OutputError> {
             let step = v.get("step").and_then(serde_json::Value::as_u64).ok_or_else(|| bad("no step"))? as usize;
             let elapsed = v.get("seconds").and_then(serde_json::Value::as_f64);
             let wall = v.pointer("/step_seconds/wall").and_then(serde_json::Value::as_f64);
+            let cpu = v.pointer("/step_seconds/cpu").and_then(serde_json::Value::as_f64).filter(|&c| c > 0.0);
             if v.get("loss_ema").is_some() && v.get("held_out_tau").is_none() {
                 let derived = match (previous, elapsed) {
                     (Some((s0, t0)), Some(t)) if step > s0 && t >= t0 => Some((t - t0) / (step - s0) as f64),
@@ -64,8 +74,8 @@ pub fn read_curve(paths: &[&Path]) -> Result<Vec<CurvePoint>, OutputError> {
                 // A logged mean covers the steps since the file's previous step line (or 10).
                 let start = previous.map_or(step.saturating_sub(10), |(s0, _)| s0);
                 if let Some(wall) = wall.or(derived) {
-                    walls.retain(|(_, end, _)| *end != step);
-                    walls.push((start, step, wall));
+                    walls.retain(|(_, end, ..)| *end != step);
+                    walls.push((start, step, wall, cpu));
                 }
                 previous = elapsed.map(|t| (step, t)).or(Some((step, 0.0)));
             }
@@ -77,51 +87,74 @@ pub fn read_curve(paths: &[&Path]) -> Result<Vec<CurvePoint>, OutputError> {
                     }
                 }
                 let tokens = v.get("tokens").and_then(serde_json::Value::as_u64).unwrap_or(0);
+                let epochs = v.get("epochs").and_then(serde_json::Value::as_f64);
                 held.retain(|(s, ..)| *s != step);
-                held.push((step, tokens, tau, by_domain));
+                held.push((step, tokens, epochs, tau, by_domain));
             }
         }
     }
     held.sort_by_key(|(s, ..)| *s);
     let seconds_to = |step: usize| -> f64 {
-        walls.iter().filter(|(_, end, _)| *end <= step).map(|&(start, end, wall)| wall * (end - start) as f64).sum()
+        walls.iter().filter(|(_, end, ..)| *end <= step).map(|&(start, end, wall, _)| wall * (end - start) as f64).sum()
+    };
+    let all_cpu = walls.iter().all(|w| w.3.is_some());
+    let cpu_to = |step: usize| -> Option<f64> {
+        all_cpu.then(|| {
+            walls
+                .iter()
+                .filter(|(_, end, ..)| *end <= step)
+                .map(|&(start, end, _, cpu)| cpu.unwrap_or(0.0) * (end - start) as f64)
+                .sum()
+        })
     };
     Ok(held
         .into_iter()
-        .map(|(step, tokens, tau, by_domain)| CurvePoint {
+        .map(|(step, tokens, epochs, tau, by_domain)| CurvePoint {
             step,
             tokens,
+            epochs,
             train_seconds: seconds_to(step),
+            cpu_seconds: cpu_to(step),
             tau,
             by_domain,
         })
         .collect())
 }
 
+impl CurvePoint {
+    /// Training CPU-hours up to this point: the logged CPU time, or the wall
+    /// time × `threads` for logs without it.
+    pub fn cpu_hours(&self, threads: usize) -> f64 {
+        self.cpu_seconds.unwrap_or(self.train_seconds * threads as f64) / 3600.0
+    }
+}
+
 /// The relative gain in held-out τ over the last doubling of training
-/// time: τ at the last point against τ at the last point with at most half
-/// its time; `None` without such a pair.
+/// time (CPU time where logged, else wall time): τ at the last point
+/// against τ at the last point with at most half its time; `None` without
+/// such a pair.
 pub fn last_doubling_gain(points: &[CurvePoint]) -> Option<f64> {
     let last = points.last()?;
-    let half = points.iter().rev().find(|p| p.train_seconds > 0.0 && p.train_seconds <= last.train_seconds / 2.0)?;
+    let t = |p: &CurvePoint| p.cpu_hours(1);
+    let half = points.iter().rev().find(|p| t(p) > 0.0 && t(p) <= t(last) / 2.0)?;
     Some(last.tau / half.tau - 1.0)
 }
 
-/// The curve as a Markdown table, CPU-hours = training hours × `threads`.
+/// The curve as a Markdown table; CPU-hours as [`CurvePoint::cpu_hours`].
 pub fn curve_table(points: &[CurvePoint], threads: usize) -> String {
     let mut out = String::from(
-        "| step | tokens trained | training h | CPU-h | held-out τ | math | competition | code | chat |\n\
-         |---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| step | tokens trained | epochs | training h | CPU-h | held-out τ | math | competition | code | chat |\n\
+         |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let cell = |t: f64| if t.is_finite() { format!("{t:.3}") } else { "–".into() };
     for p in points {
-        let h = p.train_seconds / 3600.0;
         out.push_str(&format!(
-            "| {} | {} | {:.2} | {:.2} | {:.3} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {:.2} | {:.2} | {:.3} | {} | {} | {} | {} |\n",
             p.step,
             p.tokens,
-            h,
-            h * threads as f64,
+            p.epochs.map_or("–".into(), |e| format!("{e:.2}")),
+            p.train_seconds / 3600.0,
+            p.cpu_hours(threads),
             p.tau,
             cell(p.by_domain[0]),
             cell(p.by_domain[1]),
@@ -150,7 +183,7 @@ pub fn curve_figure(points: &[CurvePoint], threads: usize, title: &str, path: &P
     if points.is_empty() {
         return Err(OutputError::Format { path: path.into(), what: "no held-out estimate to draw".into() });
     }
-    let x = |p: &CurvePoint| p.train_seconds / 3600.0 * threads as f64;
+    let x = |p: &CurvePoint| p.cpu_hours(threads);
     let x_max = points.iter().map(x).fold(0.0f64, f64::max).max(1e-3) * 1.05;
     let taus = points.iter().flat_map(|p| std::iter::once(p.tau).chain(p.by_domain)).filter(|t| t.is_finite());
     let y_max = taus.fold(1.0f64, f64::max) * 1.1;
@@ -241,7 +274,7 @@ mod tests {
         let gain = last_doubling_gain(&curve).unwrap();
         assert!((gain - (1.9 / 1.8 - 1.0)).abs() < 1e-12);
         let table = curve_table(&curve, 2);
-        assert!(table.contains("| 80 | 800 | 0.04 | 0.08 | 1.900 |") && table.contains("τ +5.6 %"), "{table}");
+        assert!(table.contains("| 80 | 800 | – | 0.04 | 0.08 | 1.900 |") && table.contains("τ +5.6 %"), "{table}");
         let svg = dir.path().join("curve.svg");
         curve_figure(&curve, 2, "test curve", &svg).unwrap();
         assert!(std::fs::read_to_string(&svg).unwrap().contains("test curve"));
@@ -262,6 +295,28 @@ mod tests {
         .unwrap();
         let curve = read_curve(&[&old]).unwrap();
         assert_eq!((curve[0].step, curve[0].train_seconds), (20, 15.0));
+        assert_eq!(curve[0].cpu_seconds, None);
+        // A log with the process CPU time per step: CPU-hours are that time, not wall × threads
+        // (here the steps' wall time was stretched by other work: 3 s of wall, 1.5 s of CPU).
+        let cpu = dir.path().join("cpu.jsonl");
+        let mut text = String::new();
+        for s in (10..=40).step_by(10) {
+            text.push_str(&format!(
+                "{{\"step\":{s},\"tokens\":{s},\"loss_ema\":3.0,\"seconds\":1.0,\"step_seconds\":{{\"wall\":3.0,\"cpu\":1.5}}}}\n"
+            ));
+        }
+        text.push_str("{\"step\":20,\"tokens\":20,\"epochs\":0.25,\"held_out_tau\":1.5}\n{\"step\":40,\"tokens\":40,\"held_out_tau\":1.6}\n");
+        std::fs::write(&cpu, text).unwrap();
+        let curve = read_curve(&[&cpu]).unwrap();
+        let at: Vec<(f64, Option<f64>)> = curve.iter().map(|p| (p.train_seconds, p.cpu_seconds)).collect();
+        assert_eq!(at, [(60.0, Some(30.0)), (120.0, Some(60.0))]);
+        assert!((curve[1].cpu_hours(2) - 60.0 / 3600.0).abs() < 1e-12, "threads do not scale logged CPU time");
+        assert!((last_doubling_gain(&curve).unwrap() - (1.6 / 1.5 - 1.0)).abs() < 1e-12);
+        assert_eq!((curve[0].epochs, curve[1].epochs), (Some(0.25), None));
+        assert!(curve_table(&curve, 2).contains("| 20 | 20 | 0.25 | 0.02 | 0.01 | 1.500 |"));
+        // One window without CPU time (an older binary resumed): wall × threads for the whole curve.
+        std::fs::write(&old, r#"{"step":50,"tokens":50,"loss_ema":3.0,"step_seconds":{"wall":3.0}}"#).unwrap();
+        assert!(read_curve(&[&cpu, &old]).unwrap().iter().all(|p| p.cpu_seconds.is_none()));
         // A line that is not a record is named.
         std::fs::write(&first, "{\"tokens\":1}\n").unwrap();
         let e = read_curve(&[&first]).unwrap_err().to_string();
