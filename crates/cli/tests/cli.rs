@@ -308,7 +308,7 @@ fn generate_rejects_incomplete_speculation_settings() {
     assert!(!ok && err.contains("--online-forgetting: only bastion-online reads it, not bastion"), "{err}");
     // A verify-only profile may not take the default file's place.
     let (ok, _, err) = bastion_in(dir.path(), &["profile", "--model", &model]);
-    assert!(!ok && err.contains("pass --drafter DIR, or --out FILE"), "{err}");
+    assert!(!ok && err.contains("pass --drafter DIR|FILE.gguf, or --out FILE"), "{err}");
     assert!(!dir.path().join("results").exists());
 }
 

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use bastion_models::{
     load_model_as, load_random_model_as, load_tokenizer, BackendKind, ChatTemplate, DraftVocabFile, Drafter, Message,
-    Model, Tokenizer, WeightDtype, DRAFT_VOCAB_FILE,
+    Model, Tokenizer, WeightDtype,
 };
 use bastion_tree::OnlineConfig;
 
@@ -208,8 +208,7 @@ impl LoadedPair {
         };
         let mut drafter = spec.drafter.as_deref().map(|d| Drafter::load(d, &target)).transpose()?;
         if let (Some(n), Some(d), Some(dir)) = (spec.draft_vocab, drafter.as_mut(), spec.drafter.as_deref()) {
-            // A drafter GGUF (`bastion export-gguf`) keeps its draft vocabulary file beside it.
-            let path = if dir.is_file() { dir.with_file_name(DRAFT_VOCAB_FILE) } else { dir.join(DRAFT_VOCAB_FILE) };
+            let path = bastion_models::draft_vocab_path(dir);
             let tokens = DraftVocabFile::read(&path)?.top(n, &path)?;
             d.set_draft_vocab(&target, Some(tokens))?;
         }

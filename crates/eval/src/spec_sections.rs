@@ -177,14 +177,17 @@ pub(super) fn models(
             "target",
             "a .gguf file or a Hugging Face folder (scripts/fetch-model.sh fetches the default one)",
         )?;
-        let drafter = path(&m.drafter, "drafter", "a DFlash drafter folder (config.json + model.safetensors)")?;
+        let drafter = path(
+            &m.drafter,
+            "drafter",
+            "a DFlash drafter: a folder (config.json + model.safetensors) or its GGUF (`bastion export-gguf`)",
+        )?;
         let calibration =
             m.calibration.as_ref().map(|c| path(c, "calibration", "a file from `bastion profile`")).transpose()?;
         let tcfg =
             load_config(&target).map_err(|e| loc.at(m.target.span(), format!("models[{i}].target"), e.to_string()))?;
-        let dcfg_path = drafter.join("config.json");
-        let dcfg = DrafterConfig::from_json(&dcfg_path)
-            .and_then(|d| d.check_target(&dcfg_path, &tcfg).map(|()| d))
+        let dcfg = DrafterConfig::read(&drafter, tcfg.num_layers)
+            .and_then(|(d, dcfg_path)| d.check_target(&dcfg_path, &tcfg).map(|()| d))
             .map_err(|e| {
                 loc.at(
                     m.drafter.span(),
@@ -214,7 +217,7 @@ pub(super) fn models(
                     .ok()
                     .filter(|&v| v >= 1)
                     .ok_or_else(|| at(format!("expected a token count ≥ 1, found {}", n.get_ref())))?;
-                let file = drafter.join(bastion_models::DRAFT_VOCAB_FILE);
+                let file = bastion_models::draft_vocab_path(&drafter);
                 bastion_models::DraftVocabFile::read(&file)
                     .and_then(|v| v.top(size, &file))
                     .map_err(|e| at(format!("{e} (`bastion draft-vocab` writes the file)")))?;

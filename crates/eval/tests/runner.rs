@@ -436,3 +436,55 @@ prompt = "q"
     let e = run(&exp, &options(dir.path(), Shard::default()), &mut |_| {}).unwrap_err().to_string();
     assert!(e.contains("holds results of other settings") && e.contains("dataset_files"), "{e}");
 }
+
+/// A drafter GGUF (`bastion export-gguf`) runs in an experiment as its folder
+/// does: the shipped drafter exported in f32 (its bf16 weights exactly, its
+/// draft vocabulary beside it) and the folder, each as a model of one sweep,
+/// draft the same trees: the same outputs, rounds and τ, every one equal to AR.
+#[test]
+fn a_drafter_gguf_runs_as_its_folder() {
+    use bastion_testkit::{smollm2_drafter_dir, smollm2_gguf};
+    let dir = tempfile::tempdir().unwrap();
+    let gguf = dir.path().join("drafter.gguf");
+    bastion_models::export_drafter_gguf(&smollm2_drafter_dir(), &smollm2_gguf(), &gguf, bastion_models::WeightDtype::F32)
+        .unwrap();
+    let vocab = bastion_models::DRAFT_VOCAB_FILE;
+    std::fs::copy(smollm2_drafter_dir().join(vocab), dir.path().join(vocab)).unwrap();
+    let model = |name: &str, drafter: &Path| {
+        format!(
+            "[[models]]\nname = \"{name}\"\ntarget = \"{}\"\ndrafter = \"{}\"\ndraft_vocab = 512\ndtype = \"q8_0\"\n",
+            smollm2_gguf().display(),
+            drafter.display()
+        )
+    };
+    let text = format!(
+        "name = \"gguf-drafter\"\nmax_new_tokens = 24\nmethods = [\"dflash\", \"ddtree\"]\nddtree_budgets = [4]\n\n{}\n{}\n\
+         [datasets]\nnames = [\"gsm8k\"]\nmax_samples = 2\n",
+        model("folder", &smollm2_drafter_dir()),
+        model("gguf", &gguf)
+    );
+    let file = dir.path().join("gguf.toml");
+    std::fs::write(&file, text).unwrap();
+    let exp = Experiment::load(&file, &root()).unwrap();
+    let records = run(&exp, &options(dir.path(), Shard::default()), &mut |_| {}).unwrap();
+    let of = |model: &str| -> Vec<Reproducible> {
+        let mut v: Vec<Reproducible> = records
+            .iter()
+            .filter(|r| r.model == model && r.spec.method != Method::Ar)
+            .map(|r| {
+                assert_eq!(r.identical_to_ar, Some(true), "{} differs from AR", r.key);
+                let mut d = deterministic(r);
+                d.0 = d.0.replacen(model, "", 1);
+                d
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let (folder, gguf) = (of("folder"), of("gguf"));
+    assert_eq!(folder.len(), 4, "2 prompts × dflash, ddtree:4");
+    assert_eq!(folder, gguf, "the GGUF drafter drafts other trees than its folder");
+    let tau = |model: &str| records.iter().filter(|r| r.model == model).map(|r| r.tau).sum::<f64>();
+    assert_eq!(tau("folder"), tau("gguf"));
+    assert!(tau("folder") > 6.0, "a drafter that drafts: {}", tau("folder"));
+}

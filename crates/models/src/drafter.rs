@@ -46,6 +46,23 @@ pub struct DflashSection {
     pub target_layer_ids: Option<Vec<usize>>,
 }
 
+/// Whether a drafter path names llama.cpp's `dflash` GGUF (a `.gguf` file)
+/// rather than a z-lab folder.
+fn is_gguf(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+}
+
+/// Where the draft vocabulary ([`crate::DraftVocabFile`]) of the drafter at
+/// `path` lives: inside a z-lab folder, or beside a drafter GGUF (`bastion
+/// export-gguf` writes it there).
+pub fn draft_vocab_path(path: &Path) -> std::path::PathBuf {
+    if is_gguf(path) {
+        path.with_file_name(crate::DRAFT_VOCAB_FILE)
+    } else {
+        path.join(crate::DRAFT_VOCAB_FILE)
+    }
+}
+
 /// z-lab `build_target_layer_ids`: one draft layer → `[n / 2]`; otherwise
 /// `round(1 + i·(n − 4)/(k − 1))` for `i = 0..k` (Python's round-half-even).
 pub fn build_target_layer_ids(num_target_layers: usize, num_draft_layers: usize) -> Vec<usize> {
@@ -59,6 +76,26 @@ pub fn build_target_layer_ids(num_target_layers: usize, num_draft_layers: usize)
 }
 
 impl DrafterConfig {
+    /// The configuration of the drafter at `path`, in either form a drafter
+    /// ships in: a z-lab folder (its `config.json`) or llama.cpp's `dflash`
+    /// GGUF (a `.gguf` file, [`crate::drafter_gguf::config_from_gguf`]; the
+    /// file does not record the target's layer count, so it is
+    /// `num_target_layers`). Returns the configuration and the file it was read
+    /// from (to name in errors), and checks nothing against a target
+    /// ([`DrafterConfig::check_target`] does).
+    ///
+    /// # Errors
+    /// Those of [`DrafterConfig::from_json`] or of the GGUF reader, naming the file.
+    pub fn read(path: &Path, num_target_layers: usize) -> Result<(Self, std::path::PathBuf)> {
+        if is_gguf(path) {
+            let file = crate::GgufFile::open(path)?;
+            Ok((crate::drafter_gguf::config_from_gguf(&file, num_target_layers)?, path.to_path_buf()))
+        } else {
+            let cfg_path = path.join("config.json");
+            Ok((Self::from_json(&cfg_path)?, cfg_path))
+        }
+    }
+
     /// Checks that this drafter fits `target`: the same hidden size and
     /// layer count, target layer ids and mask token within range.
     /// `cfg_path` names this configuration in errors.
@@ -257,7 +294,7 @@ impl Drafter {
     /// mask token, vocabulary).
     pub fn load(dir: impl AsRef<Path>, target: &Model) -> Result<Self> {
         let dir = dir.as_ref();
-        if dir.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
+        if is_gguf(dir) {
             // llama.cpp's `dflash` GGUF (`bastion export-gguf`).
             let file = crate::GgufFile::open(dir)?;
             let cfg = crate::drafter_gguf::config_from_gguf(&file, target.config().num_layers)?;

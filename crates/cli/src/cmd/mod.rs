@@ -114,7 +114,7 @@ impl PairArgs {
     pub fn spec(&self, method: Method, cost: Option<&CostArgs>) -> Result<PairSpec> {
         self.target.check_model()?;
         if method.needs_drafter() && self.drafter.is_none() {
-            return Err(format!("method {method} needs --drafter DIR").into());
+            return Err(format!("method {method} needs --drafter DIR|FILE.gguf").into());
         }
         let mut spec = PairSpec::new(&self.target.model, self.target.backend);
         spec.dtype = self.target.dtype;

@@ -119,7 +119,7 @@ pub fn run(a: Args) -> Result {
     }
     a.cost.check_online(a.method.method)?;
     a.cost.online().validate().map_err(|e| format!("--online-forgetting: {e}"))?;
-    let drafter = a.pair.drafter.clone().ok_or("tau needs --drafter DIR")?;
+    let drafter = a.pair.drafter.clone().ok_or("tau needs --drafter DIR|FILE.gguf")?;
     let draft = draft(&a, &drafter);
     if !bastion_eval::spec::valid_name(&draft.name) {
         return Err(format!("--name {}: expected [a-z0-9_-]+ (it names RESULTS/<name>/)", draft.name).into());
