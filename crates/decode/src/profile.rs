@@ -57,15 +57,23 @@ pub struct VerifyGrid<'a> {
     /// Target layers whose hidden states are read back too (a drafter's
     /// feature layers, so the timing includes that read-back).
     pub hidden: &'a [usize],
+    /// Also count the GPU kernel launches of one more, untimed verification per
+    /// point ([`bastion_models::LaunchCount`]; none on the CPU backends).
+    pub count_launches: bool,
 }
 
 impl VerifyGrid<'_> {
     /// Runs the grid on `target`; `on_point` sees each point as it is
-    /// measured with the number done so far.
+    /// measured with the number done so far, and with
+    /// [`VerifyGrid::count_launches`] the launches of one verification there.
     ///
     /// # Errors
     /// Model errors (context longer than the window, device failures).
-    pub fn measure(&self, target: &Model, on_point: &mut dyn FnMut(&VerifyPoint, usize)) -> Result<Vec<VerifyPoint>> {
+    pub fn measure(
+        &self,
+        target: &Model,
+        on_point: &mut dyn FnMut(&VerifyPoint, usize, Option<&bastion_models::Launches>),
+    ) -> Result<Vec<VerifyPoint>> {
         let vocab = target.config().vocab_size;
         let mut verify = Vec::with_capacity(self.contexts.len() * self.tokens.len());
         let mut session = target.session();
@@ -101,9 +109,16 @@ impl VerifyGrid<'_> {
                 for _ in 0..self.repeats.max(1) {
                     runs.push(verify_once()?);
                 }
+                let launches = if self.count_launches {
+                    let count = bastion_models::LaunchCount::start();
+                    verify_once()?;
+                    Some(count.finish())
+                } else {
+                    None
+                };
                 let point = VerifyPoint { tokens: s, context_len: c, seconds: median(&runs), runs };
                 verify.push(point.clone());
-                on_point(&point, verify.len());
+                on_point(&point, verify.len(), launches.as_ref());
             }
         }
         Ok(verify)
@@ -139,9 +154,10 @@ pub fn profile(
         warmup: options.warmup,
         repeats: options.repeats,
         hidden: &hidden,
+        count_launches: false,
     };
-    let verify =
-        grid.measure(target, &mut |point, done| on_event(&ProfileEvent::Verify { point: point.clone(), done, total }))?;
+    let verify = grid
+        .measure(target, &mut |point, done, _| on_event(&ProfileEvent::Verify { point: point.clone(), done, total }))?;
 
     let drafter = match drafter {
         Some((d, path)) => Some(probe_drafter(target, d, path, options, on_event)?),

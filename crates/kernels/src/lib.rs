@@ -25,11 +25,13 @@ mod argmax;
 pub mod cpu;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod gpu;
+mod launches;
 pub mod peak;
 pub mod reference;
 mod weight_dtype;
 
 pub use argmax::{argmax, argmax_rows};
+pub use launches::{LaunchCount, Launches};
 pub use peak::{measure_peak, PeakMeasurement, PeakOptions};
 pub use reference::attention;
 pub use weight_dtype::{WeightDtype, Q8_BLOCK};
@@ -40,12 +42,16 @@ pub const MAX_HEAD_DIM: usize = 128;
 /// Errors of this crate.
 #[derive(Debug, thiserror::Error)]
 pub enum KernelError {
-    /// Tensor shapes that do not fit together.
+    /// Tensor shapes that do not fit together (the message names the kernel
+    /// unless it is tree attention's).
     #[error("tree attention shapes: {0}")]
     Shape(String),
     /// The kernel cannot run on this device or dtype.
     #[error("tree attention kernel: {0}")]
     Backend(String),
+    /// The small-row matmul ([`small_rows_matmul`]) cannot take these inputs.
+    #[error("small-row matmul: {0}")]
+    Matmul(String),
     /// An unknown [`TreeAttentionMode`] name.
     #[error("unknown tree attention mode `{0}`: expected auto, dense or kernel")]
     Mode(String),
@@ -120,6 +126,41 @@ impl FromStr for TreeAttentionMode {
             .into_iter()
             .find(|m| m.as_str().eq_ignore_ascii_case(s))
             .ok_or_else(|| KernelError::Mode(s.to_string()))
+    }
+}
+
+/// Most rows [`small_rows_matmul`] takes: the verification and drafting
+/// sizes (a draft tree of up to 63 nodes plus its root, a drafter's block);
+/// larger products go to Burn's matmul.
+pub const SMALL_ROWS_MAX: usize = 64;
+
+/// `x · Wᵀ` for `rows` ≤ [`SMALL_ROWS_MAX`] on a CubeCL device, with
+/// Bastion's small-row kernel (`gpu/matmul.rs`): `x` `[rows, in]` (any float
+/// dtype, computed in f32), the weight `[out, in]` given as `parts`
+/// `[out_i, in]` (a weight split over several buffers, outputs in order; f32,
+/// f16 or bf16, as stored) → `[rows, Σ out_i]` in f32. Every weight is read
+/// once for all rows (per 8 rows from the cache), with f32 accumulation; a
+/// row's result does not depend on how many rows share the call.
+///
+/// # Errors
+/// [`KernelError::Matmul`] off a CubeCL device ([`kernel_available`]), for a
+/// weight dtype the adapter does not support, for no part, parts of other
+/// widths, or 0 or more than [`SMALL_ROWS_MAX`] rows.
+pub fn small_rows_matmul(x: Tensor<2>, parts: &[Tensor<2>]) -> Result<Tensor<2>, KernelError> {
+    if !kernel_available(&x.device()) {
+        return Err(KernelError::Matmul(format!(
+            "needs a CubeCL device (wgpu or cuda, built with that feature, without autodiff); x is on {:?}",
+            x.device()
+        )));
+    }
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    {
+        gpu::ext::small_rows_matmul(x, parts)
+    }
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+    {
+        let _ = parts;
+        unreachable!("kernel_available is false without a CubeCL feature")
     }
 }
 

@@ -41,7 +41,7 @@ pub use backend::BackendKind;
 pub use bastion_formats::FormatError;
 pub use bastion_kernels::WeightDtype;
 pub use bastion_kernels::{kernel_available, TreeAttentionMode};
-pub use bastion_kernels::{measure_peak, PeakMeasurement, PeakOptions};
+pub use bastion_kernels::{measure_peak, LaunchCount, Launches, PeakMeasurement, PeakOptions};
 pub use chat::{ChatTemplate, Message};
 pub use config::{Arch, Llama3Scaling, ModelConfig};
 pub use draft_vocab::{DraftVocabFile, DRAFT_VOCAB_FILE};

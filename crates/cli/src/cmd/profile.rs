@@ -77,7 +77,7 @@ pub fn run(a: Args) -> Result {
 pub fn calibrate(pair: &PairArgs, out: Option<PathBuf>, figure: Option<PathBuf>, options: &ProfileOptions) -> Result {
     if pair.drafter.is_none() && out.is_none() {
         return Err("without --drafter the calibration has no round constants, so the cost-aware methods cannot \
-                    use it: pass --drafter DIR, or --out FILE to keep a verify-only profile apart"
+                    use it: pass --drafter DIR|FILE.gguf, or --out FILE to keep a verify-only profile apart"
             .into());
     }
     let TargetArgs { model, backend, dtype, random_weights } = &pair.target;
@@ -241,11 +241,22 @@ pub fn bench_target(a: BenchArgs) -> Result {
             println!("{:>6} {:>12} {:>12} {:>20}", "N", "verify ms", "vs N=1", "ms per extra token");
             // Warm-ups per size: the first size timed right after the peak
             // microbenchmark otherwise starts from cold caches.
-            let grid =
-                VerifyGrid { contexts: &[context], tokens: &nodes, warmup: a.warmup, repeats: reps, hidden: &[] };
+            let gpu = bastion_models::kernel_available(pair.target().device());
+            let grid = VerifyGrid {
+                contexts: &[context],
+                tokens: &nodes,
+                warmup: a.warmup,
+                repeats: reps,
+                hidden: &[],
+                count_launches: gpu,
+            };
             let mut first: Option<(usize, f64)> = None;
             let mut measured: Vec<(usize, f64)> = Vec::new();
-            grid.measure(pair.target(), &mut |p, _| {
+            let mut launches: Vec<(usize, bastion_models::Launches)> = Vec::new();
+            grid.measure(pair.target(), &mut |p, _, counted| {
+                if let Some(l) = counted {
+                    launches.push((p.tokens, l.clone()));
+                }
                 let (n0, t0) = *first.get_or_insert((p.tokens, p.seconds));
                 // The marginal cost of a verified token: (verify(N) − verify(first N)) / extra tokens.
                 let marginal = if p.tokens > n0 {
@@ -261,9 +272,31 @@ pub fn bench_target(a: BenchArgs) -> Result {
                 }
             })?;
             print_roof(&pair.target().roofline_shape(), &peak, context, &measured);
+            print_launches(&launches, pair.target().config().num_layers);
         }
     }
     Ok(())
+}
+
+/// The GPU kernel launches of one verification per tree size (CubeCL's launch
+/// hooks): in all, per decoder layer (all launches over the layer count, so
+/// the embedding, final norm and LM head are spread over the layers), the
+/// distinct kernels and the most launched ones.
+fn print_launches(launches: &[(usize, bastion_models::Launches)], layers: usize) {
+    if launches.is_empty() {
+        return;
+    }
+    println!("kernel launches per verification (one untimed pass per N):");
+    for (n, l) in launches {
+        let top: Vec<String> = l.top(4).iter().map(|(k, c)| format!("{c} {k}")).collect();
+        println!(
+            "  N = {n:>3}: {} launches = {:.1} per decoder layer; {} distinct kernels; most: {}",
+            l.total,
+            l.total as f64 / layers.max(1) as f64,
+            l.distinct,
+            top.join(", ")
+        );
+    }
 }
 
 /// The roof lines of `bastion bench-target`: what one step must read (every

@@ -188,3 +188,98 @@ const KEY_CHUNK: usize = 8;
 
 /// Query rows per cube of the tiled kernel.
 const QUERY_TILE: usize = 8;
+
+/// `x · Wᵀ` for a few rows with the small-row kernel (`matmul.rs`): `x`
+/// `[rows, in]` (any float dtype; cast to f32 and made contiguous), the
+/// weight as `parts` `[out_i, in]` (one float dtype, contiguous: one
+/// buffer each of a weight split over several) → `[rows, Σ out_i]` f32, the
+/// parts' outputs side by side. `rows` ≤ [`crate::SMALL_ROWS_MAX`].
+///
+/// # Errors
+/// [`KernelError::Matmul`] when a tensor is not on a CubeCL device, the
+/// weight dtype is not a float the adapter supports, for no part, widths
+/// that differ, or a row count of 0 or above [`crate::SMALL_ROWS_MAX`].
+pub(crate) fn small_rows_matmul(x: Tensor<2>, parts: &[Tensor<2>]) -> Result<Tensor<2>, KernelError> {
+    let [rows, inner] = x.dims();
+    let shape_err = |what: String| Err(KernelError::Matmul(what));
+    if rows == 0 || rows > crate::SMALL_ROWS_MAX {
+        return shape_err(format!("{rows} rows: the kernel takes 1 to {}", crate::SMALL_ROWS_MAX));
+    }
+    if parts.is_empty() || parts.iter().any(|p| p.dims()[1] != inner || p.dims()[0] == 0) {
+        let dims: Vec<[usize; 2]> = parts.iter().map(|p| p.dims()).collect();
+        return shape_err(format!("x [{rows}, {inner}] against weight parts {dims:?}: expected [out_i ≥ 1, {inner}]"));
+    }
+    let x = primitive(x, "x").map_err(matmul_err)?;
+    let x = into_contiguous(if x.dtype == DType::F32 { x } else { cast(x, DType::F32) });
+    let ws = parts
+        .iter()
+        .map(|p| primitive(p.clone(), "the weight").map(into_contiguous).map_err(matmul_err))
+        .collect::<Result<Vec<_>, _>>()?;
+    let dtype = ws[0].dtype;
+    if !dtype.is_float() || ws.iter().any(|w| w.dtype != dtype) {
+        return Err(KernelError::Matmul(format!("weight parts of dtype {dtype:?}: expected one float dtype")));
+    }
+    if !x.client.properties().supports_type(dtype_to_elem_type(dtype)) {
+        return Err(KernelError::Matmul(format!("weight dtype {dtype:?} is not supported by this adapter")));
+    }
+    let total: usize = ws.iter().map(|w| w.meta.shape()[0]).sum();
+    let client = x.client.clone();
+    let y = empty_device_contiguous_dtype(client.clone(), x.device.clone(), Shape::new([rows, total]), DType::F32);
+    // Widest vector load the inner dimension allows (rows are contiguous).
+    let n = [4usize, 2, 1].into_iter().find(|&n| inner.is_multiple_of(n)).unwrap_or(1);
+    // Rows per pass over the weights and outputs per cube: at most 8 (row, output)
+    // accumulator vectors per unit; a few rows get several outputs per cube (fewer
+    // reads of the rows, which every cube reads), many rows one.
+    let rg = rows.next_power_of_two().min(8);
+    let ot = (8 / rg).min(4);
+    let elem = dtype_to_elem_type(dtype);
+    let mut col = 0usize;
+    for w in ws {
+        let outs = w.meta.shape()[0];
+        let cubes = outs.div_ceil(ot);
+        // Cube counts past 65,535 along one axis are not portable: fold into a grid.
+        let cx = cubes.min(MAX_CUBES_X);
+        let cy = cubes.div_ceil(cx);
+        // SAFETY: `x` is contiguous `[rows, inner]` and `w` contiguous `[outs, inner]`, both
+        // read as `inner / n` vectors per row (`n` divides `inner`); the kernel clamps the
+        // rows and outputs it reads to `rows − 1` and `outs − 1` and writes only
+        // `r < rows`, `o < outs`, at `r · total + col + o` inside `y` `[rows, total]`
+        // (`col + outs ≤ total`). Cubes past the last output (the folded grid's tail)
+        // read clamped indices and write nothing.
+        unsafe {
+            super::matmul::small_rows_matmul::launch_unchecked(
+                &client,
+                CubeCount::Static(cx as u32, cy as u32, 1),
+                CubeDim::new_1d(super::matmul::UNITS as u32),
+                n,
+                x.clone().into_tensor_arg(),
+                w.into_tensor_arg(),
+                y.clone().into_tensor_arg(),
+                rows,
+                outs,
+                inner / n,
+                total,
+                col,
+                n,
+                rg,
+                ot,
+                super::matmul::UNITS,
+                elem,
+            );
+        }
+        col += outs;
+    }
+    Ok(Tensor::from_primitive::<Cube>(y))
+}
+
+/// A launch error of the shared helpers, as the small-row matmul's.
+fn matmul_err(e: KernelError) -> KernelError {
+    match e {
+        KernelError::Backend(m) | KernelError::Shape(m) => KernelError::Matmul(m),
+        other => other,
+    }
+}
+
+/// Cubes along the grid's first axis before the small-row kernel folds its
+/// outputs into a second one (WebGPU guarantees 65,535).
+const MAX_CUBES_X: usize = 32_768;

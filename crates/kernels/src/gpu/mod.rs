@@ -1,5 +1,7 @@
-//! Tree attention on CubeCL devices (wgpu, CUDA): the kernels
-//! (`kernel.rs`) and their launch on Burn's CubeCL tensors (`ext.rs`).
+//! The CubeCL kernels (wgpu, CUDA): tree attention (`kernel.rs`), the
+//! small-row matmul (`matmul.rs`), and their launch on Burn's CubeCL tensors
+//! (`ext.rs`).
 
 pub(crate) mod ext;
 mod kernel;
+mod matmul;
