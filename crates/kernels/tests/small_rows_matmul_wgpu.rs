@@ -9,6 +9,10 @@
 use bastion_kernels::{small_rows_matmul, KernelError, SMALL_ROWS_MAX};
 use burn::tensor::{DType, Device, DeviceType, Tensor, TensorData};
 
+/// The launch counter sees every launch of the process: the tests of this
+/// file take turns, so one test's count holds only its own launches.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn device() -> Option<Device> {
     let found = Device::enumerate(DeviceType::Wgpu).into_iter().next();
     if found.is_none() {
@@ -107,6 +111,7 @@ fn dtypes(device: &Device) -> Vec<DType> {
 
 #[test]
 fn every_row_count_width_and_dtype_matches_the_reference() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let Some(device) = device() else { return };
     let kinds = dtypes(&device);
     eprintln!("weight dtypes on this adapter: {kinds:?}");
@@ -142,6 +147,7 @@ fn every_row_count_width_and_dtype_matches_the_reference() {
 /// count, so a verification reproduces a decode step exactly.
 #[test]
 fn a_rows_result_does_not_depend_on_the_row_count() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let Some(device) = device() else { return };
     let (inner, out) = (576, 200);
     for &dt in &dtypes(&device) {
@@ -164,6 +170,7 @@ fn a_rows_result_does_not_depend_on_the_row_count() {
 
 #[test]
 fn bad_inputs_are_errors() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let Some(device) = device() else { return };
     let w = weight(&values(8 * 16, 1), 8, 16, DType::F32, &device);
     let x = |rows: usize, inner: usize| Tensor::<2>::zeros([rows, inner], &device);
@@ -178,4 +185,33 @@ fn bad_inputs_are_errors() {
     let cpu = Tensor::<2>::zeros([2, 16], &Device::flex());
     let e = err(small_rows_matmul(cpu, std::slice::from_ref(&w)));
     assert!(e.contains("needs a CubeCL device"), "{e}");
+}
+
+/// One launch per weight part (f32 contiguous activations need no cast or
+/// copy), and a bounded set of compiled kernels whatever the row count:
+/// rows 1 to 64 of one weight dtype and width take at most four (one per
+/// rows-per-pass class: 1, 2, 4, 8).
+#[test]
+fn one_launch_per_part_and_few_kernels_for_all_row_counts() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    use bastion_kernels::LaunchCount;
+    let Some(device) = device() else { return };
+    let (inner, out) = (64, 48);
+    let parts: Vec<Tensor<2>> =
+        (0..2).map(|p| weight(&values(out * inner / 2, p), out / 2, inner, DType::F32, &device)).collect();
+    let x = |rows: usize| Tensor::<2>::from_data(TensorData::new(values(rows * inner, 9), [rows, inner]), &device);
+    // Warm: the inputs' uploads are not launches, but keep them out of the count anyway.
+    let xs: Vec<Tensor<2>> = (1..=SMALL_ROWS_MAX).map(x).collect();
+    let count = LaunchCount::start();
+    let y = small_rows_matmul(xs[2].clone(), &parts).unwrap();
+    let one = count.finish();
+    host(y);
+    assert_eq!(one.total, 2, "one launch per part: {:?}", one.by_kernel);
+    let count = LaunchCount::start();
+    for x in &xs {
+        small_rows_matmul(x.clone(), &parts).unwrap();
+    }
+    let all = count.finish();
+    assert_eq!(all.total, 2 * SMALL_ROWS_MAX);
+    assert!(all.distinct <= 4, "{} distinct kernels for rows 1-64: {:?}", all.distinct, all.by_kernel);
 }

@@ -1,6 +1,8 @@
 //! Linear layers without bias ([`Linear`]): packed for the CPU kernel on
-//! `flex`, Burn tensors (split into buffer-sized parts, half types where
-//! the device computes in them) on the other backends.
+//! `flex`; on CubeCL devices (wgpu, cuda) `[out, in]` tensors for Bastion's
+//! small-row kernel (Burn's matmul past its rows); Burn tensors `[in, out]`
+//! elsewhere (autodiff); split into buffer-sized parts, half types where the
+//! device computes in them.
 
 use std::sync::Arc;
 
@@ -64,11 +66,14 @@ impl NormWeight {
 /// On the `flex` CPU backend the weight is held once, packed for the CPU
 /// kernel of [`bastion_kernels::cpu::matmul`], which computes every product (decode
 /// steps, draft trees, prefill): one arithmetic for every row count, so a
-/// row's result never depends on how many rows share the call. Elsewhere
-/// (GPU backends, autodiff for drafter training) it is a Burn tensor
-/// `[in, out]` (transposed once at load, contiguous) for Burn's matmul,
-/// stored in f16 / bf16 where [`device_half`] says the device computes in
-/// that type.
+/// row's result never depends on how many rows share the call. On CubeCL
+/// devices (wgpu, cuda) it is a device tensor `[out, in]` read by the
+/// small-row kernel ([`bastion_kernels::small_rows_matmul`], up to
+/// [`bastion_kernels::SMALL_ROWS_MAX`] rows, also row-invariant) and by
+/// Burn's matmul beyond. Elsewhere (autodiff for drafter training) it is a
+/// Burn tensor `[in, out]` (transposed once at load, contiguous) for Burn's
+/// matmul. Device tensors are stored in f16 / bf16 where [`device_half`]
+/// says the device computes in that type.
 pub(crate) struct Linear {
     w: LinearWeight,
     pub(crate) in_features: usize,
@@ -104,7 +109,15 @@ enum LinearWeight {
     /// most the bound of [`rows_per_part`] (one part unless the layer is that large),
     /// stored and multiplied in `half` when set ([`device_half`]; activations are cast
     /// to it before the matmul and the product back to f32 after it), else f32.
+    /// On devices without Bastion's CubeCL kernels (autodiff for training, ndarray).
     Burn { parts: Vec<Tensor<2>>, half: Option<DType> },
+    /// On a CubeCL device ([`bastion_kernels::kernel_available`]): `[out_i, in]`
+    /// tensors (each output's weights contiguous, as the small-row kernel reads
+    /// them), split like `Burn`'s, stored in `half` when set, else f32. Up to
+    /// [`bastion_kernels::SMALL_ROWS_MAX`] rows go to
+    /// [`bastion_kernels::small_rows_matmul`] (f32 activations against the
+    /// stored weights, no casts), more to Burn's matmul on the transposed view.
+    Cube { parts: Vec<Tensor<2>>, half: Option<DType> },
 }
 
 /// The largest tensor (bytes) a model places in one device buffer by
@@ -176,18 +189,27 @@ impl Linear {
             }
             let part = rows_per_part(in_features) * in_features;
             let half = device_half(device, dtype);
+            let tensor = |t: Vec<f32>, shape: [usize; 2]| match half {
+                Some(dt) => half_tensor(t, shape, dt, device),
+                None => Tensor::from_data(TensorData::new(t, shape), device),
+            };
+            let cube = bastion_kernels::kernel_available(device);
             let parts = data
                 .chunks(part)
                 .map(|rows| {
                     let (r, c) = (rows.len() / in_features, in_features);
-                    let t = transpose(rows, r, c);
-                    match half {
-                        Some(dt) => half_tensor(t, [c, r], dt, device),
-                        None => Tensor::from_data(TensorData::new(t, [c, r]), device),
+                    if cube {
+                        tensor(rows.to_vec(), [r, c])
+                    } else {
+                        tensor(transpose(rows, r, c), [c, r])
                     }
                 })
                 .collect();
-            LinearWeight::Burn { parts, half }
+            if cube {
+                LinearWeight::Cube { parts, half }
+            } else {
+                LinearWeight::Burn { parts, half }
+            }
         };
         Self { w, in_features, out_features }
     }
@@ -196,8 +218,10 @@ impl Linear {
     /// held as a half-type device tensor, 4 for an f32 tensor.
     pub(crate) fn stored_bytes_per_weight(&self, dtype: WeightDtype) -> f64 {
         match &self.w {
-            LinearWeight::Packed(_) | LinearWeight::Burn { half: Some(_), .. } => dtype.bytes_per_weight(),
-            LinearWeight::Burn { half: None, .. } => 4.0,
+            LinearWeight::Packed(_)
+            | LinearWeight::Burn { half: Some(_), .. }
+            | LinearWeight::Cube { half: Some(_), .. } => dtype.bytes_per_weight(),
+            LinearWeight::Burn { half: None, .. } | LinearWeight::Cube { half: None, .. } => 4.0,
         }
     }
 
@@ -205,7 +229,7 @@ impl Linear {
     pub(crate) fn parts(&self) -> usize {
         match &self.w {
             LinearWeight::Packed(_) => 1,
-            LinearWeight::Burn { parts, .. } => parts.len(),
+            LinearWeight::Burn { parts, .. } | LinearWeight::Cube { parts, .. } => parts.len(),
         }
     }
 
@@ -233,6 +257,27 @@ impl Linear {
                     None => y,
                 }
             }
+            LinearWeight::Cube { parts, half } => {
+                let [m, _] = x.dims();
+                if m <= bastion_kernels::SMALL_ROWS_MAX {
+                    return bastion_kernels::small_rows_matmul(x, parts)
+                        .expect("a CubeCL device's linear weights fit the small-row kernel (checked at load)");
+                }
+                let x = match *half {
+                    Some(dt) => x.cast(dt),
+                    None => x,
+                };
+                let product = |w: &Tensor<2>| x.clone().matmul(w.clone().transpose());
+                let y = if parts.len() == 1 {
+                    product(&parts[0])
+                } else {
+                    Tensor::cat(parts.iter().map(product).collect(), 1)
+                };
+                match half {
+                    Some(_) => y.cast(DType::F32),
+                    None => y,
+                }
+            }
         }
     }
 
@@ -240,7 +285,7 @@ impl Linear {
     pub(crate) fn packed(&self) -> Option<Arc<PackedMatrix>> {
         match &self.w {
             LinearWeight::Packed(w) => Some(Arc::clone(w)),
-            LinearWeight::Burn { .. } => None,
+            LinearWeight::Burn { .. } | LinearWeight::Cube { .. } => None,
         }
     }
 
@@ -252,7 +297,9 @@ impl Linear {
     pub(crate) fn forward_host(&self, x: &[f32], rows: usize) -> Vec<f32> {
         match &self.w {
             LinearWeight::Packed(w) => w.matmul(x, rows),
-            LinearWeight::Burn { .. } => unreachable!("host layers run only on flex, where weights are packed"),
+            LinearWeight::Burn { .. } | LinearWeight::Cube { .. } => {
+                unreachable!("host layers run only on flex, where weights are packed")
+            }
         }
     }
 
@@ -283,6 +330,20 @@ impl Linear {
                 }
                 data
             }
+            LinearWeight::Cube { parts, .. } => {
+                // `[out_i, in]` parts: the rows as they are.
+                let per = rows_per_part(inp);
+                let mut host_parts: Vec<Option<Vec<f32>>> = vec![None; parts.len()];
+                let mut data = Vec::with_capacity(ids.len() * inp);
+                for &j in ids {
+                    let (p, local) = (j as usize / per, j as usize % per);
+                    if host_parts[p].is_none() {
+                        host_parts[p] = Some(crate::model::host(parts[p].clone().cast(DType::F32))?);
+                    }
+                    data.extend_from_slice(&host_parts[p].as_ref().expect("read above")[local * inp..(local + 1) * inp]);
+                }
+                data
+            }
         };
         Ok(HostTensor { data, shape: vec![ids.len(), inp] })
     }
@@ -293,6 +354,7 @@ impl Linear {
     pub(crate) fn weight_t(&self, device: &Device) -> Tensor<2> {
         match &self.w {
             LinearWeight::Burn { parts, .. } => Tensor::cat(parts.clone(), 1).cast(DType::F32),
+            LinearWeight::Cube { parts, .. } => Tensor::cat(parts.clone(), 0).transpose().cast(DType::F32),
             LinearWeight::Packed(w) => to_tensor2_transposed(
                 HostTensor { data: w.unpack(), shape: vec![self.out_features, self.in_features] },
                 device,
