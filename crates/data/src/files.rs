@@ -152,6 +152,12 @@ impl DatasetFile {
     /// # Errors
     /// [`DataError::Io`] naming the file; as [`DatasetFile::parse`].
     pub fn load(&self, selection: &Selection) -> Result<Vec<Prompt>> {
+        if selection.per_group.is_some() {
+            return Err(DataError::Selection(format!(
+                "dataset `{}`: a per-group subset needs a set with task groups (spec-bench)",
+                self.name
+            )));
+        }
         let bytes = std::fs::read(&self.path).map_err(|source| DataError::Io { path: self.path.clone(), source })?;
         self.parse(&bytes, selection.max_samples)
     }
@@ -240,7 +246,9 @@ impl DatasetFile {
             if let Some(first) = seen.insert(id.clone(), i + 1) {
                 return Err(err(i + 1, &self.id, format!("a unique id (`{id}` is also line {first}'s)")));
             }
-            out.push(Prompt { dataset: self.name, index: i, id, turns });
+            // A string `category` travels with the prompt (tables can group by it).
+            let category = record.get("category").and_then(Value::as_str).map(str::to_string);
+            out.push(Prompt { dataset: self.name, index: i, id, turns, category });
         }
         if out.is_empty() && max != Some(0) {
             return Err(err(0, "(file)", "at least one record".into()));

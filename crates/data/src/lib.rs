@@ -11,7 +11,7 @@
 //! ```no_run
 //! use bastion_data::{DatasetName, Datasets, Selection};
 //! let sets = Datasets::open("datasets")?;
-//! let prompts = sets.load(DatasetName::Gsm8k, &Selection { paper_subset: true, max_samples: Some(8) })?;
+//! let prompts = sets.load(DatasetName::Gsm8k, &Selection { paper_subset: true, max_samples: Some(8), per_group: None })?;
 //! assert_eq!(prompts.len(), 8);
 //! # Ok::<(), bastion_data::DataError>(())
 //! ```
@@ -37,7 +37,7 @@ const SHA256SUMS: &str = include_str!("../../../datasets/SHA256SUMS");
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
     /// The dataset name is not one of [`DatasetName::ALL`].
-    #[error("unknown dataset `{0}`; expected one of: gsm8k, math500, aime25, humaneval, mbpp, mt-bench, alpaca (your own JSONL files go under [[datasets.files]])")]
+    #[error("unknown dataset `{0}`; expected one of: gsm8k, math500, aime24, aime25, humaneval, mbpp, mt-bench, alpaca, spec-bench (your own JSONL files go under [[datasets.files]])")]
     UnknownName(String),
     /// A file could not be read.
     #[error("cannot read {path}: {source}")]
@@ -85,6 +85,8 @@ pub enum DatasetName {
     Gsm8k,
     /// MATH-500 (500 problems).
     Math500,
+    /// AIME 2024 (30 problems).
+    Aime24,
     /// AIME 2025 (30 problems).
     Aime25,
     /// HumanEval (164 tasks).
@@ -95,6 +97,9 @@ pub enum DatasetName {
     MtBench,
     /// Alpaca (a 1000-record sample; see `datasets/SOURCES.md`).
     Alpaca,
+    /// Spec-Bench (Xia et al., ACL Findings 2024; 480 questions in 13
+    /// categories, six task groups: [`SPEC_BENCH_GROUPS`]).
+    SpecBench,
     /// A user's own JSONL file, by the name its experiment gives it
     /// (`[[datasets.files]]`, [`DatasetFile`]).
     User(UserName),
@@ -146,8 +151,17 @@ impl UserName {
 
 impl DatasetName {
     /// Every set, in the papers' table order.
-    pub const ALL: [DatasetName; 7] =
-        [Self::Gsm8k, Self::Math500, Self::Aime25, Self::Humaneval, Self::Mbpp, Self::MtBench, Self::Alpaca];
+    pub const ALL: [DatasetName; 9] = [
+        Self::Gsm8k,
+        Self::Math500,
+        Self::Aime24,
+        Self::Aime25,
+        Self::Humaneval,
+        Self::Mbpp,
+        Self::MtBench,
+        Self::Alpaca,
+        Self::SpecBench,
+    ];
 
     /// The name used in experiment files and tables.
     pub fn as_str(self) -> &'static str {
@@ -155,11 +169,13 @@ impl DatasetName {
             Self::User(n) => n.as_str(),
             Self::Gsm8k => "gsm8k",
             Self::Math500 => "math500",
+            Self::Aime24 => "aime24",
             Self::Aime25 => "aime25",
             Self::Humaneval => "humaneval",
             Self::Mbpp => "mbpp",
             Self::MtBench => "mt-bench",
             Self::Alpaca => "alpaca",
+            Self::SpecBench => "spec-bench",
         }
     }
 
@@ -170,11 +186,13 @@ impl DatasetName {
             Self::User(n) => n.as_str(),
             Self::Gsm8k => "gsm8k.jsonl",
             Self::Math500 => "math500.jsonl",
+            Self::Aime24 => "aime24.jsonl",
             Self::Aime25 => "aime25.jsonl",
             Self::Humaneval => "humaneval.jsonl",
             Self::Mbpp => "mbpp.jsonl",
             Self::MtBench => "mt-bench.jsonl",
             Self::Alpaca => "alpaca.jsonl",
+            Self::SpecBench => "spec-bench.jsonl",
         }
     }
 }
@@ -219,8 +237,43 @@ pub struct Prompt {
     /// `id`) or the line index.
     pub id: String,
     /// User messages with the papers' template applied. One for every set but
-    /// MT-Bench, which has two (the second continues the first's answer).
+    /// MT-Bench and Spec-Bench's MT-Bench categories, which have two (the
+    /// second continues the first's answer).
     pub turns: Vec<String>,
+    /// The record's category, for sets that have one (Spec-Bench:
+    /// `writing`, …, `translation`, `rag`; [`spec_bench_group`] maps it to
+    /// its task group).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub category: Option<String>,
+}
+
+/// Spec-Bench's six task groups, in its leaderboard's column order
+/// (hemingkx/Spec-Bench `Leaderboard.md`; Xia et al., ACL Findings 2024).
+pub const SPEC_BENCH_GROUPS: [&str; 6] = [
+    "multi-turn conversation",
+    "translation",
+    "summarization",
+    "question answering",
+    "mathematical reasoning",
+    "retrieval-augmented generation",
+];
+
+/// The Spec-Bench task group of a `category`: MT-Bench's eight categories
+/// (`writing`, `roleplay`, `reasoning`, `math`, `coding`, `extraction`,
+/// `stem`, `humanities`) are multi-turn conversation; `translation`,
+/// `summarization`, `qa`, `math_reasoning` and `rag` are their own groups.
+/// `None` for any other category.
+pub fn spec_bench_group(category: &str) -> Option<&'static str> {
+    let g = match category {
+        "writing" | "roleplay" | "reasoning" | "math" | "coding" | "extraction" | "stem" | "humanities" => 0,
+        "translation" => 1,
+        "summarization" => 2,
+        "qa" => 3,
+        "math_reasoning" => 4,
+        "rag" => 5,
+        _ => return None,
+    };
+    Some(SPEC_BENCH_GROUPS[g])
 }
 
 /// Which prompts of a set to use.
@@ -239,6 +292,19 @@ pub struct Selection {
     /// `shuffle(seed=0).select(range(n))`), otherwise a prefix in file order
     /// (the references shuffle whenever a set has more rows than `n`).
     pub max_samples: Option<usize>,
+    /// For sets with task groups (Spec-Bench, [`SPEC_BENCH_GROUPS`]): keep
+    /// this many prompts of each group, a seeded draw (the group's prompts
+    /// ordered by [`subset_key`], the first `n` kept), in file order; before
+    /// `max_samples`. A quick run that still reports every group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_group: Option<usize>,
+}
+
+/// The order of a seeded per-group draw ([`Selection::per_group`]): the
+/// sha256 of `"bastion-subset-0:{id}"`, so a prompt's place depends on its
+/// own id only (a group's first `n` stay its first `n` when the file grows).
+pub fn subset_key(id: &str) -> [u8; 32] {
+    Sha256::digest(format!("bastion-subset-0:{id}").as_bytes()).into()
 }
 
 /// The `datasets/` folder.
@@ -321,7 +387,13 @@ impl Datasets {
         let file = name.file_name();
         let bytes = self.read_verified(file)?;
         let subset = if selection.paper_subset { self.subset(name)? } else { None };
-        parse_records(name, &self.root.join(file), &bytes, subset.as_deref(), selection.max_samples)
+        let Some(n) = selection.per_group else {
+            return parse_records(name, &self.root.join(file), &bytes, subset.as_deref(), selection.max_samples);
+        };
+        let all = parse_records(name, &self.root.join(file), &bytes, subset.as_deref(), None)?;
+        let mut prompts = per_group(name, all, n)?;
+        prompts.truncate(selection.max_samples.unwrap_or(usize::MAX));
+        Ok(prompts)
     }
 
     /// The papers' 128-prompt subset of `name`, if it has one.
@@ -354,6 +426,39 @@ impl Datasets {
             .collect::<Result<Vec<_>>>()
             .map(Some)
     }
+}
+
+/// The first `n` prompts of each task group in [`subset_key`] order, in
+/// file order.
+///
+/// # Errors
+/// [`DataError::Selection`] for a set without task groups, or a prompt
+/// whose category has no group.
+fn per_group(name: DatasetName, prompts: Vec<Prompt>, n: usize) -> Result<Vec<Prompt>> {
+    if name != DatasetName::SpecBench {
+        return Err(DataError::Selection(format!(
+            "{name}: a per-group subset needs a set with task groups (spec-bench)"
+        )));
+    }
+    let mut keyed = Vec::with_capacity(prompts.len());
+    for p in prompts {
+        let group = p.category.as_deref().and_then(spec_bench_group).ok_or_else(|| {
+            DataError::Selection(format!("{name} prompt {}: category {:?} has no Spec-Bench group", p.id, p.category))
+        })?;
+        keyed.push((group, subset_key(&p.id), p));
+    }
+    keyed.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    let mut kept: Vec<Prompt> = Vec::new();
+    let mut taken: BTreeMap<&str, usize> = BTreeMap::new();
+    for (group, _, p) in keyed {
+        let t = taken.entry(group).or_default();
+        if *t < n {
+            *t += 1;
+            kept.push(p);
+        }
+    }
+    kept.sort_by_key(|p| p.index);
+    Ok(kept)
 }
 
 /// A prompt for drafter training (self-distillation), never an evaluation
@@ -599,20 +704,34 @@ fn template(name: DatasetName, index: usize, r: &Value) -> std::result::Result<P
         r.get(field).and_then(Value::as_str).map(str::to_string).ok_or((field.to_string(), "a string".to_string()))
     };
     let id_of = |field: &str| r.get(field).map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string));
+    let turns = || -> std::result::Result<Vec<String>, (String, String)> {
+        r.get("turns")
+            .and_then(Value::as_array)
+            .filter(|t| !t.is_empty())
+            .and_then(|t| t.iter().map(|x| x.as_str().map(str::to_string)).collect::<Option<Vec<_>>>())
+            .ok_or(("turns".to_string(), "a non-empty array of strings".to_string()))
+    };
     let (id, turns) = match name {
         DatasetName::Gsm8k => (None, vec![format!("{}{MATH_SUFFIX}", text("question")?)]),
         DatasetName::Math500 => (id_of("unique_id"), vec![format!("{}{MATH_SUFFIX}", text("problem")?)]),
-        DatasetName::Aime25 => (id_of("id"), vec![format!("{}{MATH_SUFFIX}", text("problem")?)]),
+        DatasetName::Aime24 | DatasetName::Aime25 => (id_of("id"), vec![format!("{}{MATH_SUFFIX}", text("problem")?)]),
         DatasetName::Humaneval => (id_of("task_id"), vec![humaneval_template(&text("prompt")?)]),
         DatasetName::Mbpp => (id_of("task_id"), vec![text("prompt")?]),
-        DatasetName::MtBench => {
-            let turns = r
-                .get("turns")
-                .and_then(Value::as_array)
-                .filter(|t| !t.is_empty())
-                .and_then(|t| t.iter().map(|x| x.as_str().map(str::to_string)).collect::<Option<Vec<_>>>())
-                .ok_or(("turns".to_string(), "a non-empty array of strings".to_string()))?;
-            (id_of("question_id"), turns)
+        DatasetName::MtBench => (id_of("question_id"), turns()?),
+        // As Spec-Bench's own inference runs them: the turns as they are (one, or MT-Bench's
+        // two), each a user message after the model's answer to the one before.
+        DatasetName::SpecBench => {
+            let category = text("category")?;
+            if spec_bench_group(&category).is_none() {
+                return Err((
+                    "category".to_string(),
+                    "one of Spec-Bench's 13 categories (writing, roleplay, reasoning, math, coding, extraction, \
+                     stem, humanities, translation, summarization, qa, math_reasoning, rag)"
+                        .to_string(),
+                ));
+            }
+            let id = id_of("question_id").ok_or(("question_id".to_string(), "an id".to_string()))?;
+            return Ok(Prompt { dataset: name, index, id, turns: turns()?, category: Some(category) });
         }
         DatasetName::Alpaca => {
             let instruction = text("instruction")?;
@@ -624,5 +743,5 @@ fn template(name: DatasetName, index: usize, r: &Value) -> std::result::Result<P
             return Err(("(file)".to_string(), format!("a built-in set; `{}` is a user's file", n.as_str())))
         }
     };
-    Ok(Prompt { dataset: name, index, id: id.unwrap_or_else(|| index.to_string()), turns })
+    Ok(Prompt { dataset: name, index, id: id.unwrap_or_else(|| index.to_string()), turns, category: None })
 }

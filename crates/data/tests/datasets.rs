@@ -8,7 +8,7 @@ fn datasets() -> Datasets {
     Datasets::open(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../datasets")).unwrap()
 }
 
-const ALL: Selection = Selection { paper_subset: false, max_samples: None };
+const ALL: Selection = Selection { paper_subset: false, max_samples: None, per_group: None };
 
 #[test]
 fn every_file_matches_its_checksum() {
@@ -18,9 +18,9 @@ fn every_file_matches_its_checksum() {
         let name = format!("train/{domain}-self-instruct.jsonl");
         assert!(names.contains(&name), "{name} missing from SHA256SUMS");
     }
-    // Nine evaluation files (seven sets, the full MBPP, the paper subsets) and four
+    // Eleven evaluation files (nine sets, the full MBPP, the paper subsets) and four
     // training files.
-    assert_eq!(names.len(), 13);
+    assert_eq!(names.len(), 15);
 }
 
 #[test]
@@ -29,17 +29,23 @@ fn record_counts_match_sources_md() {
     let counts = [
         (DatasetName::Gsm8k, 1319),
         (DatasetName::Math500, 500),
+        (DatasetName::Aime24, 30),
         (DatasetName::Aime25, 30),
         (DatasetName::Humaneval, 164),
         (DatasetName::Mbpp, 257),
         (DatasetName::MtBench, 80),
         (DatasetName::Alpaca, 1000),
+        (DatasetName::SpecBench, 480),
     ];
     for (name, n) in counts {
         let prompts = d.load(name, &ALL).unwrap();
         assert_eq!(prompts.len(), n, "{name}");
-        let want_turns = if name == DatasetName::MtBench { 2 } else { 1 };
-        assert!(prompts.iter().all(|p| p.turns.len() == want_turns), "{name}");
+        // MT-Bench's questions have two turns, in Spec-Bench too (its MT-Bench categories).
+        let multi_turn = |p: &bastion_data::Prompt| {
+            name == DatasetName::MtBench
+                || p.category.as_deref().and_then(bastion_data::spec_bench_group) == Some("multi-turn conversation")
+        };
+        assert!(prompts.iter().all(|p| p.turns.len() == if multi_turn(p) { 2 } else { 1 }), "{name}");
     }
 }
 
@@ -95,7 +101,7 @@ fn templates_are_the_papers() {
 #[test]
 fn paper_subsets_follow_subsets_seed0() {
     let d = datasets();
-    let sub = Selection { paper_subset: true, max_samples: None };
+    let sub = Selection { paper_subset: true, ..ALL };
     let g = d.load(DatasetName::Gsm8k, &sub).unwrap();
     assert_eq!(g.len(), 128);
     assert_eq!(g.iter().take(3).map(|p| p.index).collect::<Vec<_>>(), vec![264, 725, 996]);
@@ -107,7 +113,7 @@ fn paper_subsets_follow_subsets_seed0() {
     // Sets the papers use whole are unchanged by the flag.
     assert_eq!(d.load(DatasetName::Humaneval, &sub).unwrap().len(), 164);
     // max_samples takes a prefix of the subset (= shuffle(seed=0).select(range(n))).
-    let eight = d.load(DatasetName::Math500, &Selection { paper_subset: true, max_samples: Some(8) }).unwrap();
+    let eight = d.load(DatasetName::Math500, &Selection { paper_subset: true, max_samples: Some(8), ..ALL }).unwrap();
     let all = d.load(DatasetName::Math500, &sub).unwrap();
     assert_eq!(eight[..], all[..8]);
 }
@@ -142,4 +148,88 @@ fn names_parse_and_unknown_names_list_the_choices() {
     }
     let msg = "gsm9k".parse::<DatasetName>().unwrap_err().to_string();
     assert!(msg.contains("gsm9k") && msg.contains("mt-bench"), "{msg}");
+}
+
+/// Spec-Bench's 13 categories fall in its leaderboard's six task groups:
+/// MT-Bench's eight categories are multi-turn conversation, the other five
+/// are a group each (hemingkx/Spec-Bench `Leaderboard.md`, its
+/// columns; `datasets/SOURCES.md`).
+#[test]
+fn spec_bench_categories_map_to_the_leaderboards_six_groups() {
+    use bastion_data::{spec_bench_group, SPEC_BENCH_GROUPS};
+    let expected = [
+        ("writing", "multi-turn conversation"),
+        ("roleplay", "multi-turn conversation"),
+        ("reasoning", "multi-turn conversation"),
+        ("math", "multi-turn conversation"),
+        ("coding", "multi-turn conversation"),
+        ("extraction", "multi-turn conversation"),
+        ("stem", "multi-turn conversation"),
+        ("humanities", "multi-turn conversation"),
+        ("translation", "translation"),
+        ("summarization", "summarization"),
+        ("qa", "question answering"),
+        ("math_reasoning", "mathematical reasoning"),
+        ("rag", "retrieval-augmented generation"),
+    ];
+    for (category, group) in expected {
+        assert_eq!(spec_bench_group(category), Some(group), "{category}");
+    }
+    assert_eq!(spec_bench_group("poetry"), None);
+    assert_eq!(SPEC_BENCH_GROUPS.len(), 6);
+    // The file: every prompt has a category, the 13 of them and no other, 80 per group.
+    let prompts = datasets().load(DatasetName::SpecBench, &ALL).unwrap();
+    let mut categories: Vec<&str> = prompts.iter().map(|p| p.category.as_deref().unwrap()).collect();
+    categories.sort_unstable();
+    categories.dedup();
+    let mut listed: Vec<&str> = expected.iter().map(|e| e.0).collect();
+    listed.sort_unstable();
+    assert_eq!(categories, listed);
+    for g in SPEC_BENCH_GROUPS {
+        let n = prompts.iter().filter(|p| spec_bench_group(p.category.as_deref().unwrap()) == Some(g)).count();
+        assert_eq!(n, 80, "{g}");
+    }
+    // Turns are the record's own (no template), ids its question ids.
+    let first = &prompts[0];
+    assert_eq!((first.id.as_str(), first.category.as_deref()), ("81", Some("writing")));
+    assert!(first.turns[0].starts_with("Compose an engaging travel blog post about a recent trip to Hawaii"));
+    assert_eq!(first.turns[1], "Rewrite your previous response. Start every sentence with the letter A.");
+}
+
+/// A per-group subset keeps `n` prompts of each group, in file order, the
+/// same ones every time and for every `n` a prefix of a larger `n`'s draw
+/// within each group; a set without groups refuses it.
+#[test]
+fn spec_bench_per_group_subsets_are_seeded_and_nested() {
+    use bastion_data::spec_bench_group;
+    let d = datasets();
+    let pick = |n| d.load(DatasetName::SpecBench, &Selection { per_group: Some(n), ..ALL }).unwrap();
+    let five = pick(5);
+    assert_eq!(five.len(), 30);
+    assert!(five.windows(2).all(|w| w[0].index < w[1].index), "file order");
+    assert_eq!(five, pick(5), "seeded: the same draw");
+    let ten: Vec<String> = pick(10).into_iter().map(|p| p.id).collect();
+    assert!(five.iter().all(|p| ten.contains(&p.id)), "5 per group is within 10 per group");
+    for g in bastion_data::SPEC_BENCH_GROUPS {
+        assert_eq!(five.iter().filter(|p| spec_bench_group(p.category.as_deref().unwrap()) == Some(g)).count(), 5);
+    }
+    // max_samples applies after the draw.
+    let capped = d.load(DatasetName::SpecBench, &Selection { per_group: Some(5), max_samples: Some(7), ..ALL }).unwrap();
+    assert_eq!(capped[..], five[..7]);
+    let Err(e) = d.load(DatasetName::Gsm8k, &Selection { per_group: Some(2), ..ALL }) else {
+        panic!("gsm8k has no task groups")
+    };
+    assert!(e.to_string().contains("task groups"), "{e}");
+}
+
+/// AIME 2024 is templated as AIME 2025 (the math suffix), ids `aime_2024_I/1` ….
+#[test]
+fn aime24_is_templated_as_aime25() {
+    let p = datasets().load(DatasetName::Aime24, &ALL).unwrap();
+    assert_eq!(p.len(), 30);
+    assert_eq!(p[0].id, "aime_2024_I/1");
+    assert_eq!(p[15].id, "aime_2024_II/1");
+    assert!(p[0].turns[0].starts_with("Every morning Aya goes for a $9$-kilometer-long walk"));
+    assert!(p.iter().all(|q| q.turns[0]
+        .ends_with("\nPlease reason step by step, and put your final answer within \\boxed{}.")));
 }

@@ -7,6 +7,7 @@ pub mod check;
 mod draft;
 mod error;
 pub mod figures;
+pub mod leaderboard;
 pub mod provenance;
 pub mod reference;
 pub mod runner;

@@ -287,6 +287,43 @@ fn run_turns(
     Ok(out)
 }
 
+/// Refuses, naming the question, a prompt whose turns cannot fit the target's
+/// context window: every user turn in the chat template, plus
+/// `max_new_tokens` per turn (each answer, at most) and one draft block.
+/// Assistant turns' template tokens are not counted, so a prompt that passes
+/// can still fail at its last turn by that margin (a run error naming it).
+///
+/// # Errors
+/// [`RunError::Usage`] naming the set, the question id and the counts.
+fn check_prompts_fit<'p>(
+    pair: &LoadedPair,
+    encoder: &ChatEncoder<'_>,
+    exp: &Experiment,
+    prompts: impl Iterator<Item = &'p Prompt>,
+) -> Result<(), RunError> {
+    let window = pair.target().config().max_position_embeddings;
+    for p in prompts {
+        let turns = if exp.first_turn_only { &p.turns[..p.turns.len().min(1)] } else { &p.turns[..] };
+        let messages: Vec<bastion_models::Message> =
+            turns.iter().map(|t| bastion_models::Message::new("user", t)).collect();
+        let prompt = encoder.encode(&messages)?.len();
+        let needed = prompt + turns.len() * exp.max_new_tokens + pair.block_size();
+        if needed > window {
+            return Err(RunError::Usage(format!(
+                "{} question {}: its {} turn(s) take {prompt} prompt tokens, + {} new tokens per turn + a block of {} \
+                 = {needed} positions, more than the target's context of {window}: leave it out (a smaller \
+                 selection) or lower max_new_tokens; prompts are never truncated",
+                p.dataset,
+                p.id,
+                turns.len(),
+                exp.max_new_tokens,
+                pair.block_size()
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// What a stored record depends on beyond its key: a rerun with other
 /// values would mix results of two settings in one table.
 fn settings_of(exp: &Experiment) -> serde_json::Value {
@@ -475,6 +512,7 @@ pub fn run(
     let mut loaded: Option<(usize, LoadedPair)> = None;
     let mut speculators: HashMap<(usize, &str, u64, u64), Speculator> = HashMap::new();
     let mut warmed: Vec<(usize, &str)> = Vec::new();
+    let mut checked: Vec<usize> = Vec::new();
     for &s in &todo {
         if loaded.as_ref().is_none_or(|(mi, _)| *mi != s.model) {
             let pair = &exp.models[s.model];
@@ -484,6 +522,12 @@ pub fn run(
         }
         let l = &loaded.as_ref().expect("loaded above").1;
         let encoder = l.chat_encoder(exp.max_new_tokens + l.block_size())?;
+        if !checked.contains(&s.model) {
+            // Before any sample of this model runs: a prompt that cannot fit the context
+            // window is refused by name, never truncated and never found hours in.
+            check_prompts_fit(l, &encoder, exp, todo.iter().filter(|t| t.model == s.model).map(|t| &t.prompt))?;
+            checked.push(s.model);
+        }
         let cfg = GenerateConfig { temperature: s.temperature, seed: s.seed, ..l.generate_config(exp.max_new_tokens) };
         if !warmed.contains(&(s.model, s.method.label.as_str())) {
             // Short warm-up generations per method (docs/algorithms.md §7), with a
@@ -502,7 +546,9 @@ pub fn run(
             Entry::Occupied(e) => e.into_mut(),
             Entry::Vacant(e) => e.insert(l.speculator(s.method.spec.clone())?),
         };
-        let o = run_turns(l, &encoder, speculator, &s.prompt, &cfg, exp.first_turn_only, true)?;
+        let o = run_turns(l, &encoder, speculator, &s.prompt, &cfg, exp.first_turn_only, true).map_err(|e| {
+            RunError::Usage(format!("{} question {} ({}): {e}", s.prompt.dataset, s.prompt.id, s.method.label))
+        })?;
         let pair = &exp.models[s.model];
         let identical_to_ar = (s.method.spec.method != Method::Ar && s.temperature == 0.0).then(|| {
             let ar_key =
@@ -516,6 +562,7 @@ pub fn run(
             dataset: s.prompt.dataset,
             prompt_id: s.prompt.id.clone(),
             prompt_index: s.prompt.index,
+            category: s.prompt.category.clone(),
             spec: s.method.spec.clone(),
             variant: (!s.method.is_plain()).then(|| s.method.label.clone()),
             temperature: s.temperature,

@@ -23,6 +23,7 @@
 //! names = ["gsm8k", "math500", "humaneval", "mt-bench"]
 //! subset = "paper"                       # paper (128-prompt subsets) | all
 //! max_samples = 8                        # optional cap per dataset
+//! # per_group = 4                        # spec-bench: this many per task group (seeded)
 //! turns = "all"                          # all | first (MT-Bench's first turn only)
 //!
 //! [bastion]
@@ -221,6 +222,8 @@ struct RawDatasets {
     subset: Option<Spanned<Parsed<Subset>>>,
     #[serde(default)]
     max_samples: Option<Spanned<i64>>,
+    #[serde(default)]
+    per_group: Option<Spanned<i64>>,
     #[serde(default)]
     turns: Option<Spanned<Parsed<Turns>>>,
 }

@@ -328,5 +328,20 @@ pub(super) fn datasets(
     let paper_subset = d.subset.as_ref().is_none_or(|s| s.get_ref().0 == Subset::Paper);
     let max_samples = d.max_samples.as_ref().map(|m| positive(loc, m, "datasets.max_samples")).transpose()?;
     let first_turn_only = d.turns.as_ref().is_some_and(|t| t.get_ref().0 == Turns::First);
-    Ok((datasets, user, Selection { paper_subset, max_samples }, first_turn_only))
+    let per_group = match &d.per_group {
+        None => None,
+        Some(n) => {
+            let n_span = n.span();
+            let n = positive(loc, n, "datasets.per_group")?;
+            if let Some(other) = datasets.iter().find(|&&s| s != DatasetName::SpecBench) {
+                return Err(loc.at(
+                    n_span,
+                    "datasets.per_group",
+                    format!("a per-group subset needs sets with task groups (spec-bench), and {other} has none"),
+                ));
+            }
+            Some(n)
+        }
+    };
+    Ok((datasets, user, Selection { paper_subset, max_samples, per_group }, first_turn_only))
 }

@@ -89,6 +89,10 @@ pub struct SampleRecord {
     pub prompt_id: String,
     /// Prompt line in the dataset file.
     pub prompt_index: usize,
+    /// The prompt's category, for sets that have one (Spec-Bench; absent
+    /// otherwise and in records written before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub category: Option<String>,
     /// The method and its knobs, as two fields: `method` (by name: `ar`,
     /// `ddtree:N`, `bastion+skip`, …; see [`RECORD_FORMAT`] for names of earlier releases) and `params` (the other knobs as
     /// resolved; absent when all are the method's defaults).
@@ -414,6 +418,7 @@ mod tests {
             dataset: DatasetName::Gsm8k,
             prompt_id: "0".into(),
             prompt_index: 0,
+            category: None,
             spec: Method::Ar.into(),
             variant: None,
             temperature: 0.0,

@@ -502,12 +502,13 @@ pub fn tables(summary: &DataFrame) -> PolarsResult<Vec<Table>> {
     Ok(out)
 }
 
-/// Renders `tables` with the minijinja template at `template` (context:
-/// `tables`, `experiment`).
+/// Renders `tables` (the [`Table`]s of `results.{md,tex}.j2`, or other
+/// serialisable tables such as [`crate::leaderboard::Leaderboard`]) with the
+/// minijinja template at `template` (context: `tables`, `experiment`).
 ///
 /// # Errors
 /// [`OutputError`] naming the template for unreadable or invalid templates.
-pub fn render(template: &Path, experiment: &str, tables: &[Table]) -> Result<String, OutputError> {
+pub fn render<T: Serialize>(template: &Path, experiment: &str, tables: &[T]) -> Result<String, OutputError> {
     let source = std::fs::read_to_string(template).map_err(OutputError::io(template))?;
     let err = |source| OutputError::Template { path: template.into(), source };
     let mut env = minijinja::Environment::new();

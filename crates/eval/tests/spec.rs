@@ -197,6 +197,12 @@ fn mistakes_name_the_file_line_and_field() {
         ),
         (with("\"dflash\", \"ddtree\"", "\"dflash+skip\", \"ddtree\""), "6:12: methods[0]", "only the cost-aware"),
         (with("max_samples = 2", "max_samples = 2\nshuffle = true"), "17:1: datasets.shuffle", "unknown field"),
+        (with("max_samples = 2", "max_samples = 2\nper_group = 0"), "17:13: datasets.per_group", "integer ≥ 1"),
+        (
+            with("max_samples = 2", "max_samples = 2\nper_group = 3"),
+            "17:13: datasets.per_group",
+            "needs sets with task groups (spec-bench), and gsm8k has none",
+        ),
         (with("[\"dflash\"", "[\"dflash\", \"dflash\""), "6:22: methods[1]", "listed twice"),
         (with("rule = \"raw\"", "rule = \"tiles\""), "19:8: bastion.rule", "expected paper or raw"),
         (with("online_forgetting = 0.8", "online_forgetting = 1.5"), "20:21: bastion.online_forgetting", "[0, 1)"),
@@ -278,6 +284,20 @@ fn shipped_experiments_validate() {
         (gpu.backend, gpu.models[0].dtype),
         (bastion_models::BackendKind::Wgpu, bastion_models::WeightDtype::F16)
     );
+    // The GPU check's sweep is the default one's four sets with every method, +skip included.
+    let sets: Vec<&str> = gpu.datasets.iter().map(|d| d.as_str()).collect();
+    assert_eq!(sets, ["gsm8k", "math500", "humaneval", "mt-bench"]);
+    assert!(gpu.methods.iter().any(|m| m.label == "bastion+skip") && gpu.methods.iter().any(|m| m.label == "caddtree"));
+    let small = Experiment::load(&r.join("experiments/gpu-check-small.toml"), &r).unwrap();
+    assert_eq!((small.backend, small.max_new_tokens, small.selection.max_samples), (gpu.backend, 8, Some(1)));
+    // Spec-Bench: the one set, a seeded per-group subset, the default's setting.
+    let sb = Experiment::load(&r.join("experiments/spec-bench.toml"), &r).unwrap();
+    assert_eq!(sb.datasets, [bastion_data::DatasetName::SpecBench]);
+    assert_eq!((sb.selection.per_group, sb.selection.paper_subset), (Some(5), false));
+    assert_eq!(
+        (sb.models[0].dtype, sb.models[0].draft_vocab),
+        (bastion_models::WeightDtype::Q8_0, Some(1024))
+    );
     // The model shapes of scripts/gpu-check.sh are configs the loader reads.
     for (shape, layers, hidden) in [("smollm2-135m", 30, 576), ("qwen3-8b", 36, 4096), ("qwen3-8b-2-layers", 2, 4096)] {
         let cfg =
@@ -325,7 +345,7 @@ fn shipped_experiments_validate() {
     let paper = Experiment::load(&r.join("experiments/paper.toml"), base.path()).unwrap();
     assert_eq!(paper.max_new_tokens, 2048);
     assert_eq!(paper.temperatures, [0.0, 1.0]);
-    assert_eq!(paper.datasets.len(), 7);
+    assert_eq!(paper.datasets.len(), 8);
     assert!(paper.selection.paper_subset && paper.selection.max_samples == Some(128));
     let grid: Vec<String> =
         paper.methods.iter().map(|m| m.label.clone()).filter(|m| m.starts_with("ddtree:")).collect();

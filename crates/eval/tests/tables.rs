@@ -33,6 +33,7 @@ fn record(dataset: &str, prompt: &str, method: &str, rounds: &[(usize, usize)], 
         dataset,
         prompt_id: prompt.into(),
         prompt_index: 0,
+        category: None,
         spec: method,
         variant: None,
         temperature: 0.0,
@@ -392,4 +393,68 @@ fn peer_tables_give_llama_cpp_ar() {
     let committed = std::fs::read_to_string(bastion_testkit::repo_root().join("paper_tables/peers.md")).unwrap();
     let peer = parse_peer_ar(&committed).unwrap();
     assert!(peer.tok_s > 1.0 && peer.target.ends_with(".gguf") && peer.run.ends_with(" threads"), "{peer:?}");
+}
+
+/// Spec-Bench's leaderboard: speedup per task group paired with AR per
+/// prompt, τ over all prompts, the overall speedup; records without a
+/// Spec-Bench category are left out; both templates render it.
+#[test]
+fn spec_bench_leaderboard_groups_by_task() {
+    use bastion_eval::leaderboard::{leaderboard_frame, leaderboards};
+    let with = |prompt: &str, category: &str, method: &str, rounds: &[(usize, usize)], tpot: f64| {
+        let mut r = record("spec-bench", prompt, method, rounds, tpot);
+        r.category = Some(category.into());
+        r
+    };
+    let mut recs = vec![
+        // Two translation prompts, one writing (multi-turn) and one qa.
+        with("1", "translation", "ar", &[(1, 1)], 0.010),
+        with("1", "translation", "ddtree:4", &[(5, 2), (5, 4)], 0.005),
+        with("2", "translation", "ar", &[(1, 1)], 0.030),
+        with("2", "translation", "ddtree:4", &[(5, 2)], 0.010),
+        with("81", "writing", "ar", &[(1, 1)], 0.020),
+        with("81", "writing", "ddtree:4", &[(5, 1)], 0.040),
+        with("9", "qa", "ar", &[(1, 1)], 0.010),
+    ];
+    // A GSM8K record: not in the leaderboard.
+    recs.push(record("gsm8k", "a", "ddtree:4", &[(5, 5)], 0.001));
+    let boards = leaderboards(&recs);
+    assert_eq!(boards.len(), 1);
+    let b = &boards[0];
+    assert_eq!(b.groups, ["multi-turn conversation", "translation", "question answering"]);
+    let labels: Vec<&str> = b.rows.iter().map(|r| r.method.as_str()).collect();
+    assert_eq!(labels, ["ar", "ddtree:4"]);
+    let dd = &b.rows[1];
+    let close = |a: f64, b: f64| assert!((a - b).abs() < 1e-12, "{a} vs {b}");
+    // Translation: (0.010 + 0.030) / (0.005 + 0.010); writing 0.020 / 0.040; no qa sample.
+    close(dd.groups[1].unwrap().value, 0.040 / 0.015);
+    assert_eq!(dd.groups[1].unwrap().prompts, 2);
+    close(dd.groups[0].unwrap().value, 0.5);
+    assert!(dd.groups[2].is_none());
+    // τ: prompts 3.0, 2.0 and 1.0; overall over the three paired prompts.
+    close(dd.tau, 2.0);
+    close(dd.overall.unwrap().value, 0.060 / 0.055);
+    close(b.rows[0].overall.unwrap().value, 1.0);
+    assert_eq!(b.rows[0].overall.unwrap().prompts, 4);
+    // The frame: categories, groups and overall per method.
+    let f = leaderboard_frame(&recs).unwrap();
+    let level = f.column("level").unwrap().str().unwrap().clone();
+    let name = f.column("name").unwrap().str().unwrap().clone();
+    let method = f.column("method").unwrap().str().unwrap().clone();
+    let rows: Vec<(String, String, String)> = (0..f.height())
+        .map(|i| {
+            (method.get(i).unwrap().to_string(), level.get(i).unwrap().to_string(), name.get(i).unwrap().to_string())
+        })
+        .collect();
+    assert!(rows.contains(&("ddtree:4".into(), "category".into(), "writing".into())));
+    assert!(rows.contains(&("ddtree:4".into(), "group".into(), "translation".into())));
+    assert!(rows.contains(&("ar".into(), "overall".into(), "overall".into())));
+    assert_eq!(rows.iter().filter(|r| r.0 == "ar").count(), 3 + 3 + 1, "3 categories, 3 groups, overall");
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../paper_tables/templates");
+    let md = render(std::path::Path::new(&format!("{root}/spec-bench.md.j2")), "unit", &boards).unwrap();
+    assert!(md.contains("| method | multi-turn conversation | translation | question answering | τ | overall |"), "{md}");
+    assert!(md.contains("| ddtree:4 | 0.50× ± 0.00 | 2.67× ± "), "{md}");
+    assert!(md.lines().any(|l| l.starts_with("| ddtree:4 |") && l.contains(" – | 2.00 ± ")), "{md}");
+    let tex = render(std::path::Path::new(&format!("{root}/spec-bench.tex.j2")), "unit_test", &boards).unwrap();
+    assert!(tex.contains("\\toprule") && tex.contains("unit\\_test") && tex.contains("question answering"), "{tex}");
 }

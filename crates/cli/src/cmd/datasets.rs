@@ -25,7 +25,7 @@ enum Action {
     Verify,
     /// Print a set's prompts (papers' templates) as JSON lines.
     Show {
-        /// gsm8k, math500, aime25, humaneval, mbpp, mt-bench or alpaca; or a set of your own
+        /// gsm8k, math500, aime24, aime25, humaneval, mbpp, mt-bench, alpaca or spec-bench; or a set of your own
         /// (a `[[datasets.files]]` name of the file given by --experiment).
         name: String,
         /// An experiment file: NAME is one of its sets (built-in or `[[datasets.files]]`), read
@@ -40,6 +40,9 @@ enum Action {
         /// Keep at most this many prompts.
         #[arg(long)]
         max_samples: Option<usize>,
+        /// Spec-Bench: keep this many prompts of each task group (a seeded draw).
+        #[arg(long)]
+        per_group: Option<usize>,
         /// A target (`.gguf` or Hugging Face folder): each line also gets `ids`, its first turn
         /// in the target's chat template as token ids, exactly as `run` and `tau` encode it (so
         /// another engine can be given the same prompt).
@@ -55,11 +58,19 @@ pub fn run(a: Args) -> Result {
     match a.action {
         Action::List => {
             let sets = sets()?;
-            println!("{:<10} {:>7} {:>7}", "dataset", "prompts", "subset");
+            println!("{:<10} {:>7} {:>7}  task groups (prompts)", "dataset", "prompts", "subset");
             for name in DatasetName::ALL {
-                let all = sets.load(name, &Selection::default())?.len();
-                let sub = sets.load(name, &Selection { paper_subset: true, max_samples: None })?.len();
-                println!("{:<10} {all:>7} {sub:>7}", name.as_str());
+                let prompts = sets.load(name, &Selection::default())?;
+                let sub = sets.load(name, &Selection { paper_subset: true, ..Selection::default() })?.len();
+                let mut groups: Vec<(&str, usize)> = Vec::new();
+                for g in prompts.iter().filter_map(|p| p.category.as_deref().and_then(bastion_data::spec_bench_group)) {
+                    match groups.iter_mut().find(|(x, _)| *x == g) {
+                        Some((_, n)) => *n += 1,
+                        None => groups.push((g, 1)),
+                    }
+                }
+                let groups: Vec<String> = groups.iter().map(|(g, n)| format!("{g} ({n})")).collect();
+                println!("{:<10} {:>7} {sub:>7}  {}", name.as_str(), prompts.len(), groups.join(", "));
             }
         }
         Action::Verify => {
@@ -67,7 +78,7 @@ pub fn run(a: Args) -> Result {
                 println!("ok  {}", a.dir.join(name).display());
             }
         }
-        Action::Show { name, experiment, paper_subset, max_samples, model } => {
+        Action::Show { name, experiment, paper_subset, max_samples, per_group, model } => {
             let prompts = match &experiment {
                 // As the experiment's runs read the set: its selection (the flags override
                 // it) and its turns.
@@ -82,6 +93,7 @@ pub fn run(a: Args) -> Result {
                     let selection = Selection {
                         paper_subset: paper_subset || exp.selection.paper_subset,
                         max_samples: max_samples.or(exp.selection.max_samples),
+                        per_group: per_group.or(exp.selection.per_group),
                     };
                     let mut prompts = match exp.dataset_files.iter().find(|f| f.name == set) {
                         Some(f) => f.load(&selection)?,
@@ -96,7 +108,7 @@ pub fn run(a: Args) -> Result {
                     let set: DatasetName = name.parse().map_err(|e| {
                         format!("{e}; a set of your own is shown with --experiment FILE (its [[datasets.files]])")
                     })?;
-                    sets()?.load(set, &Selection { paper_subset, max_samples })?
+                    sets()?.load(set, &Selection { paper_subset, max_samples, per_group })?
                 }
             };
             let tokenizer = model.as_ref().map(bastion_models::load_tokenizer).transpose()?;
@@ -109,6 +121,9 @@ pub fn run(a: Args) -> Result {
             };
             for p in prompts {
                 let mut line = serde_json::to_value(&p)?;
+                if let Some(group) = p.category.as_deref().and_then(bastion_data::spec_bench_group) {
+                    line["group"] = group.into();
+                }
                 if let (Some(t), Some(template)) = (&tokenizer, template) {
                     let text = template.render(&[Message::new("user", &p.turns[0])], true)?;
                     line["ids"] = t.encode(&text, false)?.into();

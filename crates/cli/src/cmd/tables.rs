@@ -236,6 +236,28 @@ pub fn write_tables_of(
         .collect();
     meta.push(("bastion.runs".into(), serde_json::to_string(&runs)?));
     tables::write_parquet(records, dir, &meta)?;
+    // Spec-Bench prompts also get the leaderboard's layout (groups × methods), with the
+    // heading of the main table of the same model and temperature, and its frame.
+    let mut boards = bastion_eval::leaderboard::leaderboards(records);
+    for b in &mut boards {
+        if let Some(table) = t.iter().find(|x| x.model == b.model && x.temperature == b.temperature) {
+            b.settings = table.settings.clone();
+            b.provenance = table.provenance.clone();
+        }
+    }
+    let mut written = Vec::new();
+    if !boards.is_empty() {
+        for ext in ["md", "tex"] {
+            let text = tables::render(&templates.join(format!("spec-bench.{ext}.j2")), name, &boards)?;
+            let p = out.join(format!("{name}-leaderboard.{ext}"));
+            std::fs::write(&p, &text).map_err(|e| format!("{}: {e}", p.display()))?;
+            if ext == "md" {
+                println!("{text}");
+            }
+            written.push(p);
+        }
+        written.push(bastion_eval::leaderboard::write_parquet(records, dir)?);
+    }
     let figures = figures::write_figures(name, &t, records, &out.join("figures"))?;
     println!("{md}");
     println!(
@@ -246,5 +268,8 @@ pub fn write_tables_of(
         figures.len(),
         out.join("figures").display()
     );
+    for p in written {
+        println!("wrote {}", p.display());
+    }
     Ok(t)
 }
