@@ -4,7 +4,8 @@
 # drawn in memory (seeded; no model download, nothing written but results).
 #
 #   scripts/gpu-check.sh            # full: SmolLM2 + Qwen3-8B shapes, N = 1 … 1024 (≤ 5 min on an H100)
-#   scripts/gpu-check.sh --small    # SmolLM2 shape only, N ≤ 64, context 512, one timed run (lavapipe)
+#   scripts/gpu-check.sh --small    # rehearsal on lavapipe: SmolLM2 shape only, N ≤ 64, context 512,
+#                                   # one timed run; the sweep stage on one GSM8K prompt, 8 tokens
 #
 # Made for a GPU machine without Rust or network: it runs a prebuilt release
 # binary (BASTION=path, default target/release/bastion, built with
@@ -16,8 +17,16 @@
 # its drafter, it also calibrates the pair on this GPU and runs the GSM8K slice
 # of the default sweep (experiments/gpu-check.toml), the calibration and the
 # sweep together limited to SWEEP_SECONDS (default 300; the sweep resumes
-# when rerun). Everything goes under OUT/<device>/ (default results/gpu/),
-# with a summary.md, also when a step fails or is stopped part-way.
+# when rerun). Then the anchor users run today, PyTorch + transformers on the
+# same GPU (scripts/torch-anchor.py: the AR step of both shapes, random bf16
+# weights made on the GPU, eager and with a static cache), when python3 has
+# them. Everything goes under OUT/<device>/ (default results/gpu/), with a
+# summary.md, also when a step fails or is stopped part-way.
+#
+# The lent machines take at most 64 MiB per call: the binary (stripped, xz)
+# and the Vulkan loader fit, the 98 MB GGUF does not beside them. Carry the
+# GGUF in a first, short call that leaves it on the warm machine
+# (models/), then run this script in the next call.
 #
 # On an NVIDIA machine without a Vulkan loader, bring Debian's libvulkan1
 # and libglvnd0 (the driver's ICD, libGLX_nvidia.so.0, needs libGLdispatch:
@@ -81,9 +90,13 @@ summary() {
       fi
       echo
     done
-    echo "## Default sweep, GSM8K slice"
+    echo "## Default sweep (four sets, 4 prompts each)"
     echo
     echo "$sweep"
+    echo
+    echo "## PyTorch anchor (AR step, transformers, same GPU)"
+    echo
+    if [ -s "$dir/torch-anchor.md" ]; then cat "$dir/torch-anchor.md"; else echo "not reached"; fi
   } >"$dir/summary.md"
   echo "wrote $dir/summary.md ($secs s)" >&2
 }
@@ -109,26 +122,43 @@ rm -f "$tmp_bench"
 
 GGUF=models/SmolLM2-135M-Instruct.Q4_1.gguf
 DRAFTER=drafters/smollm2-135m-instruct-dflash
+EXPERIMENT=experiments/gpu-check.toml
+PROFILE=(--contexts 256,1024 --tokens 1,2,4,8,16,32,64,128 --repeats 3)
 if [ "$SMALL" = 1 ]; then
-  sweep="skipped (--small)"
-elif [ "$BACKEND/$DTYPE" != wgpu/f16 ]; then
+  # The same stages at rehearsal size: a calibration of few points, one GSM8K prompt, 8 tokens.
+  EXPERIMENT=experiments/gpu-check-small.toml
+  PROFILE=(--contexts 64 --tokens 1,2,4,8 --repeats 1 --warmup 1)
+fi
+if [ "$BACKEND/$DTYPE" != wgpu/f16 ]; then
   sweep="skipped: experiments/gpu-check.toml runs wgpu with f16 weights (this check ran $BACKEND, $DTYPE)"
 elif [ ! -f "$GGUF" ] || [ ! -d "$DRAFTER" ]; then
   sweep="skipped: $GGUF or $DRAFTER is missing"
 else
-  echo "== SmolLM2 + drafter: calibration and the GSM8K slice of the default sweep" >&2
+  echo "== SmolLM2 + drafter: calibration and $EXPERIMENT" >&2
   # A failure here still leaves the summary of what did run.
   deadline=$(( $(date +%s) + SWEEP_SECONDS ))
   left() { echo $(( deadline - $(date +%s) > 1 ? deadline - $(date +%s) : 1 )); }
   rc=0
   timeout "$(left)" "$BIN" profile --model "$GGUF" --drafter "$DRAFTER" --backend wgpu --dtype f16 \
-    --contexts 256,1024 --tokens 1,2,4,8,16,32,64,128 --repeats 3 >"$dir/profile.txt" 2>&1 &&
-    timeout "$(left)" "$BIN" run experiments/gpu-check.toml --results "$dir/runs" --tables "$dir/tables" >"$dir/sweep.txt" 2>&1 ||
+    "${PROFILE[@]}" >"$dir/profile.txt" 2>&1 &&
+    timeout "$(left)" "$BIN" run "$EXPERIMENT" --results "$dir/runs" --tables "$dir/tables" >"$dir/sweep.txt" 2>&1 ||
     rc=$?
   case $rc in
-    0) sweep="\`experiments/gpu-check.toml\`: tables in \`tables/\`, records in \`runs/\`, calibration in \`profile.txt\`" ;;
+    0) sweep="\`$EXPERIMENT\`: tables in \`tables/\`, records in \`runs/\`, calibration in \`profile.txt\`; $(grep -h 'GPU kernels:' "$dir/sweep.txt" || echo 'no kernel count')"
+       for t in "$dir"/tables/*.md; do [ -f "$t" ] && sweep="$sweep"$'\n\n'"$(cat "$t")"; done ;;
     124) sweep="stopped after $SWEEP_SECONDS s (SWEEP_SECONDS): records so far in \`runs/\`, see profile.txt and sweep.txt; rerun to resume" ;;
     *) sweep="FAILED (exit $rc): see profile.txt and sweep.txt" ;;
   esac
   cp results/calibration/*__wgpu__f16.json "$dir/" 2>/dev/null || true
 fi
+
+# The anchor: PyTorch's AR step of the same shapes on the same GPU (skipped, with a line
+# saying why, where python3 lacks torch or a GPU; --small rehearses it on the CPU).
+if [ "$SMALL" = 1 ]; then
+  python3 scripts/torch-anchor.py --device cpu --dtype float32 --context 64 --new 4 --reps 1 \
+    experiments/shapes/smollm2-135m.json >"$dir/torch-anchor.md" 2>&1 || echo "torch anchor FAILED" >>"$dir/torch-anchor.md"
+else
+  python3 scripts/torch-anchor.py experiments/shapes/qwen3-8b.json experiments/shapes/smollm2-135m.json \
+    >"$dir/torch-anchor.md" 2>&1 || echo "torch anchor FAILED" >>"$dir/torch-anchor.md"
+fi
+cat "$dir/torch-anchor.md" >&2

@@ -6,7 +6,10 @@
 //! These are *achievable* peaks, not datasheet ones: the best of a few timed
 //! runs of a square f32 matmul and of a full reduction of a large vector
 //! (pure streaming read; a write-back kernel is left out because fusing
-//! backends may elide the write). The roofline's calibration (α, β) absorbs
+//! backends may elide the write), each run many launches queued back to back
+//! so that on a GPU the synchronisation latency does not stand in for the
+//! roof (one launch and a read-back measured wgpu's latency on an H200: 17
+//! GB/s against its HBM's ~4.8 TB/s). The roofline's calibration (α, β) absorbs
 //! the gap between them and what a model's forward actually reaches.
 
 use std::time::Instant;
@@ -57,7 +60,17 @@ impl PeakMeasurement {
     }
 }
 
-/// Runs the microbenchmark on `device`.
+/// Device work per timed run of the microbenchmark (s): long enough that one
+/// synchronisation and read-back (about a millisecond on a GPU) is a few per cent of it.
+const RUN_SECONDS: f64 = 0.05;
+
+/// Most launches queued in one timed run.
+const MAX_LAUNCHES: usize = 4096;
+
+/// Runs the microbenchmark on `device`: per kernel a warm-up, then
+/// `repeats` timed runs of as many launches queued back to back as fill
+/// about [`RUN_SECONDS`] (the sync and read-back latency amortised over
+/// them), one read-back per run.
 ///
 /// # Errors
 /// [`KernelError::Usage`] for zero sizes or repeats, or when a kernel ran too
@@ -71,20 +84,8 @@ pub fn measure_peak(device: &Device, options: &PeakOptions) -> Result<PeakMeasur
         )));
     }
     let sync = || device.sync().map_err(|e| KernelError::Device(format!("execution failed: {e:?}")));
-    let time = |f: &dyn Fn() -> Result<f32>| -> Result<f64> {
-        sync()?;
-        let t = Instant::now();
-        let v = f()?;
-        sync()?;
-        let dt = t.elapsed().as_secs_f64();
-        // Reading a value back both synchronises and keeps the work alive.
-        if !v.is_finite() {
-            return Err(KernelError::Usage(format!("peak microbenchmark produced a non-finite value {v}")));
-        }
-        Ok(dt)
-    };
     // A device that cannot hold or run a buffer (lavapipe caps buffers below
-    // 256 MB) fails here with an error naming the option to lower.
+    // 256 MB) fails at the read-back with an error naming the option to lower.
     let read_back = |t: Tensor<1>, what: &str, size: usize| {
         t.try_into_scalar::<f32>().map_err(|e| {
             KernelError::Device(format!(
@@ -92,25 +93,50 @@ pub fn measure_peak(device: &Device, options: &PeakOptions) -> Result<PeakMeasur
             ))
         })
     };
+    // `k` launches of `f` queued back to back, their results summed on the device
+    // (which keeps every one alive) and read back once: on a GPU one kernel of
+    // these sizes takes microseconds while a synchronisation and read-back take
+    // a millisecond, so the time of one launch would measure that latency, not
+    // the roof.
+    let time = |f: &dyn Fn() -> Tensor<1>, k: usize, what: &str, size: usize| -> Result<f64> {
+        sync()?;
+        let t = Instant::now();
+        let mut acc = f();
+        for _ in 1..k {
+            acc = acc + f();
+        }
+        let v = read_back(acc, what, size)?;
+        sync()?;
+        let dt = t.elapsed().as_secs_f64();
+        if !v.is_finite() {
+            return Err(KernelError::Usage(format!("peak microbenchmark produced a non-finite value {v}")));
+        }
+        Ok(dt)
+    };
     let a = Tensor::<2>::random([n, n], Distribution::Uniform(-1.0, 1.0), device);
     let b = Tensor::<2>::random([n, n], Distribution::Uniform(-1.0, 1.0), device);
     let x = Tensor::<1>::random([m], Distribution::Uniform(0.0, 1.0), device);
-    let matmul = || read_back(a.clone().matmul(b.clone()).slice([0..1, 0..1]).reshape([1]), "matmul_size", n);
-    let read = || read_back(x.clone().sum(), "stream_elements", m);
+    let matmul = || a.clone().matmul(b.clone()).slice([0..1, 0..1]).reshape([1]);
+    let read = || x.clone().sum();
     let flops = 2.0 * (n as f64).powi(3);
     let bytes = 4.0 * m as f64;
     let mut out = PeakMeasurement { options: *options, matmul_flops: Vec::new(), read_bandwidth: Vec::new() };
-    for (f, work, into, what) in [
-        (&matmul as &dyn Fn() -> Result<f32>, flops, &mut out.matmul_flops, "matmul_size"),
-        (&read, bytes, &mut out.read_bandwidth, "stream_elements"),
+    for (f, work, into, what, size) in [
+        (&matmul as &dyn Fn() -> Tensor<1>, flops, &mut out.matmul_flops, "matmul_size", n),
+        (&read, bytes, &mut out.read_bandwidth, "stream_elements", m),
     ] {
-        time(f)?;
+        // Warm-up, then the launches per timed run: enough for about RUN_SECONDS of
+        // device work, from the marginal time of one launch (9 launches against 1).
+        time(f, 1, what, size)?;
+        let one = time(f, 1, what, size)?;
+        let nine = time(f, 9, what, size)?;
+        let per = ((nine - one) / 8.0).max(one / 9.0).max(1e-9);
+        let k = ((RUN_SECONDS / per).ceil() as usize).clamp(1, MAX_LAUNCHES);
         for _ in 0..repeats {
-            let rate = work / time(f)?;
+            let rate = k as f64 * work / time(f, k, what, size)?;
             if !rate.is_finite() {
                 return Err(KernelError::Usage(format!(
-                    "peak microbenchmark: a run was too short to time; raise {what} (now {})",
-                    if what == "matmul_size" { n } else { m }
+                    "peak microbenchmark: a run was too short to time; raise {what} (now {size})"
                 )));
             }
             into.push(rate);

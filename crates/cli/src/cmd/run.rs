@@ -41,7 +41,21 @@ pub struct Args {
 pub fn run(a: Args) -> Result {
     let exp = super::load_experiment(&a.experiment)?;
     let opts = options(&exp, &a.results, &a.datasets, a.shard);
+    // On a GPU backend: how many distinct kernels the sweep launched (each one compiled,
+    // and for Burn's matmul tuned, on first use), so a sweep whose tree sizes keep making
+    // new kernels shows.
+    let launches = bastion_models::LaunchCount::start();
     sweep(&exp, &opts)?;
+    let launched = launches.finish();
+    if launched.total > 0 {
+        let top: Vec<String> = launched.top(5).iter().map(|(k, n)| format!("{n} {k}")).collect();
+        println!(
+            "GPU kernels: {} launches of {} distinct kernels (each compiled once); most launched: {}",
+            launched.total,
+            launched.distinct,
+            top.join(", ")
+        );
+    }
     if a.shard.count == 1 {
         tables::write_tables(&exp.name, &opts.results_dir, &a.tables, &a.templates, &tables::settings_of(&exp))?;
     }
