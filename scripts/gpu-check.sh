@@ -14,9 +14,9 @@
 # For each shape it times verification of N = 1 … 1024 tokens at contexts 512
 # and 2048 with the tree-attention kernel and with the dense mask, f16 weights
 # (`bastion bench-target`). When models/ holds the SmolLM2 GGUF and drafters/
-# its drafter, it also calibrates the pair on this GPU and runs the GSM8K slice
-# of the default sweep (experiments/gpu-check.toml), the calibration and the
-# sweep together limited to SWEEP_SECONDS (default 300; the sweep resumes
+# its drafter, it also calibrates the pair on this GPU and runs the default
+# sweep (experiments/gpu-check.toml: the four default sets, every method), the
+# calibration and the sweep together limited to SWEEP_SECONDS (default 300; the sweep resumes
 # when rerun). Then the anchor users run today, PyTorch + transformers on the
 # same GPU (scripts/torch-anchor.py: the AR step of both shapes, random bf16
 # weights made on the GPU, eager and with a static cache), when python3 has
@@ -90,7 +90,7 @@ summary() {
       fi
       echo
     done
-    echo "## Default sweep (four sets, 4 prompts each)"
+    echo "## Default sweep ($([ "$SMALL" = 1 ] && echo 'rehearsal: one GSM8K prompt, 8 tokens' || echo 'four sets, 4 prompts each'))"
     echo
     echo "$sweep"
     echo
@@ -127,7 +127,7 @@ PROFILE=(--contexts 256,1024 --tokens 1,2,4,8,16,32,64,128 --repeats 3)
 if [ "$SMALL" = 1 ]; then
   # The same stages at rehearsal size: a calibration of few points, one GSM8K prompt, 8 tokens.
   EXPERIMENT=experiments/gpu-check-small.toml
-  PROFILE=(--contexts 64 --tokens 1,2,4,8 --repeats 1 --warmup 1)
+  PROFILE=(--contexts 64 --tokens 1,2,4,8 --repeats 1 --warmup 1 "${PEAK[@]}")
 fi
 if [ "$BACKEND/$DTYPE" != wgpu/f16 ]; then
   sweep="skipped: experiments/gpu-check.toml runs wgpu with f16 weights (this check ran $BACKEND, $DTYPE)"
@@ -141,7 +141,7 @@ else
   rc=0
   timeout "$(left)" "$BIN" profile --model "$GGUF" --drafter "$DRAFTER" --backend wgpu --dtype f16 \
     "${PROFILE[@]}" >"$dir/profile.txt" 2>&1 &&
-    timeout "$(left)" "$BIN" run "$EXPERIMENT" --results "$dir/runs" --tables "$dir/tables" >"$dir/sweep.txt" 2>&1 ||
+    timeout "$(left)" "$BIN" run "$EXPERIMENT" --results "$dir/runs" --tables "$dir/tables" --count-launches >"$dir/sweep.txt" 2>&1 ||
     rc=$?
   case $rc in
     0) sweep="\`$EXPERIMENT\`: tables in \`tables/\`, records in \`runs/\`, calibration in \`profile.txt\`; $(grep -h 'GPU kernels:' "$dir/sweep.txt" || echo 'no kernel count')"
@@ -149,16 +149,16 @@ else
     124) sweep="stopped after $SWEEP_SECONDS s (SWEEP_SECONDS): records so far in \`runs/\`, see profile.txt and sweep.txt; rerun to resume" ;;
     *) sweep="FAILED (exit $rc): see profile.txt and sweep.txt" ;;
   esac
-  cp results/calibration/*__wgpu__f16.json "$dir/" 2>/dev/null || true
+  cp results/calibration/"$device"__*__wgpu__f16.json "$dir/" 2>/dev/null || true
 fi
 
 # The anchor: PyTorch's AR step of the same shapes on the same GPU (skipped, with a line
 # saying why, where python3 lacks torch or a GPU; --small rehearses it on the CPU).
 if [ "$SMALL" = 1 ]; then
   python3 scripts/torch-anchor.py --device cpu --dtype float32 --context 64 --new 4 --reps 1 \
-    experiments/shapes/smollm2-135m.json >"$dir/torch-anchor.md" 2>&1 || echo "torch anchor FAILED" >>"$dir/torch-anchor.md"
+    experiments/shapes/smollm2-135m.json >"$dir/torch-anchor.md" 2>"$dir/torch-anchor.log" || echo "torch anchor FAILED (torch-anchor.log)" >>"$dir/torch-anchor.md"
 else
   python3 scripts/torch-anchor.py experiments/shapes/qwen3-8b.json experiments/shapes/smollm2-135m.json \
-    >"$dir/torch-anchor.md" 2>&1 || echo "torch anchor FAILED" >>"$dir/torch-anchor.md"
+    >"$dir/torch-anchor.md" 2>"$dir/torch-anchor.log" || echo "torch anchor FAILED (torch-anchor.log)" >>"$dir/torch-anchor.md"
 fi
 cat "$dir/torch-anchor.md" >&2

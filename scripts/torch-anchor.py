@@ -66,8 +66,16 @@ def main() -> int:
         cfg = AutoConfig.for_model(raw["model_type"], **{k: v for k, v in raw.items() if k != "model_type"})
         torch.manual_seed(args.seed)
         with torch.device(device):
-            model = AutoModelForCausalLM.from_config(cfg, torch_dtype=dtype)
+            # `dtype` is transformers 5's name for it (`torch_dtype` before); checked below either way.
+            try:
+                model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
+            except TypeError:
+                model = AutoModelForCausalLM.from_config(cfg, torch_dtype=dtype)
         model.eval()
+        got = next(model.parameters()).dtype
+        if got != dtype:
+            model = model.to(dtype)
+        assert next(model.parameters()).dtype == dtype, f"built in {got}, not {dtype}"
         params = sum(p.numel() for p in model.parameters())
         gb = sum(p.numel() * p.element_size() for p in model.parameters()) / 1e9
         ids = torch.randint(0, cfg.vocab_size, (1, args.context), device=device)

@@ -294,15 +294,17 @@ pub struct Selection {
     pub max_samples: Option<usize>,
     /// For sets with task groups (Spec-Bench, [`SPEC_BENCH_GROUPS`]): keep
     /// this many prompts of each group, a seeded draw (the group's prompts
-    /// ordered by [`subset_key`], the first `n` kept), in file order; before
-    /// `max_samples`. A quick run that still reports every group.
+    /// ordered by [`subset_key`], the first `n` kept), in file order: a quick
+    /// run that still reports every group. `max_samples` then keeps a prefix
+    /// of that in file order (which may leave groups out).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub per_group: Option<usize>,
 }
 
 /// The order of a seeded per-group draw ([`Selection::per_group`]): the
-/// sha256 of `"bastion-subset-0:{id}"`, so a prompt's place depends on its
-/// own id only (a group's first `n` stay its first `n` when the file grows).
+/// sha256 of `"bastion-subset-0:{id}"`, so two prompts keep their relative
+/// order whatever else the file holds, and a draw of `n` is within a draw of
+/// any larger `n`.
 pub fn subset_key(id: &str) -> [u8; 32] {
     Sha256::digest(format!("bastion-subset-0:{id}").as_bytes()).into()
 }

@@ -214,7 +214,8 @@ fn spec_bench_per_group_subsets_are_seeded_and_nested() {
         assert_eq!(five.iter().filter(|p| spec_bench_group(p.category.as_deref().unwrap()) == Some(g)).count(), 5);
     }
     // max_samples applies after the draw.
-    let capped = d.load(DatasetName::SpecBench, &Selection { per_group: Some(5), max_samples: Some(7), ..ALL }).unwrap();
+    let capped =
+        d.load(DatasetName::SpecBench, &Selection { per_group: Some(5), max_samples: Some(7), ..ALL }).unwrap();
     assert_eq!(capped[..], five[..7]);
     let Err(e) = d.load(DatasetName::Gsm8k, &Selection { per_group: Some(2), ..ALL }) else {
         panic!("gsm8k has no task groups")
@@ -230,6 +231,7 @@ fn aime24_is_templated_as_aime25() {
     assert_eq!(p[0].id, "aime_2024_I/1");
     assert_eq!(p[15].id, "aime_2024_II/1");
     assert!(p[0].turns[0].starts_with("Every morning Aya goes for a $9$-kilometer-long walk"));
-    assert!(p.iter().all(|q| q.turns[0]
-        .ends_with("\nPlease reason step by step, and put your final answer within \\boxed{}.")));
+    assert!(p
+        .iter()
+        .all(|q| q.turns[0].ends_with("\nPlease reason step by step, and put your final answer within \\boxed{}.")));
 }

@@ -7,8 +7,8 @@
 //! Findings 2024), each with its 95 % bootstrap interval over prompts
 //! ([`crate::stats`]); and the same figures per category.
 //!
-//! A record belongs to a group through its prompt's category
-//! ([`bastion_data::spec_bench_group`]); records without one are left out.
+//! A Spec-Bench record belongs to a group through its prompt's category
+//! ([`bastion_data::spec_bench_group`]); other sets' records are left out.
 //! Speedups are paired as in the main tables: `Σ AR TPOT / Σ method TPOT`
 //! over the prompts both ran (a prompt's TPOT is its mean over seeds and
 //! the seeds both ran), resampled by prompt; τ is the mean over prompts of
@@ -17,7 +17,7 @@
 
 use std::collections::BTreeMap;
 
-use bastion_data::{spec_bench_group, SPEC_BENCH_GROUPS};
+use bastion_data::{spec_bench_group, DatasetName, SPEC_BENCH_GROUPS};
 use bastion_decode::Method;
 use polars::prelude::*;
 use serde::Serialize;
@@ -64,7 +64,7 @@ pub struct Leaderboard {
     pub temperature: f64,
     /// Column headers: [`SPEC_BENCH_GROUPS`] that have prompts, in that order.
     pub groups: Vec<String>,
-    /// Rows in the order methods first appear (AR first when it ran).
+    /// Rows: AR first when it ran, then the methods in the order they first appear.
     pub rows: Vec<LeaderboardRow>,
     /// Header lines (provenance), filled by whoever knows them.
     pub provenance: Vec<String>,
@@ -95,7 +95,9 @@ fn grouped(records: &[SampleRecord]) -> Grouped<'_> {
     let ar: BTreeMap<((&str, &str, &str, u64), u64), f64> =
         records.iter().filter(|r| r.spec.method == Method::Ar).map(|r| ((key(r), r.seed), r.tpot_s)).collect();
     let mut out: Grouped<'_> = BTreeMap::new();
-    for r in records {
+    // Spec-Bench's own records only: a user's file may carry categories of its own
+    // (FastChat's MT-Bench questions have `writing`, …).
+    for r in records.iter().filter(|r| r.dataset == DatasetName::SpecBench) {
         let Some(category) = r.category.as_deref() else { continue };
         let Some(group) = spec_bench_group(category) else { continue };
         let methods = out.entry((r.model.clone(), r.temperature.to_bits())).or_default();
@@ -122,8 +124,7 @@ fn grouped(records: &[SampleRecord]) -> Grouped<'_> {
 
 /// The paired speedup over these prompts (those with an AR pair).
 fn speedup_of<'a>(prompts: impl Iterator<Item = &'a PerPrompt>) -> Option<Speedup> {
-    let pairs: Vec<(f64, f64)> =
-        prompts.filter(|p| !p.ar.is_empty()).map(|p| (mean(&p.ar), mean(&p.method))).collect();
+    let pairs: Vec<(f64, f64)> = prompts.filter(|p| !p.ar.is_empty()).map(|p| (mean(&p.ar), mean(&p.method))).collect();
     if pairs.is_empty() {
         return None;
     }
@@ -154,6 +155,10 @@ pub fn leaderboards(records: &[SampleRecord]) -> Vec<Leaderboard> {
                 .copied()
                 .filter(|g| methods.iter().any(|(_, ps)| ps.values().any(|p| p.1 == *g)))
                 .collect();
+            // AR first (its row is the baseline and gives the prompt counts), then the others
+            // in the order they first appear.
+            let mut methods = methods;
+            methods.sort_by_key(|(label, _)| label != "ar");
             let rows = methods
                 .iter()
                 .map(|(label, ps)| {

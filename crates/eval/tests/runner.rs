@@ -446,8 +446,13 @@ fn a_drafter_gguf_runs_as_its_folder() {
     use bastion_testkit::{smollm2_drafter_dir, smollm2_gguf};
     let dir = tempfile::tempdir().unwrap();
     let gguf = dir.path().join("drafter.gguf");
-    bastion_models::export_drafter_gguf(&smollm2_drafter_dir(), &smollm2_gguf(), &gguf, bastion_models::WeightDtype::F32)
-        .unwrap();
+    bastion_models::export_drafter_gguf(
+        &smollm2_drafter_dir(),
+        &smollm2_gguf(),
+        &gguf,
+        bastion_models::WeightDtype::F32,
+    )
+    .unwrap();
     let vocab = bastion_models::DRAFT_VOCAB_FILE;
     std::fs::copy(smollm2_drafter_dir().join(vocab), dir.path().join(vocab)).unwrap();
     let model = |name: &str, drafter: &Path| {
@@ -487,4 +492,43 @@ fn a_drafter_gguf_runs_as_its_folder() {
     let tau = |model: &str| records.iter().filter(|r| r.model == model).map(|r| r.tau).sum::<f64>();
     assert_eq!(tau("folder"), tau("gguf"));
     assert!(tau("folder") > 6.0, "a drafter that drafts: {}", tau("folder"));
+}
+
+/// A prompt that cannot fit the target's context with its new tokens is
+/// refused before anything runs, by its set and question id, never truncated.
+#[test]
+fn a_prompt_longer_than_the_context_is_refused_by_name() {
+    use bastion_testkit::{smollm2_drafter_dir, smollm2_gguf};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("long.jsonl");
+    // SmolLM2's window is 8,192 positions; 9,000 words are more tokens than that.
+    let long = "word ".repeat(9000);
+    std::fs::write(
+        &data,
+        format!("{{\"id\": \"short-1\", \"text\": \"Hello\"}}\n{{\"id\": \"long-7\", \"text\": \"{long}\"}}\n"),
+    )
+    .unwrap();
+    let text = format!(
+        "name = \"too-long\"\nmax_new_tokens = 16\nmethods = [\"dflash\"]\n\n[[models]]\nname = \"m\"\ntarget = \"{}\"\n\
+         drafter = \"{}\"\n\n[[datasets.files]]\nname = \"mine\"\npath = \"{}\"\nprompt = \"text\"\nid = \"id\"\n",
+        smollm2_gguf().display(),
+        smollm2_drafter_dir().display(),
+        data.display()
+    );
+    let file = dir.path().join("too-long.toml");
+    std::fs::write(&file, text).unwrap();
+    let exp = Experiment::load(&file, &root()).unwrap();
+    let mut samples = 0;
+    let e = run(&exp, &options(dir.path(), Shard::default()), &mut |e| {
+        if let RunEvent::Sample(_) = e {
+            samples += 1;
+        }
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("mine question long-7") && e.contains("context of 8192") && e.contains("never truncated"),
+        "{e}"
+    );
+    assert_eq!(samples, 0, "refused before any sample ran");
 }

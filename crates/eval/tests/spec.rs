@@ -294,10 +294,7 @@ fn shipped_experiments_validate() {
     let sb = Experiment::load(&r.join("experiments/spec-bench.toml"), &r).unwrap();
     assert_eq!(sb.datasets, [bastion_data::DatasetName::SpecBench]);
     assert_eq!((sb.selection.per_group, sb.selection.paper_subset), (Some(5), false));
-    assert_eq!(
-        (sb.models[0].dtype, sb.models[0].draft_vocab),
-        (bastion_models::WeightDtype::Q8_0, Some(1024))
-    );
+    assert_eq!((sb.models[0].dtype, sb.models[0].draft_vocab), (bastion_models::WeightDtype::Q8_0, Some(1024)));
     // The model shapes of scripts/gpu-check.sh are configs the loader reads.
     for (shape, layers, hidden) in [("smollm2-135m", 30, 576), ("qwen3-8b", 36, 4096), ("qwen3-8b-2-layers", 2, 4096)] {
         let cfg =

@@ -25,7 +25,7 @@ fn record(dataset: &str, prompt: &str, method: &str, rounds: &[(usize, usize)], 
         })
         .collect();
     let tokens: usize = rounds.iter().map(|r| r.accepted).sum();
-    let (dataset, method_name) = (dataset.parse().unwrap(), method);
+    let (dataset, method_name) = (bastion_data::DatasetName::try_from(dataset.to_string()).unwrap(), method);
     let method: MethodSpec = method.parse().unwrap();
     SampleRecord {
         key: SampleRecord::make_key("m", dataset, prompt, &method, 0.0, 0),
@@ -416,8 +416,11 @@ fn spec_bench_leaderboard_groups_by_task() {
         with("81", "writing", "ddtree:4", &[(5, 1)], 0.040),
         with("9", "qa", "ar", &[(1, 1)], 0.010),
     ];
-    // A GSM8K record: not in the leaderboard.
+    // A GSM8K record, and one of a user's file with a category of its own: not in the leaderboard.
     recs.push(record("gsm8k", "a", "ddtree:4", &[(5, 5)], 0.001));
+    let mut own = record("my-mt-bench", "81", "ddtree:4", &[(5, 5)], 0.001);
+    own.category = Some("writing".into());
+    recs.insert(0, own);
     let boards = leaderboards(&recs);
     assert_eq!(boards.len(), 1);
     let b = &boards[0];
@@ -452,7 +455,10 @@ fn spec_bench_leaderboard_groups_by_task() {
     assert_eq!(rows.iter().filter(|r| r.0 == "ar").count(), 3 + 3 + 1, "3 categories, 3 groups, overall");
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../paper_tables/templates");
     let md = render(std::path::Path::new(&format!("{root}/spec-bench.md.j2")), "unit", &boards).unwrap();
-    assert!(md.contains("| method | multi-turn conversation | translation | question answering | τ | overall |"), "{md}");
+    assert!(
+        md.contains("| method | multi-turn conversation | translation | question answering | τ | overall |"),
+        "{md}"
+    );
     assert!(md.contains("| ddtree:4 | 0.50× ± 0.00 | 2.67× ± "), "{md}");
     assert!(md.lines().any(|l| l.starts_with("| ddtree:4 |") && l.contains(" – | 2.00 ± ")), "{md}");
     let tex = render(std::path::Path::new(&format!("{root}/spec-bench.tex.j2")), "unit_test", &boards).unwrap();

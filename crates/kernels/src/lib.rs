@@ -42,8 +42,7 @@ pub const MAX_HEAD_DIM: usize = 128;
 /// Errors of this crate.
 #[derive(Debug, thiserror::Error)]
 pub enum KernelError {
-    /// Tensor shapes that do not fit together (the message names the kernel
-    /// unless it is tree attention's).
+    /// Tree-attention tensor shapes that do not fit together.
     #[error("tree attention shapes: {0}")]
     Shape(String),
     /// The kernel cannot run on this device or dtype.
@@ -145,7 +144,8 @@ pub const SMALL_ROWS_MAX: usize = 64;
 /// # Errors
 /// [`KernelError::Matmul`] off a CubeCL device ([`kernel_available`]), for a
 /// weight dtype the adapter does not support, for no part, parts of other
-/// widths, or 0 or more than [`SMALL_ROWS_MAX`] rows.
+/// widths, 0 or more than [`SMALL_ROWS_MAX`] rows, or a part or output of
+/// more than 2^32 elements.
 pub fn small_rows_matmul(x: Tensor<2>, parts: &[Tensor<2>]) -> Result<Tensor<2>, KernelError> {
     if !kernel_available(&x.device()) {
         return Err(KernelError::Matmul(format!(

@@ -62,8 +62,7 @@ fn reference(x: &[f32], w: &[f32], rows: usize, inner: usize, out: usize) -> Vec
     let mut y = vec![0.0f64; rows * out];
     for r in 0..rows {
         for o in 0..out {
-            y[r * out + o] =
-                (0..inner).map(|k| f64::from(x[r * inner + k]) * f64::from(w[o * inner + k])).sum::<f64>();
+            y[r * out + o] = (0..inner).map(|k| f64::from(x[r * inner + k]) * f64::from(w[o * inner + k])).sum::<f64>();
         }
     }
     y
@@ -80,10 +79,8 @@ fn check(device: &Device, rows: usize, inner: usize, out: usize, dtype: DType, p
     let x = values(rows * inner, seed);
     let w = rounded(&values(out * inner, seed + 1), dtype);
     let per = out.div_ceil(parts);
-    let tensors: Vec<Tensor<2>> = w
-        .chunks(per * inner)
-        .map(|c| weight(c, c.len() / inner, inner, dtype, device))
-        .collect();
+    let tensors: Vec<Tensor<2>> =
+        w.chunks(per * inner).map(|c| weight(c, c.len() / inner, inner, dtype, device)).collect();
     let xt = Tensor::<2>::from_data(TensorData::new(x.clone(), [rows, inner]), device);
     let y = small_rows_matmul(xt, &tensors).unwrap();
     assert_eq!(y.dims(), [rows, out]);
@@ -97,11 +94,7 @@ fn check(device: &Device, rows: usize, inner: usize, out: usize, dtype: DType, p
         inner,
         out,
     );
-    got.iter()
-        .zip(&want)
-        .zip(&abs)
-        .map(|((&g, &r), &a)| (f64::from(g) - r).abs() / a.max(1e-30))
-        .fold(0.0, f64::max)
+    got.iter().zip(&want).zip(&abs).map(|((&g, &r), &a)| (f64::from(g) - r).abs() / a.max(1e-30)).fold(0.0, f64::max)
 }
 
 /// Half types the adapter supports, f32 first.

@@ -80,7 +80,9 @@ impl DrafterConfig {
     /// ships in: a z-lab folder (its `config.json`) or llama.cpp's `dflash`
     /// GGUF (a `.gguf` file, [`crate::drafter_gguf::config_from_gguf`]; the
     /// file does not record the target's layer count, so it is
-    /// `num_target_layers`). Returns the configuration and the file it was read
+    /// `num_target_layers`, and [`DrafterConfig::check_target`] cannot tell a
+    /// GGUF drafter of another target with the same width and vocabulary).
+    /// Returns the configuration and the file it was read
     /// from (to name in errors), and checks nothing against a target
     /// ([`DrafterConfig::check_target`] does).
     ///

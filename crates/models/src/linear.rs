@@ -1,6 +1,6 @@
 //! Linear layers without bias ([`Linear`]): packed for the CPU kernel on
 //! `flex`; on CubeCL devices (wgpu, cuda) `[out, in]` tensors for Bastion's
-//! small-row kernel (Burn's matmul past its rows); Burn tensors `[in, out]`
+//! small-row kernel (in chunks of 64 rows); Burn tensors `[in, out]`
 //! elsewhere (autodiff); split into buffer-sized parts, half types where the
 //! device computes in them.
 
@@ -68,9 +68,8 @@ impl NormWeight {
 /// steps, draft trees, prefill): one arithmetic for every row count, so a
 /// row's result never depends on how many rows share the call. On CubeCL
 /// devices (wgpu, cuda) it is a device tensor `[out, in]` read by the
-/// small-row kernel ([`bastion_kernels::small_rows_matmul`], up to
-/// [`bastion_kernels::SMALL_ROWS_MAX`] rows, also row-invariant) and by
-/// Burn's matmul beyond. Elsewhere (autodiff for drafter training) it is a
+/// small-row kernel ([`bastion_kernels::small_rows_matmul`], in chunks of
+/// [`bastion_kernels::SMALL_ROWS_MAX`] rows, row-invariant too). Elsewhere (autodiff for drafter training) it is a
 /// Burn tensor `[in, out]` (transposed once at load, contiguous) for Burn's
 /// matmul. Device tensors are stored in f16 / bf16 where [`device_half`]
 /// says the device computes in that type.
@@ -113,10 +112,12 @@ enum LinearWeight {
     Burn { parts: Vec<Tensor<2>>, half: Option<DType> },
     /// On a CubeCL device ([`bastion_kernels::kernel_available`]): `[out_i, in]`
     /// tensors (each output's weights contiguous, as the small-row kernel reads
-    /// them), split like `Burn`'s, stored in `half` when set, else f32. Up to
-    /// [`bastion_kernels::SMALL_ROWS_MAX`] rows go to
-    /// [`bastion_kernels::small_rows_matmul`] (f32 activations against the
-    /// stored weights, no casts), more to Burn's matmul on the transposed view.
+    /// them), split like `Burn`'s, stored in `half` when set, else f32. Every
+    /// product runs [`bastion_kernels::small_rows_matmul`] (f32 activations
+    /// against the stored weights, no casts), in chunks of
+    /// [`bastion_kernels::SMALL_ROWS_MAX`] rows, so that a row's result never
+    /// depends on how many rows share the call (lossless verification of trees
+    /// of any size); a long prefill reads the weights once per chunk.
     Cube { parts: Vec<Tensor<2>>, half: Option<DType> },
 }
 
@@ -257,26 +258,27 @@ impl Linear {
                     None => y,
                 }
             }
-            LinearWeight::Cube { parts, half } => {
+            LinearWeight::Cube { parts, .. } => {
                 let [m, _] = x.dims();
-                if m <= bastion_kernels::SMALL_ROWS_MAX {
-                    return bastion_kernels::small_rows_matmul(x, parts)
-                        .expect("a CubeCL device's linear weights fit the small-row kernel (checked at load)");
+                if m == 0 {
+                    return Tensor::zeros([0, self.out_features], &x.device());
                 }
-                let x = match *half {
-                    Some(dt) => x.cast(dt),
-                    None => x,
+                // Every product runs the small-row kernel, in chunks of SMALL_ROWS_MAX rows
+                // (a long prefill, trees past 63 drafted nodes): a row's result does not depend
+                // on its chunk, so a verification of any size reproduces the decode step's bits.
+                let product = |x: Tensor<2>| {
+                    bastion_kernels::small_rows_matmul(x, parts).expect(
+                        "the small-row kernel takes every linear layer of a CubeCL model: f32 or a half type the \
+                         device supports (chosen at load), 1 to SMALL_ROWS_MAX rows",
+                    )
                 };
-                let product = |w: &Tensor<2>| x.clone().matmul(w.clone().transpose());
-                let y = if parts.len() == 1 {
-                    product(&parts[0])
-                } else {
-                    Tensor::cat(parts.iter().map(product).collect(), 1)
-                };
-                match half {
-                    Some(_) => y.cast(DType::F32),
-                    None => y,
+                let chunk = bastion_kernels::SMALL_ROWS_MAX;
+                if m <= chunk {
+                    return product(x);
                 }
+                let parts: Vec<Tensor<2>> =
+                    (0..m).step_by(chunk).map(|r| product(x.clone().slice([r..(r + chunk).min(m)]))).collect();
+                Tensor::cat(parts, 0)
             }
         }
     }
@@ -340,7 +342,9 @@ impl Linear {
                     if host_parts[p].is_none() {
                         host_parts[p] = Some(crate::model::host(parts[p].clone().cast(DType::F32))?);
                     }
-                    data.extend_from_slice(&host_parts[p].as_ref().expect("read above")[local * inp..(local + 1) * inp]);
+                    data.extend_from_slice(
+                        &host_parts[p].as_ref().expect("read above")[local * inp..(local + 1) * inp],
+                    );
                 }
                 data
             }

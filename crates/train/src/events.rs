@@ -106,6 +106,7 @@ pub enum TrainEvent<'a> {
 
 /// CPU time this process has used so far, user + system over all its threads
 /// (s; `getrusage(RUSAGE_SELF)`), or 0 where it cannot be read.
+#[cfg(unix)]
 pub(crate) fn process_cpu_seconds() -> f64 {
     let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
     // SAFETY: `usage` is a valid, writable `rusage` (zeroed, so initialised whatever the call
@@ -118,4 +119,10 @@ pub(crate) fn process_cpu_seconds() -> f64 {
     let u = unsafe { usage.assume_init() };
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
     secs(u.ru_utime) + secs(u.ru_stime)
+}
+
+/// Off Unix the CPU time is not read (0: the learning curve then uses wall time).
+#[cfg(not(unix))]
+pub(crate) fn process_cpu_seconds() -> f64 {
+    0.0
 }

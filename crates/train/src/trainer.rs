@@ -336,10 +336,12 @@ pub struct TrainOptions {
     pub warm_start: Vec<Vec<(String, bastion_models::HostTensor)>>,
     /// Keep the drafter of the best held-out τ so far in this folder, stored as
     /// the given dtype (`config.json`, `model.safetensors`, and `held_out.json`:
-    /// its step, tokens and τ, overall and per domain). Each estimate that beats
-    /// the folder's τ replaces it, so a long run never loses its best weights
-    /// (mid-cycle weights of a warm-restart schedule are worse than a cycle
-    /// end's) and a resumed run keeps comparing against the same record.
+    /// its step, tokens and τ, overall and per domain, and the run's settings
+    /// and data). Each estimate that beats the folder's τ replaces it, so a long
+    /// run never loses its best weights (mid-cycle weights of a warm-restart
+    /// schedule are worse than a cycle end's) and a resumed run keeps comparing
+    /// against the same record (also when it grows its data); a folder of
+    /// another run (other settings or held-out sequences) is refused.
     pub keep_best: Option<(PathBuf, crate::params::StoreDtype)>,
 }
 
@@ -563,7 +565,7 @@ pub fn train(
         if !held_out.is_empty() && due {
             let (tau, by_domain) = held_out.tau_by_domain(target, &params.valid().to_drafter(&cfg.drafter, target)?)?;
             if let Some((dir, dtype)) = &opts.keep_best {
-                keep_if_best(dir, *dtype, &params, &cfg.drafter, done, tokens, tau, &by_domain)?;
+                keep_if_best(dir, *dtype, &params, cfg, &data, done, tokens, tau, &by_domain)?;
             }
             stop |= on_event(&TrainEvent::HeldOut(HeldOutReport { steps: done, tokens, tau, by_domain })).is_break();
         }
@@ -583,46 +585,93 @@ pub fn train(
 }
 
 /// Saves `params` as the best drafter under `dir` when `tau` beats the τ its
-/// `held_out.json` records (or the folder holds none yet); the record is
-/// written after the weights, so a crash between the two leaves the older
-/// record, and the next estimate compares against it.
+/// `held_out.json` records (or the folder holds none yet). The record names
+/// the run's settings and data ([`settings_of`], the data fingerprint): a
+/// folder kept for another run (other settings or held-out sequences, whose
+/// τ does not compare) is refused; one whose training data was a prefix of
+/// this run's (`grow`) is continued. The drafter is written into
+/// `dir.tmp` and renamed over `dir`, so a crash leaves the previous best whole.
+/// A τ that is not finite is never kept.
 ///
 /// # Errors
-/// [`TrainError::Io`] / [`TrainError::Format`] naming the file.
+/// [`TrainError::Io`] / [`TrainError::Format`] naming the file;
+/// [`TrainError::Usage`] for a folder of another run.
 #[allow(clippy::too_many_arguments)]
 fn keep_if_best(
     dir: &Path,
     dtype: crate::params::StoreDtype,
     params: &DraftParams,
-    drafter: &DrafterConfig,
+    cfg: &TrainConfig,
+    data: &str,
     steps: usize,
     tokens: u64,
     tau: ChainTau,
     by_domain: &[Option<ChainTau>; 4],
 ) -> Result<()> {
+    if !tau.tau.is_finite() {
+        return Ok(());
+    }
     let record = dir.join("held_out.json");
+    // The settings without `steps` (a run may go on past the steps it first asked for).
+    let mut settings = settings_of(cfg);
+    settings.as_object_mut().expect("an object").remove("steps");
     let best = match std::fs::read(&record) {
-        Ok(bytes) => serde_json::from_slice::<serde_json::Value>(&bytes)
-            .ok()
-            .and_then(|v| v["held_out_tau"].as_f64())
-            .ok_or_else(|| TrainError::Format { path: record.clone(), what: "no `held_out_tau` number".into() })?,
+        Ok(bytes) => {
+            let v: serde_json::Value = serde_json::from_slice(&bytes)
+                .map_err(|e| TrainError::Format { path: record.clone(), what: format!("not JSON: {e}") })?;
+            // Through the same JSON write and read as the stored value, so floats compare alike.
+            let ours: serde_json::Value =
+                serde_json::from_str(&settings.to_string()).expect("JSON text of a JSON value parses");
+            // τ compares across runs with the same settings and held-out sequences (the
+            // training data may have grown, `grow`).
+            let held = |d: &str| d.split_once("; held out ").map(|(_, h)| h.to_string());
+            // (A record without them was written before they were kept: taken as this run's.)
+            let other = v.get("settings").is_some_and(|s| *s != ours)
+                || v.get("data").is_some_and(|d| d.as_str().and_then(held) != held(data));
+            if other {
+                return Err(TrainError::Usage(format!(
+                    "{}: fields `settings` / `data`: the best drafter kept there is another run's (its held-out τ \
+                     does not compare with this one's); give --keep-best another folder",
+                    record.display()
+                )));
+            }
+            v["held_out_tau"]
+                .as_f64()
+                .ok_or_else(|| TrainError::Format { path: record.clone(), what: "no `held_out_tau` number".into() })?
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => f64::NEG_INFINITY,
         Err(e) => return Err(crate::error::io_err(&record)(e)),
     };
     if tau.tau <= best {
         return Ok(());
     }
-    params.valid().save_as(drafter, dir, dtype)?;
+    let tmp = dir.with_extension("tmp");
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).map_err(crate::error::io_err(&tmp))?;
+    }
+    params.valid().save_as(&cfg.drafter, &tmp, dtype)?;
     let domains: serde_json::Map<String, serde_json::Value> = bastion_data::TRAIN_DOMAINS
         .iter()
         .zip(by_domain)
         .filter_map(|(d, t)| t.map(|t| (d.to_string(), t.tau.into())))
         .collect();
     let text = serde_json::json!({"step": steps, "tokens": tokens, "held_out_tau": tau.tau,
-        "held_out_rounds": tau.rounds, "held_out_tau_by_domain": domains});
-    let tmp = dir.join("held_out.json.tmp");
-    std::fs::write(&tmp, format!("{text:#}\n")).map_err(crate::error::io_err(&tmp))?;
-    std::fs::rename(&tmp, &record).map_err(crate::error::io_err(&record))
+        "held_out_rounds": tau.rounds, "held_out_tau_by_domain": domains, "settings": settings, "data": data});
+    let tmp_record = tmp.join("held_out.json");
+    std::fs::write(&tmp_record, format!("{text:#}\n")).map_err(crate::error::io_err(&tmp_record))?;
+    // The old best goes only once the new one is complete beside it.
+    let old = dir.with_extension("old");
+    if dir.exists() {
+        if old.exists() {
+            std::fs::remove_dir_all(&old).map_err(crate::error::io_err(&old))?;
+        }
+        std::fs::rename(dir, &old).map_err(crate::error::io_err(dir))?;
+    }
+    std::fs::rename(&tmp, dir).map_err(crate::error::io_err(dir))?;
+    if old.exists() {
+        std::fs::remove_dir_all(&old).map_err(crate::error::io_err(&old))?;
+    }
+    Ok(())
 }
 
 /// The tokens a step predicts, as a vocabulary mask: for each drawn

@@ -10,8 +10,8 @@ use std::io::Write;
 use std::ops::ControlFlow;
 
 use bastion_train::{
-    chain_acceptance, default_drafter_config, train, DistillRecord, FeatureFile, HeldOutSet, TrainConfig, TrainEvent,
-    StoreDtype, TrainOptions,
+    chain_acceptance, default_drafter_config, train, DistillRecord, FeatureFile, HeldOutSet, StoreDtype, TrainConfig,
+    TrainEvent, TrainOptions,
 };
 use bastion_tree::FixedBudget;
 use burn::tensor::Device;
@@ -256,11 +256,20 @@ fn warm_restarts_resume_with_more_steps() {
     assert_eq!((record["step"].as_u64(), record["held_out_tau"].as_f64()), (Some(at as u64), Some(top)));
     Drafter::load(best.path(), &target).unwrap();
     // A record it does not beat is kept as it is.
-    std::fs::write(best.path().join("held_out.json"), r#"{"step": 1, "held_out_tau": 99.0}"#).unwrap();
+    let path = best.path().join("held_out.json");
+    let mut high = record.clone();
+    high["held_out_tau"] = 99.0.into();
+    std::fs::write(&path, high.to_string()).unwrap();
     train(&target, &records[2..], &TrainConfig { steps: 3, ..cfg.clone() }, &keep, |_| ControlFlow::Continue(()))
         .unwrap();
-    let kept = std::fs::read_to_string(best.path().join("held_out.json")).unwrap();
-    assert!(kept.contains("99.0"), "{kept}");
+    let kept: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(kept["held_out_tau"].as_f64(), Some(99.0));
+    // One kept by a run of other settings is refused, naming the file.
+    let other = TrainConfig { learning_rate: 1e-3, steps: 3, ..cfg.clone() };
+    let Err(e) = train(&target, &records[2..], &other, &keep, |_| ControlFlow::Continue(())) else {
+        panic!("another run's best drafter must not be compared with")
+    };
+    assert!(e.to_string().contains("held_out.json") && e.to_string().contains("another run's"), "{e}");
 
     let ck = tempfile::tempdir().unwrap();
     let opts = TrainOptions { checkpoint_dir: Some(ck.path().to_path_buf()), resume: true, ..held.clone() };

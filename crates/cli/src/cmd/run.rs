@@ -35,18 +35,23 @@ pub struct Args {
     /// The Markdown and LaTeX table templates.
     #[arg(long, default_value = tables::DEFAULT_TEMPLATES)]
     templates: PathBuf,
+    /// On a GPU backend, count the sweep's kernel launches and distinct kernels (each compiled
+    /// once) and print them at the end (scripts/gpu-check.sh does; the count adds a little
+    /// host work to every launch, so timed sweeps leave it off).
+    #[arg(long)]
+    count_launches: bool,
 }
 
 /// Runs `bastion run`.
 pub fn run(a: Args) -> Result {
     let exp = super::load_experiment(&a.experiment)?;
     let opts = options(&exp, &a.results, &a.datasets, a.shard);
-    // On a GPU backend: how many distinct kernels the sweep launched (each one compiled,
-    // and for Burn's matmul tuned, on first use), so a sweep whose tree sizes keep making
-    // new kernels shows.
-    let launches = bastion_models::LaunchCount::start();
+    // On a GPU backend, when asked: how many distinct kernels the sweep launched (each one
+    // compiled, and for Burn's matmul tuned, on first use), so a sweep whose tree sizes keep
+    // making new kernels shows.
+    let launches = a.count_launches.then(bastion_models::LaunchCount::start);
     sweep(&exp, &opts)?;
-    let launched = launches.finish();
+    let launched = launches.map(bastion_models::LaunchCount::finish).unwrap_or_default();
     if launched.total > 0 {
         let top: Vec<String> = launched.top(5).iter().map(|(k, n)| format!("{n} {k}")).collect();
         println!(

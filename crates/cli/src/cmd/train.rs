@@ -380,9 +380,11 @@ fn train_drafter(model: &Path, data: &Path, out: &Path, checkpoint_dir: &Path, s
                         h.steps, h.tau.tau, h.tau.rounds, h.tokens
                     ),
                 );
-                Some(serde_json::json!({"step": h.steps, "tokens": h.tokens, "epochs": epochs, "held_out_tau": h.tau.tau,
+                Some(
+                    serde_json::json!({"step": h.steps, "tokens": h.tokens, "epochs": epochs, "held_out_tau": h.tau.tau,
                     "held_out_rounds": h.tau.rounds, "held_out_tau_by_domain": by_domain, "loss_ema": avg,
-                    "seconds": started.elapsed().as_secs_f64()}))
+                    "seconds": started.elapsed().as_secs_f64()}),
+                )
             }
             TrainEvent::Checkpoint { .. } => None,
             TrainEvent::Features { done, total } => {

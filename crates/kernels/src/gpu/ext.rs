@@ -236,16 +236,27 @@ pub(crate) fn small_rows_matmul(x: Tensor<2>, parts: &[Tensor<2>]) -> Result<Ten
     let mut col = 0usize;
     for w in ws {
         let outs = w.meta.shape()[0];
+        if outs.checked_mul(inner).is_none_or(|e| e > u32::MAX as usize) || rows * total > u32::MAX as usize {
+            return Err(KernelError::Matmul(format!(
+                "a weight part of [{outs}, {inner}] or an output of [{rows}, {total}] has more than 2^32 elements: \
+                 split the weight into smaller parts"
+            )));
+        }
         let cubes = outs.div_ceil(ot);
-        // Cube counts past 65,535 along one axis are not portable: fold into a grid.
-        let cx = cubes.min(MAX_CUBES_X);
-        let cy = cubes.div_ceil(cx);
-        // SAFETY: `x` is contiguous `[rows, inner]` and `w` contiguous `[outs, inner]`, both
-        // read as `inner / n` vectors per row (`n` divides `inner`); the kernel clamps the
-        // rows and outputs it reads to `rows − 1` and `outs − 1` and writes only
+        // Cube counts past 32,768 along one axis are folded into a grid of as few rows as
+        // needed, filled evenly (the tail cubes of the last row write nothing).
+        let cy = cubes.div_ceil(MAX_CUBES_X);
+        let cx = cubes.div_ceil(cy);
+        // SAFETY: `rows ≥ 1` and `outs ≥ 1` (checked above), so the kernel's clamps to
+        // `rows − 1` and `outs − 1` stay in range; `x` is contiguous `[rows, inner]` and `w`
+        // contiguous `[outs, inner]`, both read as `inner / n` vectors per row (`n` divides
+        // `inner`), at `row · (inner / n) + k` with `k < inner / n` (the kernel's guard), which
+        // fits in u32 (checked above); the shared partial sums are `rg · ot · UNITS` with
+        // `CUBE_DIM_X = UNITS`, indexed `i · UNITS + u` (`i < rg · ot`, `u < UNITS`) and
+        // `u · UNITS + j` by units `u < rg · ot ≤ 8 ≤ UNITS`; the kernel writes only
         // `r < rows`, `o < outs`, at `r · total + col + o` inside `y` `[rows, total]`
-        // (`col + outs ≤ total`). Cubes past the last output (the folded grid's tail)
-        // read clamped indices and write nothing.
+        // (`col + outs ≤ total`). Cubes past the last output read clamped indices and
+        // write nothing.
         unsafe {
             super::matmul::small_rows_matmul::launch_unchecked(
                 &client,
@@ -280,6 +291,6 @@ fn matmul_err(e: KernelError) -> KernelError {
     }
 }
 
-/// Cubes along the grid's first axis before the small-row kernel folds its
-/// outputs into a second one (WebGPU guarantees 65,535).
+/// Most cubes along the grid's first axis before the small-row kernel folds
+/// its outputs into a second one (WebGPU guarantees 65,535).
 const MAX_CUBES_X: usize = 32_768;
