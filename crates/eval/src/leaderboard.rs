@@ -89,10 +89,12 @@ type Grouped<'a> =
     BTreeMap<(String, u64), Vec<(String, BTreeMap<(&'a str, &'a str), (String, &'static str, PerPrompt)>)>>;
 
 fn grouped(records: &[SampleRecord]) -> Grouped<'_> {
-    fn key(r: &SampleRecord) -> (&str, &str, &str, u64) {
+    /// (model, dataset, prompt, T) of a record; with its seed, the key of its AR pair.
+    type Key<'r> = (&'r str, &'r str, &'r str, u64);
+    fn key(r: &SampleRecord) -> Key<'_> {
         (r.model.as_str(), r.dataset.as_str(), r.prompt_id.as_str(), r.temperature.to_bits())
     }
-    let ar: BTreeMap<((&str, &str, &str, u64), u64), f64> =
+    let ar: BTreeMap<(Key<'_>, u64), f64> =
         records.iter().filter(|r| r.spec.method == Method::Ar).map(|r| ((key(r), r.seed), r.tpot_s)).collect();
     let mut out: Grouped<'_> = BTreeMap::new();
     // Spec-Bench's own records only: a user's file may carry categories of its own

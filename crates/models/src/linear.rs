@@ -277,7 +277,7 @@ impl Linear {
                     return product(x);
                 }
                 let parts: Vec<Tensor<2>> =
-                    (0..m).step_by(chunk).map(|r| product(x.clone().slice([r..(r + chunk).min(m)]))).collect();
+                    (0..m).step_by(chunk).map(|r| product(x.clone().narrow(0, r, chunk.min(m - r)))).collect();
                 Tensor::cat(parts, 0)
             }
         }
@@ -317,8 +317,10 @@ impl Linear {
         let inp = self.in_features;
         let data = match &self.w {
             LinearWeight::Packed(w) => ids.iter().flat_map(|&j| w.row(j as usize)).collect(),
-            LinearWeight::Burn { parts, .. } => {
-                // `[in, out_i]` parts: gather the columns, then transpose on the host.
+            LinearWeight::Burn { parts, .. } | LinearWeight::Cube { parts, .. } => {
+                // `[in, out_i]` parts (Burn): gather the columns, transposed on the host;
+                // `[out_i, in]` parts (Cube): the rows as they are.
+                let transposed = matches!(self.w, LinearWeight::Burn { .. });
                 let per = rows_per_part(inp);
                 let mut host_parts: Vec<Option<Vec<f32>>> = vec![None; parts.len()];
                 let mut data = Vec::with_capacity(ids.len() * inp);
@@ -327,24 +329,13 @@ impl Linear {
                     if host_parts[p].is_none() {
                         host_parts[p] = Some(crate::model::host(parts[p].clone().cast(DType::F32))?);
                     }
-                    let (all, out) = (host_parts[p].as_ref().expect("read above"), parts[p].dims()[1]);
-                    data.extend((0..inp).map(|k| all[k * out + local]));
-                }
-                data
-            }
-            LinearWeight::Cube { parts, .. } => {
-                // `[out_i, in]` parts: the rows as they are.
-                let per = rows_per_part(inp);
-                let mut host_parts: Vec<Option<Vec<f32>>> = vec![None; parts.len()];
-                let mut data = Vec::with_capacity(ids.len() * inp);
-                for &j in ids {
-                    let (p, local) = (j as usize / per, j as usize % per);
-                    if host_parts[p].is_none() {
-                        host_parts[p] = Some(crate::model::host(parts[p].clone().cast(DType::F32))?);
+                    let all = host_parts[p].as_ref().expect("read above");
+                    if transposed {
+                        let out = parts[p].dims()[1];
+                        data.extend((0..inp).map(|k| all[k * out + local]));
+                    } else {
+                        data.extend_from_slice(&all[local * inp..(local + 1) * inp]);
                     }
-                    data.extend_from_slice(
-                        &host_parts[p].as_ref().expect("read above")[local * inp..(local + 1) * inp],
-                    );
                 }
                 data
             }

@@ -53,7 +53,9 @@ pub struct CurvePoint {
 pub fn read_curve(paths: &[&Path]) -> Result<Vec<CurvePoint>, OutputError> {
     // (first step, last step, wall and CPU seconds per step) of each logged window.
     let mut walls: Vec<(usize, usize, f64, Option<f64>)> = Vec::new();
-    let mut held: Vec<(usize, u64, Option<f64>, f64, [f64; 4])> = Vec::new();
+    // (step, tokens, epochs, τ, τ per domain) of each held-out estimate.
+    type Held = (usize, u64, Option<f64>, f64, [f64; 4]);
+    let mut held: Vec<Held> = Vec::new();
     for path in paths {
         let text = std::fs::read_to_string(path).map_err(OutputError::io(path))?;
         // Logs written before per-step times were logged: the step lines' elapsed seconds.
