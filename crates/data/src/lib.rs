@@ -28,7 +28,10 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 mod files;
+mod spec_bench;
 pub use files::{DatasetFile, FileLayout, PromptSource};
+use spec_bench::per_group;
+pub use spec_bench::{spec_bench_group, subset_key, SPEC_BENCH_GROUPS};
 
 /// The committed checksums: the expected hash of every dataset file.
 const SHA256SUMS: &str = include_str!("../../../datasets/SHA256SUMS");
@@ -247,35 +250,6 @@ pub struct Prompt {
     pub category: Option<String>,
 }
 
-/// Spec-Bench's six task groups, in its leaderboard's column order
-/// (hemingkx/Spec-Bench `Leaderboard.md`; Xia et al., ACL Findings 2024).
-pub const SPEC_BENCH_GROUPS: [&str; 6] = [
-    "multi-turn conversation",
-    "translation",
-    "summarization",
-    "question answering",
-    "mathematical reasoning",
-    "retrieval-augmented generation",
-];
-
-/// The Spec-Bench task group of a `category`: MT-Bench's eight categories
-/// (`writing`, `roleplay`, `reasoning`, `math`, `coding`, `extraction`,
-/// `stem`, `humanities`) are multi-turn conversation; `translation`,
-/// `summarization`, `qa`, `math_reasoning` and `rag` are their own groups.
-/// `None` for any other category.
-pub fn spec_bench_group(category: &str) -> Option<&'static str> {
-    let g = match category {
-        "writing" | "roleplay" | "reasoning" | "math" | "coding" | "extraction" | "stem" | "humanities" => 0,
-        "translation" => 1,
-        "summarization" => 2,
-        "qa" => 3,
-        "math_reasoning" => 4,
-        "rag" => 5,
-        _ => return None,
-    };
-    Some(SPEC_BENCH_GROUPS[g])
-}
-
 /// Which prompts of a set to use.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Selection {
@@ -299,14 +273,6 @@ pub struct Selection {
     /// of that in file order (which may leave groups out).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub per_group: Option<usize>,
-}
-
-/// The order of a seeded per-group draw ([`Selection::per_group`]): the
-/// sha256 of `"bastion-subset-0:{id}"`, so two prompts keep their relative
-/// order whatever else the file holds, and a draw of `n` is within a draw of
-/// any larger `n`.
-pub fn subset_key(id: &str) -> [u8; 32] {
-    Sha256::digest(format!("bastion-subset-0:{id}").as_bytes()).into()
 }
 
 /// The `datasets/` folder.
@@ -428,39 +394,6 @@ impl Datasets {
             .collect::<Result<Vec<_>>>()
             .map(Some)
     }
-}
-
-/// The first `n` prompts of each task group in [`subset_key`] order, in
-/// file order.
-///
-/// # Errors
-/// [`DataError::Selection`] for a set without task groups, or a prompt
-/// whose category has no group.
-fn per_group(name: DatasetName, prompts: Vec<Prompt>, n: usize) -> Result<Vec<Prompt>> {
-    if name != DatasetName::SpecBench {
-        return Err(DataError::Selection(format!(
-            "{name}: a per-group subset needs a set with task groups (spec-bench)"
-        )));
-    }
-    let mut keyed = Vec::with_capacity(prompts.len());
-    for p in prompts {
-        let group = p.category.as_deref().and_then(spec_bench_group).ok_or_else(|| {
-            DataError::Selection(format!("{name} prompt {}: category {:?} has no Spec-Bench group", p.id, p.category))
-        })?;
-        keyed.push((group, subset_key(&p.id), p));
-    }
-    keyed.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
-    let mut kept: Vec<Prompt> = Vec::new();
-    let mut taken: BTreeMap<&str, usize> = BTreeMap::new();
-    for (group, _, p) in keyed {
-        let t = taken.entry(group).or_default();
-        if *t < n {
-            *t += 1;
-            kept.push(p);
-        }
-    }
-    kept.sort_by_key(|p| p.index);
-    Ok(kept)
 }
 
 /// A prompt for drafter training (self-distillation), never an evaluation

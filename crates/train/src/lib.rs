@@ -10,6 +10,7 @@
 
 #![warn(missing_docs)]
 
+mod best;
 mod checkpoint;
 mod distill;
 mod error;
@@ -17,6 +18,7 @@ mod events;
 mod features;
 mod held_out;
 mod params;
+mod schedule;
 mod seeds;
 mod self_instruct;
 mod shard;

@@ -20,12 +20,15 @@ use burn::tensor::{Int, Tensor, TensorData};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::best::keep_if_best;
 use crate::checkpoint::{load_checkpoint, save_checkpoint, settings_of, CheckpointState};
 use crate::distill::DistillRecord;
 use crate::error::{Result, TrainError};
 use crate::features::FeatureFile;
 pub use crate::held_out::{chain_acceptance, ChainTau, HeldOutSet};
 use crate::params::DraftParams;
+pub use crate::schedule::cycle_end;
+pub(crate) use crate::schedule::schedule;
 use crate::shard::{shard_step, soft_rows, ShardInputs, ShardOut, SHARDS};
 
 /// Settings of a training run.
@@ -584,96 +587,6 @@ pub fn train(
     Ok(params)
 }
 
-/// Saves `params` as the best drafter under `dir` when `tau` beats the τ its
-/// `held_out.json` records (or the folder holds none yet). The record names
-/// the run's settings and data ([`settings_of`], the data fingerprint): a
-/// folder kept for another run (other settings or held-out sequences, whose
-/// τ does not compare) is refused; one whose training data was a prefix of
-/// this run's (`grow`) is continued. The drafter is written into
-/// `dir.tmp` and renamed over `dir`, so a crash leaves the previous best whole.
-/// A τ that is not finite is never kept.
-///
-/// # Errors
-/// [`TrainError::Io`] / [`TrainError::Format`] naming the file;
-/// [`TrainError::Usage`] for a folder of another run.
-#[allow(clippy::too_many_arguments)]
-fn keep_if_best(
-    dir: &Path,
-    dtype: crate::params::StoreDtype,
-    params: &DraftParams,
-    cfg: &TrainConfig,
-    data: &str,
-    steps: usize,
-    tokens: u64,
-    tau: ChainTau,
-    by_domain: &[Option<ChainTau>; 4],
-) -> Result<()> {
-    if !tau.tau.is_finite() {
-        return Ok(());
-    }
-    let record = dir.join("held_out.json");
-    // The settings without `steps` (a run may go on past the steps it first asked for).
-    let mut settings = settings_of(cfg);
-    settings.as_object_mut().expect("an object").remove("steps");
-    let best = match std::fs::read(&record) {
-        Ok(bytes) => {
-            let v: serde_json::Value = serde_json::from_slice(&bytes)
-                .map_err(|e| TrainError::Format { path: record.clone(), what: format!("not JSON: {e}") })?;
-            // Through the same JSON write and read as the stored value, so floats compare alike.
-            let ours: serde_json::Value =
-                serde_json::from_str(&settings.to_string()).expect("JSON text of a JSON value parses");
-            // τ compares across runs with the same settings and held-out sequences (the
-            // training data may have grown, `grow`).
-            let held = |d: &str| d.split_once("; held out ").map(|(_, h)| h.to_string());
-            // (A record without them was written before they were kept: taken as this run's.)
-            let other = v.get("settings").is_some_and(|s| *s != ours)
-                || v.get("data").is_some_and(|d| d.as_str().and_then(held) != held(data));
-            if other {
-                return Err(TrainError::Usage(format!(
-                    "{}: fields `settings` / `data`: the best drafter kept there is another run's (its held-out τ \
-                     does not compare with this one's); give --keep-best another folder",
-                    record.display()
-                )));
-            }
-            v["held_out_tau"]
-                .as_f64()
-                .ok_or_else(|| TrainError::Format { path: record.clone(), what: "no `held_out_tau` number".into() })?
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => f64::NEG_INFINITY,
-        Err(e) => return Err(crate::error::io_err(&record)(e)),
-    };
-    if tau.tau <= best {
-        return Ok(());
-    }
-    let tmp = dir.with_extension("tmp");
-    if tmp.exists() {
-        std::fs::remove_dir_all(&tmp).map_err(crate::error::io_err(&tmp))?;
-    }
-    params.valid().save_as(&cfg.drafter, &tmp, dtype)?;
-    let domains: serde_json::Map<String, serde_json::Value> = bastion_data::TRAIN_DOMAINS
-        .iter()
-        .zip(by_domain)
-        .filter_map(|(d, t)| t.map(|t| (d.to_string(), t.tau.into())))
-        .collect();
-    let text = serde_json::json!({"step": steps, "tokens": tokens, "held_out_tau": tau.tau,
-        "held_out_rounds": tau.rounds, "held_out_tau_by_domain": domains, "settings": settings, "data": data});
-    let tmp_record = tmp.join("held_out.json");
-    std::fs::write(&tmp_record, format!("{text:#}\n")).map_err(crate::error::io_err(&tmp_record))?;
-    // The old best goes only once the new one is complete beside it.
-    let old = dir.with_extension("old");
-    if dir.exists() {
-        if old.exists() {
-            std::fs::remove_dir_all(&old).map_err(crate::error::io_err(&old))?;
-        }
-        std::fs::rename(dir, &old).map_err(crate::error::io_err(dir))?;
-    }
-    std::fs::rename(&tmp, dir).map_err(crate::error::io_err(dir))?;
-    if old.exists() {
-        std::fs::remove_dir_all(&old).map_err(crate::error::io_err(&old))?;
-    }
-    Ok(())
-}
-
 /// The tokens a step predicts, as a vocabulary mask: for each drawn
 /// sequence (token ids) and each of its anchors `a`, the targets of block
 /// slots `1..B`, `ids[a + 1 .. min(a + B, n)]` (the loss's targets exactly).
@@ -751,50 +664,6 @@ fn validate(target: &Model, cfg: &TrainConfig) -> Result<()> {
         return bad("warm restarts need a first cycle of at least one step".into());
     }
     Ok(())
-}
-
-/// Linear warm-up to the peak, then cosine decay to 10 % of it: over the
-/// rest of the run, or over each cycle of [`TrainConfig::restarts`].
-pub(crate) fn schedule(cfg: &TrainConfig, step: usize) -> f64 {
-    let peak = cfg.learning_rate;
-    if step < cfg.warmup_steps {
-        return peak * (step + 1) as f64 / cfg.warmup_steps as f64;
-    }
-    let after = step - cfg.warmup_steps;
-    let p = match cfg.restarts {
-        None => after as f64 / cfg.steps.saturating_sub(cfg.warmup_steps).max(1) as f64,
-        Some(first) => {
-            let (start, len) = cycle_of(first, after);
-            (after - start) as f64 / len as f64
-        }
-    };
-    peak * (0.1 + 0.9 * 0.5 * (1.0 + (std::f64::consts::PI * p).cos()))
-}
-
-/// The cycle of restarts (first cycle `first` steps, each next twice as long)
-/// that step `after` (counted from the warm-up's end) falls in: its first step
-/// and its length.
-fn cycle_of(first: usize, after: usize) -> (usize, usize) {
-    let (mut start, mut len) = (0usize, first.max(1));
-    while after >= start + len {
-        start += len;
-        len *= 2;
-    }
-    (start, len)
-}
-
-/// Whether a run of `cfg` with `done` steps taken has just finished a cycle
-/// of its warm restarts ([`TrainConfig::restarts`]); always `false` for the
-/// single cosine schedule.
-pub fn cycle_end(cfg: &TrainConfig, done: usize) -> bool {
-    match cfg.restarts {
-        Some(first) if done > cfg.warmup_steps => {
-            let after = done - cfg.warmup_steps;
-            let (start, len) = cycle_of(first, after - 1);
-            after == start + len
-        }
-        _ => false,
-    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,101 @@
+//! The best drafter of a run so far ([`crate::TrainOptions::keep_best`]).
+
+use std::path::Path;
+
+use burn::module::Module;
+
+use crate::checkpoint::settings_of;
+use crate::error::{Result, TrainError};
+use crate::held_out::ChainTau;
+use crate::params::DraftParams;
+use crate::trainer::TrainConfig;
+
+/// Saves `params` as the best drafter under `dir` when `tau` beats the τ its
+/// `held_out.json` records (or the folder holds none yet). The record names
+/// the run's settings and data ([`settings_of`], the data fingerprint): a
+/// folder kept for another run (other settings or held-out sequences, whose
+/// τ does not compare) is refused; one whose training data was a prefix of
+/// this run's (`grow`) is continued. The drafter is written into
+/// `dir.tmp` and renamed over `dir`, so a crash leaves the previous best whole.
+/// A τ that is not finite is never kept.
+///
+/// # Errors
+/// [`TrainError::Io`] / [`TrainError::Format`] naming the file;
+/// [`TrainError::Usage`] for a folder of another run.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn keep_if_best(
+    dir: &Path,
+    dtype: crate::params::StoreDtype,
+    params: &DraftParams,
+    cfg: &TrainConfig,
+    data: &str,
+    steps: usize,
+    tokens: u64,
+    tau: ChainTau,
+    by_domain: &[Option<ChainTau>; 4],
+) -> Result<()> {
+    if !tau.tau.is_finite() {
+        return Ok(());
+    }
+    let record = dir.join("held_out.json");
+    // The settings without `steps` (a run may go on past the steps it first asked for).
+    let mut settings = settings_of(cfg);
+    settings.as_object_mut().expect("an object").remove("steps");
+    let best = match std::fs::read(&record) {
+        Ok(bytes) => {
+            let v: serde_json::Value = serde_json::from_slice(&bytes)
+                .map_err(|e| TrainError::Format { path: record.clone(), what: format!("not JSON: {e}") })?;
+            // Through the same JSON write and read as the stored value, so floats compare alike.
+            let ours: serde_json::Value =
+                serde_json::from_str(&settings.to_string()).expect("JSON text of a JSON value parses");
+            // τ compares across runs with the same settings and held-out sequences (the
+            // training data may have grown, `grow`).
+            let held = |d: &str| d.split_once("; held out ").map(|(_, h)| h.to_string());
+            // (A record without them was written before they were kept: taken as this run's.)
+            let other = v.get("settings").is_some_and(|s| *s != ours)
+                || v.get("data").is_some_and(|d| d.as_str().and_then(held) != held(data));
+            if other {
+                return Err(TrainError::Usage(format!(
+                    "{}: fields `settings` / `data`: the best drafter kept there is another run's (its held-out τ \
+                     does not compare with this one's); give --keep-best another folder",
+                    record.display()
+                )));
+            }
+            v["held_out_tau"]
+                .as_f64()
+                .ok_or_else(|| TrainError::Format { path: record.clone(), what: "no `held_out_tau` number".into() })?
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => f64::NEG_INFINITY,
+        Err(e) => return Err(crate::error::io_err(&record)(e)),
+    };
+    if tau.tau <= best {
+        return Ok(());
+    }
+    let tmp = dir.with_extension("tmp");
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).map_err(crate::error::io_err(&tmp))?;
+    }
+    params.valid().save_as(&cfg.drafter, &tmp, dtype)?;
+    let domains: serde_json::Map<String, serde_json::Value> = bastion_data::TRAIN_DOMAINS
+        .iter()
+        .zip(by_domain)
+        .filter_map(|(d, t)| t.map(|t| (d.to_string(), t.tau.into())))
+        .collect();
+    let text = serde_json::json!({"step": steps, "tokens": tokens, "held_out_tau": tau.tau,
+        "held_out_rounds": tau.rounds, "held_out_tau_by_domain": domains, "settings": settings, "data": data});
+    let tmp_record = tmp.join("held_out.json");
+    std::fs::write(&tmp_record, format!("{text:#}\n")).map_err(crate::error::io_err(&tmp_record))?;
+    // The old best goes only once the new one is complete beside it.
+    let old = dir.with_extension("old");
+    if dir.exists() {
+        if old.exists() {
+            std::fs::remove_dir_all(&old).map_err(crate::error::io_err(&old))?;
+        }
+        std::fs::rename(dir, &old).map_err(crate::error::io_err(dir))?;
+    }
+    std::fs::rename(&tmp, dir).map_err(crate::error::io_err(dir))?;
+    if old.exists() {
+        std::fs::remove_dir_all(&old).map_err(crate::error::io_err(&old))?;
+    }
+    Ok(())
+}
