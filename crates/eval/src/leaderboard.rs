@@ -33,6 +33,10 @@ pub struct Speedup {
     pub value: f64,
     /// Half the 95 % bootstrap interval (NaN when undefined).
     pub pm: f64,
+    /// The interval's ends (NaN when undefined).
+    pub lo: f64,
+    /// See `lo`.
+    pub hi: f64,
     /// Prompts paired with AR.
     pub prompts: usize,
 }
@@ -131,8 +135,9 @@ fn speedup_of<'a>(prompts: impl Iterator<Item = &'a PerPrompt>) -> Option<Speedu
         return None;
     }
     let value = pairs.iter().map(|p| p.0).sum::<f64>() / pairs.iter().map(|p| p.1).sum::<f64>();
-    let pm = speedup_interval(&pairs).map_or(f64::NAN, |i| i.half_width());
-    Some(Speedup { value, pm, prompts: pairs.len() })
+    let ci = speedup_interval(&pairs);
+    let (lo, hi) = ci.map_or((f64::NAN, f64::NAN), |i| (i.lo, i.hi));
+    Some(Speedup { value, pm: ci.map_or(f64::NAN, |i| i.half_width()), lo, hi, prompts: pairs.len() })
 }
 
 /// τ (mean over prompts) and half its interval.
@@ -224,16 +229,14 @@ pub fn leaderboard_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
             for (lv, n, these) in cells {
                 let (tau, _, tau_ci) = tau_of(these.iter().copied());
                 let s = speedup_of(these.iter().copied());
-                let pairs: Vec<(f64, f64)> =
-                    these.iter().filter(|p| !p.ar.is_empty()).map(|p| (mean(&p.ar), mean(&p.method))).collect();
-                let s_ci = speedup_interval(&pairs);
+                let finite = |v: f64| v.is_finite().then_some(v);
                 for (c, v) in cols.iter_mut().zip([
                     Some(tau),
                     tau_ci.map(|x| x.0),
                     tau_ci.map(|x| x.1),
                     s.map(|s| s.value),
-                    s_ci.map(|i| i.lo),
-                    s_ci.map(|i| i.hi),
+                    s.and_then(|s| finite(s.lo)),
+                    s.and_then(|s| finite(s.hi)),
                 ]) {
                     c.push(v);
                 }
