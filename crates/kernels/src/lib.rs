@@ -26,6 +26,7 @@ pub mod cpu;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod gpu;
 mod launches;
+pub mod layer_ops;
 pub mod peak;
 pub mod reference;
 mod weight_dtype;
@@ -62,15 +63,21 @@ pub enum KernelError {
     Device(String),
 }
 
-/// How verification computes tree attention.
+/// How a model on a Burn device computes attention, and with it the rest of
+/// a decoder layer: Bastion's CubeCL kernels (tree attention for every pass,
+/// decode steps and causal blocks included, and the [`layer_ops`]: norms,
+/// heads, KV writes, the SwiGLU product; about ten launches a layer) or
+/// Burn's ops with a dense mask (the reference the kernels are tested
+/// against, and the A/B baseline of `bastion bench-target --attention
+/// kernel,dense`). The CPU backend `flex` runs its own kernels either way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum TreeAttentionMode {
-    /// The kernel where [`kernel_available`], else the dense mask.
+    /// The kernels where [`kernel_available`], else the dense mask.
     #[default]
     Auto,
     /// Always the dense-mask path in Burn ops (every backend).
     Dense,
-    /// Always the kernel; an error on devices that cannot run it.
+    /// Always the kernels; an error on devices that cannot run them.
     Kernel,
 }
 
@@ -155,7 +162,7 @@ pub fn small_rows_matmul(x: Tensor<2>, parts: &[Tensor<2>]) -> Result<Tensor<2>,
     }
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
     {
-        gpu::ext::small_rows_matmul(x, parts)
+        gpu::ext::small_rows_matmul(x, parts, false)
     }
     #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
     {
@@ -274,6 +281,51 @@ impl TreeIndex {
             )
         };
         Ok(TreeIndex { past, t, prepared })
+    }
+
+    /// The kernel's index for `t` new rows after `past` committed tokens that
+    /// all see each other (a decode step, `t` = 1; a drafter's block): every
+    /// bit set.
+    ///
+    /// # Errors
+    /// [`KernelError::Backend`] off a CubeCL device; [`KernelError::Shape`] for `t` 0.
+    pub fn all_visible(t: usize, past: usize, device: &Device) -> Result<Self, KernelError> {
+        Self::from_rows(t, past, device, |_, _| true)
+    }
+
+    /// The kernel's index for a causal block of `t` new rows after `past`
+    /// committed tokens: row `i` sees rows `0..=i` (a chain's ancestors).
+    ///
+    /// # Errors
+    /// As [`TreeIndex::all_visible`].
+    pub fn causal(t: usize, past: usize, device: &Device) -> Result<Self, KernelError> {
+        Self::from_rows(t, past, device, |i, j| j <= i)
+    }
+
+    /// The kernel's index where row `i` sees new row `j` when `sees(i, j)`.
+    fn from_rows(
+        t: usize,
+        past: usize,
+        device: &Device,
+        sees: impl Fn(usize, usize) -> bool,
+    ) -> Result<Self, KernelError> {
+        if t == 0 {
+            return Err(KernelError::Shape("an attention pass of no rows".into()));
+        }
+        if !kernel_available(device) {
+            return Err(TreeAttentionMode::Kernel.uses_kernel(device, 1).unwrap_err());
+        }
+        // The layout of `ancestor_words`: 2 · ⌈t / 64⌉ i32 words a row, bit `j` in word `j / 32`.
+        let words = 2 * t.div_ceil(64);
+        let mut bits = vec![0i32; t * words];
+        for i in 0..t {
+            for j in (0..t).filter(|&j| sees(i, j)) {
+                bits[i * words + j / 32] |= (1u32 << (j % 32)) as i32;
+            }
+        }
+        let n = bits.len();
+        let ancestors = Tensor::from_data(TensorData::new(bits, [n]), device);
+        Ok(TreeIndex { past, t, prepared: Prepared::Kernel { ancestors, words, variant: None } })
     }
 
     /// Whether this index runs the kernel.

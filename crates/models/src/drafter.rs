@@ -8,6 +8,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::config::{cfg_err, Arch, ModelConfig};
+use crate::cube_exec::CubeExec;
 use crate::error::{ModelError, Result};
 use crate::forward::{draft_block, BurnExec, DraftWeights, HostExec};
 use crate::inference_layer::HostRows;
@@ -549,7 +550,14 @@ impl DraftSession<'_> {
             }
             SessionKv::Burn(kv) => {
                 let feats = features.tensor(width, &d.device);
-                BlockOut::Burn(Box::new(draft_block(&BurnExec(&d.device), &w, target, kv, feats, len, n, &block)?))
+                // The target's mode decides: the kernels with its tree-attention kernel.
+                let exec = BurnExec(&d.device);
+                let out = if target.tree_kernel {
+                    draft_block(&CubeExec(exec), &w, target, kv, feats, len, n, &block)?
+                } else {
+                    draft_block(&exec, &w, target, kv, feats, len, n, &block)?
+                };
+                BlockOut::Burn(Box::new(out))
             }
         };
         self.len = len + n;

@@ -13,7 +13,7 @@ use bastion_kernels::cpu::rows::HostRope;
 use crate::error::{ModelError, Result};
 use crate::inference_layer::{HostLayer, HostRows};
 use crate::kv::{KvCache, Pass, SessionCache, Visibility};
-use crate::layer::{layer_forward, layer_key_values, BurnLayer, LayerExec, LayerShape};
+use crate::layer::{layer_deferred, layer_input, layer_key_values, BurnLayer, LayerExec, LayerShape};
 use crate::linear::{Linear, NormWeight};
 use crate::model::{host, rms_norm, rope_tables, ForwardOutput, Layer, Model};
 use crate::output::Output;
@@ -44,6 +44,17 @@ pub(crate) trait Exec {
     fn rms_norm(&self, x: &Self::Rows, w: &NormWeight, eps: f64) -> Self::Rows;
     /// `x · Wᵀ`: `[rows, in]` → `[rows, out]`.
     fn linear(&self, w: &Linear, x: &Self::Rows) -> Self::Rows;
+    /// The residual add `x + y`.
+    fn add(&self, x: Self::Rows, y: Self::Rows) -> Self::Rows;
+    /// The final norm of a layer stack: `x` plus the last layer's deferred
+    /// residual `pending` ([`crate::layer::layer_deferred`]), normed with `w`.
+    fn final_norm(&self, x: Self::Rows, pending: Option<Self::Rows>, w: &NormWeight, eps: f64) -> Self::Rows {
+        let x = match pending {
+            Some(p) => self.add(x, p),
+            None => x,
+        };
+        self.rms_norm(&x, w, eps)
+    }
     /// The target's LM head on the last `rows` rows of `normed`, with the
     /// hidden states asked for.
     fn output(&self, m: &Model, normed: Self::Rows, rows: usize, hidden: Vec<Self::Rows>) -> Result<Self::Output>;
@@ -93,15 +104,19 @@ where
         }
     };
     tap(0, &x);
+    // Each layer's last residual add is left to the next norm (one launch on a GPU).
+    let mut pending = None;
     for (l, layer) in m.layers.iter().enumerate() {
         let step = exec.layer(layer, shape, &rope);
-        // On an error the cache's rows past `past` are stale: the caller's length is unchanged.
-        x = layer_forward(&step, x, |q, k, v| cache.write_attend(l, q, k, v, &prepared))?;
-        if l + 1 < layers {
-            tap(l + 1, &x);
+        let (sum, h) = layer_input(&step, x, pending.take());
+        if l > 0 {
+            tap(l, &sum);
         }
+        // On an error the cache's rows past `past` are stale: the caller's length is unchanged.
+        let (next, mlp) = layer_deferred(&step, sum, h, |q, k, v| cache.write_attend(l, q, k, v, &prepared))?;
+        (x, pending) = (next, Some(mlp));
     }
-    let normed = exec.rms_norm(&x, &m.norm, cfg.rms_norm_eps);
+    let normed = exec.final_norm(x, pending, &m.norm, cfg.rms_norm_eps);
     tap(layers, &normed);
     let hidden = hidden
         .iter()
@@ -151,16 +166,19 @@ where
     let rope = exec.rope(d.inv_freq, &blk_positions);
     let prepared = cache.prepare(target, Pass { shape, vis: Visibility::All, past: start, t: b })?;
     let mut x = exec.embed(target, block)?;
+    let mut pending = None;
     for (l, layer) in d.layers.iter().enumerate() {
         if let Some((c, ctx_rope)) = &ctx {
             let [k, v] = layer_key_values(&exec.layer(layer, shape, ctx_rope), c);
             cache.append(l, len, k, v);
         }
         let step = exec.layer(layer, shape, &rope);
+        let (sum, h) = layer_input(&step, x, pending.take());
         // On an error nothing of this block stays: the session's length is unchanged.
-        x = layer_forward(&step, x, |q, k, v| cache.write_attend(l, q, k, v, &prepared))?;
+        let (next, mlp) = layer_deferred(&step, sum, h, |q, k, v| cache.write_attend(l, q, k, v, &prepared))?;
+        (x, pending) = (next, Some(mlp));
     }
-    Ok(exec.rms_norm(&x, d.norm, shape.eps))
+    Ok(exec.final_norm(x, pending, d.norm, shape.eps))
 }
 
 /// What [`draft_block`] reads of a drafter.
@@ -202,6 +220,9 @@ impl Exec for HostExec {
         let input = x.contiguous();
         let rows = input.len() / w.in_features;
         HostRows::new(w.forward_host(&input, rows), w.out_features)
+    }
+    fn add(&self, x: HostRows, y: HostRows) -> HostRows {
+        x.add(&y)
     }
     fn output(&self, m: &Model, normed: HostRows, rows: usize, hidden: Vec<HostRows>) -> Result<ForwardOutput> {
         let h = m.cfg.hidden_size;
@@ -245,6 +266,9 @@ impl Exec for BurnExec<'_> {
     }
     fn linear(&self, w: &Linear, x: &Tensor<2>) -> Tensor<2> {
         w.forward(x.clone())
+    }
+    fn add(&self, x: Tensor<2>, y: Tensor<2>) -> Tensor<2> {
+        x + y
     }
     fn output(&self, m: &Model, normed: Tensor<2>, rows: usize, hidden: Vec<Tensor<2>>) -> Result<Output> {
         let t = normed.dims()[0];

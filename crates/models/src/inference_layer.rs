@@ -22,14 +22,14 @@ use bastion_kernels::WeightDtype;
 /// `post_attention_layernorm`), each one matrix with the outputs stacked,
 /// so a layer makes four passes over its weights, not seven.
 pub(crate) struct Layer {
-    input_norm: NormWeight,
+    pub(crate) input_norm: NormWeight,
     /// `[q; k; v]` stacked: `[hidden] → [q_dim + 2 · kv_dim]`.
     pub(crate) qkv: Linear,
     pub(crate) o: Linear,
     /// Qwen3's per-head norms (Llama has none).
-    q_norm: Option<NormWeight>,
-    k_norm: Option<NormWeight>,
-    post_norm: NormWeight,
+    pub(crate) q_norm: Option<NormWeight>,
+    pub(crate) k_norm: Option<NormWeight>,
+    pub(crate) post_norm: NormWeight,
     /// `[gate; up]` stacked: `[hidden] → [2 · intermediate]`.
     pub(crate) gate_up: Linear,
     pub(crate) down: Linear,
@@ -141,6 +141,14 @@ impl HostRows {
         HostRows::new(rms_norm_rows(&self.contiguous(), w, eps), self.cols)
     }
 
+    /// The residual add `self + y` (same shape).
+    pub(crate) fn add(self, y: &HostRows) -> HostRows {
+        let cols = self.cols;
+        let mut out = self.into_vec();
+        add_into(&mut out, &y.contiguous());
+        HostRows::new(out, cols)
+    }
+
     /// The rows as an owned contiguous buffer (no copy when unshared and whole).
     pub(crate) fn into_vec(self) -> Vec<f32> {
         if self.is_whole() {
@@ -226,10 +234,7 @@ impl LayerExec for HostLayer<'_> {
         HostRows::new(out, f)
     }
     fn add(&self, x: HostRows, y: HostRows) -> HostRows {
-        let cols = x.cols;
-        let mut out = x.into_vec();
-        add_into(&mut out, &y.contiguous());
-        HostRows::new(out, cols)
+        x.add(&y)
     }
 }
 

@@ -167,6 +167,9 @@ const MIN_DEVICE_ROWS: usize = 512;
 pub(crate) struct BurnPass {
     past: usize,
     mask: BurnMask,
+    /// Bastion's CubeCL kernels write the rows and attend (the model's
+    /// tree-attention kernel mode), else Burn's ops.
+    kernels: bool,
 }
 
 /// How a pass's rows see each other.
@@ -187,9 +190,10 @@ impl BurnKv {
 
     /// Writes layer `l`'s keys and values `k`, `v` `[kv_heads, n, head_dim]`
     /// at rows `at..at + n`, growing the layer's buffers (doubling, rows
-    /// `0..at` carried over) when they are too short. Returns views of rows
-    /// `0..at + n`.
-    fn write(&mut self, l: usize, at: usize, k: Tensor<3>, v: Tensor<3>) -> [Tensor<3>; 2] {
+    /// `0..at` carried over) when they are too short; with `kernels`, the
+    /// rows go in with Bastion's KV write kernel (CubeCL). Returns views of
+    /// rows `0..at + n`.
+    fn write(&mut self, l: usize, at: usize, k: Tensor<3>, v: Tensor<3>, kernels: bool) -> [Tensor<3>; 2] {
         let [nkv, n, hd] = k.dims();
         let end = at + n;
         let bufs = match self.layers[l].take() {
@@ -217,8 +221,13 @@ impl BurnKv {
             }
         };
         let [kb, vb] = bufs;
-        let kb = kb.slice_assign([0..nkv, at..end, 0..hd], k);
-        let vb = vb.slice_assign([0..nkv, at..end, 0..hd], v);
+        let [kb, vb] = if kernels {
+            // One launch for both, in place (a buffer a fork shares is copied first).
+            bastion_kernels::layer_ops::kv_write(kb, vb, k, v, at)
+                .expect("the KV write kernel takes a CubeCL model's caches (f32, shapes from its configuration)")
+        } else {
+            [kb.slice_assign([0..nkv, at..end, 0..hd], k), vb.slice_assign([0..nkv, at..end, 0..hd], v)]
+        };
         let views = [kb.clone().narrow(1, 0, end), vb.clone().narrow(1, 0, end)];
         self.layers[l] = Some([kb, vb]);
         views
@@ -238,7 +247,19 @@ impl KvCache for BurnKv {
         // mask `[group · t, total]` (true = masked), the `[t, total]` pattern
         // repeated for the `group` query heads sharing a KV head. A tree gets
         // a `TreeIndex`: the kernel's ancestor bitsets, or the same dense mask.
+        let kernels = m.tree_kernel;
         let mask = match (t, vis) {
+            // With the kernels, every pass attends through the tree kernel: a single
+            // token or a block that sees itself whole as all-visible rows, a causal
+            // block as a chain (one launch a layer, as a tree's verification).
+            _ if kernels => {
+                let index = match vis {
+                    Visibility::Tree(tree) => TreeIndex::new(&tree.ancestor_mask(), past, group, true, &m.device),
+                    Visibility::Causal if t > 1 => TreeIndex::causal(t, past, &m.device),
+                    _ => TreeIndex::all_visible(t, past, &m.device),
+                };
+                BurnMask::Tree(index.map_err(ModelError::Kernel)?)
+            }
             (1, _) | (_, Visibility::All) => BurnMask::Plain,
             (_, Visibility::Causal) => {
                 let mut mask = vec![false; t * total];
@@ -255,10 +276,10 @@ impl KvCache for BurnKv {
                     .map_err(ModelError::Kernel)?,
             ),
         };
-        Ok(BurnPass { past, mask })
+        Ok(BurnPass { past, mask, kernels })
     }
     fn write_attend(&mut self, l: usize, q: Tensor<3>, k: Tensor<3>, v: Tensor<3>, p: &BurnPass) -> Result<Tensor<2>> {
-        let [k_all, v_all] = self.write(l, p.past, k, v);
+        let [k_all, v_all] = self.write(l, p.past, k, v, p.kernels);
         match &p.mask {
             BurnMask::Plain => Ok(attention(q, k_all, v_all, None)),
             BurnMask::Causal(mask) => Ok(attention(q, k_all, v_all, Some(mask))),
@@ -269,7 +290,8 @@ impl KvCache for BurnKv {
 
 impl SessionCache for BurnKv {
     fn append(&mut self, layer: usize, at: usize, k: Tensor<3>, v: Tensor<3>) {
-        self.write(layer, at, k, v);
+        let kernels = bastion_kernels::kernel_available(&k.device());
+        self.write(layer, at, k, v, kernels);
     }
     /// Gathers the accepted rows (`select`) and writes them back at
     /// `len..len + m`; nothing moves when the path is a prefix of the tree

@@ -128,6 +128,42 @@ pub trait LayerExec {
     fn project(&self, p: Proj, x: &Self::Rows) -> Self::Rows {
         self.project_many(&[p], x).pop().expect("one projection asked for")
     }
+
+    /// The attention heads of the normed rows `h` `[rows, hidden]`: `q`
+    /// `[heads, rows, head_dim]`, `k`, `v` `[kv_heads, rows, head_dim]`,
+    /// with the q/k norms and RoPE applied. Executions with a fused kernel
+    /// answer in one pass over the `[q; k; v]` product.
+    fn qkv_heads(&self, h: &Self::Rows) -> [Self::Heads; 3] {
+        let s = self.shape();
+        let [q, k, v]: [Self::Rows; 3] = take(self.project_many(&[Proj::Q, Proj::K, Proj::V], h));
+        [
+            self.heads(q, s.heads, Some(Norm::Q), true),
+            self.heads(k, s.kv_heads, Some(Norm::K), true),
+            self.heads(v, s.kv_heads, None, false),
+        ]
+    }
+
+    /// The key and value heads of rows `x` (`k_proj`, `k_norm`, RoPE;
+    /// `v_proj`), `[kv_heads, rows, head_dim]` each.
+    fn kv_heads(&self, x: &Self::Rows) -> [Self::Heads; 2] {
+        let s = self.shape();
+        let [k, v]: [Self::Rows; 2] = take(self.project_many(&[Proj::K, Proj::V], x));
+        [self.heads(k, s.kv_heads, Some(Norm::K), true), self.heads(v, s.kv_heads, None, false)]
+    }
+
+    /// The residual add and the norm after it: `(x + y, rms_norm(x + y))`.
+    fn add_norm(&self, x: Self::Rows, y: Self::Rows, norm: Norm) -> (Self::Rows, Self::Rows) {
+        let x = self.add(x, y);
+        let n = self.rms_norm(&x, norm);
+        (x, n)
+    }
+
+    /// The SwiGLU MLP of the normed rows `n`: `down(silu(gate(n)) · up(n))`.
+    fn mlp(&self, n: &Self::Rows) -> Self::Rows {
+        let [gate, up]: [Self::Rows; 2] = take(self.project_many(&[Proj::Gate, Proj::Up], n));
+        let act = self.silu_mul(gate, up);
+        self.project(Proj::Down, &act)
+    }
 }
 
 /// One decoder layer on `x` `[rows, hidden]`:
@@ -146,27 +182,48 @@ pub fn layer_forward<E: LayerExec, Er>(
     x: E::Rows,
     attend: impl FnOnce(E::Heads, E::Heads, E::Heads) -> Result<E::Rows, Er>,
 ) -> Result<E::Rows, Er> {
-    let s = e.shape();
     let h = e.rms_norm(&x, Norm::Input);
-    let [q, k, v]: [E::Rows; 3] = take(e.project_many(&[Proj::Q, Proj::K, Proj::V], &h));
-    let q = e.heads(q, s.heads, Some(Norm::Q), true);
-    let k = e.heads(k, s.kv_heads, Some(Norm::K), true);
-    let v = e.heads(v, s.kv_heads, None, false);
+    let (x, mlp) = layer_deferred(e, x, h, attend)?;
+    Ok(e.add(x, mlp))
+}
+
+/// [`layer_forward`] with its last residual add left to the caller: `x`
+/// `[rows, hidden]` and `h = input_norm(x)` in, `(x + o_proj(…), mlp)` out,
+/// the layer's output being their sum. A stack of layers adds it in the
+/// next layer's input norm ([`LayerExec::add_norm`]; one kernel on a GPU).
+///
+/// # Errors
+/// Whatever `attend` returns.
+pub fn layer_deferred<E: LayerExec, Er>(
+    e: &E,
+    x: E::Rows,
+    h: E::Rows,
+    attend: impl FnOnce(E::Heads, E::Heads, E::Heads) -> Result<E::Rows, Er>,
+) -> Result<(E::Rows, E::Rows), Er> {
+    let [q, k, v] = e.qkv_heads(&h);
     let attended = attend(q, k, v)?;
-    let x = e.add(x, e.project(Proj::O, &attended));
-    let n = e.rms_norm(&x, Norm::Post);
-    let [gate, up]: [E::Rows; 2] = take(e.project_many(&[Proj::Gate, Proj::Up], &n));
-    let act = e.silu_mul(gate, up);
-    Ok(e.add(x, e.project(Proj::Down, &act)))
+    let (x, n) = e.add_norm(x, e.project(Proj::O, &attended), Norm::Post);
+    Ok((x, e.mlp(&n)))
+}
+
+/// The input norm of a layer in a stack: `x` plus the previous layer's
+/// deferred `pending` residual (none before the first layer), and the
+/// norm of the sum: `(x + pending, input_norm(x + pending))`.
+pub fn layer_input<E: LayerExec>(e: &E, x: E::Rows, pending: Option<E::Rows>) -> (E::Rows, E::Rows) {
+    match pending {
+        Some(p) => e.add_norm(x, p, Norm::Input),
+        None => {
+            let h = e.rms_norm(&x, Norm::Input);
+            (x, h)
+        }
+    }
 }
 
 /// Keys and values `[kv_heads, rows, head_dim]` of the rows `x`
 /// `[rows, hidden]`: `k_proj`, `k_norm` and RoPE; `v_proj`. For a layer's
 /// own rows and for the drafter's context features.
 pub fn layer_key_values<E: LayerExec>(e: &E, x: &E::Rows) -> [E::Heads; 2] {
-    let s = e.shape();
-    let [k, v]: [E::Rows; 2] = take(e.project_many(&[Proj::K, Proj::V], x));
-    [e.heads(k, s.kv_heads, Some(Norm::K), true), e.heads(v, s.kv_heads, None, false)]
+    e.kv_heads(x)
 }
 
 /// The `N` results of a `project_many` asked for `N` projections.

@@ -13,6 +13,7 @@
 pub mod backend;
 pub use bastion_formats::chat;
 pub mod config;
+mod cube_exec;
 pub mod draft_vocab;
 pub mod drafter;
 pub mod drafter_gguf;

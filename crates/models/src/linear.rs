@@ -258,29 +258,50 @@ impl Linear {
                     None => y,
                 }
             }
-            LinearWeight::Cube { parts, .. } => {
-                let [m, _] = x.dims();
-                if m == 0 {
-                    return Tensor::zeros([0, self.out_features], &x.device());
-                }
-                // Every product runs the small-row kernel, in chunks of SMALL_ROWS_MAX rows
-                // (a long prefill, trees past 63 drafted nodes): a row's result does not depend
-                // on its chunk, so a verification of any size reproduces the decode step's bits.
-                let product = |x: Tensor<2>| {
-                    bastion_kernels::small_rows_matmul(x, parts).expect(
-                        "the small-row kernel takes every linear layer of a CubeCL model: f32 or a half type the \
-                         device supports (chosen at load), 1 to SMALL_ROWS_MAX rows",
-                    )
-                };
-                let chunk = bastion_kernels::SMALL_ROWS_MAX;
-                if m <= chunk {
-                    return product(x);
-                }
-                let parts: Vec<Tensor<2>> =
-                    (0..m).step_by(chunk).map(|r| product(x.clone().narrow(0, r, chunk.min(m - r)))).collect();
-                Tensor::cat(parts, 0)
-            }
+            LinearWeight::Cube { parts, .. } => self.cube_chunks(x, |x| bastion_kernels::small_rows_matmul(x, parts)),
         }
+    }
+
+    /// SwiGLU's down product from the fused `[gate; up]` rows `gu`
+    /// `[rows, 2 · in]`: `(silu(gate) · up) · Wᵀ` `[rows, out]`, the
+    /// activation formed by the small-row kernel as it loads the rows
+    /// ([`bastion_kernels::layer_ops::swiglu_matmul`]). `None` unless the
+    /// weight is on a CubeCL device.
+    pub(crate) fn forward_swiglu(&self, gu: Tensor<2>) -> Option<Tensor<2>> {
+        match &self.w {
+            LinearWeight::Cube { parts, .. } => {
+                Some(self.cube_chunks(gu, |x| bastion_kernels::layer_ops::swiglu_matmul(x, parts)))
+            }
+            _ => None,
+        }
+    }
+
+    /// A small-row product `product` of the rows `x`, in chunks of
+    /// SMALL_ROWS_MAX rows (a long prefill, trees past 63 drafted nodes): a
+    /// row's result does not depend on its chunk, so a verification of any
+    /// size reproduces the decode step's bits.
+    fn cube_chunks(
+        &self,
+        x: Tensor<2>,
+        product: impl Fn(Tensor<2>) -> std::result::Result<Tensor<2>, bastion_kernels::KernelError>,
+    ) -> Tensor<2> {
+        let [m, _] = x.dims();
+        if m == 0 {
+            return Tensor::zeros([0, self.out_features], &x.device());
+        }
+        let product = |x: Tensor<2>| {
+            product(x).expect(
+                "the small-row kernel takes every linear layer of a CubeCL model: f32 or a half type the \
+                 device supports (chosen at load), 1 to SMALL_ROWS_MAX rows",
+            )
+        };
+        let chunk = bastion_kernels::SMALL_ROWS_MAX;
+        if m <= chunk {
+            return product(x);
+        }
+        let parts: Vec<Tensor<2>> =
+            (0..m).step_by(chunk).map(|r| product(x.clone().narrow(0, r, chunk.min(m - r)))).collect();
+        Tensor::cat(parts, 0)
     }
 
     /// The packed weight `[out, in]` (on `flex`), shared; `None` for a Burn tensor.

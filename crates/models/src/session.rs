@@ -5,6 +5,7 @@
 use bastion_kernels::cpu::attention::HostKv;
 use bastion_tree::DraftTree;
 
+use crate::cube_exec::CubeExec;
 use crate::error::{ModelError, Result};
 use crate::forward::{forward, BurnExec, HostExec};
 use crate::kv::{BatchKv, SessionKv, Visibility};
@@ -299,6 +300,9 @@ impl<'m> Session<'m> {
         let out = match &mut self.cache {
             SessionKv::Host(kv) => {
                 Output::from_host(forward(&HostExec, m, kv, tokens, positions, self.len, vis, hidden, rows)?)
+            }
+            SessionKv::Burn(kv) if m.tree_kernel => {
+                forward(&CubeExec(BurnExec(&m.device)), m, kv, tokens, positions, self.len, vis, hidden, rows)?
             }
             SessionKv::Burn(kv) => {
                 forward(&BurnExec(&m.device), m, kv, tokens, positions, self.len, vis, hidden, rows)?

@@ -24,7 +24,8 @@ fn primitive<const D: usize>(t: Tensor<D>, what: &str) -> Result<CubeTensor, Ker
 }
 
 /// The CubeCL primitives of one call, checked: `q`, `k`, `v`, the index
-/// buffer as contiguous i32, the output `[nh, t, hd]`, and `(nh, nkv, t, hd)`.
+/// buffer as contiguous i32, the output `[nh, t, hd]` (stored `[t, nh, hd]`),
+/// and `(nh, nkv, t, hd)`.
 type Prepared = (CubeTensor, CubeTensor, CubeTensor, CubeTensor, CubeTensor, [usize; 4]);
 
 fn prepare(
@@ -64,7 +65,10 @@ fn prepare(
     if !q.client.properties().supports_type(dtype_to_elem_type(q.dtype)) {
         return Err(KernelError::Backend(format!("dtype {:?} is not supported by this adapter", q.dtype)));
     }
-    let out = empty_device_contiguous_dtype(q.client.clone(), q.device.clone(), Shape::new([nh, t, hd]), q.dtype);
+    // Stored `[t, nh, hd]` (the layout the layer reads next, `[t, nh · hd]`, with no
+    // copy), seen by the kernels as `[nh, t, hd]` through its strides.
+    let out = empty_device_contiguous_dtype(q.client.clone(), q.device.clone(), Shape::new([t, nh, hd]), q.dtype);
+    let out = burn_cubecl::ops::permute(out, &[1, 0, 2]);
     Ok((q, k, v, index, out, [nh, nkv, t, hd]))
 }
 
@@ -193,14 +197,21 @@ const QUERY_TILE: usize = 8;
 /// `[rows, in]` (any float dtype; cast to f32 and made contiguous), the
 /// weight as `parts` `[out_i, in]` (one float dtype, contiguous: one
 /// buffer each of a weight split over several) → `[rows, Σ out_i]` f32, the
-/// parts' outputs side by side. `rows` ≤ [`crate::SMALL_ROWS_MAX`].
+/// parts' outputs side by side. `rows` ≤ [`crate::SMALL_ROWS_MAX`]. With
+/// `gated`, `x` is SwiGLU's `[gate; up]` `[rows, 2 · in]` and the rows
+/// multiplied are `silu(gate) · up`, formed in the kernel.
 ///
 /// # Errors
 /// [`KernelError::Matmul`] when a tensor is not on a CubeCL device, the
 /// weight dtype is not a float the adapter supports, for no part, widths
 /// that differ, or a row count of 0 or above [`crate::SMALL_ROWS_MAX`].
-pub(crate) fn small_rows_matmul(x: Tensor<2>, parts: &[Tensor<2>]) -> Result<Tensor<2>, KernelError> {
-    let [rows, inner] = x.dims();
+pub(crate) fn small_rows_matmul(x: Tensor<2>, parts: &[Tensor<2>], gated: bool) -> Result<Tensor<2>, KernelError> {
+    let [rows, width] = x.dims();
+    if gated && width % 2 != 0 {
+        return Err(KernelError::Matmul(format!("a [gate; up] input of odd width {width}")));
+    }
+    // With `gated`, `x` is `[gate; up]` and the rows multiplied are half as wide.
+    let inner = if gated { width / 2 } else { width };
     let shape_err = |what: String| Err(KernelError::Matmul(what));
     if rows == 0 || rows > crate::SMALL_ROWS_MAX {
         return shape_err(format!("{rows} rows: the kernel takes 1 to {}", crate::SMALL_ROWS_MAX));
@@ -236,7 +247,10 @@ pub(crate) fn small_rows_matmul(x: Tensor<2>, parts: &[Tensor<2>]) -> Result<Ten
     let mut col = 0usize;
     for w in ws {
         let outs = w.meta.shape()[0];
-        if outs.checked_mul(inner).is_none_or(|e| e > u32::MAX as usize) || rows * total > u32::MAX as usize {
+        if outs.checked_mul(inner).is_none_or(|e| e > u32::MAX as usize)
+            || rows * total > u32::MAX as usize
+            || rows * width > u32::MAX as usize
+        {
             return Err(KernelError::Matmul(format!(
                 "a weight part of [{outs}, {inner}] or an output of [{rows}, {total}] has more than 2^32 elements: \
                  split the weight into smaller parts"
@@ -251,7 +265,8 @@ pub(crate) fn small_rows_matmul(x: Tensor<2>, parts: &[Tensor<2>]) -> Result<Ten
         // `rows − 1` and `outs − 1` stay in range; `x` is contiguous `[rows, inner]` and `w`
         // contiguous `[outs, inner]`, both read as `inner / n` vectors per row (`n` divides
         // `inner`), at `row · (inner / n) + k` with `k < inner / n` (the kernel's guard), which
-        // fits in u32 (checked above); the shared partial sums are `rg · ot · UNITS` with
+        // fits in u32 (checked above); a gated `x` is contiguous `[rows, 2 · inner]`, read at
+        // `row · (2 · inner / n) + k` and `+ inner / n + k`, inside it; the shared partial sums are `rg · ot · UNITS` with
         // `CUBE_DIM_X = UNITS`, indexed `i · UNITS + u` (`i < rg · ot`, `u < UNITS`) and
         // `u · UNITS + j` by units `u < rg · ot ≤ 8 ≤ UNITS`; the kernel writes only
         // `r < rows`, `o < outs`, at `r · total + col + o` inside `y` `[rows, total]`
@@ -275,6 +290,7 @@ pub(crate) fn small_rows_matmul(x: Tensor<2>, parts: &[Tensor<2>]) -> Result<Ten
                 rg,
                 ot,
                 super::matmul::UNITS,
+                gated,
                 elem,
             );
         }

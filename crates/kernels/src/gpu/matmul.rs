@@ -29,6 +29,9 @@ pub(crate) const UNITS: usize = 64;
 /// `y[r, col + o] = Σ_k x[r, k] · w[o, k]` for `r < rows`, `o < outs`.
 ///
 /// - `x` `[rows, kv]` in vectors of `n` f32 (contiguous: `kv` = in / `n`);
+///   with `gated`, `x` is `[rows, 2 · kv]`, SwiGLU's `[gate; up]` product,
+///   and the rows multiplied are `silu(gate) · up`, formed as they are loaded
+///   (`silu(g) = g / (1 + e^(−g))`), so the activation is never written;
 /// - `w` `[outs, kv]` in vectors of `n` weights of type `W` (contiguous);
 /// - `y` f32 with row stride `y_row` (elements); this call writes columns
 ///   `col .. col + outs` (one part of a weight split over several buffers).
@@ -52,8 +55,14 @@ pub fn small_rows_matmul<W: Float, N: Size>(
     #[comptime] rg: usize,
     #[comptime] ot: usize,
     #[comptime] units: usize,
+    #[comptime] gated: bool,
     #[define(W)] _dtype: ElemType,
 ) {
+    // Row stride of `x` in vectors: `[gate; up]` rows are twice as wide.
+    let mut x_row = kv;
+    if gated {
+        x_row = 2 * kv;
+    }
     let u = UNIT_POS_X as usize;
     // Cubes fold into a grid when they are many (`CUBE_COUNT_X` per row of it).
     let o0 = (CUBE_POS_Y as usize * CUBE_COUNT_X as usize + CUBE_POS_X as usize) * ot;
@@ -81,7 +90,12 @@ pub fn small_rows_matmul<W: Float, N: Size>(
                 for r in 0..rg {
                     // Rows past the end repeat the last one (not written).
                     let rr = min(r0 + r, rows - 1);
-                    let xv = x[rr * kv + k];
+                    let mut xv = x[rr * x_row + k];
+                    if gated {
+                        let up = x[rr * x_row + kv + k];
+                        let one = Vector::<f32, N>::new(1.0);
+                        xv = xv / (one + (Vector::<f32, N>::new(0.0) - xv).exp()) * up;
+                    }
                     #[unroll]
                     for o in 0..ot {
                         acc[r * ot + o] += xv * wv[o];
