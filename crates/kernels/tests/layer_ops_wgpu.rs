@@ -15,28 +15,12 @@ use bastion_kernels::{attention, small_rows_matmul, tree_attention, TreeIndex};
 use burn::tensor::{Bool, Device, DeviceType, Tensor, TensorData};
 
 fn device() -> Option<Device> {
-    let found = Device::enumerate(DeviceType::Wgpu).into_iter().next();
-    if found.is_none() {
-        assert!(
-            std::env::var("BASTION_REQUIRE_WGPU").as_deref() != Ok("1"),
-            "BASTION_REQUIRE_WGPU=1 but wgpu finds no adapter (install mesa-vulkan-drivers and set VK_ICD_FILENAMES)"
-        );
-        eprintln!("no wgpu adapter: skipped");
-    }
-    found
+    bastion_testkit::wgpu_or_skip(Device::enumerate(DeviceType::Wgpu).into_iter().next())
 }
 
-/// Reproducible values in [-1, 1) (xorshift64*).
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s >> 12;
-            s ^= s << 25;
-            s ^= s >> 27;
-            (s.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-        })
-        .collect()
+/// Reproducible values in [−1, 1).
+fn values(n: usize, seed: u32) -> Vec<f32> {
+    bastion_testkit::lcg_values(n, seed).into_iter().map(|v| 2.0 * v).collect()
 }
 
 fn t1(v: &[f32], d: &Device) -> Tensor<1> {

@@ -14,15 +14,7 @@ use burn::tensor::{DType, Device, DeviceType, Tensor, TensorData};
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn device() -> Option<Device> {
-    let found = Device::enumerate(DeviceType::Wgpu).into_iter().next();
-    if found.is_none() {
-        assert!(
-            std::env::var("BASTION_REQUIRE_WGPU").as_deref() != Ok("1"),
-            "BASTION_REQUIRE_WGPU=1 but wgpu finds no adapter (install mesa-vulkan-drivers and set VK_ICD_FILENAMES)"
-        );
-        eprintln!("no wgpu adapter: skipped");
-    }
-    found
+    bastion_testkit::wgpu_or_skip(Device::enumerate(DeviceType::Wgpu).into_iter().next())
 }
 
 /// Reproducible values in [-1, 1) (xorshift64*).

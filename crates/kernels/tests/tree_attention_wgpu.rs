@@ -14,15 +14,7 @@ const SMOLLM2: (usize, usize, usize) = (9, 3, 64);
 const QWEN3_8B: (usize, usize, usize) = (32, 8, 128);
 
 fn device() -> Option<Device> {
-    let found = Device::enumerate(DeviceType::Wgpu).into_iter().next();
-    if found.is_none() {
-        assert!(
-            std::env::var("BASTION_REQUIRE_WGPU").as_deref() != Ok("1"),
-            "BASTION_REQUIRE_WGPU=1 but wgpu finds no adapter (install mesa-vulkan-drivers and set VK_ICD_FILENAMES)"
-        );
-        eprintln!("no wgpu adapter: skipped");
-    }
-    found
+    bastion_testkit::wgpu_or_skip(Device::enumerate(DeviceType::Wgpu).into_iter().next())
 }
 
 /// xorshift64*: reproducible inputs without a dependency.

@@ -42,13 +42,7 @@ impl CubeLayer<'_> {
     }
 
     fn norm(&self, norm: Norm) -> Option<Tensor<1>> {
-        let l = self.layer;
-        match norm {
-            Norm::Input => Some(l.input_norm.tensor()),
-            Norm::Post => Some(l.post_norm.tensor()),
-            Norm::Q => l.q_norm.as_ref().map(NormWeight::tensor),
-            Norm::K => l.k_norm.as_ref().map(NormWeight::tensor),
-        }
+        self.layer.norm(norm).map(NormWeight::tensor)
     }
 
     /// The heads of the layer's fused `[q; k; v]` product of `x`: `q` (when

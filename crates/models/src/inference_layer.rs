@@ -22,14 +22,14 @@ use bastion_kernels::WeightDtype;
 /// `post_attention_layernorm`), each one matrix with the outputs stacked,
 /// so a layer makes four passes over its weights, not seven.
 pub(crate) struct Layer {
-    pub(crate) input_norm: NormWeight,
+    input_norm: NormWeight,
     /// `[q; k; v]` stacked: `[hidden] → [q_dim + 2 · kv_dim]`.
     pub(crate) qkv: Linear,
     pub(crate) o: Linear,
     /// Qwen3's per-head norms (Llama has none).
-    pub(crate) q_norm: Option<NormWeight>,
-    pub(crate) k_norm: Option<NormWeight>,
-    pub(crate) post_norm: NormWeight,
+    q_norm: Option<NormWeight>,
+    k_norm: Option<NormWeight>,
+    post_norm: NormWeight,
     /// `[gate; up]` stacked: `[hidden] → [2 · intermediate]`.
     pub(crate) gate_up: Linear,
     pub(crate) down: Linear,
@@ -82,6 +82,16 @@ impl Layer {
             kv_dim: kd,
             ffn: i,
         })
+    }
+
+    /// The layer's `norm` weight (`None`: Llama's absent q/k norms).
+    pub(crate) fn norm(&self, norm: Norm) -> Option<&NormWeight> {
+        match norm {
+            Norm::Input => Some(&self.input_norm),
+            Norm::Post => Some(&self.post_norm),
+            Norm::Q => self.q_norm.as_ref(),
+            Norm::K => self.k_norm.as_ref(),
+        }
     }
 
     /// The fused matrix holding `p` and the column range of `p` in its output.
@@ -174,13 +184,7 @@ impl<'a> HostLayer<'a> {
     }
 
     fn norm(&self, norm: Norm) -> Option<std::borrow::Cow<'_, [f32]>> {
-        let l = self.layer;
-        match norm {
-            Norm::Input => Some(l.input_norm.host()),
-            Norm::Post => Some(l.post_norm.host()),
-            Norm::Q => l.q_norm.as_ref().map(NormWeight::host),
-            Norm::K => l.k_norm.as_ref().map(NormWeight::host),
-        }
+        self.layer.norm(norm).map(NormWeight::host)
     }
 }
 

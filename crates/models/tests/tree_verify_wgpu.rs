@@ -21,12 +21,7 @@ const F16_LOGIT_TOLERANCE: f32 = 1e-2;
 const F16_MIN_SHIFT: f32 = 1e-4;
 
 fn device() -> Option<Device> {
-    let found = Device::enumerate(DeviceType::Wgpu).into_iter().next();
-    if found.is_none() {
-        assert!(std::env::var("BASTION_REQUIRE_WGPU").as_deref() != Ok("1"), "BASTION_REQUIRE_WGPU=1: no wgpu adapter");
-        eprintln!("no wgpu adapter: skipped");
-    }
-    found
+    bastion_testkit::wgpu_or_skip(Device::enumerate(DeviceType::Wgpu).into_iter().next())
 }
 
 /// `[kernel, dense]` models of each fixture, loaded once.

@@ -109,6 +109,21 @@ pub fn lcg_values(n: usize, seed: u32) -> Vec<f32> {
         .collect()
 }
 
+/// The wgpu tests' adapter rule: `found` (the first wgpu device, e.g.
+/// `Device::enumerate(DeviceType::Wgpu).into_iter().next()`) as it is; when
+/// there is none, a skip (`None`, said on stderr), or a failure under
+/// `BASTION_REQUIRE_WGPU=1` (CI, where Mesa's lavapipe is installed).
+pub fn wgpu_or_skip<D>(found: Option<D>) -> Option<D> {
+    if found.is_none() {
+        assert!(
+            std::env::var("BASTION_REQUIRE_WGPU").as_deref() != Ok("1"),
+            "BASTION_REQUIRE_WGPU=1 but wgpu finds no adapter (install mesa-vulkan-drivers and set VK_ICD_FILENAMES)"
+        );
+        eprintln!("no wgpu adapter: skipped");
+    }
+    found
+}
+
 /// Max |a − b| over two equal-length slices.
 pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len(), "length mismatch");
