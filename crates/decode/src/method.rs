@@ -49,6 +49,22 @@ impl Method {
         self != Method::Ar
     }
 
+    /// Whether the method's choices follow times measured during the run
+    /// (so its τ, not only its speed, moves with the machine and its load):
+    /// `bastion-online`, whose latency model is recalibrated from the
+    /// observed rounds. A spec's `skip` knob adds the rule that judges
+    /// rounds by measured times ([`crate::MethodSpec::follows_measured_time`]).
+    pub fn follows_measured_time(self) -> bool {
+        self == Method::BastionOnline
+    }
+
+    /// Whether the method's tree sizes come from the calibration file
+    /// (`caddtree`, `bastion`, `bastion-online`): its τ equals another run's
+    /// only when both read the same calibration.
+    pub fn uses_calibration(self) -> bool {
+        matches!(self, Method::CaddTree | Method::Bastion | Method::BastionOnline)
+    }
+
     /// Whether the method sizes its trees from a calibration (`bastion profile`):
     /// `caddtree`, `bastion`, `bastion-online`.
     pub fn needs_calibration(self) -> bool {

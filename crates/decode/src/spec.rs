@@ -288,6 +288,20 @@ impl MethodSpec {
         self.params.skip == Some(true)
     }
 
+    /// Whether this spec's choices follow times measured during the run:
+    /// its method's ([`Method::follows_measured_time`]), or the `skip` rule,
+    /// which takes an AR step when drafting is not expected to pay, judged
+    /// on measured round times. Its τ then moves with the machine's speed.
+    pub fn follows_measured_time(&self) -> bool {
+        self.method.follows_measured_time() || self.skips_draft()
+    }
+
+    /// Whether this spec's tree sizes come from the calibration file
+    /// ([`Method::uses_calibration`]).
+    pub fn uses_calibration(&self) -> bool {
+        self.method.uses_calibration()
+    }
+
     /// The knobs the name does not carry: all but `skip`.
     pub fn unnamed_knobs(&self) -> MethodParams {
         MethodParams { skip: None, ..self.params.clone() }

@@ -130,29 +130,11 @@ pub struct Comparison {
     /// whether it equals the reference to that rounding.
     pub within: bool,
     /// Whether the figure is fixed by the inputs, not by the machine's
-    /// speed: τ of a method whose choices do not follow measured time
-    /// ([`follows_measured_time`]), with the reference's calibration where
-    /// it reads one ([`uses_calibration`]). Speedups never are.
+    /// speed: τ of a row whose choices do not follow measured time
+    /// ([`Row::follows_measured_time`], from its method's spec), with the
+    /// reference's calibration where it reads one ([`Row::uses_calibration`]).
+    /// Speedups never are.
     pub exact: bool,
-}
-
-/// Whether a row's choices follow times measured during the run, so that
-/// its τ, not only its speed, moves with the machine and its load: the
-/// `+skip` rows (an AR step when drafting is not expected to pay, judged
-/// on measured round times), `bastion-online` (its latency model
-/// recalibrated from them) and `ddtree-oracle` (the budget of the best
-/// measured speedup). τ of every other method is fixed by the model, the
-/// drafter, the seed and, for `caddtree` and `bastion`, the calibration
-/// file ([`uses_calibration`]).
-pub fn follows_measured_time(method: &str) -> bool {
-    method.contains("+skip") || method.starts_with("bastion-online") || method.starts_with("ddtree-oracle")
-}
-
-/// Whether a row's tree sizes come from the calibration file (`caddtree`,
-/// `bastion`): its τ equals the reference's only when the run used the
-/// reference's calibration.
-pub fn uses_calibration(method: &str) -> bool {
-    method.starts_with("caddtree") || method.starts_with("bastion")
 }
 
 /// This run's `tables` against `reference`: one comparison per τ and
@@ -177,9 +159,8 @@ pub fn compare(reference: &[ReferenceCell], tables: &[Table], same_calibration: 
                 for (figure, now, reference, pm) in
                     [("τ", cell.tau, r.tau, r.tau_pm), ("speedup", cell.speedup, r.speedup, r.speedup_pm)]
                 {
-                    let exact = figure == "τ"
-                        && !follows_measured_time(&row.method)
-                        && (same_calibration || !uses_calibration(&row.method));
+                    let exact =
+                        figure == "τ" && !row.follows_measured_time && (same_calibration || !row.uses_calibration);
                     let pm = if exact { 0.0 } else { pm.unwrap_or(0.0) };
                     out.push(Comparison {
                         dataset: dataset.clone(),

@@ -52,6 +52,10 @@ pub fn sample_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
         "rounds" => records.iter().map(|r| r.rounds.len() as u64).collect::<Vec<_>>(),
         "identical_to_ar" => records.iter().map(|r| r.identical_to_ar).collect::<Vec<_>>(),
         "output_logprob" => records.iter().map(|r| r.output_logprob).collect::<Vec<_>>(),
+        // What the method is, from its spec (labels are display only).
+        "measured_time" => records.iter().map(|r| r.spec.follows_measured_time()).collect::<Vec<_>>(),
+        "calibrated" => records.iter().map(|r| r.spec.uses_calibration()).collect::<Vec<_>>(),
+        "skips" => records.iter().map(|r| r.spec.skips_draft()).collect::<Vec<_>>(),
     )
 }
 
@@ -141,6 +145,9 @@ pub fn summary_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
         col("tpot_s").filter(col("ar_tpot_s").is_not_null()).mean().alias("paired_tpot_s"),
         col("ddtree_budget").first().alias("ddtree_budget"),
         col("identical_to_ar").cast(DataType::UInt64).sum().alias("identical"),
+        col("measured_time").first().alias("measured_time"),
+        col("calibrated").first().alias("calibrated"),
+        col("skips").first().alias("skips"),
     ]);
     let budgets = round_frame(records)?.lazy().group_by(keys()).agg([
         col("budget").cast(DataType::Float64).mean().alias("budget_mean"),
@@ -184,6 +191,9 @@ pub fn summary_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
             col("commit_ms"),
             col("identical"),
             col("ddtree_budget"),
+            col("measured_time"),
+            col("calibrated"),
+            col("skips"),
         ]);
     // The oracle: the grid row with the best speedup per job.
     let grid = table.clone().filter(col("ddtree_budget").is_not_null());
@@ -194,7 +204,8 @@ pub fn summary_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
     let with_budget = || [col("model"), col("dataset"), col("temperature"), col("ddtree_budget")];
     let oracle = grid
         .join(best, with_budget(), with_budget(), JoinArgs::new(JoinType::Inner))
-        .with_columns([lit(ORACLE).alias("method")]);
+        // The oracle's budget is the best measured speedup: its τ follows measured time.
+        .with_columns([lit(ORACLE).alias("method"), lit(true).alias("measured_time")]);
     concat([table, oracle], UnionArgs::default())?.collect()
 }
 
@@ -362,6 +373,16 @@ pub struct Row {
     pub avg_tau: f64,
     /// Mean speedup over the datasets (NaN unless every dataset has a result).
     pub avg_speedup: f64,
+    /// Whether the row's choices follow times measured during the run (its
+    /// spec's [`MethodSpec::follows_measured_time`]; the oracle's budget
+    /// pick too), so that its τ moves with the machine.
+    pub follows_measured_time: bool,
+    /// Whether the row's tree sizes come from the calibration file
+    /// ([`MethodSpec::uses_calibration`]).
+    pub uses_calibration: bool,
+    /// Whether the row skips drafting in rounds predicted not to pay
+    /// ([`MethodSpec::skips_draft`]).
+    pub skips: bool,
 }
 
 /// A paper-style table for one (model, temperature): methods × datasets.
@@ -411,6 +432,11 @@ pub fn tables(summary: &DataFrame) -> PolarsResult<Vec<Table>> {
     let (logprob, logprob_lo, logprob_hi) = (num("logprob")?, num("logprob_lo")?, num("logprob_hi")?);
     let prompts = summary.column("prompts")?.u64()?;
     let prompts: Vec<u64> = (0..prompts.len()).map(|i| prompts.get(i).unwrap_or(0)).collect();
+    let flag = |name: &str| -> PolarsResult<Vec<bool>> {
+        let c = summary.column(name)?.bool()?;
+        Ok((0..c.len()).map(|i| c.get(i).unwrap_or(false)).collect())
+    };
+    let (measured_time, calibrated, skips) = (flag("measured_time")?, flag("calibrated")?, flag("skips")?);
     let grid = summary.column("ddtree_budget")?.u32()?;
     let grid_budget: Vec<Option<u32>> = (0..grid.len()).map(|i| grid.get(i)).collect();
     let mut out: Vec<Table> = Vec::new();
@@ -495,8 +521,17 @@ pub fn tables(summary: &DataFrame) -> PolarsResult<Vec<Table>> {
                 }
             };
             t.has_logprob |= have.iter().any(|c| c.logprob.is_finite());
-            t.has_skip |= label.contains("+skip");
-            t.rows.push(Row { method: label, avg_tau: mean(|c| c.tau), avg_speedup: mean(|c| c.speedup), cells });
+            let first = idx.iter().copied().find(|&i| method[i] == m).expect("the method has a row");
+            t.has_skip |= skips[first];
+            t.rows.push(Row {
+                method: label,
+                avg_tau: mean(|c| c.tau),
+                avg_speedup: mean(|c| c.speedup),
+                cells,
+                follows_measured_time: measured_time[first],
+                uses_calibration: calibrated[first],
+                skips: skips[first],
+            });
         }
     }
     Ok(out)

@@ -112,18 +112,32 @@ fn rows_come_from_tables_without_the_oracle() {
         provenance: Vec::new(),
         datasets: vec!["gsm8k".into(), "math500".into()],
         rows: vec![
-            Row { method: "ar".into(), cells: vec![cell(1.0, 1.0), cell(1.0, 1.0)], avg_tau: 1.0, avg_speedup: 1.0 },
+            Row {
+                method: "ar".into(),
+                cells: vec![cell(1.0, 1.0), cell(1.0, 1.0)],
+                avg_tau: 1.0,
+                avg_speedup: 1.0,
+                follows_measured_time: false,
+                uses_calibration: false,
+                skips: false,
+            },
             Row {
                 method: "ddtree:4".into(),
                 cells: vec![cell(2.0, 0.5), None],
                 avg_tau: f64::NAN,
                 avg_speedup: f64::NAN,
+                follows_measured_time: false,
+                uses_calibration: false,
+                skips: false,
             },
             Row {
                 method: "ddtree-oracle (4)".into(),
                 cells: vec![cell(2.0, 0.5), None],
                 avg_tau: 2.0,
                 avg_speedup: 0.5,
+                follows_measured_time: true,
+                uses_calibration: false,
+                skips: false,
             },
         ],
     };

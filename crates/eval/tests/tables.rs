@@ -321,7 +321,7 @@ fn intervals_agree_with_hand_computed_cases() {
 /// parses completely.
 #[test]
 fn rendered_tables_read_back_as_the_reference() {
-    use bastion_eval::reference::{compare, follows_measured_time, parse_markdown, uses_calibration};
+    use bastion_eval::reference::{compare, parse_markdown};
     let root = bastion_testkit::repo_root().join("paper_tables/templates/results.md.j2");
     let t = tables(&summary_frame(&records()).unwrap()).unwrap();
     let md = render(&root, "unit", &t).unwrap();
@@ -347,21 +347,26 @@ fn rendered_tables_read_back_as_the_reference() {
     let flagged: Vec<_> = compare(&reference, &nudged, true).into_iter().filter(|c| !c.within).collect();
     assert_eq!(flagged.len(), 1, "{flagged:?}");
     assert!(flagged[0].exact);
-    assert!(same.iter().all(|c| c.exact == (c.figure == "τ" && !follows_measured_time(&c.method))));
+    // What a row is comes from its method's spec, not its label.
+    let row = |label: &str| t.iter().flat_map(|t| &t.rows).find(|r| r.method == label).unwrap().clone();
+    assert!(same.iter().all(|c| c.exact == (c.figure == "τ" && !row(&c.method).follows_measured_time)));
     // With another calibration, the cost-aware rows' τ is judged against the interval.
     let other = compare(&reference, &t, false);
     assert!(other.iter().all(|c| {
-        c.exact == (c.figure == "τ" && !follows_measured_time(&c.method) && !uses_calibration(&c.method))
+        let r = row(&c.method);
+        c.exact == (c.figure == "τ" && !r.follows_measured_time && !r.uses_calibration)
     }));
+    let oracle = t[0].rows.iter().find(|r| r.method.starts_with("ddtree-oracle")).unwrap();
+    assert!(oracle.follows_measured_time && !oracle.uses_calibration);
     for (method, timed, calibrated) in [
         ("ddtree:4", false, false),
-        ("ddtree-oracle (2/4)", true, false),
         ("caddtree", false, true),
         ("bastion", false, true),
         ("bastion-online", true, true),
         ("caddtree+skip", true, true),
     ] {
-        assert_eq!((follows_measured_time(method), uses_calibration(method)), (timed, calibrated), "{method}");
+        let spec: MethodSpec = method.parse().unwrap();
+        assert_eq!((spec.follows_measured_time(), spec.uses_calibration()), (timed, calibrated), "{method}");
     }
 
     let committed = std::fs::read_to_string(bastion_testkit::repo_root().join("paper_tables/default.md")).unwrap();
@@ -371,6 +376,50 @@ fn rendered_tables_read_back_as_the_reference() {
     // Every method row (the header excluded) of the first table, in each of the four sets.
     assert_eq!(cells.len(), 4 * (rows - 1), "{rows} rows");
     assert!(cells.iter().any(|c| c.method == "ar" && c.dataset == "gsm8k" && c.tau == 1.0 && c.speedup == 1.0));
+}
+
+/// A variant's label is display only: a custom-labelled `bastion-online`
+/// variant and a custom-labelled `+skip` variant are judged against the
+/// interval (their τ follows measured time), a custom-labelled plain DDTree
+/// exactly, and renaming the rows changes no verdict.
+#[test]
+fn custom_labels_are_judged_by_their_method() {
+    use bastion_eval::reference::{compare, parse_markdown};
+    let root = bastion_testkit::repo_root().join("paper_tables/templates/results.md.j2");
+    let labelled = |names: [&str; 3]| {
+        let mut v = records();
+        for (method, name) in ["bastion-online", "caddtree+skip", "ddtree:4"].into_iter().zip(names) {
+            for (d, p) in [("gsm8k", "a"), ("gsm8k", "b"), ("math500", "a"), ("math500", "b")] {
+                // Two prompts of other τ: an interval wider than the nudge below.
+                let rounds: &[(usize, usize)] = if p == "a" { &[(3, 2), (7, 4)] } else { &[(3, 1), (7, 2)] };
+                let mut r = record(d, p, method, rounds, 0.005);
+                r.variant = Some(name.to_string());
+                r.key = format!("{}-{name}", r.key);
+                v.push(r);
+            }
+        }
+        tables(&summary_frame(&v).unwrap()).unwrap()
+    };
+    let verdicts = |names: [&str; 3]| {
+        let t = labelled(names);
+        let reference = parse_markdown(&render(&root, "unit", &t).unwrap());
+        // Every τ of the variants moved by 0.02, inside any interval the run shows.
+        let mut nudged = t.clone();
+        for r in nudged[0].rows.iter_mut().filter(|r| names.contains(&r.method.as_str())) {
+            r.cells.iter_mut().flatten().for_each(|c| c.tau += 0.02);
+        }
+        let cmp = compare(&reference, &nudged, true);
+        names.map(|n| {
+            let mine: Vec<_> = cmp.iter().filter(|c| c.method == n && c.figure == "τ").collect();
+            assert_eq!(mine.len(), 2, "{n}: {cmp:?}");
+            (mine.iter().all(|c| c.exact), mine.iter().all(|c| c.within))
+        })
+    };
+    let first = verdicts(["online-l05", "skip-fast", "my-tree"]);
+    // The online and +skip variants: judged against the interval, within it; the
+    // plain DDTree variant: exact, so its nudged τ is flagged.
+    assert_eq!(first, [(false, true), (false, true), (true, false)]);
+    assert_eq!(verdicts(["a", "b", "c"]), first, "renaming the rows changes no verdict");
 }
 
 /// The committed peer table gives llama.cpp's AR rate, its target and where it

@@ -7,10 +7,10 @@
 //! a cube that owns the row), as the small-row products do: a verification
 //! reproduces the decode step's values bit for bit.
 //!
-//! Every function errs with [`KernelError::Backend`] off a CubeCL device
-//! ([`crate::kernel_available`]) and [`KernelError::Shape`] for shapes that
-//! do not fit; activations are read as f32 (cast when stored otherwise) and
-//! returned in f32.
+//! Every function errs off a CubeCL device ([`crate::kernel_available`]:
+//! [`KernelError::Backend`], [`KernelError::Matmul`] for the product) and
+//! for shapes that do not fit; activations are read as f32 (cast when
+//! stored otherwise) and returned in f32.
 
 use burn::tensor::Tensor;
 

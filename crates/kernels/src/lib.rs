@@ -66,7 +66,7 @@ pub enum KernelError {
 /// How a model on a Burn device computes attention, and with it the rest of
 /// a decoder layer: Bastion's CubeCL kernels (tree attention for every pass,
 /// decode steps and causal blocks included, and the [`layer_ops`]: norms,
-/// heads, KV writes, the SwiGLU product; about ten launches a layer) or
+/// heads, KV writes, the SwiGLU product; nine launches a layer) or
 /// Burn's ops with a dense mask (the reference the kernels are tested
 /// against, and the A/B baseline of `bastion bench-target --attention
 /// kernel,dense`). The CPU backend `flex` runs its own kernels either way.

@@ -1,6 +1,6 @@
 //! Execution on a CubeCL device (wgpu, CUDA) with Bastion's kernels for
 //! every step of a decoder layer (`bastion_kernels::layer_ops`, the
-//! small-row products, tree attention): ten launches a layer where Burn's
+//! small-row products, tree attention): nine launches a layer where Burn's
 //! ops took about fifty (kernel launches, not arithmetic, bound a small
 //! model's step on a GPU). Chosen with the tree-attention kernel
 //! ([`crate::Model::uses_tree_kernel`]); the dense mode keeps Burn's ops

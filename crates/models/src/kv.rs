@@ -156,6 +156,10 @@ impl SessionCache for HostKv {
 pub(crate) struct BurnKv {
     /// Keys and values of every layer; `None` until the layer's first write.
     layers: Vec<Option<[Tensor<3>; 2]>>,
+    /// Whether rows go in with Bastion's KV write kernel: the mode of the
+    /// model of the last [`KvCache::prepare`] (its tree-attention kernel), so
+    /// that rows appended outside a pass (a drafter's context) follow it too.
+    kernels: bool,
 }
 
 /// Rows a device cache holds at least once written: a chat prompt and
@@ -185,7 +189,7 @@ enum BurnMask {
 impl BurnKv {
     /// An empty cache of `layers` layers.
     pub(crate) fn new(layers: usize) -> Self {
-        Self { layers: vec![None; layers] }
+        Self { layers: vec![None; layers], kernels: false }
     }
 
     /// Writes layer `l`'s keys and values `k`, `v` `[kv_heads, n, head_dim]`
@@ -248,6 +252,7 @@ impl KvCache for BurnKv {
         // repeated for the `group` query heads sharing a KV head. A tree gets
         // a `TreeIndex`: the kernel's ancestor bitsets, or the same dense mask.
         let kernels = m.tree_kernel;
+        self.kernels = kernels;
         let mask = match (t, vis) {
             // With the kernels, every pass attends through the tree kernel: a single
             // token or a block that sees itself whole as all-visible rows, a causal
@@ -290,8 +295,7 @@ impl KvCache for BurnKv {
 
 impl SessionCache for BurnKv {
     fn append(&mut self, layer: usize, at: usize, k: Tensor<3>, v: Tensor<3>) {
-        let kernels = bastion_kernels::kernel_available(&k.device());
-        self.write(layer, at, k, v, kernels);
+        self.write(layer, at, k, v, self.kernels);
     }
     /// Gathers the accepted rows (`select`) and writes them back at
     /// `len..len + m`; nothing moves when the path is a prefix of the tree

@@ -198,7 +198,15 @@ mod tests {
     }
 
     fn row(method: &str, cells: Vec<Option<Cell>>) -> Row {
-        Row { method: method.into(), cells, avg_tau: f64::NAN, avg_speedup: f64::NAN }
+        Row {
+            method: method.into(),
+            cells,
+            avg_tau: f64::NAN,
+            avg_speedup: f64::NAN,
+            follows_measured_time: false,
+            uses_calibration: false,
+            skips: false,
+        }
     }
 
     #[test]

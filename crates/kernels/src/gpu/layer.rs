@@ -3,7 +3,8 @@
 //! add before it), the heads of a fused `[q; k; v]` product (per-head norm
 //! and RoPE applied), and the KV-cache write. With the small-row matmul
 //! (`matmul.rs`, whose SwiGLU variant reads `silu(gate) · up` as it loads
-//! its rows) and tree attention (`kernel.rs`), a decoder layer is ten launches.
+//! its rows) and tree attention (`kernel.rs`), a decoder layer is nine
+//! launches (its last residual add done by the next layer's norm).
 //!
 //! Activations, norm weights and RoPE tables are f32, contiguous. Every
 //! reduction (a row's mean square, a head's) is summed in a fixed order by a
