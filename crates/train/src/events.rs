@@ -48,11 +48,33 @@ pub struct StepPhases {
 }
 
 impl StepPhases {
+    /// The shard phases of `o` (features to backward) added to these.
     pub(crate) fn add(&mut self, o: &StepPhases) {
         self.features += o.features;
         self.drafter_forward += o.drafter_forward;
         self.lm_head += o.lm_head;
         self.backward += o.backward;
+    }
+
+    /// Every phase of `o` added to these (a sum over steps).
+    pub(crate) fn add_all(&mut self, o: &StepPhases) {
+        self.add(o);
+        self.optimizer += o.optimizer;
+        self.wall += o.wall;
+        self.cpu += o.cpu;
+    }
+
+    /// Every phase times `f` (a sum over steps to a mean).
+    pub(crate) fn scaled(self, f: f64) -> StepPhases {
+        StepPhases {
+            features: self.features * f,
+            drafter_forward: self.drafter_forward * f,
+            lm_head: self.lm_head * f,
+            backward: self.backward * f,
+            optimizer: self.optimizer * f,
+            wall: self.wall * f,
+            cpu: self.cpu * f,
+        }
     }
 }
 

@@ -18,6 +18,7 @@ mod events;
 mod features;
 mod held_out;
 mod params;
+mod run_log;
 mod schedule;
 mod seeds;
 mod self_instruct;
@@ -28,6 +29,7 @@ pub use distill::{chat_jobs, distill, distill_batched, DistillJob, DistillRecord
 pub use error::{Result, TrainError};
 pub use features::FeatureFile;
 pub use params::{DraftLayerParams, DraftParams, StoreDtype};
+pub use run_log::{split_held_out, warm_start_layers, TrainingLog, LOG_EVERY};
 pub use self_instruct::{
     clean, clean_signature, instruction, self_instruct, write_chat_prompts, ChatPrompt, Domain, Novelty,
     SelfInstructConfig, CODE_KINDS, CODE_TOPICS, EVAL_RUN, KINDS, MATH_KINDS, MATH_TOPICS, TOPICS,

@@ -1,8 +1,6 @@
 //! `bastion train-drafter`: train a DFlash drafter on distilled data.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use bastion_models::{load_model, BackendKind};
 
@@ -184,46 +182,15 @@ pub enum VocabScope {
     Step,
 }
 
-/// Trains a drafter; writes it to `out` with `training_log.jsonl` (a line
-/// every 10 steps: step, target tokens, EMA loss, learning rate and the mean
-/// seconds per step in each phase (shard phases summed over threads); a line
-/// per held-out τ estimate; appended, so a resumed run continues the file).
+/// Trains a drafter; writes it to `out` with `training_log.jsonl`
+/// ([`bastion_train::TrainingLog`]).
 fn train_drafter(model: &Path, data: &Path, out: &Path, checkpoint_dir: &Path, s: &TrainSettings) -> Result {
     use bastion_train::TrainEvent;
     use std::ops::ControlFlow;
     let target = load_model(model, &BackendKind::Flex.device()?)?;
     let mut records = bastion_train::DistillStore::read_all(data)?;
     records.truncate(s.max_sequences.unwrap_or(usize::MAX));
-    if s.held_out >= records.len() {
-        return Err(format!(
-            "{}: {} sequences, but --held-out {} leaves none to train on",
-            data.display(),
-            records.len(),
-            s.held_out
-        )
-        .into());
-    }
-    // The first N, and the first N of each domain: the file only grows at its end, so they stay
-    // held out as distillation continues.
-    let mut held: Vec<_> = records.drain(..s.held_out).collect();
-    if s.held_out_per_domain > 0 {
-        let mut taken = std::collections::HashMap::<&str, usize>::new();
-        let (mut keep, mut more) = (Vec::new(), Vec::new());
-        for r in records {
-            let n = taken.entry(bastion_data::train_domain(&r.id)).or_default();
-            if *n < s.held_out_per_domain {
-                *n += 1;
-                more.push(r);
-            } else {
-                keep.push(r);
-            }
-        }
-        records = keep;
-        held.extend(more);
-        if records.is_empty() {
-            return Err(format!("{}: --held-out-per-domain leaves no sequence to train on", data.display()).into());
-        }
-    }
+    let (records, held) = bastion_train::split_held_out(records, s.held_out, s.held_out_per_domain, data)?;
     let mut drafter = bastion_train::default_drafter_config(target.config(), s.layers, s.block_size, s.mask_token);
     if let Some(ids) = &s.target_layers {
         if ids.is_empty() {
@@ -231,18 +198,8 @@ fn train_drafter(model: &Path, data: &Path, out: &Path, checkpoint_dir: &Path, s
         }
         drafter.target_layer_ids = ids.clone();
     }
-    let warm_start_layers: Vec<usize> = match s.warm_start.as_deref() {
-        None => Vec::new(),
-        Some("last") => {
-            let n = target.config().num_layers;
-            (n.saturating_sub(s.layers)..n).collect()
-        }
-        Some(list) => list
-            .split(',')
-            .map(|x| x.trim().parse::<usize>())
-            .collect::<std::result::Result<_, _>>()
-            .map_err(|_| format!("--warm-start {list}: expected `last` or comma-separated target layer ids"))?,
-    };
+    let warm_start_layers =
+        bastion_train::warm_start_layers(s.warm_start.as_deref(), target.config().num_layers, s.layers)?;
     let warm_start = warm_start_layers
         .iter()
         .map(|&l| bastion_models::load_layer_weights(model, l))
@@ -284,58 +241,30 @@ fn train_drafter(model: &Path, data: &Path, out: &Path, checkpoint_dir: &Path, s
         s.steps,
         cfg.drafter.target_layer_ids
     );
-    // Passes over the training sequences: each step draws sequences_per_step of them (summed
-    // step by step, so a run whose data grew counts each step against the data it had).
+    // Passes over the training sequences per step (see `TrainingLog`).
     let per_step_epochs = s.sequences_per_step as f64 / usable(&records).max(1) as f64;
-    let mut epochs = 0.0f64;
     let short = records.len() + opts.held_out.len() - usable(&records) - usable(&opts.held_out);
     if short > 0 {
         eprintln!("warning: {short} sequences have responses under 2 tokens and are skipped");
     }
-    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
-    let log_path = out.join("training_log.jsonl");
-    let open_log = || {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .map_err(|e| format!("{}: {e}", log_path.display()))
-    };
-    if !s.resume {
-        // A fresh run starts a fresh log.
-        std::fs::write(&log_path, "").map_err(|e| format!("{}: {e}", log_path.display()))?;
-    }
-    let mut log = open_log()?;
+    let mut log = bastion_train::TrainingLog::open(out, s.resume, per_step_epochs)?;
     let bar = progress_bar(s.steps as u64, "{bar:30} step {pos}/{len}, {msg}, eta {eta}");
-    let started = Instant::now();
-    let (mut avg, mut tau, mut last, mut resumed) = (None::<f64>, None::<f64>, None, None);
-    // Phase seconds summed over the steps since the last log line.
-    let mut window = (bastion_train::StepPhases::default(), 0usize);
+    let (mut tau, mut last, mut resumed) = (None::<f64>, None, None);
     let mut stop = false;
     let mut log_err = None;
     let params = bastion_train::train(&target, &records, &cfg, &opts, |e| {
-        let line = match e {
+        let logged = match e {
             TrainEvent::Resumed { steps, tokens, dir } => {
                 stop = s.stop_after.is_some_and(|n| *steps >= n);
                 bar.set_position(*steps as u64);
                 resumed = Some((*steps, *tokens));
                 say(&bar, format!("resumed from {} ({steps} steps, {tokens} tokens)", dir.display()));
-                // Lines past the checkpoint are redone by this run.
-                match truncate_log(&log_path, *steps) {
-                    Ok(Some((at, e))) => epochs = e + (steps - at) as f64 * per_step_epochs,
-                    Ok(None) => epochs = *steps as f64 * per_step_epochs,
-                    Err(e) => {
-                        log_err = Some(e);
-                        return ControlFlow::Break(());
-                    }
-                }
-                None
+                log.resumed(*steps)
             }
             TrainEvent::Step(r) => {
-                epochs += per_step_epochs;
-                let a = avg.map_or(r.loss, |a| 0.95 * a + 0.05 * r.loss);
-                avg = Some(a);
                 last = Some(*r);
+                let logged = log.step(r).map(|_| ());
+                let a = log.loss_ema().unwrap_or(r.loss);
                 let held = tau.map(|t| format!(", held-out τ {t:.2}")).unwrap_or_default();
                 bar.set_message(format!("loss {a:.3}, lr {:.2e}{held}", r.learning_rate));
                 bar.inc(1);
@@ -346,33 +275,10 @@ fn train_drafter(model: &Path, data: &Path, out: &Path, checkpoint_dir: &Path, s
                 if s.stop_after.is_some_and(|n| r.step + 1 >= n) {
                     stop = true;
                 }
-                let p = &mut window.0;
-                p.features += r.phases.features;
-                p.drafter_forward += r.phases.drafter_forward;
-                p.lm_head += r.phases.lm_head;
-                p.backward += r.phases.backward;
-                p.optimizer += r.phases.optimizer;
-                p.wall += r.phases.wall;
-                p.cpu += r.phases.cpu;
-                window.1 += 1;
-                ((r.step + 1) % 10 == 0).then(|| {
-                    let (sum, n) = std::mem::take(&mut window);
-                    let per_step = |x: f64| x / n.max(1) as f64;
-                    serde_json::json!({"step": r.step + 1, "tokens": r.tokens, "epochs": epochs, "loss_ema": a, "lr": r.learning_rate,
-                        "seconds": started.elapsed().as_secs_f64(),
-                        "step_seconds": {"features": per_step(sum.features), "drafter_forward": per_step(sum.drafter_forward),
-                            "lm_head": per_step(sum.lm_head), "backward": per_step(sum.backward),
-                            "optimizer": per_step(sum.optimizer), "wall": per_step(sum.wall),
-                            "cpu": per_step(sum.cpu)}})
-                })
+                logged
             }
             TrainEvent::HeldOut(h) => {
                 tau = Some(h.tau.tau);
-                let by_domain: serde_json::Map<String, serde_json::Value> = bastion_data::TRAIN_DOMAINS
-                    .iter()
-                    .zip(&h.by_domain)
-                    .filter_map(|(d, t)| t.map(|t| (d.to_string(), serde_json::json!(t.tau))))
-                    .collect();
                 say(
                     &bar,
                     format!(
@@ -380,26 +286,20 @@ fn train_drafter(model: &Path, data: &Path, out: &Path, checkpoint_dir: &Path, s
                         h.steps, h.tau.tau, h.tau.rounds, h.tokens
                     ),
                 );
-                Some(
-                    serde_json::json!({"step": h.steps, "tokens": h.tokens, "epochs": epochs, "held_out_tau": h.tau.tau,
-                    "held_out_rounds": h.tau.rounds, "held_out_tau_by_domain": by_domain, "loss_ema": avg,
-                    "seconds": started.elapsed().as_secs_f64()}),
-                )
+                log.held_out(h)
             }
-            TrainEvent::Checkpoint { .. } => None,
+            TrainEvent::Checkpoint { .. } => Ok(()),
             TrainEvent::Features { done, total } => {
                 bar.set_message(format!("target features {done}/{total} sequences"));
                 if bar.is_hidden() && (done % 500 == 0 || done == total) {
                     eprintln!("target features: {done}/{total} sequences");
                 }
-                None
+                Ok(())
             }
         };
-        if let Some(line) = line {
-            if let Err(e) = writeln!(log, "{line}") {
-                log_err = Some(format!("{}: {e}", log_path.display()));
-                return ControlFlow::Break(());
-            }
+        if let Err(e) = logged {
+            log_err = Some(e);
+            return ControlFlow::Break(());
         }
         if stop {
             ControlFlow::Break(())
@@ -416,7 +316,7 @@ fn train_drafter(model: &Path, data: &Path, out: &Path, checkpoint_dir: &Path, s
     eprintln!(
         "saved {} after {steps_done} steps, {tokens_done} target tokens (final EMA loss {}, held-out τ {})",
         out.display(),
-        avg.map_or("-".into(), |a| format!("{a:.3}")),
+        log.loss_ema().map_or("-".into(), |a| format!("{a:.3}")),
         tau.map_or("-".into(), |t| format!("{t:.3}"))
     );
     Ok(())
@@ -428,27 +328,4 @@ fn save_dtype(d: SaveDtype) -> bastion_train::StoreDtype {
         SaveDtype::F32 => bastion_train::StoreDtype::F32,
         SaveDtype::Bf16 => bastion_train::StoreDtype::Bf16,
     }
-}
-
-/// Drops the lines of a training log whose `step` is past `steps` (a
-/// resumed run redoes them); returns the step and `epochs` of the last line
-/// kept that has them.
-fn truncate_log(path: &Path, steps: usize) -> std::result::Result<Option<(usize, f64)>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let keep: String = text
-        .lines()
-        .filter(|l| {
-            serde_json::from_str::<serde_json::Value>(l)
-                .ok()
-                .and_then(|v| v["step"].as_u64())
-                .is_none_or(|st| st as usize <= steps)
-        })
-        .map(|l| format!("{l}\n"))
-        .collect();
-    let last = keep.lines().rev().find_map(|l| {
-        let v: serde_json::Value = serde_json::from_str(l).ok()?;
-        Some((v["step"].as_u64()? as usize, v["epochs"].as_f64()?))
-    });
-    std::fs::write(path, keep).map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(last)
 }
