@@ -8,7 +8,7 @@ pub use bastion_formats::config::{Arch, Llama3Scaling, ModelConfig};
 
 use crate::error::ModelError;
 
-/// A [`ModelError::Config`] naming `path`, `field` and what was `expected`.
+/// A [`ModelError::File`] (`Config`) naming `path`, `field` and what was `expected`.
 pub(crate) fn cfg_err(path: &Path, field: &str, expected: &str) -> ModelError {
     bastion_formats::config::cfg_err(path, field, expected).into()
 }

@@ -56,10 +56,11 @@ impl DraftVocabFile {
     /// Reads and checks a `draft_vocab.json`.
     ///
     /// # Errors
-    /// [`ModelError::Io`] when unreadable; [`ModelError::Config`] naming the
+    /// [`ModelError::File`] (`Io`) when unreadable; [`ModelError::File`] (`Config`) naming the
     /// file and field for malformed JSON, lengths that differ, or repeated ids.
     pub fn read(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|source| ModelError::Io { path: path.into(), source })?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ModelError::File(bastion_formats::FormatError::Io { path: path.into(), source }))?;
         let file: Self = serde_json::from_str(&text).map_err(|e| {
             cfg_err(path, "(file)", &format!("a draft vocabulary {{source, counted_tokens, tokens, counts}} ({e})"))
         })?;
@@ -86,7 +87,7 @@ impl DraftVocabFile {
     /// The `n` most frequent tokens. `path` names the file in errors.
     ///
     /// # Errors
-    /// [`ModelError::Config`] when `n` is 0 or more than the file holds.
+    /// [`ModelError::File`] (`Config`) when `n` is 0 or more than the file holds.
     pub fn top(&self, n: usize, path: &Path) -> Result<Vec<u32>> {
         if n == 0 || n > self.tokens.len() {
             return Err(cfg_err(

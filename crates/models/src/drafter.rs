@@ -104,7 +104,7 @@ impl DrafterConfig {
     /// `cfg_path` names this configuration in errors.
     ///
     /// # Errors
-    /// [`ModelError::Config`] naming `cfg_path`, the field and what the target needs.
+    /// [`ModelError::File`] (`Config`) naming `cfg_path`, the field and what the target needs.
     pub fn check_target(&self, cfg_path: &Path, target: &ModelConfig) -> Result<()> {
         let t = target;
         let m = &self.model;
@@ -139,13 +139,19 @@ impl DrafterConfig {
     /// `num_target_layers` and `dflash_config {mask_token_id, target_layer_ids}`.
     ///
     /// # Errors
-    /// [`ModelError::Io`] / [`ModelError::Format`] for an unreadable file,
-    /// [`ModelError::Config`] naming the file and field.
+    /// [`ModelError::File`] (`Io`) / [`ModelError::File`] (`Format`) for an unreadable file,
+    /// [`ModelError::File`] (`Config`) naming the file and field.
     pub fn from_json(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let text = std::fs::read(path).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })?;
-        let v: Value = serde_json::from_slice(&text)
-            .map_err(|e| ModelError::Format { path: path.to_path_buf(), what: format!("not valid JSON: {e}") })?;
+        let text = std::fs::read(path).map_err(|source| {
+            ModelError::File(bastion_formats::FormatError::Io { path: path.to_path_buf(), source })
+        })?;
+        let v: Value = serde_json::from_slice(&text).map_err(|e| {
+            ModelError::File(bastion_formats::FormatError::Format {
+                path: path.to_path_buf(),
+                what: format!("not valid JSON: {e}"),
+            })
+        })?;
         let mut model = ModelConfig::from_hf_value(path, &v)?;
         // z-lab drafters are Qwen3 layers whatever `model_type` says.
         model.arch = Arch::Qwen3;
@@ -292,7 +298,7 @@ impl Drafter {
     /// # Errors
     /// The errors of [`DrafterConfig::from_json`] (of
     /// [`crate::drafter_gguf::config_from_gguf`] for a GGUF) and of the weight reader
-    /// (naming file and tensor); [`ModelError::Config`] naming the drafter's
+    /// (naming file and tensor); [`ModelError::File`] (`Config`) naming the drafter's
     /// `config.json` when it does not fit the target (hidden size, layer ids,
     /// mask token, vocabulary).
     pub fn load(dir: impl AsRef<Path>, target: &Model) -> Result<Self> {

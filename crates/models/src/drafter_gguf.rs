@@ -69,14 +69,16 @@ pub fn drafter_zlab_name(gguf: &str) -> Option<String> {
 /// which the file does not record.
 ///
 /// # Errors
-/// [`ModelError::Config`] naming the file and key: another architecture, a
+/// [`ModelError::File`] (`Config`) naming the file and key: another architecture, a
 /// missing or out-of-range key, a target layer of 0.
 pub fn config_from_gguf(file: &GgufFile, num_target_layers: usize) -> Result<DrafterConfig> {
     let path = file.path().to_path_buf();
-    let bad = |field: &str, expected: &str| ModelError::Config {
-        path: path.clone(),
-        field: field.to_string(),
-        expected: expected.to_string(),
+    let bad = |field: &str, expected: &str| {
+        ModelError::File(bastion_formats::FormatError::Config {
+            path: path.clone(),
+            field: field.to_string(),
+            expected: expected.to_string(),
+        })
     };
     let arch = file.get_str("general.architecture")?;
     if arch != "dflash" {
@@ -183,12 +185,12 @@ pub struct GgufExport {
 /// the linear layers' weights in `dtype` (f32, f16 or q8_0; norms stay f32).
 ///
 /// # Errors
-/// [`ModelError::Config`] naming the drafter's `config.json` when llama.cpp
+/// [`ModelError::File`] (`Config`) naming the drafter's `config.json` when llama.cpp
 /// could not run the drafter: a target layer id that is the target's last
 /// layer, a mask id outside the vocabulary, a drafter that does not fit the
-/// target (hidden size, …); [`ModelError::Format`] for a target that is not
+/// target (hidden size, …); [`ModelError::File`] (`Format`) for a target that is not
 /// a GGUF file with a tokenizer, or a dtype the export does not write;
-/// [`ModelError::Tensor`] for a tensor llama.cpp's `dflash` architecture has
+/// [`ModelError::File`] (`Tensor`) for a tensor llama.cpp's `dflash` architecture has
 /// no name for; I/O errors naming the file.
 pub fn export_drafter_gguf(drafter_dir: &Path, target: &Path, out: &Path, dtype: WeightDtype) -> Result<GgufExport> {
     let linear_type = match dtype {
@@ -196,27 +198,29 @@ pub fn export_drafter_gguf(drafter_dir: &Path, target: &Path, out: &Path, dtype:
         WeightDtype::F16 => tensor_type::F16,
         WeightDtype::Q8_0 => tensor_type::Q8_0,
         other => {
-            return Err(ModelError::Format {
+            return Err(ModelError::File(bastion_formats::FormatError::Format {
                 path: out.to_path_buf(),
                 what: format!("cannot export weights as {other}: expected f32, f16 or q8_0"),
-            })
+            }))
         }
     };
     if !target.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
-        return Err(ModelError::Format {
+        return Err(ModelError::File(bastion_formats::FormatError::Format {
             path: target.to_path_buf(),
             what: "expected the target's .gguf file: the drafter GGUF carries its tokenizer".into(),
-        });
+        }));
     }
     let target_file = GgufFile::open(target)?;
     let tcfg = crate::config::ModelConfig::from_gguf(&target_file)?;
     let cfg_path = drafter_dir.join("config.json");
     let dcfg = DrafterConfig::from_json(&cfg_path)?;
     dcfg.check_target(&cfg_path, &tcfg)?;
-    let refuse = |field: &str, expected: String| ModelError::Config {
-        path: cfg_path.clone(),
-        field: field.to_string(),
-        expected,
+    let refuse = |field: &str, expected: String| {
+        ModelError::File(bastion_formats::FormatError::Config {
+            path: cfg_path.clone(),
+            field: field.to_string(),
+            expected,
+        })
     };
     let last = tcfg.num_layers - 1;
     let mut target_layers = Vec::new();
@@ -236,10 +240,10 @@ pub fn export_drafter_gguf(drafter_dir: &Path, target: &Path, out: &Path, dtype:
         return Err(refuse("rope_scaling", "none: the export does not write RoPE scaling keys".into()));
     }
     if !tokenizer_keys(&target_file).any(|k| k == "tokenizer.ggml.tokens") {
-        return Err(ModelError::Format {
+        return Err(ModelError::File(bastion_formats::FormatError::Format {
             path: target.to_path_buf(),
             what: "no tokenizer (tokenizer.ggml.tokens): llama.cpp's drafter GGUF carries the target's".into(),
-        });
+        }));
     }
 
     let m = &dcfg.model;
@@ -273,17 +277,21 @@ pub fn export_drafter_gguf(drafter_dir: &Path, target: &Path, out: &Path, dtype:
     let mut names = source.tensor_names();
     names.sort();
     for name in &names {
-        let gguf = drafter_gguf_name(name).ok_or_else(|| ModelError::Tensor {
-            path: source.path_for(name),
-            tensor: name.clone(),
-            what: "llama.cpp's dflash architecture has no tensor of this name (a drafter with its own embeddings \
+        let gguf = drafter_gguf_name(name).ok_or_else(|| {
+            ModelError::File(bastion_formats::FormatError::Tensor {
+                path: source.path_for(name),
+                tensor: name.clone(),
+                what: "llama.cpp's dflash architecture has no tensor of this name (a drafter with its own embeddings \
                    or LM head cannot be exported)"
-                .into(),
+                    .into(),
+            })
         })?;
-        let t = source.get(name)?.ok_or_else(|| ModelError::Tensor {
-            path: source.path_for(name),
-            tensor: name.clone(),
-            what: "listed in the file but not readable".into(),
+        let t = source.get(name)?.ok_or_else(|| {
+            ModelError::File(bastion_formats::FormatError::Tensor {
+                path: source.path_for(name),
+                tensor: name.clone(),
+                what: "listed in the file but not readable".into(),
+            })
         })?;
         let ty = if t.shape.len() == 1 { tensor_type::F32 } else { linear_type };
         w.tensor(&gguf, &t.shape, ty, &t.data)?;

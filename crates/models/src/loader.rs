@@ -17,7 +17,7 @@ use bastion_kernels::WeightDtype;
 /// `model.safetensors.index.json`).
 ///
 /// # Errors
-/// [`ModelError::Io`] when the path does not exist; otherwise the errors of
+/// [`ModelError::File`] (`Io`) when the path does not exist; otherwise the errors of
 /// the format readers and of [`Model::load`], each naming the file involved.
 pub fn load_model(path: impl AsRef<Path>, device: &Device) -> Result<Model> {
     load_model_as(path, device, WeightDtype::F32)
@@ -66,7 +66,7 @@ pub fn load_random_model_as(config: impl AsRef<Path>, device: &Device, dtype: We
 ///
 /// # Errors
 /// As [`load_model`]; [`ModelError::Usage`] for `layer` ≥ the model's layers;
-/// [`ModelError::Tensor`] naming a missing tensor.
+/// [`ModelError::File`] (`Tensor`) naming a missing tensor.
 pub fn load_layer_weights(path: impl AsRef<Path>, layer: usize) -> Result<Vec<(String, HostTensor)>> {
     let path = path.as_ref();
     let read = |cfg: &ModelConfig, src: &dyn WeightSource| -> Result<Vec<(String, HostTensor)>> {
@@ -85,7 +85,11 @@ pub fn load_layer_weights(path: impl AsRef<Path>, layer: usize) -> Result<Vec<(S
                 Some(t) => out.push((name.to_string(), t)),
                 None if name.contains("_norm.weight") && name.starts_with("self_attn.") => {}
                 None => {
-                    return Err(ModelError::Tensor { path: src.path_for(&full), tensor: full, what: "missing".into() })
+                    return Err(ModelError::File(bastion_formats::FormatError::Tensor {
+                        path: src.path_for(&full),
+                        tensor: full,
+                        what: "missing".into(),
+                    }))
                 }
             }
         }
@@ -125,7 +129,7 @@ pub fn load_config(path: impl AsRef<Path>) -> Result<ModelConfig> {
 /// frequencies, as llama.cpp applies it.
 ///
 /// # Errors
-/// As [`Model::load`]; [`ModelError::Tensor`] for a `rope_freqs` of the wrong length.
+/// As [`Model::load`]; [`ModelError::File`] (`Tensor`) for a `rope_freqs` of the wrong length.
 pub fn load_gguf(file: &GgufFile, device: &Device) -> Result<Model> {
     load_gguf_as(file, device, WeightDtype::F32)
 }
@@ -141,11 +145,11 @@ pub fn load_gguf_as(file: &GgufFile, device: &Device, dtype: WeightDtype) -> Res
     if file.tensors().contains_key("rope_freqs.weight") {
         let (_, factors) = file.tensor_f32("rope_freqs.weight")?;
         if factors.len() != cfg.head_dim / 2 {
-            return Err(ModelError::Tensor {
+            return Err(ModelError::File(bastion_formats::FormatError::Tensor {
                 path: src.path_for("rope_freqs.weight"),
                 tensor: "rope_freqs.weight".into(),
                 what: format!("{} values, expected head_dim / 2 = {}", factors.len(), cfg.head_dim / 2),
-            });
+            }));
         }
         let inv: Vec<f32> = cfg.rope_inv_freq().iter().zip(&factors).map(|(f, s)| f / s).collect();
         model.set_rope_inv_freq(inv)?;
@@ -178,5 +182,8 @@ fn not_a_model(path: &Path) -> ModelError {
     } else {
         (std::io::ErrorKind::NotFound, "no such file or folder")
     };
-    ModelError::Io { path: path.to_path_buf(), source: std::io::Error::new(kind, what) }
+    ModelError::File(bastion_formats::FormatError::Io {
+        path: path.to_path_buf(),
+        source: std::io::Error::new(kind, what),
+    })
 }

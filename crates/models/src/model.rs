@@ -69,9 +69,9 @@ impl Model {
     /// `device`, in f32.
     ///
     /// # Errors
-    /// [`ModelError::Tensor`] naming the file and tensor for a missing tensor,
+    /// [`ModelError::File`] (`Tensor`) naming the file and tensor for a missing tensor,
     /// a shape mismatch, or tensors the architecture does not read
-    /// ([`crate::weights::ReadLog`]); [`ModelError::Config`] for an invalid config.
+    /// ([`crate::weights::ReadLog`]); [`ModelError::File`] (`Config`) for an invalid config.
     pub fn load(cfg: ModelConfig, src: &dyn WeightSource, device: &Device) -> Result<Self> {
         Self::load_as(cfg, src, device, WeightDtype::F32)
     }

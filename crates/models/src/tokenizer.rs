@@ -21,7 +21,10 @@ pub struct Tokenizer {
 }
 
 fn tok_err(path: &Path, what: impl std::fmt::Display) -> ModelError {
-    ModelError::Format { path: path.to_path_buf(), what: format!("tokenizer: {what}") }
+    ModelError::File(bastion_formats::FormatError::Format {
+        path: path.to_path_buf(),
+        what: format!("tokenizer: {what}"),
+    })
 }
 
 impl Tokenizer {
@@ -33,17 +36,17 @@ impl Tokenizer {
     /// pre-tokenizer without prefix space, byte-level decoder.
     ///
     /// # Errors
-    /// [`ModelError::Config`] naming the metadata key for another tokenizer
-    /// model or missing vocabulary; [`ModelError::Format`] for inconsistent data.
+    /// [`ModelError::File`] (`Config`) naming the metadata key for another tokenizer
+    /// model or missing vocabulary; [`ModelError::File`] (`Format`) for inconsistent data.
     pub fn from_gguf(g: &GgufFile) -> Result<Self> {
         let path = g.path();
         let model = g.get_str("tokenizer.ggml.model")?;
         if model != "gpt2" {
-            return Err(ModelError::Config {
+            return Err(ModelError::File(bastion_formats::FormatError::Config {
                 path: path.to_path_buf(),
                 field: "tokenizer.ggml.model".into(),
                 expected: format!("\"gpt2\" (byte-level BPE); got {model:?}"),
-            });
+            }));
         }
         let tokens = g.get_str_array("tokenizer.ggml.tokens")?;
         let merges = g.get_str_array("tokenizer.ggml.merges")?;
@@ -98,24 +101,30 @@ impl Tokenizer {
     /// template and special tokens of `tokenizer_config.json` when present.
     ///
     /// # Errors
-    /// [`ModelError::Io`] / [`ModelError::Format`] naming the file.
+    /// [`ModelError::File`] (`Io`) / [`ModelError::File`] (`Format`) naming the file.
     pub fn from_hf_dir(dir: impl AsRef<Path>) -> Result<Self> {
         let dir = dir.as_ref();
         let path = dir.join("tokenizer.json");
         if !path.is_file() {
-            return Err(ModelError::Io {
+            return Err(ModelError::File(bastion_formats::FormatError::Io {
                 path,
                 source: std::io::Error::new(std::io::ErrorKind::NotFound, "tokenizer.json not found"),
-            });
+            }));
         }
         let inner = HfTokenizer::from_file(&path).map_err(|e| tok_err(&path, e))?;
         let cfg_path = dir.join("tokenizer_config.json");
         let mut chat = None;
         let mut eos_ids = vec![];
         if cfg_path.is_file() {
-            let text = std::fs::read(&cfg_path).map_err(|source| ModelError::Io { path: cfg_path.clone(), source })?;
-            let v: serde_json::Value = serde_json::from_slice(&text)
-                .map_err(|e| ModelError::Format { path: cfg_path.clone(), what: format!("not valid JSON: {e}") })?;
+            let text = std::fs::read(&cfg_path).map_err(|source| {
+                ModelError::File(bastion_formats::FormatError::Io { path: cfg_path.clone(), source })
+            })?;
+            let v: serde_json::Value = serde_json::from_slice(&text).map_err(|e| {
+                ModelError::File(bastion_formats::FormatError::Format {
+                    path: cfg_path.clone(),
+                    what: format!("not valid JSON: {e}"),
+                })
+            })?;
             let token_str = |k: &str| -> String {
                 match v.get(k) {
                     Some(serde_json::Value::String(s)) => s.clone(),
@@ -147,7 +156,7 @@ impl Tokenizer {
     /// post-processor (e.g. a BOS), as `tok(text)` does in transformers.
     ///
     /// # Errors
-    /// [`ModelError::Format`] if the tokenizer fails.
+    /// [`ModelError::File`] (`Format`) if the tokenizer fails.
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
         let enc = self.inner.encode(text, add_special_tokens).map_err(|e| tok_err(&self.origin, e))?;
         Ok(enc.get_ids().to_vec())
@@ -156,7 +165,7 @@ impl Tokenizer {
     /// Byte-level pieces of `text` (e.g. `Ġworld`).
     ///
     /// # Errors
-    /// [`ModelError::Format`] if the tokenizer fails.
+    /// [`ModelError::File`] (`Format`) if the tokenizer fails.
     pub fn pieces(&self, text: &str) -> Result<Vec<String>> {
         let enc = self.inner.encode(text, false).map_err(|e| tok_err(&self.origin, e))?;
         Ok(enc.get_tokens().to_vec())
@@ -165,7 +174,7 @@ impl Tokenizer {
     /// Text of `ids`, optionally without special tokens.
     ///
     /// # Errors
-    /// [`ModelError::Format`] if the tokenizer fails.
+    /// [`ModelError::File`] (`Format`) if the tokenizer fails.
     pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
         self.inner.decode(ids, skip_special_tokens).map_err(|e| tok_err(&self.origin, e))
     }

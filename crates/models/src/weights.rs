@@ -26,7 +26,7 @@ pub trait WeightSource {
     /// The tensor `name`, or `None` when the source does not hold it.
     ///
     /// # Errors
-    /// [`ModelError::Tensor`] for an unsupported dtype or corrupt data.
+    /// [`ModelError::File`] (`Tensor`) for an unsupported dtype or corrupt data.
     fn get(&self, name: &str) -> Result<Option<HostTensor>>;
 
     /// File to name in messages about `name`.
@@ -46,20 +46,22 @@ pub trait WeightSource {
     /// The tensor `name`, which must exist and have shape `shape`.
     ///
     /// # Errors
-    /// [`ModelError::Tensor`] naming the file and tensor when it is missing
+    /// [`ModelError::File`] (`Tensor`) naming the file and tensor when it is missing
     /// or its shape differs.
     fn require(&self, name: &str, shape: &[usize]) -> Result<HostTensor> {
-        let t = self.get(name)?.ok_or_else(|| ModelError::Tensor {
-            path: self.path_for(name),
-            tensor: name.to_string(),
-            what: format!("missing (expected shape {shape:?})"),
+        let t = self.get(name)?.ok_or_else(|| {
+            ModelError::File(bastion_formats::FormatError::Tensor {
+                path: self.path_for(name),
+                tensor: name.to_string(),
+                what: format!("missing (expected shape {shape:?})"),
+            })
         })?;
         if t.shape != shape {
-            return Err(ModelError::Tensor {
+            return Err(ModelError::File(bastion_formats::FormatError::Tensor {
                 path: self.path_for(name),
                 tensor: name.to_string(),
                 what: format!("shape {:?}, expected {shape:?}", t.shape),
-            });
+            }));
         }
         Ok(t)
     }
@@ -108,7 +110,7 @@ impl SafetensorsSource {
     /// or a single `.safetensors` file given directly.
     ///
     /// # Errors
-    /// [`ModelError::Io`] / [`ModelError::Format`] naming the file (missing,
+    /// [`ModelError::File`] (`Io`) / [`ModelError::File`] (`Format`) naming the file (missing,
     /// truncated, bad header, bad index).
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
@@ -116,7 +118,8 @@ impl SafetensorsSource {
             vec![path.to_path_buf()]
         } else if path.join("model.safetensors.index.json").is_file() {
             let idx = path.join("model.safetensors.index.json");
-            let text = std::fs::read(&idx).map_err(|source| ModelError::Io { path: idx.clone(), source })?;
+            let text = std::fs::read(&idx)
+                .map_err(|source| ModelError::File(bastion_formats::FormatError::Io { path: idx.clone(), source }))?;
             safetensors_file::shard_files(&idx, &text, path)?
         } else {
             vec![path.join("model.safetensors")]
@@ -145,17 +148,19 @@ impl WeightSource for SafetensorsSource {
         let Some(&i) = self.index.get(name) else { return Ok(None) };
         let (path, map, file) = &self.files[i];
         let st = safetensors_file::parse(path, map)?;
-        let view = st.tensor(name).map_err(|e| ModelError::Tensor {
-            path: path.clone(),
-            tensor: name.to_string(),
-            what: e.to_string(),
+        let view = st.tensor(name).map_err(|e| {
+            ModelError::File(bastion_formats::FormatError::Tensor {
+                path: path.clone(),
+                tensor: name.to_string(),
+                what: e.to_string(),
+            })
         })?;
         // The tensor's bytes are read from the file, not through the map:
         // only the header's pages are ever touched in the map.
         let offset = view.data().as_ptr() as usize - map.as_ptr() as usize;
         let mut bytes = vec![0u8; view.data().len()];
         read_exact_at(file, &mut bytes, offset as u64)
-            .map_err(|source| ModelError::Io { path: path.clone(), source })?;
+            .map_err(|source| ModelError::File(bastion_formats::FormatError::Io { path: path.clone(), source }))?;
         let data = safetensors_file::decode_f32(path, name, view.dtype(), &bytes)?;
         Ok(Some(HostTensor { shape: view.shape().to_vec(), data }))
     }
@@ -297,7 +302,7 @@ impl<'a> ReadLog<'a> {
     /// recomputes them from the config, as Bastion does).
     ///
     /// # Errors
-    /// [`ModelError::Tensor`] naming the file and the unread tensors, with
+    /// [`ModelError::File`] (`Tensor`) naming the file and the unread tensors, with
     /// `reader` (what loaded them) in the message.
     pub fn check_all_read(&self, reader: &str) -> Result<()> {
         let read = self.read.borrow();
@@ -312,14 +317,14 @@ impl<'a> ReadLog<'a> {
         if unread.len() > 6 {
             shown.push_str(&format!(", … ({} in all)", unread.len()));
         }
-        Err(ModelError::Tensor {
+        Err(ModelError::File(bastion_formats::FormatError::Tensor {
             path: self.inner.path_for(first),
             tensor: shown,
             what: format!(
                 "not read by {reader}; a checkpoint may hold only tensors its architecture uses (these would be \
                  silently ignored)"
             ),
-        })
+        }))
     }
 }
 
@@ -383,11 +388,11 @@ impl WeightSource for GgufSource<'_> {
             };
             if let Some(h) = heads {
                 if shape[0] % (2 * h) != 0 {
-                    return Err(ModelError::Tensor {
+                    return Err(ModelError::File(bastion_formats::FormatError::Tensor {
                         path: self.file.path().to_path_buf(),
                         tensor: g,
                         what: format!("{} rows cannot be split into {h} heads of even size", shape[0]),
-                    });
+                    }));
                 }
                 data = unpermute_rows(&data, shape[0], shape[1], h);
             }
