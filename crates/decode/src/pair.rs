@@ -11,8 +11,8 @@
 use std::path::{Path, PathBuf};
 
 use bastion_models::{
-    load_model_as, load_random_model_as, load_tokenizer, BackendKind, ChatTemplate, DraftVocabFile, Drafter, Message,
-    Model, Tokenizer, WeightDtype,
+    load_model_with, load_random_model_with, load_tokenizer, BackendKind, ChatTemplate, DraftVocabFile, Drafter,
+    LoadOptions, Message, Model, Tokenizer, WeightDtype,
 };
 use bastion_tree::OnlineConfig;
 
@@ -76,9 +76,10 @@ pub struct PairSpec {
     /// `draft_vocab.json`, [`bastion_models::draft_vocab`], in the drafter
     /// folder or beside a drafter GGUF); `None`: the whole vocabulary.
     pub draft_vocab: Option<usize>,
-    /// How the target's (and the drafter's) linear-layer weights are
-    /// stored ([`Model::load_as`]).
-    pub dtype: WeightDtype,
+    /// How the target (and with it the drafter) is loaded: how its
+    /// linear-layer weights are stored ([`Model::load_as`]), the attention
+    /// path, the device's buffer bound ([`LoadOptions`]).
+    pub load: LoadOptions,
     /// `Some(seed)`: `target` is a Hugging Face `config.json` (or a folder
     /// with one) and the weights are drawn in memory with this seed
     /// ([`bastion_models::load_random_model_as`]), for cost profiles of
@@ -98,7 +99,7 @@ impl PairSpec {
             bastion_rule: BastionRule::default(),
             online: OnlineConfig::default(),
             draft_vocab: None,
-            dtype: WeightDtype::F32,
+            load: LoadOptions::default(),
             random_weights: None,
         }
     }
@@ -203,8 +204,8 @@ impl LoadedPair {
     pub fn open(spec: PairSpec) -> Result<Self> {
         let device = spec.backend.device()?;
         let target = match spec.random_weights {
-            Some(seed) => load_random_model_as(&spec.target, &device, spec.dtype, seed)?,
-            None => load_model_as(&spec.target, &device, spec.dtype)?,
+            Some(seed) => load_random_model_with(&spec.target, &device, &spec.load, seed)?,
+            None => load_model_with(&spec.target, &device, &spec.load)?,
         };
         let mut drafter = spec.drafter.as_deref().map(|d| Drafter::load(d, &target)).transpose()?;
         if let (Some(n), Some(d), Some(dir)) = (spec.draft_vocab, drafter.as_mut(), spec.drafter.as_deref()) {
@@ -223,7 +224,7 @@ impl LoadedPair {
             None => PolicyInputs { rule: spec.bastion_rule, online: spec.online, ..PolicyInputs::default() },
             Some(source) => {
                 let (b, d) = (spec.backend, drafter.as_ref());
-                let path = source.path(&spec.target, b, spec.dtype, spec.draft_vocab);
+                let path = source.path(&spec.target, b, spec.load.dtype, spec.draft_vocab);
                 let cal = match source {
                     CalibrationSource::Pinned(_) => Calibration::load_pinned(&path, &target, b, d)?,
                     _ => Calibration::load_for(&path, &target, b, d)?,

@@ -151,6 +151,9 @@ pub struct RunOptions {
     /// Pairs without a `calibration` still use this machine's file, device
     /// checked.
     pub pinned_calibration: bool,
+    /// How every pair is loaded (the attention path, the device's buffer
+    /// bound); each pair's `dtype` replaces the weights' dtype here.
+    pub load: bastion_models::LoadOptions,
 }
 
 /// One unit of work.
@@ -248,7 +251,7 @@ fn open_pair(exp: &Experiment, pair: &ModelPair, opts: &RunOptions) -> Result<Lo
         bastion_rule: exp.bastion_rule,
         online: exp.online,
         draft_vocab: pair.draft_vocab,
-        dtype: pair.dtype,
+        load: bastion_models::LoadOptions { dtype: pair.dtype, ..opts.load },
         random_weights: None,
     })?)
 }

@@ -65,6 +65,7 @@ fn options(dir: &Path, shard: Shard) -> RunOptions {
         calibration_dir: dir.join("calibration"),
         shard,
         pinned_calibration: false,
+        load: bastion_models::LoadOptions::default(),
     }
 }
 

@@ -330,11 +330,12 @@ impl Drafter {
         let k = cfg.target_layer_ids.len();
         let fc = src.require("fc.weight", &[h, k * h])?;
         let dtype = target.weight_dtype();
-        let fc = Linear::new(fc, &device, dtype);
+        let max_bytes = target.max_buffer_bytes;
+        let fc = Linear::new(fc, &device, dtype, max_bytes);
         let hidden_norm = NormWeight::new(src.require("hidden_norm.weight", &[h])?.data, &device);
         let norm = NormWeight::new(src.require("norm.weight", &[h])?.data, &device);
         let layers = (0..m.num_layers)
-            .map(|l| Layer::load(&src, &format!("layers.{l}."), m, &device, dtype))
+            .map(|l| Layer::load(&src, &format!("layers.{l}."), m, &device, dtype, max_bytes))
             .collect::<Result<_>>()?;
         log.check_all_read(&format!(
             "a DFlash drafter with num_layers = {} (it drafts with its target's embedding and LM head)",
@@ -369,7 +370,8 @@ impl Drafter {
             return Err(ModelError::Usage("a draft vocabulary needs distinct token ids, at least one".into()));
         }
         // The target's rows, already rounded to its dtype: repacking them is exact.
-        let head = Linear::new(target.lm_head_rows(&tokens)?, &self.device, target.weight_dtype());
+        let head =
+            Linear::new(target.lm_head_rows(&tokens)?, &self.device, target.weight_dtype(), target.max_buffer_bytes);
         self.vocab = Some(DraftVocab { tokens, head });
         Ok(())
     }

@@ -19,14 +19,6 @@ pub enum ModelError {
         /// The OS error.
         source: std::io::Error,
     },
-    /// An environment variable holds a value the model cannot use.
-    #[error("{var}: {source}")]
-    Env {
-        /// The variable.
-        var: String,
-        /// Why its value does not work here.
-        source: bastion_kernels::KernelError,
-    },
     /// The device failed to execute queued work, or the backend is not
     /// available in this build.
     #[error("device: {0}")]

@@ -274,7 +274,7 @@ impl Exec for BurnExec<'_> {
         let t = normed.dims()[0];
         let last = if rows == t { normed } else { normed.narrow(0, t - rows, rows) };
         // Logits larger than one device buffer are computed in row parts.
-        let per = crate::linear::rows_per_part(m.cfg.vocab_size);
+        let per = crate::linear::rows_per_part(m.cfg.vocab_size, m.max_buffer_bytes);
         let logits = if rows <= per {
             vec![m.lm_head(last)]
         } else {

@@ -41,13 +41,15 @@ pub(crate) struct Layer {
 
 impl Layer {
     /// Loads `{prefix}input_layernorm.weight`, `{prefix}self_attn.*`,
-    /// `{prefix}mlp.*`, …; `q_norm` / `k_norm` for Qwen3.
+    /// `{prefix}mlp.*`, …; `q_norm` / `k_norm` for Qwen3; weights in
+    /// `dtype`, split into device buffers of at most `max_bytes`.
     pub(crate) fn load(
         src: &dyn WeightSource,
         prefix: &str,
         cfg: &ModelConfig,
         device: &Device,
         dtype: WeightDtype,
+        max_bytes: usize,
     ) -> Result<Self> {
         let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
         let (qd, kd) = (cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim);
@@ -71,13 +73,13 @@ impl Layer {
         let gate_up = [w("mlp.gate_proj.weight", [i, h])?, w("mlp.up_proj.weight", [i, h])?];
         Ok(Layer {
             input_norm: norm("input_layernorm.weight", h)?,
-            qkv: Linear::stacked(&qkv, device, dtype),
-            o: Linear::new(w("self_attn.o_proj.weight", [h, qd])?, device, dtype),
+            qkv: Linear::stacked(&qkv, device, dtype, max_bytes),
+            o: Linear::new(w("self_attn.o_proj.weight", [h, qd])?, device, dtype, max_bytes),
             q_norm: head_norm("self_attn.q_norm.weight")?,
             k_norm: head_norm("self_attn.k_norm.weight")?,
             post_norm: norm("post_attention_layernorm.weight", h)?,
-            gate_up: Linear::stacked(&gate_up, device, dtype),
-            down: Linear::new(w("mlp.down_proj.weight", [h, i])?, device, dtype),
+            gate_up: Linear::stacked(&gate_up, device, dtype, max_bytes),
+            down: Linear::new(w("mlp.down_proj.weight", [h, i])?, device, dtype, max_bytes),
             q_dim: qd,
             kv_dim: kd,
             ffn: i,

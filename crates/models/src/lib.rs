@@ -53,12 +53,12 @@ pub use drafter_gguf::{
 pub use error::{ModelError, Result};
 pub use gguf::{GgufFile, GgufValue};
 pub use layer::{decoder_layer, key_values, LayerShape, LayerWeights, Proj};
-pub use linear::{MAX_BUFFER_BYTES, MAX_BUFFER_ENV};
+pub use linear::MAX_BUFFER_BYTES;
 pub use loader::{
-    load_config, load_gguf, load_gguf_as, load_layer_weights, load_model, load_model_as, load_random_model_as,
-    load_tokenizer,
+    load_config, load_gguf, load_gguf_as, load_gguf_with, load_layer_weights, load_model, load_model_as,
+    load_model_with, load_random_model_as, load_random_model_with, load_tokenizer,
 };
-pub use model::{ForwardOutput, Model, Session, TREE_ATTENTION_ENV};
+pub use model::{ForwardOutput, LoadOptions, Model, Session};
 pub use output::{draw, ContextFeatures, DraftOutput, Output, HEAD_BATCH};
 pub use tokenizer::Tokenizer;
 pub use weights::{GgufSource, HostTensor, MemorySource, RandomSource, ReadLog, SafetensorsSource, WeightSource};

@@ -77,6 +77,8 @@ pub(crate) struct Linear {
     w: LinearWeight,
     pub(crate) in_features: usize,
     pub(crate) out_features: usize,
+    /// Output rows per part of a split weight ([`rows_per_part`] at load).
+    part_rows: usize,
 }
 
 /// The half type a Burn (non-`flex`) device stores and multiplies the
@@ -122,41 +124,25 @@ enum LinearWeight {
 }
 
 /// The largest tensor (bytes) a model places in one device buffer by
-/// default: weights and verification logits above it are split into parts.
-/// 128 MiB is WebGPU's default storage-binding limit and what Mesa's
-/// lavapipe allows (measured: a 256 MiB buffer fails there); Qwen3-8B's
-/// vocabulary-sized matrices are 2.49 GB in f32, its fused gate/up weight
-/// 403 MB, its logits at N = 1024 623 MB. [`MAX_BUFFER_ENV`] sets another
-/// bound (a GPU that binds 4 GB needs no split).
+/// default ([`crate::LoadOptions::max_buffer_bytes`]): weights and
+/// verification logits above it are split into parts. 128 MiB is WebGPU's
+/// default storage-binding limit and what Mesa's lavapipe allows (measured:
+/// a 256 MiB buffer fails there); Qwen3-8B's vocabulary-sized matrices are
+/// 2.49 GB in f32, its fused gate/up weight 403 MB, its logits at N = 1024
+/// 623 MB. A GPU that binds 4 GB needs no split.
 pub const MAX_BUFFER_BYTES: usize = 128 << 20;
 
-/// Environment variable overriding [`MAX_BUFFER_BYTES`] (bytes, ≥ 4), read
-/// once per process at the first model load.
-pub const MAX_BUFFER_ENV: &str = "BASTION_MAX_BUFFER_BYTES";
-
-/// The bound in force: [`MAX_BUFFER_ENV`] when set to a number ≥ 4, else
-/// [`MAX_BUFFER_BYTES`].
-fn max_buffer_bytes() -> usize {
-    static BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *BYTES.get_or_init(|| {
-        std::env::var(MAX_BUFFER_ENV)
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .filter(|&b| b >= 4)
-            .unwrap_or(MAX_BUFFER_BYTES)
-    })
-}
-
-/// Rows of `width` f32 values per part of a split matrix (≥ 1).
-pub(crate) fn rows_per_part(width: usize) -> usize {
-    (max_buffer_bytes() / (4 * width.max(1))).max(1)
+/// Rows of `width` f32 values per part of a matrix split into buffers of at
+/// most `max_bytes` (≥ 1).
+pub(crate) fn rows_per_part(width: usize, max_bytes: usize) -> usize {
+    (max_bytes / (4 * width.max(1))).max(1)
 }
 
 impl Linear {
     /// From a Hugging Face weight `[out, in]`, on `device`, its values
     /// rounded to `dtype` ([`Linear::stacked`]).
-    pub(crate) fn new(w: HostTensor, device: &Device, dtype: WeightDtype) -> Self {
-        Self::stacked(std::slice::from_ref(&w), device, dtype)
+    pub(crate) fn new(w: HostTensor, device: &Device, dtype: WeightDtype, max_bytes: usize) -> Self {
+        Self::stacked(std::slice::from_ref(&w), device, dtype, max_bytes)
     }
 
     /// Several Hugging Face weights `[out_i, in]` as one linear layer whose
@@ -168,7 +154,7 @@ impl Linear {
     ///
     /// # Panics
     /// When the inputs differ in width (callers load them with checked shapes).
-    pub(crate) fn stacked(ws: &[HostTensor], device: &Device, dtype: WeightDtype) -> Self {
+    pub(crate) fn stacked(ws: &[HostTensor], device: &Device, dtype: WeightDtype, max_bytes: usize) -> Self {
         let in_features = ws[0].shape[1];
         assert!(ws.iter().all(|w| w.shape.len() == 2 && w.shape[1] == in_features), "stacked weights share `in`");
         let out_features = ws.iter().map(|w| w.shape[0]).sum();
@@ -188,7 +174,7 @@ impl Linear {
                     row.copy_from_slice(&rounded);
                 });
             }
-            let part = rows_per_part(in_features) * in_features;
+            let part = rows_per_part(in_features, max_bytes) * in_features;
             let half = device_half(device, dtype);
             let tensor = |t: Vec<f32>, shape: [usize; 2]| match half {
                 Some(dt) => half_tensor(t, shape, dt, device),
@@ -212,7 +198,7 @@ impl Linear {
                 LinearWeight::Burn { parts, half }
             }
         };
-        Self { w, in_features, out_features }
+        Self { w, in_features, out_features, part_rows: rows_per_part(in_features, max_bytes) }
     }
 
     /// Bytes per weight as stored: the dtype's when packed on `flex` or
@@ -342,7 +328,7 @@ impl Linear {
                 // `[in, out_i]` parts (Burn): gather the columns, transposed on the host;
                 // `[out_i, in]` parts (Cube): the rows as they are.
                 let transposed = matches!(self.w, LinearWeight::Burn { .. });
-                let per = rows_per_part(inp);
+                let per = self.part_rows;
                 let mut host_parts: Vec<Option<Vec<f32>>> = vec![None; parts.len()];
                 let mut data = Vec::with_capacity(ids.len() * inp);
                 for &j in ids {

@@ -7,7 +7,7 @@ use burn::tensor::Device;
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
-use crate::model::Model;
+use crate::model::{LoadOptions, Model};
 use crate::tokenizer::Tokenizer;
 use crate::weights::{GgufSource, HostTensor, RandomSource, SafetensorsSource, WeightSource};
 use bastion_kernels::WeightDtype;
@@ -28,15 +28,23 @@ pub fn load_model(path: impl AsRef<Path>, device: &Device) -> Result<Model> {
 /// # Errors
 /// As [`load_model`].
 pub fn load_model_as(path: impl AsRef<Path>, device: &Device, dtype: WeightDtype) -> Result<Model> {
+    load_model_with(path, device, &LoadOptions::with_dtype(dtype))
+}
+
+/// [`load_model`] with all of [`LoadOptions`] ([`Model::load_with`]).
+///
+/// # Errors
+/// As [`load_model`] and [`Model::load_with`].
+pub fn load_model_with(path: impl AsRef<Path>, device: &Device, opts: &LoadOptions) -> Result<Model> {
     let path = path.as_ref();
     if path.is_file() && path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
         let file = GgufFile::open(path)?;
-        return load_gguf_as(&file, device, dtype);
+        return load_gguf_with(&file, device, opts);
     }
     if path.is_dir() {
         let cfg = ModelConfig::from_hf_json(path.join("config.json"))?;
         let src = SafetensorsSource::open(path)?;
-        return Model::load_as(cfg, &src, device, dtype);
+        return Model::load_with(cfg, &src, device, opts);
     }
     Err(not_a_model(path))
 }
@@ -50,10 +58,23 @@ pub fn load_model_as(path: impl AsRef<Path>, device: &Device, dtype: WeightDtype
 /// # Errors
 /// As [`ModelConfig::from_hf_json`]; [`Model::load_as`] errors.
 pub fn load_random_model_as(config: impl AsRef<Path>, device: &Device, dtype: WeightDtype, seed: u64) -> Result<Model> {
+    load_random_model_with(config, device, &LoadOptions::with_dtype(dtype), seed)
+}
+
+/// [`load_random_model_as`] with all of [`LoadOptions`].
+///
+/// # Errors
+/// As [`load_random_model_as`].
+pub fn load_random_model_with(
+    config: impl AsRef<Path>,
+    device: &Device,
+    opts: &LoadOptions,
+    seed: u64,
+) -> Result<Model> {
     let config = config.as_ref();
     let file = if config.is_dir() { config.join("config.json") } else { config.to_path_buf() };
     let cfg = ModelConfig::from_hf_json(&file)?;
-    Model::load_as(cfg, &RandomSource::new(seed, &file), device, dtype)
+    Model::load_with(cfg, &RandomSource::new(seed, &file), device, opts)
 }
 
 /// The weights of decoder layer `layer` of the model at `path` (a `.gguf`
@@ -139,9 +160,17 @@ pub fn load_gguf(file: &GgufFile, device: &Device) -> Result<Model> {
 /// # Errors
 /// As [`load_gguf`].
 pub fn load_gguf_as(file: &GgufFile, device: &Device, dtype: WeightDtype) -> Result<Model> {
+    load_gguf_with(file, device, &LoadOptions::with_dtype(dtype))
+}
+
+/// [`load_gguf`] with all of [`LoadOptions`].
+///
+/// # Errors
+/// As [`load_gguf`].
+pub fn load_gguf_with(file: &GgufFile, device: &Device, opts: &LoadOptions) -> Result<Model> {
     let cfg = ModelConfig::from_gguf(file)?;
     let src = GgufSource::new(file, &cfg);
-    let mut model = Model::load_as(cfg.clone(), &src, device, dtype)?;
+    let mut model = Model::load_with(cfg.clone(), &src, device, opts)?;
     if file.tensors().contains_key("rope_freqs.weight") {
         let (_, factors) = file.tensor_f32("rope_freqs.weight")?;
         if factors.len() != cfg.head_dim / 2 {

@@ -10,7 +10,7 @@ use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
 pub(crate) use crate::inference_layer::Layer;
 pub(crate) use crate::linear::Linear;
-use crate::linear::{runs_on_host, NormWeight};
+use crate::linear::{runs_on_host, NormWeight, MAX_BUFFER_BYTES};
 use crate::weights::{HostTensor, WeightSource};
 use bastion_kernels::cpu::rows::HostRope;
 use bastion_kernels::WeightDtype;
@@ -23,7 +23,7 @@ pub struct Model {
     pub(crate) cfg: ModelConfig,
     pub(crate) device: Device,
     /// The embedding table `[vocab, hidden]` in row parts of at most
-    /// [`crate::MAX_BUFFER_BYTES`] (see [`crate::MAX_BUFFER_ENV`]).
+    /// [`LoadOptions::max_buffer_bytes`].
     pub(crate) embed: Vec<Tensor<2>>,
     pub(crate) layers: Vec<Layer>,
     /// The final norm `[hidden]`.
@@ -36,11 +36,40 @@ pub struct Model {
     pub(crate) tree_kernel: bool,
     /// Sessions keep their KV cache in host memory (the `flex` CPU backend).
     pub(crate) host_cache: bool,
+    /// The largest tensor placed in one device buffer (bytes): larger
+    /// weights, embedding tables and logits are split into parts.
+    pub(crate) max_buffer_bytes: usize,
 }
 
-/// Environment variable read by [`Model::load`]: `auto` (default), `dense`
-/// or `kernel`, the [`TreeAttentionMode`] verification starts with.
-pub const TREE_ATTENTION_ENV: &str = "BASTION_TREE_ATTENTION";
+/// How a model is loaded: its weights' storage, the attention path and the
+/// device's buffer bound. The caller decides (the `bastion` binary reads
+/// `BASTION_TREE_ATTENTION` and `BASTION_MAX_BUFFER_BYTES` into it); loading
+/// reads no environment.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LoadOptions {
+    /// How the linear layers' weights are stored ([`Model::load_as`]).
+    pub dtype: WeightDtype,
+    /// Attention and the layer's steps: Bastion's kernels or Burn's ops
+    /// ([`Model::set_tree_attention`]).
+    pub tree_attention: TreeAttentionMode,
+    /// The largest tensor (bytes, ≥ 4) placed in one device buffer
+    /// ([`crate::MAX_BUFFER_BYTES`] by default).
+    pub max_buffer_bytes: usize,
+}
+
+impl Default for LoadOptions {
+    /// f32 weights, [`TreeAttentionMode::Auto`], [`crate::MAX_BUFFER_BYTES`].
+    fn default() -> Self {
+        Self { dtype: WeightDtype::F32, tree_attention: TreeAttentionMode::Auto, max_buffer_bytes: MAX_BUFFER_BYTES }
+    }
+}
+
+impl LoadOptions {
+    /// The defaults with weights in `dtype`.
+    pub fn with_dtype(dtype: WeightDtype) -> Self {
+        Self { dtype, ..Self::default() }
+    }
+}
 
 /// What a forward pass returns.
 #[derive(Debug, Clone)]
@@ -88,7 +117,22 @@ impl Model {
     /// # Errors
     /// As [`Model::load`].
     pub fn load_as(cfg: ModelConfig, src: &dyn WeightSource, device: &Device, dtype: WeightDtype) -> Result<Self> {
+        Self::load_with(cfg, src, device, &LoadOptions::with_dtype(dtype))
+    }
+
+    /// [`Model::load_as`] with all of [`LoadOptions`].
+    ///
+    /// # Errors
+    /// As [`Model::load`]; [`ModelError::Kernel`] for
+    /// [`TreeAttentionMode::Kernel`] where the kernels cannot run;
+    /// [`ModelError::Usage`] for a buffer bound under 4 bytes.
+    pub fn load_with(cfg: ModelConfig, src: &dyn WeightSource, device: &Device, opts: &LoadOptions) -> Result<Self> {
         let (h, v) = (cfg.hidden_size, cfg.vocab_size);
+        let (dtype, max_bytes) = (opts.dtype, opts.max_buffer_bytes);
+        if max_bytes < 4 {
+            return Err(ModelError::Usage(format!("a device buffer bound of {max_bytes} bytes: expected at least 4")));
+        }
+        let tree_kernel = opts.tree_attention.uses_kernel(device, cfg.head_dim)?;
         // Every tensor of the file must be one this architecture reads.
         let log = crate::weights::ReadLog::new(src);
         let src: &dyn WeightSource = &log;
@@ -99,11 +143,11 @@ impl Model {
         let embed_host = src.require("model.embed_tokens.weight", &[v, h])?;
         // Tied checkpoints usually omit `lm_head.weight`; use it when present.
         let lm_head = if cfg.tie_embeddings && !src.contains("lm_head.weight") {
-            Linear::stacked(std::slice::from_ref(&embed_host), device, dtype)
+            Linear::stacked(std::slice::from_ref(&embed_host), device, dtype, max_bytes)
         } else {
-            Linear::new(src.require("lm_head.weight", &[v, h])?, device, dtype)
+            Linear::new(src.require("lm_head.weight", &[v, h])?, device, dtype, max_bytes)
         };
-        let per = crate::linear::rows_per_part(h);
+        let per = crate::linear::rows_per_part(h, max_bytes);
         let embed = if v <= per {
             vec![Tensor::from_data(TensorData::new(embed_host.data, [v, h]), device)]
         } else {
@@ -115,20 +159,11 @@ impl Model {
         };
         let mut layers = Vec::with_capacity(cfg.num_layers);
         for l in 0..cfg.num_layers {
-            layers.push(Layer::load(src, &format!("model.layers.{l}."), &cfg, device, dtype)?);
+            layers.push(Layer::load(src, &format!("model.layers.{l}."), &cfg, device, dtype, max_bytes)?);
         }
         let norm = NormWeight::new(src.require("model.norm.weight", &[h])?.data, device);
         log.check_all_read(&format!("a {:?} target with num_layers = {}", cfg.arch, cfg.num_layers))?;
         let inv_freq = cfg.rope_inv_freq();
-        let mode = match std::env::var(TREE_ATTENTION_ENV) {
-            Ok(v) if !v.is_empty() => v
-                .parse::<TreeAttentionMode>()
-                .map_err(|source| ModelError::Env { var: TREE_ATTENTION_ENV.into(), source })?,
-            _ => TreeAttentionMode::Auto,
-        };
-        let tree_kernel = mode
-            .uses_kernel(device, cfg.head_dim)
-            .map_err(|source| ModelError::Env { var: format!("{TREE_ATTENTION_ENV}={mode}"), source })?;
         Ok(Self {
             lm_head,
             weight_dtype: dtype,
@@ -140,6 +175,7 @@ impl Model {
             device: device.clone(),
             cfg,
             tree_kernel,
+            max_buffer_bytes: max_bytes,
         })
     }
 
@@ -216,7 +252,7 @@ impl Model {
             return Ok(self.embed[0].clone().select(0, index(ids.iter().map(|&t| t as i64).collect())));
         }
         // A split table: gather from each part, then put the rows back in `ids` order.
-        let per = crate::linear::rows_per_part(self.cfg.hidden_size);
+        let per = crate::linear::rows_per_part(self.cfg.hidden_size, self.max_buffer_bytes);
         let mut gathered = Vec::new();
         let mut order = vec![0i64; ids.len()];
         let mut next = 0;

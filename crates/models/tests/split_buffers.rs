@@ -1,20 +1,18 @@
 //! Matrices larger than one device buffer are split into parts
-//! (`BASTION_MAX_BUFFER_BYTES`): with a bound of 4 KB the tiny fixture's
+//! (`LoadOptions::max_buffer_bytes`): with a bound of 4 KB the tiny fixture's
 //! embedding table (256 × 64 f32 = 64 KB) and LM head are split into 16
 //! parts each and its verification logits into row parts, and the model
 //! computes what the file's weights say: embedding rows equal the
 //! checkpoint's, logits equal those of the host path (whose LM head is
-//! packed whole). Its own test binary: the bound is read once per process.
+//! packed whole). The bound is the model's own: another model of the same
+//! process keeps the default.
 
-use bastion_models::{Model, ModelConfig, SafetensorsSource, WeightSource, MAX_BUFFER_ENV};
+use bastion_models::{LoadOptions, Model, ModelConfig, SafetensorsSource, WeightSource};
 use bastion_testkit::fixture_dir;
 use burn::tensor::Device;
 
 #[test]
 fn split_embedding_lm_head_and_logits_compute_what_whole_ones_do() {
-    // SAFETY: this binary runs this one test; the variable is set before
-    // any model load reads the bound, and nothing reads the environment concurrently.
-    unsafe { std::env::set_var(MAX_BUFFER_ENV, "4096") };
     let dir = fixture_dir("tiny-qwen3");
     let cfg = ModelConfig::from_hf_json(dir.join("config.json")).unwrap();
     let src = SafetensorsSource::open(&dir).unwrap();
@@ -23,7 +21,13 @@ fn split_embedding_lm_head_and_logits_compute_what_whole_ones_do() {
     // The host path: the LM head packed whole in host memory.
     let host = Model::load(cfg.clone(), &src, &Device::flex()).unwrap();
     // The Burn path (the autodiff flex device keeps Burn tensors, as a GPU backend does).
-    let split = Model::load(cfg, &src, &Device::flex().autodiff()).unwrap();
+    let small = LoadOptions { max_buffer_bytes: 4096, ..LoadOptions::default() };
+    let split = Model::load_with(cfg.clone(), &src, &Device::flex().autodiff(), &small).unwrap();
+    let whole_model = Model::load(cfg.clone(), &src, &Device::flex().autodiff()).unwrap();
+    assert_eq!(whole_model.buffer_parts(), (1, 1), "the default bound keeps the tiny tables whole");
+    let bad = LoadOptions { max_buffer_bytes: 3, ..LoadOptions::default() };
+    let err = Model::load_with(cfg, &src, &Device::flex(), &bad).err().expect("a 3-byte bound is refused").to_string();
+    assert!(err.contains("at least 4"), "{err}");
     let parts = (v * h * 4).div_ceil(4096);
     assert_eq!(split.buffer_parts(), (parts, parts), "embedding and LM head in 4 KB parts");
     let tokens = [5u32, 250, 17, 99, 3, 128, 42, 255, 0];

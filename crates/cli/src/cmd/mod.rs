@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use bastion_decode::{BastionRule, CalibrationSource, Method, MethodSpec, PairSpec, DEFAULT_CALIBRATION_DIR};
-use bastion_models::{BackendKind, WeightDtype};
+use bastion_models::{BackendKind, LoadOptions, WeightDtype};
 use bastion_tree::OnlineConfig;
 
 pub mod check;
@@ -103,6 +103,37 @@ pub struct PairArgs {
     pub draft_vocab: Option<usize>,
 }
 
+/// Environment variable choosing how models attend on a GPU backend: `auto`
+/// (default), `dense` (Burn's ops, the reference) or `kernel` (Bastion's
+/// kernels; an error where they cannot run).
+pub const TREE_ATTENTION_ENV: &str = "BASTION_TREE_ATTENTION";
+
+/// Environment variable bounding one device buffer (bytes, ≥ 4; default
+/// [`bastion_models::MAX_BUFFER_BYTES`]): larger weights and logits are split.
+pub const MAX_BUFFER_ENV: &str = "BASTION_MAX_BUFFER_BYTES";
+
+/// How this process loads models with weights in `dtype`: the defaults, or
+/// what [`TREE_ATTENTION_ENV`] and [`MAX_BUFFER_ENV`] say (read here, once
+/// per command; the libraries read no environment).
+///
+/// # Errors
+/// A variable whose value is not one of the expected forms, naming it.
+pub fn load_options(dtype: WeightDtype) -> Result<LoadOptions> {
+    let mut opts = LoadOptions::with_dtype(dtype);
+    if let Some(v) = std::env::var(TREE_ATTENTION_ENV).ok().filter(|v| !v.is_empty()) {
+        opts.tree_attention = v.parse().map_err(|e| format!("{TREE_ATTENTION_ENV}={v}: {e}"))?;
+    }
+    if let Some(v) = std::env::var(MAX_BUFFER_ENV).ok().filter(|v| !v.is_empty()) {
+        opts.max_buffer_bytes = v
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|&b| b >= 4)
+            .ok_or_else(|| format!("{MAX_BUFFER_ENV}={v}: expected a number of bytes ≥ 4"))?;
+    }
+    Ok(opts)
+}
+
 impl PairArgs {
     /// The pair `method` needs: the drafter only for speculative methods
     /// (`ar` ignores `--drafter`), the calibration (from `cost`) only for
@@ -117,7 +148,7 @@ impl PairArgs {
             return Err(format!("method {method} needs --drafter DIR|FILE.gguf").into());
         }
         let mut spec = PairSpec::new(&self.target.model, self.target.backend);
-        spec.dtype = self.target.dtype;
+        spec.load = load_options(self.target.dtype)?;
         spec.random_weights = self.target.random_weights;
         spec.drafter = self.drafter.clone().filter(|_| method.needs_drafter());
         spec.draft_vocab = self.draft_vocab.filter(|_| method.needs_drafter());

@@ -88,7 +88,7 @@ pub fn calibrate(pair: &PairArgs, out: Option<PathBuf>, figure: Option<PathBuf>,
     let figure = figure.unwrap_or_else(|| out.with_extension("svg"));
     let mut spec = bastion_decode::PairSpec::new(model, *backend);
     spec.drafter = pair.drafter.clone();
-    spec.dtype = *dtype;
+    spec.load = super::load_options(*dtype)?;
     spec.random_weights = *random_weights;
     spec.draft_vocab = pair.draft_vocab.filter(|_| pair.drafter.is_some());
     let pair = LoadedPair::open(spec)?;
@@ -206,7 +206,7 @@ pub fn bench_target(a: BenchArgs) -> Result {
     a.target.check_model()?;
     let TargetArgs { model, backend, dtype, random_weights } = &a.target;
     let mut spec = bastion_decode::PairSpec::new(model, *backend);
-    spec.dtype = *dtype;
+    spec.load = super::load_options(*dtype)?;
     spec.random_weights = *random_weights;
     let loading = std::time::Instant::now();
     let mut pair = LoadedPair::open(spec)?;

@@ -59,7 +59,7 @@ pub fn run(a: Args) -> Result {
         }
     }
     let results = Path::new("results");
-    let opts = run::options(&exp, results, Path::new("datasets"), Shard::default());
+    let opts = run::options(&exp, results, Path::new("datasets"), Shard::default())?;
     run::sweep(&exp, &opts)?;
     let reference_dir = Path::new("paper_tables");
     let reference = reference_dir.join(format!("{}.md", exp.name));

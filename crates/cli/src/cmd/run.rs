@@ -45,7 +45,7 @@ pub struct Args {
 /// Runs `bastion run`.
 pub fn run(a: Args) -> Result {
     let exp = super::load_experiment(&a.experiment)?;
-    let opts = options(&exp, &a.results, &a.datasets, a.shard);
+    let opts = options(&exp, &a.results, &a.datasets, a.shard)?;
     // On a GPU backend, when asked: how many distinct kernels the sweep launched (each one
     // compiled, and for Burn's matmul tuned, on first use), so a sweep whose tree sizes keep
     // making new kernels shows.
@@ -68,15 +68,20 @@ pub fn run(a: Args) -> Result {
 }
 
 /// Where a sweep of `exp` reads and writes: `results/<name>/`, this
-/// machine's calibrations, `shard`.
-pub fn options(exp: &Experiment, results: &Path, datasets: &Path, shard: Shard) -> RunOptions {
-    RunOptions {
+/// machine's calibrations, `shard`; models loaded as the environment says
+/// ([`super::load_options`]).
+///
+/// # Errors
+/// As [`super::load_options`].
+pub fn options(exp: &Experiment, results: &Path, datasets: &Path, shard: Shard) -> Result<RunOptions> {
+    Ok(RunOptions {
         results_dir: results.join(&exp.name),
         datasets_dir: datasets.to_path_buf(),
         calibration_dir: PathBuf::from(DEFAULT_CALIBRATION_DIR),
         shard,
         pinned_calibration: false,
-    }
+        load: super::load_options(bastion_models::WeightDtype::F32)?,
+    })
 }
 
 /// Mean of `x` (NaN when empty).

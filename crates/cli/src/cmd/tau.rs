@@ -131,7 +131,7 @@ pub fn run(a: Args) -> Result {
     let text = draft.to_toml(comment).map_err(|e| format!("{}: {e}", file.display()))?;
     std::fs::write(&file, &text).map_err(|e| format!("{}: {e}", file.display()))?;
     let exp = Experiment::parse(&file, &text, Path::new("."))?;
-    let opts = run::options(&exp, &a.results, &a.datasets, Shard::default());
+    let opts = run::options(&exp, &a.results, &a.datasets, Shard::default())?;
     // Only this run's samples: the folder may hold more from an earlier, larger run.
     let keys: HashSet<String> = plan(&exp, &a.datasets, Shard::default())?.into_iter().map(|s| s.key).collect();
     let records: Vec<SampleRecord> = run::sweep(&exp, &opts)?.into_iter().filter(|r| keys.contains(&r.key)).collect();
