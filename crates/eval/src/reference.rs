@@ -1,16 +1,96 @@
-//! A run's tables against a committed reference: the Markdown tables
-//! `bastion tables` writes (`paper_tables/<name>.md`) are read back, and each
-//! of this run's τ and speedup figures is set against the reference's value
-//! and its bootstrap interval. `bastion reproduce` prints the comparison
-//! instead of overwriting the reference.
+//! A run's tables against a committed reference: the machine-readable
+//! [`Reference`] `bastion reproduce --update-reference` writes beside the
+//! Markdown (`paper_tables/<name>.reference.json`), or, for a reference
+//! written before it existed, the Markdown tables read back
+//! ([`parse_markdown`]). Each of this run's τ and speedup figures is set
+//! against the reference's value and its bootstrap interval; `bastion
+//! reproduce` prints the comparison instead of overwriting the reference.
 
-use serde::Serialize;
+use std::path::{Path, PathBuf};
 
+use serde::{Deserialize, Serialize};
+
+use crate::error::OutputError;
 use crate::tables::Table;
+
+/// The reference of the experiment `name` in `dir`: `<name>.reference.json`.
+pub fn reference_path(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.reference.json"))
+}
+
+/// A committed reference as data: every τ and speedup cell of a run's
+/// tables at full precision, and the calibration files that run read (a
+/// cost-aware row's τ is exact only against the same calibration).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reference {
+    /// The calibration files the run read (paths as given).
+    pub calibrations: Vec<String>,
+    /// The cells, in table order.
+    pub cells: Vec<ReferenceCell>,
+}
+
+impl Reference {
+    /// The cells of `tables` (half intervals `None` where undefined), with
+    /// the `calibrations` their run read.
+    pub fn of_tables(tables: &[Table], calibrations: Vec<String>) -> Self {
+        let pm = |x: f64| x.is_finite().then_some(x);
+        let cells = tables
+            .iter()
+            .flat_map(|t| {
+                t.rows.iter().flat_map(move |row| {
+                    t.datasets.iter().zip(&row.cells).filter_map(move |(d, c)| {
+                        c.as_ref().map(|c| ReferenceCell {
+                            model: t.model.clone(),
+                            temperature: t.temperature,
+                            dataset: d.clone(),
+                            method: row.method.clone(),
+                            tau: c.tau,
+                            tau_pm: pm(c.tau_pm),
+                            speedup: c.speedup,
+                            speedup_pm: pm(c.speedup_pm),
+                        })
+                    })
+                })
+            })
+            .collect();
+        Self { calibrations, cells }
+    }
+
+    /// Writes the reference as JSON to `path`.
+    ///
+    /// # Errors
+    /// [`OutputError::Io`] naming the file.
+    pub fn write(&self, path: &Path) -> Result<(), OutputError> {
+        let text = serde_json::to_string_pretty(self)
+            .map_err(|e| OutputError::Format { path: path.to_path_buf(), what: e.to_string() })?;
+        std::fs::write(path, text + "\n").map_err(|source| OutputError::Io {
+            path: path.to_path_buf(),
+            source,
+            hint: String::new(),
+        })
+    }
+
+    /// Reads a reference [`Reference::write`] wrote; `None` when `path` does
+    /// not exist.
+    ///
+    /// # Errors
+    /// [`OutputError::Io`] for an unreadable file, [`OutputError::Format`]
+    /// naming the file for another shape.
+    pub fn read(path: &Path) -> Result<Option<Self>, OutputError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(OutputError::Io { path: path.to_path_buf(), source, hint: String::new() }),
+        };
+        serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| OutputError::Format { path: path.to_path_buf(), what: format!("not a reference: {e}") })
+    }
+}
 
 /// One (model, T, dataset, method) cell of a reference table: τ and speedup
 /// with half their 95 % intervals (`None` where the table shows none).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReferenceCell {
     /// Model pair name.
     pub model: String,

@@ -378,6 +378,29 @@ fn rendered_tables_read_back_as_the_reference() {
     assert!(cells.iter().any(|c| c.method == "ar" && c.dataset == "gsm8k" && c.tau == 1.0 && c.speedup == 1.0));
 }
 
+/// The machine-readable reference round-trips through its file and judges
+/// a run as the Markdown read back does, with full-precision values.
+#[test]
+fn the_reference_data_file_round_trips_and_judges_like_the_markdown() {
+    use bastion_eval::reference::{compare, parse_markdown, reference_path, Reference};
+    let root = bastion_testkit::repo_root().join("paper_tables/templates/results.md.j2");
+    let t = tables(&summary_frame(&records()).unwrap()).unwrap();
+    let r = Reference::of_tables(&t, vec!["results/calibration/x.json".into()]);
+    let dir = std::env::temp_dir().join(format!("bastion-reference-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = reference_path(&dir, "unit");
+    assert_eq!(Reference::read(&path).unwrap(), None, "no file yet");
+    r.write(&path).unwrap();
+    assert_eq!(Reference::read(&path).unwrap().as_ref(), Some(&r));
+    let md = parse_markdown(&render(&root, "unit", &t).unwrap());
+    assert_eq!(r.cells.len(), md.len());
+    let verdicts = |cells| compare(cells, &t, true).into_iter().map(|c| (c.exact, c.within)).collect::<Vec<_>>();
+    assert_eq!(verdicts(&r.cells), verdicts(&md));
+    std::fs::write(&path, "{}").unwrap();
+    assert!(Reference::read(&path).unwrap_err().to_string().contains("not a reference"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A variant's label is display only: a custom-labelled `bastion-online`
 /// variant and a custom-labelled `+skip` variant are judged against the
 /// interval (their τ follows measured time), a custom-labelled plain DDTree

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use bastion_decode::{ProfileOptions, DEFAULT_CALIBRATION_DIR};
-use bastion_eval::reference::{parse_markdown, Comparison};
+use bastion_eval::reference::{parse_markdown, reference_path, Comparison, Reference};
 use bastion_eval::Shard;
 
 use super::{profile, run, tables, PairArgs, Result, TargetArgs, DEFAULT_MODEL};
@@ -21,9 +21,9 @@ pub struct Args {
     /// The experiment file.
     #[arg(long, default_value = "experiments/default.toml")]
     experiment: PathBuf,
-    /// Also write the tables and figures over the committed reference
-    /// (`paper_tables/<name>.{md,tex}`, `paper_tables/figures/`); without it they go to
-    /// `results/<name>/` and are compared with the reference.
+    /// Also write the tables, figures and reference data over the committed reference
+    /// (`paper_tables/<name>.{md,tex}`, `<name>.reference.json`, `paper_tables/figures/`);
+    /// without it they go to `results/<name>/` and are compared with the reference.
     #[arg(long)]
     update_reference: bool,
 }
@@ -62,19 +62,28 @@ pub fn run(a: Args) -> Result {
     let opts = run::options(&exp, results, Path::new("datasets"), Shard::default())?;
     run::sweep(&exp, &opts)?;
     let reference_dir = Path::new("paper_tables");
-    let reference = reference_dir.join(format!("{}.md", exp.name));
-    // Read before anything is written: with --update-reference the file is replaced.
-    let committed = std::fs::read_to_string(&reference).ok();
+    let data = reference_path(reference_dir, &exp.name);
+    let markdown = reference_dir.join(format!("{}.md", exp.name));
+    // Read before anything is written: with --update-reference the files are replaced. A
+    // reference from before the data file existed is its Markdown, read back.
+    let committed = match Reference::read(&data)? {
+        Some(r) => Some((data.clone(), r)),
+        None => std::fs::read_to_string(&markdown).ok().map(|text| {
+            // That header names the calibration files its run read.
+            let read: Vec<String> = calibrations.iter().filter(|c| text.contains(c.as_str())).cloned().collect();
+            (markdown.clone(), Reference { calibrations: read, cells: parse_markdown(&text) })
+        }),
+    };
     let out = if a.update_reference { reference_dir } else { opts.results_dir.as_path() };
     let settings = tables::settings_of(&exp);
     let t = tables::write_tables(&exp.name, &opts.results_dir, out, Path::new(tables::DEFAULT_TEMPLATES), &settings)?;
+    Reference::of_tables(&t, calibrations.clone()).write(&reference_path(out, &exp.name))?;
     match committed {
-        Some(text) => {
-            // The reference's header names the calibration files it read.
-            let same = !calibrated_now && calibrations.iter().all(|c| text.contains(c.as_str()));
-            print_comparison(&reference, &bastion_eval::reference::compare(&parse_markdown(&text), &t, same))
+        Some((path, r)) => {
+            let same = !calibrated_now && calibrations.iter().all(|c| r.calibrations.contains(c));
+            print_comparison(&path, &bastion_eval::reference::compare(&r.cells, &t, same))
         }
-        None => println!("no committed reference {} to compare with", reference.display()),
+        None => println!("no committed reference {} to compare with", data.display()),
     }
     Ok(())
 }
