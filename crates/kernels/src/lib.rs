@@ -23,18 +23,18 @@ use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 
 mod argmax;
 pub mod cpu;
+pub mod dense_attention;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod gpu;
 mod launches;
 pub mod layer_ops;
 pub mod peak;
-pub mod reference;
 mod weight_dtype;
 
 pub use argmax::{argmax, argmax_rows};
+pub use dense_attention::attention;
 pub use launches::{LaunchCount, Launches};
 pub use peak::{measure_peak, PeakMeasurement, PeakOptions};
-pub use reference::attention;
 pub use weight_dtype::{WeightDtype, Q8_BLOCK};
 
 /// Largest head dimension the kernel takes (one unit per dimension).
@@ -275,7 +275,7 @@ impl TreeIndex {
             let n = bits.len();
             Prepared::Kernel { ancestors: Tensor::from_data(TensorData::new(bits, [n]), device), words, variant: None }
         } else {
-            let dense = reference::tree_mask(mask, past).repeat(group);
+            let dense = dense_attention::tree_mask(mask, past).repeat(group);
             Prepared::Dense(
                 Tensor::<2, Bool>::from_data(TensorData::new(dense, [group * t, past + t]), device).unsqueeze::<3>(),
             )
@@ -441,7 +441,7 @@ mod tests {
         // 0 ─ 1 ─ 3
         //   └ 2
         let past = 2;
-        let mask = reference::tree_mask(&tree(&[-1, 0, 0, 1]), past);
+        let mask = dense_attention::tree_mask(&tree(&[-1, 0, 0, 1]), past);
         let visible: Vec<Vec<usize>> = mask
             .chunks(past + 4)
             .map(|row| row.iter().enumerate().filter(|(_, &h)| !h).map(|(j, _)| j).collect())
