@@ -349,7 +349,7 @@ fn check_prompts_fit<'p>(
 
 /// What a stored record depends on beyond its key: a rerun with other
 /// values would mix results of two settings in one table.
-fn settings_of(exp: &Experiment) -> serde_json::Value {
+fn record_settings(exp: &Experiment) -> serde_json::Value {
     let mut settings = serde_json::json!({
         "backend": exp.backend.as_str(),
         "max_new_tokens": exp.max_new_tokens,
@@ -398,7 +398,7 @@ fn settings_of(exp: &Experiment) -> serde_json::Value {
 /// them writes the file ([`create_once`]) and the others compare against it.
 fn check_settings(exp: &Experiment, dir: &Path) -> Result<(), RunError> {
     let path = dir.join("settings.json");
-    let now = settings_of(exp);
+    let now = record_settings(exp);
     let io = |path: &Path| {
         let path = path.to_path_buf();
         move |source: std::io::Error| RunError::Io { path, source }

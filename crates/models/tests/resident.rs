@@ -7,7 +7,7 @@
 //! (Mesa's lavapipe in CI).
 
 use bastion_models::{context_features, ContextFeatures, DraftOutput, ForwardOutput, Output};
-use bastion_tree::{DraftRows, HostRows};
+use bastion_tree::{DraftRows, LogitRows};
 use burn::tensor::{Device, Tensor, TensorData};
 use statrs::distribution::{ChiSquared, ContinuousCDF};
 
@@ -136,7 +136,7 @@ fn device_draws_follow_the_softmax() {
 fn device_candidate_lists_equal_the_host_lists() {
     let (depth, vocab) = (5, 700);
     let values = logits(depth, vocab, 11);
-    let host = HostRows::new(&values, depth, vocab).unwrap();
+    let host = LogitRows::new(&values, depth, vocab).unwrap();
     let host_output = DraftOutput::from_host(values.clone(), depth, vocab).unwrap();
     assert!(DraftOutput::from_host(values.clone(), depth + 1, vocab).is_err(), "[depth, vocab] must hold the values");
     for (depths, k) in [(vec![1, 2, 3, 4, 5], 32), (vec![2, 5], 100)] {

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use burn::module::Module;
 
-use crate::checkpoint::settings_of;
+use crate::checkpoint::recorded_settings;
 use crate::error::{Result, TrainError};
 use crate::held_out::ChainTau;
 use crate::params::DraftParams;
@@ -12,7 +12,7 @@ use crate::trainer::TrainConfig;
 
 /// Saves `params` as the best drafter under `dir` when `tau` beats the τ its
 /// `held_out.json` records (or the folder holds none yet). The record names
-/// the run's settings and data ([`settings_of`], the data fingerprint): a
+/// the run's settings and data ([`recorded_settings`], the data fingerprint): a
 /// folder kept for another run (other settings or held-out sequences, whose
 /// τ does not compare) is refused; one whose training data was a prefix of
 /// this run's (`grow`) is continued. The drafter is written into
@@ -39,7 +39,7 @@ pub(crate) fn keep_if_best(
     }
     let record = dir.join("held_out.json");
     // The settings without `steps` (a run may go on past the steps it first asked for).
-    let mut settings = settings_of(cfg);
+    let mut settings = recorded_settings(cfg);
     settings.as_object_mut().expect("an object").remove("steps");
     let best = match std::fs::read(&record) {
         Ok(bytes) => {

@@ -18,7 +18,7 @@ pub(crate) struct CheckpointState {
     pub(crate) steps: usize,
     /// Target tokens predicted so far.
     pub(crate) tokens: u64,
-    /// The run's settings ([`settings_of`]); a resumed run must match.
+    /// The run's settings ([`recorded_settings`]); a resumed run must match.
     pub(crate) settings: serde_json::Value,
     /// The training and held-out data (counts and hashes); a resumed run must match.
     pub(crate) data: serde_json::Value,
@@ -115,7 +115,7 @@ pub(crate) fn load_checkpoint(
     }
     // Ours through the same JSON write and read as the stored value, so floats compare alike.
     let settings: serde_json::Value =
-        serde_json::from_str(&serde_json::to_string(&settings_of(cfg)).expect("JSON values serialise"))
+        serde_json::from_str(&serde_json::to_string(&recorded_settings(cfg)).expect("JSON values serialise"))
             .expect("JSON text parses");
     let data = serde_json::Value::from(data);
     let grown = state.data.as_str().is_some_and(also_accept);
@@ -140,7 +140,7 @@ pub(crate) fn load_checkpoint(
 
 /// A run's settings as a checkpoint records them: the drafter's
 /// `config.json` and the recipe.
-pub(crate) fn settings_of(cfg: &TrainConfig) -> serde_json::Value {
+pub(crate) fn recorded_settings(cfg: &TrainConfig) -> serde_json::Value {
     let mut settings = serde_json::json!({
         "drafter": cfg.drafter.to_json(),
         "steps": cfg.steps,

@@ -21,7 +21,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::best::keep_if_best;
-use crate::checkpoint::{load_checkpoint, save_checkpoint, settings_of, CheckpointState};
+use crate::checkpoint::{load_checkpoint, recorded_settings, save_checkpoint, CheckpointState};
 use crate::distill::DistillRecord;
 use crate::error::{Result, TrainError};
 use crate::features::FeatureFile;
@@ -574,8 +574,12 @@ pub fn train(
         }
         if let Some(dir) = ckpt {
             if last || stop || (opts.checkpoint_every > 0 && done % opts.checkpoint_every == 0) {
-                let state =
-                    CheckpointState { steps: done, tokens, settings: settings_of(cfg), data: data.clone().into() };
+                let state = CheckpointState {
+                    steps: done,
+                    tokens,
+                    settings: recorded_settings(cfg),
+                    data: data.clone().into(),
+                };
                 let written = save_checkpoint(dir, &state, &params, &optim)?;
                 stop |= on_event(&TrainEvent::Checkpoint { steps: done, dir: &written }).is_break();
             }

@@ -45,7 +45,7 @@ pub type CandidateList = Vec<(f32, u32)>;
 
 /// The drafter's output for one block, `[depth, vocab]` draft logits,
 /// asked for candidate lists row by row. Implemented for host memory by
-/// [`HostRows`]; a GPU backend implements it with the top-k on the device,
+/// [`LogitRows`]; a GPU backend implements it with the top-k on the device,
 /// so that only the lists come back (`bastion-decode`).
 pub trait DraftRows {
     /// Drafted depths (rows).
@@ -80,13 +80,13 @@ pub trait DraftRows {
 
 /// A row-major `[depth, vocab]` draft-logit matrix in host memory.
 #[derive(Debug, Clone, Copy)]
-pub struct HostRows<'a> {
+pub struct LogitRows<'a> {
     logits: &'a [f32],
     depth: usize,
     vocab: usize,
 }
 
-impl<'a> HostRows<'a> {
+impl<'a> LogitRows<'a> {
     /// Wraps `logits` (`[depth, vocab]`, row-major).
     ///
     /// # Errors
@@ -103,7 +103,7 @@ impl<'a> HostRows<'a> {
     }
 }
 
-impl DraftRows for HostRows<'_> {
+impl DraftRows for LogitRows<'_> {
     fn depth(&self) -> usize {
         self.depth
     }
@@ -185,12 +185,12 @@ pub struct DraftCandidates<'m, S> {
     lists: Lists,
 }
 
-impl<'a> DraftCandidates<'a, HostRows<'a>> {
+impl<'a> DraftCandidates<'a, LogitRows<'a>> {
     /// The first candidate lists of a row-major `[depth, vocab]` draft-logit
     /// matrix in host memory, see [`DraftCandidates::from_rows`].
     ///
     /// # Errors
-    /// As [`HostRows::new`] and [`DraftCandidates::from_rows`].
+    /// As [`LogitRows::new`] and [`DraftCandidates::from_rows`].
     pub fn new(
         logits: &'a [f32],
         depth: usize,
@@ -198,7 +198,7 @@ impl<'a> DraftCandidates<'a, HostRows<'a>> {
         token_map: Option<&'a [u32]>,
         top_k: usize,
     ) -> Result<Self> {
-        Self::from_rows(HostRows::new(logits, depth, vocab)?, token_map, top_k)
+        Self::from_rows(LogitRows::new(logits, depth, vocab)?, token_map, top_k)
     }
 }
 
@@ -257,7 +257,7 @@ impl<'m, S: DraftRows> DraftCandidates<'m, S> {
     /// lists taken so far; while it reaches the end of a short list, doubles
     /// those depths' lists (at most to `top_k`) and grows it again. The
     /// result is the tree the full lists of every depth give whenever each
-    /// short list is a prefix of its full list (always for [`HostRows`];
+    /// short list is a prefix of its full list (always for [`LogitRows`];
     /// a device source may order exact ties differently between calls: a
     /// tied candidate already held is then not added twice).
     /// `policy.top_k()` should be the `top_k` these candidates were taken
@@ -315,7 +315,7 @@ mod tests {
 
     /// Host rows that remember which depths were asked for, and how many candidates.
     struct Counting<'a> {
-        rows: HostRows<'a>,
+        rows: LogitRows<'a>,
         asked: RefCell<Vec<(Vec<usize>, usize)>>,
     }
 
@@ -345,7 +345,7 @@ mod tests {
         // checks it against the tree of the full lists and each list's length against
         // max(FIRST_TOP_K, 2 · the ranks the tree uses there), and returns what was asked.
         let grow_counted = |rows: &[f32], budget: usize| {
-            let source = Counting { rows: HostRows::new(rows, 3, vocab).unwrap(), asked: RefCell::new(Vec::new()) };
+            let source = Counting { rows: LogitRows::new(rows, 3, vocab).unwrap(), asked: RefCell::new(Vec::new()) };
             let mut cands = DraftCandidates::from_rows(source, None, 100).unwrap();
             let tree = cands.build_tree(7, 0, &mut FixedBudget::new(budget)).unwrap();
             let full = TopK::from_logits(rows, 3, vocab, 100).unwrap();

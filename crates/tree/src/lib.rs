@@ -56,7 +56,7 @@ mod walk;
 pub use bastion::{Bastion, BastionConfig, BucketMode};
 pub use builder::{build_tree, build_tree_from_draft_logits, build_tree_from_logits, FIRST_TOP_K};
 pub use caddtree::{CaddTree, ConvexCostModel, RoundCostModel, VerifyProfile};
-pub use candidates::{CandidateList, DraftCandidates, DraftRows, HostRows};
+pub use candidates::{CandidateList, DraftCandidates, DraftRows, LogitRows};
 pub use convex::fit_convex_monotone;
 pub use error::{Result, TreeError};
 pub use online::{OnlineConfig, OnlineRoofline};

@@ -75,7 +75,7 @@ pub fn run(a: Args) -> Result {
         }),
     };
     let out = if a.update_reference { reference_dir } else { opts.results_dir.as_path() };
-    let settings = tables::settings_of(&exp);
+    let settings = tables::headings_of(&exp);
     let t = tables::write_tables(&exp.name, &opts.results_dir, out, Path::new(tables::DEFAULT_TEMPLATES), &settings)?;
     Reference::of_tables(&t, calibrations.clone()).write(&reference_path(out, &exp.name))?;
     match committed {

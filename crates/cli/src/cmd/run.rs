@@ -62,7 +62,7 @@ pub fn run(a: Args) -> Result {
         );
     }
     if a.shard.count == 1 {
-        tables::write_tables(&exp.name, &opts.results_dir, &a.tables, &a.templates, &tables::settings_of(&exp))?;
+        tables::write_tables(&exp.name, &opts.results_dir, &a.tables, &a.templates, &tables::headings_of(&exp))?;
     }
     Ok(())
 }

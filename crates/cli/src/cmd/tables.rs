@@ -41,7 +41,7 @@ pub fn run(a: Args) -> Result {
     let name = Experiment::name_of(&a.experiment)?;
     // The headings' settings need the whole file to validate (its models
     // present); tables of results copied from elsewhere go without them.
-    let settings = Experiment::load(&a.experiment, Path::new(".")).map(|e| settings_of(&e)).unwrap_or_default();
+    let settings = Experiment::load(&a.experiment, Path::new(".")).map(|e| headings_of(&e)).unwrap_or_default();
     write_tables(&name, &a.results.join(&name), &a.out, &a.templates, &settings).map(drop)
 }
 
@@ -69,7 +69,7 @@ pub struct Heading {
 pub const PEER_TABLE: &str = "paper_tables/peers.md";
 
 /// The headings of each model pair of `exp`, by pair name.
-pub fn settings_of(exp: &Experiment) -> BTreeMap<String, Heading> {
+pub fn headings_of(exp: &Experiment) -> BTreeMap<String, Heading> {
     let cost_aware = exp.methods.iter().any(|m| m.spec.method.needs_calibration());
     let peer = std::fs::read_to_string(PEER_TABLE).ok().and_then(|t| parse_peer_ar(&t));
     let heading = |m: &bastion_eval::ModelPair| {

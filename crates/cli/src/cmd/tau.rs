@@ -139,7 +139,7 @@ pub fn run(a: Args) -> Result {
         let lines: String = records.iter().map(|r| r.to_line() + "\n").collect();
         std::fs::write(out, lines).map_err(|e| format!("{}: {e}", out.display()))?;
     }
-    tables::write_tables_of(&exp.name, &records, &dir, &dir, &a.templates, &tables::settings_of(&exp))?;
+    tables::write_tables_of(&exp.name, &records, &dir, &dir, &a.templates, &tables::headings_of(&exp))?;
     if exp.first_turn_only && exp.datasets.contains(&DatasetName::MtBench) {
         println!("mt-bench: first turn only (the papers' MT-Bench rows run both turns)");
     }

@@ -2,7 +2,7 @@
 //! context features ([`ContextFeatures`]) and a drafted block's logits with
 //! their candidate lists ([`DraftOutput`]).
 
-use bastion_tree::{CandidateList, DraftRows, HostRows, TreeError};
+use bastion_tree::{CandidateList, DraftRows, LogitRows, TreeError};
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Int, Tensor, TensorData};
 
@@ -140,7 +140,7 @@ fn upload(values: Vec<f32>, like: &Tensor<2>) -> Tensor<2> {
 ///
 /// On a device, `log_softmax` and top-k run there and only `k`
 /// (log-probability, column) pairs per row come back. Ties among equal
-/// logits come in the device's order (the host's [`HostRows`] puts the
+/// logits come in the device's order (the host's [`LogitRows`] puts the
 /// smaller column first), and a short and a long list of one row come from
 /// separate top-k calls, so on exact ties the short list need not be a
 /// prefix of the long one: the tree may then differ from the one full lists
@@ -271,7 +271,7 @@ impl DraftRows for DraftOutput {
     fn top_k_ranks(&self, depths: &[usize], from: usize, k: usize) -> bastion_tree::Result<Vec<CandidateList>> {
         match &self.logits {
             DraftLogits::Host { values, depth, vocab } => {
-                HostRows::new(values, *depth, *vocab)?.top_k_ranks(depths, from, k)
+                LogitRows::new(values, *depth, *vocab)?.top_k_ranks(depths, from, k)
             }
             DraftLogits::Device(t) => {
                 let depth = self.depth();
