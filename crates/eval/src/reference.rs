@@ -30,8 +30,9 @@ pub struct Reference {
 }
 
 impl Reference {
-    /// The cells of `tables` (half intervals `None` where undefined), with
-    /// the `calibrations` their run read.
+    /// The cells of `tables` (half intervals `None` where undefined; a cell
+    /// without a τ or a speedup, e.g. no AR sample to pair with, left out
+    /// as the Markdown shows it `–`), with the `calibrations` their run read.
     pub fn of_tables(tables: &[Table], calibrations: Vec<String>) -> Self {
         let pm = |x: f64| x.is_finite().then_some(x);
         let cells = tables
@@ -39,7 +40,7 @@ impl Reference {
             .flat_map(|t| {
                 t.rows.iter().flat_map(move |row| {
                     t.datasets.iter().zip(&row.cells).filter_map(move |(d, c)| {
-                        c.as_ref().map(|c| ReferenceCell {
+                        c.as_ref().filter(|c| c.tau.is_finite() && c.speedup.is_finite()).map(|c| ReferenceCell {
                             model: t.model.clone(),
                             temperature: t.temperature,
                             dataset: d.clone(),
@@ -211,8 +212,9 @@ pub struct Comparison {
     pub within: bool,
     /// Whether the figure is fixed by the inputs, not by the machine's
     /// speed: τ of a row whose choices do not follow measured time
-    /// ([`Row::follows_measured_time`], from its method's spec), with the
-    /// reference's calibration where it reads one ([`Row::uses_calibration`]).
+    /// ([`crate::tables::Row::follows_measured_time`], from its method's spec),
+    /// with the reference's calibration where it reads one
+    /// ([`crate::tables::Row::uses_calibration`]).
     /// Speedups never are.
     pub exact: bool,
 }

@@ -374,14 +374,14 @@ pub struct Row {
     /// Mean speedup over the datasets (NaN unless every dataset has a result).
     pub avg_speedup: f64,
     /// Whether the row's choices follow times measured during the run (its
-    /// spec's [`MethodSpec::follows_measured_time`]; the oracle's budget
+    /// spec's [`bastion_decode::MethodSpec::follows_measured_time`]; the oracle's budget
     /// pick too), so that its τ moves with the machine.
     pub follows_measured_time: bool,
     /// Whether the row's tree sizes come from the calibration file
-    /// ([`MethodSpec::uses_calibration`]).
+    /// ([`bastion_decode::MethodSpec::uses_calibration`]).
     pub uses_calibration: bool,
     /// Whether the row skips drafting in rounds predicted not to pay
-    /// ([`MethodSpec::skips_draft`]).
+    /// ([`bastion_decode::MethodSpec::skips_draft`]).
     pub skips: bool,
 }
 

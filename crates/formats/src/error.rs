@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 /// What can be wrong with a file Bastion reads. Every variant names the file
-/// (and tensor or field) involved. `bastion_models::ModelError` has a
-/// variant of the same name and message for each (`From` maps them one to one).
+/// (and tensor or field) involved. `bastion_models::ModelError::File` wraps
+/// it, message unchanged.
 #[derive(Debug, thiserror::Error)]
 pub enum FormatError {
     /// A file could not be read.

@@ -132,7 +132,10 @@ impl Model {
         if max_bytes < 4 {
             return Err(ModelError::Usage(format!("a device buffer bound of {max_bytes} bytes: expected at least 4")));
         }
-        let tree_kernel = opts.tree_attention.uses_kernel(device, cfg.head_dim)?;
+        let mode = opts.tree_attention;
+        let tree_kernel = mode
+            .uses_kernel(device, cfg.head_dim)
+            .map_err(|e| ModelError::Usage(format!("tree attention mode `{mode}`: {e}")))?;
         // Every tensor of the file must be one this architecture reads.
         let log = crate::weights::ReadLog::new(src);
         let src: &dyn WeightSource = &log;
@@ -289,8 +292,8 @@ impl Model {
     }
 
     /// Device buffers holding the embedding table and the LM head
-    /// (`(parts, parts)`: 1 each unless a matrix exceeds
-    /// [`crate::MAX_BUFFER_BYTES`]; the LM head counts 1 on `flex`, where it
+    /// (`(parts, parts)`: 1 each unless a matrix exceeds the model's
+    /// [`LoadOptions::max_buffer_bytes`]; the LM head counts 1 on `flex`, where it
     /// is packed in host memory).
     pub fn buffer_parts(&self) -> (usize, usize) {
         (self.embed.len(), self.lm_head.parts())

@@ -78,7 +78,8 @@ pub fn warm_start_layers(spec: Option<&str>, target_layers: usize, layers: usize
 }
 
 /// A log line every [`LOG_EVERY`] steps: the means over those steps (the
-/// top-level fields in alphabetical order, as the log has been written).
+/// top-level fields in alphabetical order, as the log has been written;
+/// `step_seconds` in [`StepPhases`]' order).
 #[derive(Serialize)]
 struct StepLine {
     epochs: f64,

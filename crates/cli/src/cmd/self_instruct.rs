@@ -71,7 +71,9 @@ pub fn run(a: Args) -> Result {
         ..defaults
     };
     let mut novelty = Novelty::new(eval.iter().map(String::as_str), cfg.max_similarity);
-    let pair = LoadedPair::open(PairSpec::new(&a.target.model, a.target.backend))?;
+    let mut spec = PairSpec::new(&a.target.model, a.target.backend);
+    spec.load = super::load_options(a.target.dtype)?;
+    let pair = LoadedPair::open(spec)?;
     let bar = progress_bar(cfg.count as u64, "{bar:30} {pos}/{len} prompts kept, {msg}, eta {eta}");
     let prompts = bastion_train::self_instruct(&pair, &cfg, &mut novelty, |kept, tried| {
         bar.set_position(kept as u64);

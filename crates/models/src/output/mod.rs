@@ -106,7 +106,8 @@ enum RowAt<'a> {
 #[derive(Debug, Clone)]
 struct DeviceOutput {
     /// Logits `[rows, vocab]` as consecutive row parts (one part unless
-    /// the logits exceed one device buffer, [`crate::MAX_BUFFER_BYTES`]).
+    /// the logits exceed one device buffer, the model's
+    /// [`crate::LoadOptions::max_buffer_bytes`]).
     logits: Vec<Tensor<2>>,
     rows: usize,
     /// Requested hidden states, each `[tokens, hidden]`.
