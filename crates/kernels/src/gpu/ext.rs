@@ -17,7 +17,7 @@ use burn_cubecl::tensor::CubeTensor;
 use crate::{KernelError, KernelVariant, MAX_HEAD_DIM};
 use burn_cubecl::cubecl::ir::features::Plane;
 
-fn primitive<const D: usize>(t: Tensor<D>, what: &str) -> Result<CubeTensor, KernelError> {
+pub(super) fn primitive<const D: usize>(t: Tensor<D>, what: &str) -> Result<CubeTensor, KernelError> {
     t.try_into_primitive::<Cube>().map_err(|e| {
         KernelError::Backend(format!("{what} is not a CubeCL tensor (the kernel needs wgpu or cuda): {e:?}"))
     })
@@ -307,6 +307,6 @@ fn matmul_err(e: KernelError) -> KernelError {
     }
 }
 
-/// Most cubes along the grid's first axis before the small-row kernel folds
-/// its outputs into a second one (WebGPU guarantees 65,535).
-const MAX_CUBES_X: usize = 32_768;
+/// Most cubes along the grid's first axis before a launch folds its work
+/// into a second axis or another launch (WebGPU guarantees 65,535).
+pub(super) const MAX_CUBES_X: usize = 32_768;

@@ -9,18 +9,14 @@ use burn_cubecl::kernel::{cast, into_contiguous};
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 
+use super::ext::{primitive, MAX_CUBES_X};
 use super::layer::NORM_UNITS;
 use crate::layer_ops::HeadsSpec;
 use crate::KernelError;
 
-/// Most cubes along the grid's first axis (WebGPU guarantees 65,535).
-const MAX_CUBES_X: usize = 32_768;
-
 /// A tensor as a contiguous f32 CubeCL primitive.
 fn f32_contiguous<const D: usize>(t: Tensor<D>, what: &str) -> Result<CubeTensor, KernelError> {
-    let t = t.try_into_primitive::<Cube>().map_err(|e| {
-        KernelError::Backend(format!("{what} is not a CubeCL tensor (the kernel needs wgpu or cuda): {e:?}"))
-    })?;
+    let t = primitive(t, what)?;
     Ok(into_contiguous(if t.dtype == DType::F32 { t } else { cast(t, DType::F32) }))
 }
 
@@ -208,7 +204,7 @@ pub(crate) fn kv_write(
         return Err(KernelError::Shape(format!("kv cache [{nkv}, {cap}, {hd}]: too large for the kernel")));
     }
     let cache = |t: Tensor<3>, what: &str| -> Result<CubeTensor, KernelError> {
-        let t = t.try_into_primitive::<Cube>().map_err(|e| KernelError::Backend(format!("{what}: {e:?}")))?;
+        let t = primitive(t, what)?;
         if t.dtype != DType::F32 {
             return Err(KernelError::Backend(format!("{what} of dtype {:?}: expected f32", t.dtype)));
         }
