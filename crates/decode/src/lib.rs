@@ -36,4 +36,4 @@ pub use policy::{BastionRule, BastionSetup, PolicyInputs, CADDTREE_MAX_BUDGET};
 pub use profile::{profile, VerifyGrid};
 pub use sampling::{argmax, Sampler};
 pub use skip::SkipGate;
-pub use spec::{CostSource, MethodParams, MethodSpec, Resolved, Variant};
+pub use spec::{CostSource, Knob, KnobContext, MethodParams, MethodSpec, Resolved, Variant, KNOBS, KNOB_NAMES};

@@ -35,84 +35,210 @@ pub enum CostSource {
     Roofline,
 }
 
-/// Knobs of one method variant; `None` keeps the method's default. Stored
-/// in sample records as resolved for the variant.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MethodParams {
+/// What a knob's range check sees besides its value.
+pub struct KnobContext<'a> {
+    /// The method the knob is set on.
+    pub method: Method,
+    /// The drafter's block size, when known.
+    pub block_size: Option<usize>,
+    /// The experiment's BASTION rule (which the `rule` knob overrides).
+    pub rule: BastionRule,
+    /// Every knob of the variant (for checks across knobs: BASTION's `cap` ≥ `floor`).
+    pub params: &'a MethodParams,
+}
+
+/// One knob as [`method_knobs!`] declares it: its name, the methods that
+/// read it, and its values (the text of experiments/README.md's knob table).
+#[derive(Debug, Clone, Copy)]
+pub struct Knob {
+    /// The field's name in [`MethodParams`], experiment files and records.
+    pub name: &'static str,
+    /// Whether a method reads it.
+    pub reads: fn(Method) -> bool,
+    /// Its values and their meaning (Markdown).
+    pub values: &'static str,
+}
+
+/// Declares every knob once: each entry gives the [`MethodParams`] field
+/// (doc comment, name, type), the methods that read it (`read_by`), the
+/// documented values (`values`, experiments/README.md's table) and the range
+/// check (`check`, a function of the value and a [`KnobContext`] returning
+/// what was expected). The struct, [`KNOBS`], [`MethodParams::check`], the
+/// raw `[[variants]]` form of experiment files (which looks knobs up by
+/// name) and the docs' table all derive from it.
+macro_rules! method_knobs {
+    ($(
+        $(#[doc = $doc:literal])*
+        $name:ident: $ty:ty, read_by: $reads:expr, values: $values:literal, check: $check:expr;
+    )*) => {
+        /// Knobs of one method variant; `None` keeps the method's default. Stored
+        /// in sample records as resolved for the variant. Declared, with the
+        /// methods that read each and its range, in `method_knobs!`
+        /// (`crates/decode/src/spec.rs`).
+        #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct MethodParams {
+            $(
+                $(#[doc = $doc])*
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                pub $name: Option<$ty>,
+            )*
+        }
+
+        /// Every knob, in the order experiment files document them.
+        pub const KNOBS: &[Knob] = &[$(Knob { name: stringify!($name), reads: $reads, values: $values }),*];
+
+        /// Every knob's name, in [`KNOBS`] order (for serde's "expected one of").
+        pub const KNOB_NAMES: &[&str] = &[$(stringify!($name)),*];
+
+        impl MethodParams {
+            /// The range check of every set knob, in [`KNOBS`] order.
+            fn check_ranges(&self, at: &KnobContext<'_>) -> std::result::Result<(), (String, String)> {
+                $(
+                    if let Some(value) = &self.$name {
+                        let check: fn(&$ty, &KnobContext<'_>) -> std::result::Result<(), String> = $check;
+                        check(value, at).map_err(|why| (stringify!($name).to_string(), why))?;
+                    }
+                )*
+                Ok(())
+            }
+        }
+    };
+}
+
+/// Accepts every value of a knob whose type is its range.
+fn any<T>(_: &T, _: &KnobContext<'_>) -> std::result::Result<(), String> {
+    Ok(())
+}
+
+method_knobs! {
     /// Path choice after verification (every speculative method).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub accept: Option<AcceptRule>,
+    accept: AcceptRule,
+    read_by: |m| m.needs_drafter(),
+    values: "`walk` (default; lossless at every T) or `argmax_path` (BASTION's released path rule: follows the target's argmax, not distribution-preserving at T > 0)",
+    check: any;
+
     /// Draft only the first `b` positions of the block (every speculative
     /// method; 1 ≤ b ≤ block size − 1): trees are at most `b` deep.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub draft_depth: Option<usize>,
+    draft_depth: usize,
+    read_by: |m| m.needs_drafter(),
+    values: "1 … block size − 1: draft only the first b positions of the block (trees at most b deep)",
+    check: |&b, at| {
+        let most = at.block_size.map_or(usize::MAX, |b| b.saturating_sub(1));
+        if b < 1 || b > most {
+            return Err(format!("{b}: expected 1 ≤ draft_depth ≤ block size − 1 = {most}"));
+        }
+        Ok(())
+    };
+
     /// Candidates per depth (`ddtree`: default = the budget; `bastion`,
     /// `bastion-online`: default 128).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub top_k: Option<usize>,
+    top_k: usize,
+    read_by: |m| matches!(m, Method::DDTree { .. }) || m.is_bastion(),
+    values: "candidates per depth ≥ 1 (DDTree default: the budget; BASTION: 128)",
+    check: |&k, _| if k < 1 { Err("0: expected ≥ 1 candidate per depth".into()) } else { Ok(()) };
+
     /// BASTION's size rules (`bastion`, `bastion-online`; default: the experiment's).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rule: Option<BastionRule>,
+    rule: BastionRule,
+    read_by: Method::is_bastion,
+    values: "`paper` or `raw`, overriding `[bastion] rule`",
+    check: any;
+
     /// Forgetting λ ∈ [0, 1) of `bastion-online`'s online calibration.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub online_forgetting: Option<f64>,
+    online_forgetting: f64,
+    read_by: |m| m == Method::BastionOnline,
+    values: "λ ∈ [0, 1), overriding `[bastion] online_forgetting`",
+    check: |&l, _| if (0.0..1.0).contains(&l) { Ok(()) } else { Err(format!("{l}: expected λ in [0, 1)")) };
+
     /// BASTION's smallest tree (tokens, root included; `paper` rule: 32, `raw`: 1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub floor: Option<usize>,
+    floor: usize,
+    read_by: Method::is_bastion,
+    values: "smallest tree in tokens, root included (≥ 1)",
+    check: |&f, _| if f < 1 { Err("0: expected ≥ 1 token (the root)".into()) } else { Ok(()) };
+
     /// BASTION's size rounding (a multiple of `bucket` tokens; 1 = none).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bucket: Option<usize>,
+    bucket: usize,
+    read_by: Method::is_bastion,
+    values: "round tree sizes to multiples of this (1 = none)",
+    check: |&b, _| if b < 1 { Err("0: expected ≥ 1 (1 = no rounding)".into()) } else { Ok(()) };
+
     /// Largest tree: BASTION's cap (tokens, root included; default 8192),
     /// CaDDTree's budget cap (drafted nodes; default 1024).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cap: Option<usize>,
+    cap: usize,
+    read_by: |m| m.is_bastion() || m == Method::CaddTree,
+    values: "largest tree: BASTION's in tokens incl. the root (≥ floor), CaDDTree's budget in drafted nodes",
+    check: |&c, at| {
+        if c < 1 {
+            return Err("0: expected ≥ 1".into());
+        }
+        if at.method.is_bastion() {
+            let r = at.params.rule.unwrap_or(at.rule);
+            let f = at.params.floor.unwrap_or(r.config(0.0, 0.0).min_tree_size);
+            if c < f {
+                let whose = if at.params.floor.is_some() { String::new() } else { format!(" (the {r} rule's)") };
+                return Err(format!("{c} is below floor = {f}{whose}"));
+            }
+        }
+        Ok(())
+    };
+
     /// CaDDTree's cost model (default `measured`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cost_model: Option<CostSource>,
+    cost_model: CostSource,
+    read_by: |m| m == Method::CaddTree,
+    values: "`measured` (the convex fit of `bastion profile`'s verify grid) or `roofline` (BASTION's calibrated roofline of the same file)",
+    check: any;
+
     /// Skip drafting in rounds predicted not to pay, taking an AR step
     /// instead ([`crate::skip`]; the cost-aware methods; not in the papers).
     /// Written `+skip` after the method's name; absent from serialised
     /// knobs of a [`MethodSpec`], whose name carries it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub skip: Option<bool>,
+    skip: bool,
+    read_by: Method::needs_calibration,
+    values: "`true`: take an AR step instead of drafting in rounds predicted not to pay (docs/algorithms.md §8); the same as the name suffix `+skip` (`method = \"bastion+skip\"`)",
+    check: any;
 }
 
-/// Whether a method reads a knob.
-type Reads = fn(Method) -> bool;
-
-/// A knob's name and the methods that read it.
-const KNOBS: [(&str, Reads); 10] = [
-    ("accept", |m| m.needs_drafter()),
-    ("draft_depth", |m| m.needs_drafter()),
-    ("top_k", |m| matches!(m, Method::DDTree { .. }) || m.is_bastion()),
-    ("rule", Method::is_bastion),
-    ("online_forgetting", |m| m == Method::BastionOnline),
-    ("floor", Method::is_bastion),
-    ("bucket", Method::is_bastion),
-    ("cap", |m| m.is_bastion() || m == Method::CaddTree),
-    ("cost_model", |m| m == Method::CaddTree),
-    ("skip", Method::needs_calibration),
-];
-
-/// The speculative method families, each with a representative (for messages).
+/// The speculative method families, each with a representative (for
+/// messages and the docs' "read by" column).
 const FAMILIES: [(&str, Method); 5] = [
     ("dflash", Method::DFlash),
-    ("ddtree", Method::DDTree { budget: 1 }),
+    ("ddtree:N", Method::DDTree { budget: 1 }),
     ("caddtree", Method::CaddTree),
     ("bastion", Method::Bastion),
     ("bastion-online", Method::BastionOnline),
 ];
 
+impl Knob {
+    /// The method families that read this knob (`ddtree:N` for DDTree).
+    pub fn read_by(&self) -> Vec<&'static str> {
+        FAMILIES.iter().filter(|(_, m)| (self.reads)(*m)).map(|(family, _)| *family).collect()
+    }
+
+    /// The knob table of experiments/README.md (Markdown: knob, read by, values).
+    pub fn markdown_table() -> String {
+        let mut out = String::from("| knob | read by | values |\n|---|---|---|\n");
+        for k in KNOBS {
+            let readers = k.read_by();
+            let read_by = if readers.len() == FAMILIES.len() {
+                "every speculative method".to_string()
+            } else {
+                readers.iter().map(|r| format!("`{r}`")).collect::<Vec<_>>().join(", ")
+            };
+            out.push_str(&format!("| `{}` | {read_by} | {} |\n", k.name, k.values));
+        }
+        out
+    }
+}
+
 impl MethodParams {
     /// Every knob's name, in the order experiment files document them.
     pub fn knob_names() -> impl Iterator<Item = &'static str> {
-        KNOBS.iter().map(|(n, _)| *n)
+        KNOBS.iter().map(|k| k.name)
     }
 
     /// Whether `method` reads the knob `name`.
     pub fn reads(method: Method, name: &str) -> bool {
-        KNOBS.iter().any(|(n, reads)| *n == name && reads(method))
+        KNOBS.iter().any(|k| k.name == name && (k.reads)(method))
     }
 
     /// The knobs that are set, by name, with their values as JSON (for
@@ -145,55 +271,16 @@ impl MethodParams {
     ) -> std::result::Result<(), (String, String)> {
         for name in self.set_knobs().keys() {
             if !Self::reads(method, name) {
-                let readers: Vec<&str> =
-                    FAMILIES.iter().filter(|(_, m)| Self::reads(*m, name)).map(|(family, _)| *family).collect();
+                let knob = KNOBS.iter().find(|k| k.name == name);
+                let readers = knob.map(Knob::read_by).unwrap_or_default();
+                let readers: Vec<&str> = readers.iter().map(|r| r.trim_end_matches(":N")).collect();
                 return Err((
                     name.clone(),
                     format!("method {method} has no knob `{name}` (read by: {})", readers.join(", ")),
                 ));
             }
         }
-        let bad = |knob: &str, why: String| Err((knob.to_string(), why));
-        if let Some(b) = self.draft_depth {
-            let most = block_size.map_or(usize::MAX, |b| b.saturating_sub(1));
-            if b < 1 || b > most {
-                return bad("draft_depth", format!("{b}: expected 1 ≤ draft_depth ≤ block size − 1 = {most}"));
-            }
-        }
-        if let Some(k) = self.top_k {
-            if k < 1 {
-                return bad("top_k", "0: expected ≥ 1 candidate per depth".into());
-            }
-        }
-        if let Some(l) = self.online_forgetting {
-            if !(0.0..1.0).contains(&l) {
-                return bad("online_forgetting", format!("{l}: expected λ in [0, 1)"));
-            }
-        }
-        if let Some(f) = self.floor {
-            if f < 1 {
-                return bad("floor", "0: expected ≥ 1 token (the root)".into());
-            }
-        }
-        if let Some(b) = self.bucket {
-            if b < 1 {
-                return bad("bucket", "0: expected ≥ 1 (1 = no rounding)".into());
-            }
-        }
-        if let Some(c) = self.cap {
-            if c < 1 {
-                return bad("cap", "0: expected ≥ 1".into());
-            }
-            if method.is_bastion() {
-                let r = self.rule.unwrap_or(rule);
-                let f = self.floor.unwrap_or(r.config(0.0, 0.0).min_tree_size);
-                if c < f {
-                    let whose = if self.floor.is_some() { String::new() } else { format!(" (the {r} rule's)") };
-                    return bad("cap", format!("{c} is below floor = {f}{whose}"));
-                }
-            }
-        }
-        Ok(())
+        self.check_ranges(&KnobContext { method, block_size, rule, params: self })
     }
 }
 

@@ -22,46 +22,67 @@
 //! Several swept knobs expand to every combination; labels list them in
 //! the order of [`MethodParams::knob_names`].
 
-use bastion_decode::{Method, MethodParams, MethodSpec, Variant};
+use bastion_decode::{Method, MethodParams, MethodSpec, Variant, KNOB_NAMES};
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use toml::Spanned;
 
 use crate::spec::{Locator, SpecError};
 
-/// The knobs of a `[[variants]]` table, each as written (typed when the
-/// variant is resolved, so a mistyped value names its own position).
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawKnobs<T> {
-    accept: Option<T>,
-    draft_depth: Option<T>,
-    top_k: Option<T>,
-    rule: Option<T>,
-    online_forgetting: Option<T>,
-    floor: Option<T>,
-    bucket: Option<T>,
-    cap: Option<T>,
-    cost_model: Option<T>,
-    skip: Option<T>,
+/// Knobs of a `[[variants]]` table (or of its `sweep`), each as written,
+/// by name (typed when the variant is resolved, so a mistyped value names
+/// its own position). Read by name against [`bastion_decode::KNOBS`], so a
+/// new knob needs nothing here.
+pub(crate) struct RawKnobs<T>(Vec<(&'static str, T)>);
+
+impl<T> Default for RawKnobs<T> {
+    fn default() -> Self {
+        RawKnobs(Vec::new())
+    }
+}
+
+/// A key of a table of knobs: one of `fields`, else a knob's name (as a
+/// seed, so that an unknown key's error carries the key's position).
+struct Key(&'static [&'static str]);
+
+impl<'de> DeserializeSeed<'de> for Key {
+    type Value = &'static str;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<&'static str, D::Error> {
+        let key = String::deserialize(d)?;
+        let known = self.0.iter().chain(KNOB_NAMES).copied().find(|k| *k == key);
+        known.ok_or_else(|| {
+            let expected: Vec<String> = self.0.iter().chain(KNOB_NAMES).map(|f| format!("`{f}`")).collect();
+            de::Error::custom(format!("unknown field `{key}`, expected one of {}", expected.join(", ")))
+        })
+    }
 }
 
 impl<T> RawKnobs<T> {
     /// The knobs that are set, by name, in [`MethodParams::knob_names`] order.
     fn set(&self) -> Vec<(&'static str, &T)> {
-        let all = [
-            ("accept", &self.accept),
-            ("draft_depth", &self.draft_depth),
-            ("top_k", &self.top_k),
-            ("rule", &self.rule),
-            ("online_forgetting", &self.online_forgetting),
-            ("floor", &self.floor),
-            ("bucket", &self.bucket),
-            ("cap", &self.cap),
-            ("cost_model", &self.cost_model),
-            ("skip", &self.skip),
-        ];
-        debug_assert!(all.iter().map(|(n, _)| *n).eq(MethodParams::knob_names()));
-        all.into_iter().filter_map(|(n, v)| v.as_ref().map(|v| (n, v))).collect()
+        let mut set: Vec<(&'static str, &T)> = self.0.iter().map(|(k, v)| (*k, v)).collect();
+        set.sort_by_key(|(k, _)| KNOB_NAMES.iter().position(|n| n == k));
+        set
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for RawKnobs<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for Visit<T> {
+            type Value = RawKnobs<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a table of knobs")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut knobs = RawKnobs::default();
+                while let Some(knob) = map.next_key_seed(Key(&[]))? {
+                    knobs.0.push((knob, map.next_value()?));
+                }
+                Ok(knobs)
+            }
+        }
+        d.deserialize_map(Visit(std::marker::PhantomData))
     }
 }
 
@@ -72,63 +93,60 @@ type SweptValues = Spanned<Vec<Spanned<toml::Value>>>;
 /// and field of the value that set it (for range errors).
 type Combo<'a> = (String, toml::Table, Vec<(&'a str, std::ops::Range<usize>, String)>);
 
-/// One `[[variants]]` table as written.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+/// One `[[variants]]` table as written: its fields, and the knobs set
+/// directly beside them (read by name: serde's `flatten` would lose the
+/// values' spans).
 pub(crate) struct RawVariant {
     name: Spanned<String>,
     method: Spanned<String>,
-    #[serde(default)]
     sweep: Option<Spanned<RawKnobs<SweptValues>>>,
-    #[serde(default)]
     models: Option<Spanned<Vec<Spanned<String>>>>,
-    #[serde(default)]
     temperatures: Option<Spanned<Vec<Spanned<f64>>>>,
-    // The knobs set directly (serde's `flatten` would lose the spans).
-    #[serde(default)]
-    accept: Option<Spanned<toml::Value>>,
-    #[serde(default)]
-    draft_depth: Option<Spanned<toml::Value>>,
-    #[serde(default)]
-    top_k: Option<Spanned<toml::Value>>,
-    #[serde(default)]
-    rule: Option<Spanned<toml::Value>>,
-    #[serde(default)]
-    online_forgetting: Option<Spanned<toml::Value>>,
-    #[serde(default)]
-    floor: Option<Spanned<toml::Value>>,
-    #[serde(default)]
-    bucket: Option<Spanned<toml::Value>>,
-    #[serde(default)]
-    cap: Option<Spanned<toml::Value>>,
-    #[serde(default)]
-    cost_model: Option<Spanned<toml::Value>>,
-    #[serde(default)]
-    skip: Option<Spanned<toml::Value>>,
+    knobs: RawKnobs<Spanned<toml::Value>>,
+}
+
+/// The fields of a `[[variants]]` table besides its knobs.
+const VARIANT_FIELDS: [&str; 5] = ["name", "method", "sweep", "models", "temperatures"];
+
+impl<'de> Deserialize<'de> for RawVariant {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> Visitor<'de> for Visit {
+            type Value = RawVariant;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a [[variants]] table")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawVariant, A::Error> {
+                let (mut name, mut method, mut sweep, mut models, mut temperatures) = (None, None, None, None, None);
+                let mut knobs = RawKnobs::default();
+                while let Some(key) = map.next_key_seed(Key(&VARIANT_FIELDS))? {
+                    match key {
+                        "name" => name = Some(map.next_value()?),
+                        "method" => method = Some(map.next_value()?),
+                        "sweep" => sweep = Some(map.next_value()?),
+                        "models" => models = Some(map.next_value()?),
+                        "temperatures" => temperatures = Some(map.next_value()?),
+                        knob => knobs.0.push((knob, map.next_value()?)),
+                    }
+                }
+                Ok(RawVariant {
+                    name: name.ok_or_else(|| de::Error::missing_field("name"))?,
+                    method: method.ok_or_else(|| de::Error::missing_field("method"))?,
+                    sweep,
+                    models,
+                    temperatures,
+                    knobs,
+                })
+            }
+        }
+        d.deserialize_map(Visit)
+    }
 }
 
 impl RawVariant {
     /// The `method` as written.
     pub(crate) fn method(&self) -> &Spanned<String> {
         &self.method
-    }
-}
-
-impl RawVariant {
-    /// The knobs set directly, as a [`RawKnobs`].
-    fn direct(&self) -> RawKnobs<&Spanned<toml::Value>> {
-        RawKnobs {
-            accept: self.accept.as_ref(),
-            draft_depth: self.draft_depth.as_ref(),
-            top_k: self.top_k.as_ref(),
-            rule: self.rule.as_ref(),
-            online_forgetting: self.online_forgetting.as_ref(),
-            floor: self.floor.as_ref(),
-            bucket: self.bucket.as_ref(),
-            cap: self.cap.as_ref(),
-            cost_model: self.cost_model.as_ref(),
-            skip: self.skip.as_ref(),
-        }
     }
 }
 
@@ -248,8 +266,7 @@ pub(crate) fn resolve(
         if let Some(skip) = named.params.skip {
             base.insert("skip".into(), toml::Value::Boolean(skip));
         }
-        let knobs = v.direct();
-        let direct: Vec<(&str, &Spanned<toml::Value>)> = knobs.set().into_iter().map(|(k, v)| (k, *v)).collect();
+        let direct: Vec<(&str, &Spanned<toml::Value>)> = v.knobs.set();
         for (knob, value) in &direct {
             if base.contains_key(*knob) {
                 return Err(loc.at(

@@ -598,3 +598,26 @@ fn a_users_files_are_read_and_their_mistakes_named() {
     let e = parse(&twice).unwrap_err();
     assert!(e.contains("datasets.files[1].name") && e.contains("listed twice"), "{e}");
 }
+
+/// experiments/README.md's knob table is generated from the one declaration of the
+/// knobs (`method_knobs!` in crates/decode/src/spec.rs): this test fails when they
+/// differ, and `BASTION_UPDATE_DOCS=1 cargo test -p bastion-eval --test spec knob_table`
+/// rewrites the table.
+#[test]
+fn knob_table_in_the_experiments_readme_is_the_declared_one() {
+    let path = root().join("experiments/README.md");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let head = "| knob | read by | values |\n";
+    let start = text.find(head).expect("experiments/README.md has a knob table");
+    let end = start + text[start..].find("\n\n").expect("the knob table ends with a blank line") + 1;
+    let table = bastion_decode::Knob::markdown_table();
+    assert_eq!(table.lines().count(), 2 + bastion_decode::KNOBS.len());
+    if std::env::var_os("BASTION_UPDATE_DOCS").is_some() {
+        std::fs::write(&path, format!("{}{table}{}", &text[..start], &text[end..])).unwrap();
+    }
+    let committed = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        committed[start..].starts_with(&table),
+        "experiments/README.md's knob table differs from the declared knobs: rerun with BASTION_UPDATE_DOCS=1"
+    );
+}
