@@ -248,7 +248,7 @@ impl DatasetFile {
             }
             // A string `category` travels with the prompt (tables can group by it).
             let category = record.get("category").and_then(Value::as_str).map(str::to_string);
-            out.push(Prompt { dataset: self.name, index: i, id, turns, category });
+            out.push(Prompt { dataset: self.name.clone(), index: i, id, turns, category });
         }
         if out.is_empty() && max != Some(0) {
             return Err(err(0, "(file)", "at least one record".into()));

@@ -11,7 +11,7 @@
 //! ```no_run
 //! use bastion_data::{DatasetName, Datasets, Selection};
 //! let sets = Datasets::open("datasets")?;
-//! let prompts = sets.load(DatasetName::Gsm8k, &Selection { paper_subset: true, max_samples: Some(8), per_group: None })?;
+//! let prompts = sets.load(&DatasetName::Gsm8k, &Selection { paper_subset: true, max_samples: Some(8), per_group: None })?;
 //! assert_eq!(prompts.len(), 8);
 //! # Ok::<(), bastion_data::DataError>(())
 //! ```
@@ -81,7 +81,7 @@ pub enum DataError {
 pub type Result<T> = std::result::Result<T, DataError>;
 
 /// The evaluation sets, by the names experiment files use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum DatasetName {
     /// GSM8K test split (1319 problems).
@@ -108,15 +108,14 @@ pub enum DatasetName {
     User(UserName),
 }
 
-/// The name of a user's dataset file: interned, so that [`DatasetName`] stays
-/// `Copy`. A name is a non-empty run of letters, digits, `-`, `_` and `.`
-/// (it names result rows and file paths) and is not a built-in set's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct UserName(&'static str);
+/// The name of a user's dataset file (owned; cheap to clone). A name is a
+/// non-empty run of letters, digits, `-`, `_` and `.` (it names result rows
+/// and file paths) and is not a built-in set's.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct UserName(std::sync::Arc<str>);
 
 impl UserName {
-    /// Interns `name` (each distinct name is leaked once: an experiment
-    /// names a handful).
+    /// The name `name`, checked.
     ///
     /// # Errors
     /// [`DataError::Selection`] for an empty name, a character outside
@@ -132,23 +131,12 @@ impl UserName {
                 "dataset name `{name}` is a built-in set's; give your file another name"
             )));
         }
-        static NAMES: std::sync::Mutex<std::collections::BTreeSet<&'static str>> =
-            std::sync::Mutex::new(std::collections::BTreeSet::new());
-        let mut names = NAMES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let interned = match names.get(name) {
-            Some(&n) => n,
-            None => {
-                let n: &'static str = Box::leak(name.to_string().into_boxed_str());
-                names.insert(n);
-                n
-            }
-        };
-        Ok(Self(interned))
+        Ok(Self(name.into()))
     }
 
     /// The name.
-    pub fn as_str(self) -> &'static str {
-        self.0
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
 
@@ -167,7 +155,7 @@ impl DatasetName {
     ];
 
     /// The name used in experiment files and tables.
-    pub fn as_str(self) -> &'static str {
+    pub fn as_str(&self) -> &str {
         match self {
             Self::User(n) => n.as_str(),
             Self::Gsm8k => "gsm8k",
@@ -184,7 +172,7 @@ impl DatasetName {
 
     /// The file under `datasets/`; for a user's set, its name (its file's
     /// path is the [`DatasetFile`]'s).
-    pub fn file_name(self) -> &'static str {
+    pub fn file_name(&self) -> &str {
         match self {
             Self::User(n) => n.as_str(),
             Self::Gsm8k => "gsm8k.jsonl",
@@ -345,7 +333,7 @@ impl Datasets {
     /// naming the line and field of a malformed record,
     /// [`DataError::Selection`] for a user's set (load it with
     /// [`DatasetFile::load`]).
-    pub fn load(&self, name: DatasetName, selection: &Selection) -> Result<Vec<Prompt>> {
+    pub fn load(&self, name: &DatasetName, selection: &Selection) -> Result<Vec<Prompt>> {
         if let DatasetName::User(n) = name {
             return Err(DataError::Selection(format!(
                 "`{}` is a user's dataset: load it from its file ([[datasets.files]])",
@@ -365,7 +353,7 @@ impl Datasets {
     }
 
     /// The papers' 128-prompt subset of `name`, if it has one.
-    fn subset(&self, name: DatasetName) -> Result<Option<Vec<usize>>> {
+    fn subset(&self, name: &DatasetName) -> Result<Option<Vec<usize>>> {
         let file = "subsets_seed0.json";
         let bytes = self.read_verified(file)?;
         let path = self.root.join(file);
@@ -521,7 +509,7 @@ impl Datasets {
         // whose text is an evaluation prompt's.
         let mut eval = std::collections::HashSet::new();
         for name in DatasetName::ALL {
-            for p in self.load(name, &Selection::default())? {
+            for p in self.load(&name, &Selection::default())? {
                 eval.extend(p.turns.iter().map(|t| normalize(t)));
             }
         }
@@ -574,7 +562,7 @@ const MATH_SUFFIX: &str = "\nPlease reason step by step, and put your final answ
 /// (or line 0 for text that is not UTF-8); [`DataError::Selection`] for an
 /// index past the last record.
 pub fn parse_records(
-    name: DatasetName,
+    name: &DatasetName,
     path: &Path,
     bytes: &[u8],
     indices: Option<&[usize]>,
@@ -625,7 +613,7 @@ pub fn parse_records(
 /// MT-Bench's turns are the record's.
 pub fn fuzz_jsonl(data: &[u8]) {
     let Some((&pick, rest)) = data.split_first() else { return };
-    let name = DatasetName::ALL[usize::from(pick) % DatasetName::ALL.len()];
+    let name = &DatasetName::ALL[usize::from(pick) % DatasetName::ALL.len()];
     if let Ok(prompts) = parse_records(name, Path::new(name.file_name()), rest, None, None) {
         assert!(prompts.len() <= rest.len(), "more prompts than bytes");
         for p in prompts {
@@ -634,7 +622,7 @@ pub fn fuzz_jsonl(data: &[u8]) {
     }
 }
 
-fn template(name: DatasetName, index: usize, r: &Value) -> std::result::Result<Prompt, (String, String)> {
+fn template(name: &DatasetName, index: usize, r: &Value) -> std::result::Result<Prompt, (String, String)> {
     let text = |field: &str| -> std::result::Result<String, (String, String)> {
         r.get(field).and_then(Value::as_str).map(str::to_string).ok_or((field.to_string(), "a string".to_string()))
     };
@@ -666,7 +654,7 @@ fn template(name: DatasetName, index: usize, r: &Value) -> std::result::Result<P
                 ));
             }
             let id = id_of("question_id").ok_or(("question_id".to_string(), "an id".to_string()))?;
-            return Ok(Prompt { dataset: name, index, id, turns: turns()?, category: Some(category) });
+            return Ok(Prompt { dataset: name.clone(), index, id, turns: turns()?, category: Some(category) });
         }
         DatasetName::Alpaca => {
             let instruction = text("instruction")?;
@@ -678,5 +666,5 @@ fn template(name: DatasetName, index: usize, r: &Value) -> std::result::Result<P
             return Err(("(file)".to_string(), format!("a built-in set; `{}` is a user's file", n.as_str())))
         }
     };
-    Ok(Prompt { dataset: name, index, id: id.unwrap_or_else(|| index.to_string()), turns, category: None })
+    Ok(Prompt { dataset: name.clone(), index, id: id.unwrap_or_else(|| index.to_string()), turns, category: None })
 }

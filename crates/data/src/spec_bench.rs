@@ -50,8 +50,8 @@ pub fn subset_key(id: &str) -> [u8; 32] {
 /// # Errors
 /// [`DataError::Selection`] for a set without task groups, or a prompt
 /// whose category has no group.
-pub(crate) fn per_group(name: DatasetName, prompts: Vec<Prompt>, n: usize) -> Result<Vec<Prompt>> {
-    if name != DatasetName::SpecBench {
+pub(crate) fn per_group(name: &DatasetName, prompts: Vec<Prompt>, n: usize) -> Result<Vec<Prompt>> {
+    if *name != DatasetName::SpecBench {
         return Err(DataError::Selection(format!(
             "{name}: a per-group subset needs a set with task groups (spec-bench)"
         )));

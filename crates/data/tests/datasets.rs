@@ -38,7 +38,7 @@ fn record_counts_match_sources_md() {
         (DatasetName::SpecBench, 480),
     ];
     for (name, n) in counts {
-        let prompts = d.load(name, &ALL).unwrap();
+        let prompts = d.load(&name, &ALL).unwrap();
         assert_eq!(prompts.len(), n, "{name}");
         // MT-Bench's questions have two turns, in Spec-Bench too (its MT-Bench categories).
         let multi_turn = |p: &bastion_data::Prompt| {
@@ -52,7 +52,7 @@ fn record_counts_match_sources_md() {
 #[test]
 fn templates_are_the_papers() {
     let d = datasets();
-    let first = |name| d.load(name, &Selection { max_samples: Some(1), ..ALL }).unwrap().remove(0);
+    let first = |name| d.load(&name, &Selection { max_samples: Some(1), ..ALL }).unwrap().remove(0);
     let boxed = "\nPlease reason step by step, and put your final answer within \\boxed{}.";
 
     let g = first(DatasetName::Gsm8k);
@@ -94,7 +94,7 @@ fn templates_are_the_papers() {
         "Are the two sentences below grammatically correct? Output yes or no.\n\nInput:\nSentence 1: I am going to the store.\nSentence 2: I goes to the store."
     );
     // Records without input keep the bare instruction.
-    let plain = d.load(DatasetName::Alpaca, &ALL).unwrap().into_iter().find(|p| !p.turns[0].contains("\n\nInput:\n"));
+    let plain = d.load(&DatasetName::Alpaca, &ALL).unwrap().into_iter().find(|p| !p.turns[0].contains("\n\nInput:\n"));
     assert!(plain.is_some());
 }
 
@@ -102,19 +102,19 @@ fn templates_are_the_papers() {
 fn paper_subsets_follow_subsets_seed0() {
     let d = datasets();
     let sub = Selection { paper_subset: true, ..ALL };
-    let g = d.load(DatasetName::Gsm8k, &sub).unwrap();
+    let g = d.load(&DatasetName::Gsm8k, &sub).unwrap();
     assert_eq!(g.len(), 128);
     assert_eq!(g.iter().take(3).map(|p| p.index).collect::<Vec<_>>(), vec![264, 725, 996]);
     let mut idx: Vec<usize> = g.iter().map(|p| p.index).collect();
     idx.sort_unstable();
     idx.dedup();
     assert_eq!(idx.len(), 128, "subset indices repeat");
-    assert_eq!(d.load(DatasetName::Mbpp, &sub).unwrap()[0].index, 252);
+    assert_eq!(d.load(&DatasetName::Mbpp, &sub).unwrap()[0].index, 252);
     // Sets the papers use whole are unchanged by the flag.
-    assert_eq!(d.load(DatasetName::Humaneval, &sub).unwrap().len(), 164);
+    assert_eq!(d.load(&DatasetName::Humaneval, &sub).unwrap().len(), 164);
     // max_samples takes a prefix of the subset (= shuffle(seed=0).select(range(n))).
-    let eight = d.load(DatasetName::Math500, &Selection { paper_subset: true, max_samples: Some(8), ..ALL }).unwrap();
-    let all = d.load(DatasetName::Math500, &sub).unwrap();
+    let eight = d.load(&DatasetName::Math500, &Selection { paper_subset: true, max_samples: Some(8), ..ALL }).unwrap();
+    let all = d.load(&DatasetName::Math500, &sub).unwrap();
     assert_eq!(eight[..], all[..8]);
 }
 
@@ -126,18 +126,18 @@ fn a_modified_file_is_refused_with_both_hashes() {
         std::fs::copy(src.join(f), tmp.path().join(f)).unwrap();
     }
     let d = Datasets::open(tmp.path()).unwrap();
-    assert_eq!(d.load(DatasetName::Aime25, &ALL).unwrap().len(), 30);
+    assert_eq!(d.load(&DatasetName::Aime25, &ALL).unwrap().len(), 30);
     let path = tmp.path().join("aime25.jsonl");
     let mut bytes = std::fs::read(&path).unwrap();
     bytes.truncate(bytes.len() / 2);
     std::fs::write(&path, bytes).unwrap();
-    let err = d.load(DatasetName::Aime25, &ALL).unwrap_err();
+    let err = d.load(&DatasetName::Aime25, &ALL).unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, DataError::Checksum { .. }));
     assert!(msg.contains("aime25.jsonl"), "{msg}");
     assert!(msg.contains("c751390b2e3ec5e6aef5ee855240cc60de7a40419ab493c698a38d0f63f1d313"), "{msg}");
     // A missing file names the path.
-    let msg = d.load(DatasetName::Gsm8k, &ALL).unwrap_err().to_string();
+    let msg = d.load(&DatasetName::Gsm8k, &ALL).unwrap_err().to_string();
     assert!(msg.contains("gsm8k.jsonl"), "{msg}");
 }
 
@@ -178,7 +178,7 @@ fn spec_bench_categories_map_to_the_leaderboards_six_groups() {
     assert_eq!(spec_bench_group("poetry"), None);
     assert_eq!(SPEC_BENCH_GROUPS.len(), 6);
     // The file: every prompt has a category, the 13 of them and no other, 80 per group.
-    let prompts = datasets().load(DatasetName::SpecBench, &ALL).unwrap();
+    let prompts = datasets().load(&DatasetName::SpecBench, &ALL).unwrap();
     let mut categories: Vec<&str> = prompts.iter().map(|p| p.category.as_deref().unwrap()).collect();
     categories.sort_unstable();
     categories.dedup();
@@ -203,7 +203,7 @@ fn spec_bench_categories_map_to_the_leaderboards_six_groups() {
 fn spec_bench_per_group_subsets_are_seeded_and_nested() {
     use bastion_data::spec_bench_group;
     let d = datasets();
-    let pick = |n| d.load(DatasetName::SpecBench, &Selection { per_group: Some(n), ..ALL }).unwrap();
+    let pick = |n| d.load(&DatasetName::SpecBench, &Selection { per_group: Some(n), ..ALL }).unwrap();
     let five = pick(5);
     assert_eq!(five.len(), 30);
     assert!(five.windows(2).all(|w| w[0].index < w[1].index), "file order");
@@ -215,9 +215,9 @@ fn spec_bench_per_group_subsets_are_seeded_and_nested() {
     }
     // max_samples applies after the draw.
     let capped =
-        d.load(DatasetName::SpecBench, &Selection { per_group: Some(5), max_samples: Some(7), ..ALL }).unwrap();
+        d.load(&DatasetName::SpecBench, &Selection { per_group: Some(5), max_samples: Some(7), ..ALL }).unwrap();
     assert_eq!(capped[..], five[..7]);
-    let Err(e) = d.load(DatasetName::Gsm8k, &Selection { per_group: Some(2), ..ALL }) else {
+    let Err(e) = d.load(&DatasetName::Gsm8k, &Selection { per_group: Some(2), ..ALL }) else {
         panic!("gsm8k has no task groups")
     };
     assert!(e.to_string().contains("task groups"), "{e}");
@@ -226,7 +226,7 @@ fn spec_bench_per_group_subsets_are_seeded_and_nested() {
 /// AIME 2024 is templated as AIME 2025 (the math suffix), ids `aime_2024_I/1` ….
 #[test]
 fn aime24_is_templated_as_aime25() {
-    let p = datasets().load(DatasetName::Aime24, &ALL).unwrap();
+    let p = datasets().load(&DatasetName::Aime24, &ALL).unwrap();
     assert_eq!(p.len(), 30);
     assert_eq!(p[0].id, "aime_2024_I/1");
     assert_eq!(p[15].id, "aime_2024_II/1");

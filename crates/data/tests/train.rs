@@ -44,7 +44,7 @@ fn no_evaluation_prompt_is_a_training_prompt() {
     let train_cores: HashSet<String> = train.iter().map(|p| core(&p.text)).collect();
     let mut checked = 0;
     for name in DatasetName::ALL {
-        for p in sets.load(name, &Selection::default()).unwrap() {
+        for p in sets.load(&name, &Selection::default()).unwrap() {
             for turn in &p.turns {
                 let t = norm(turn);
                 assert!(!train_texts.contains(&t), "{name} prompt {} is a training prompt", p.id);
@@ -80,7 +80,7 @@ fn self_instruct_prompts_share_no_long_run_with_evaluation_prompts() {
     };
     let mut eval_runs = HashSet::new();
     for name in DatasetName::ALL {
-        for p in sets.load(name, &Selection::default()).unwrap() {
+        for p in sets.load(&name, &Selection::default()).unwrap() {
             for turn in &p.turns {
                 eval_runs.extend(words(turn).windows(8).map(|w| w.join(" ")));
             }

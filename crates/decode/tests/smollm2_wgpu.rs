@@ -32,7 +32,7 @@ fn first_gsm8k_prompt(tok: &Tokenizer) -> Vec<u32> {
     let template = tok.chat_template().unwrap();
     let sets = Datasets::open(repo_root().join("datasets")).unwrap();
     let prompt = &sets
-        .load(DatasetName::Gsm8k, &Selection { paper_subset: true, max_samples: Some(1), per_group: None })
+        .load(&DatasetName::Gsm8k, &Selection { paper_subset: true, max_samples: Some(1), per_group: None })
         .unwrap()[0];
     tok.encode(&template.render(&[Message::new("user", &prompt.turns[0])], true).unwrap(), false).unwrap()
 }

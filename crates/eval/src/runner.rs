@@ -203,7 +203,7 @@ pub enum RunEvent<'a> {
 pub fn plan(exp: &Experiment, datasets_dir: &Path, shard: Shard) -> Result<Vec<Sample>, RunError> {
     let data = Datasets::open(datasets_dir)?;
     let mut prompts: Vec<Prompt> = Vec::new();
-    for &d in &exp.datasets {
+    for d in &exp.datasets {
         prompts.extend(exp.prompts(&data, d)?);
     }
     let mine: Vec<&Prompt> =
@@ -221,7 +221,7 @@ pub fn plan(exp: &Experiment, datasets_dir: &Path, shard: Shard) -> Result<Vec<S
                         continue;
                     }
                     for m in here {
-                        let key = SampleRecord::make_key(&pair.name, p.dataset, &p.id, &m.label, t, seed);
+                        let key = SampleRecord::make_key(&pair.name, &p.dataset, &p.id, &m.label, t, seed);
                         let method = m.clone();
                         out.push(Sample { model: mi, temperature: t, seed, prompt: (*p).clone(), method, key });
                     }
@@ -579,14 +579,14 @@ pub fn run(
         let pair = &exp.models[s.model];
         let identical_to_ar = (s.method.spec.method != Method::Ar && s.temperature == 0.0).then(|| {
             let ar_key =
-                SampleRecord::make_key(&pair.name, s.prompt.dataset, &s.prompt.id, Method::Ar, s.temperature, s.seed);
+                SampleRecord::make_key(&pair.name, &s.prompt.dataset, &s.prompt.id, Method::Ar, s.temperature, s.seed);
             store.records().iter().find(|r| r.key == ar_key).map(|r| r.output == o.output)
         });
         let output_logprob = (s.temperature > 0.0 && !o.output.is_empty()).then(|| o.logprob / o.output.len() as f64);
         let record = SampleRecord {
             key: s.key.clone(),
             model: pair.name.clone(),
-            dataset: s.prompt.dataset,
+            dataset: s.prompt.dataset.clone(),
             prompt_id: s.prompt.id.clone(),
             prompt_index: s.prompt.index,
             category: s.prompt.category.clone(),

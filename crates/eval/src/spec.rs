@@ -154,9 +154,9 @@ impl Experiment {
     pub fn prompts(
         &self,
         data: &bastion_data::Datasets,
-        name: DatasetName,
+        name: &DatasetName,
     ) -> Result<Vec<bastion_data::Prompt>, bastion_data::DataError> {
-        match self.dataset_files.iter().find(|f| f.name == name) {
+        match self.dataset_files.iter().find(|f| f.name == *name) {
             Some(f) => f.load(&self.selection),
             None => data.load(name, &self.selection),
         }

@@ -321,7 +321,7 @@ pub(super) fn datasets(
         if datasets.contains(&file.name) {
             return Err(loc.at(f.name.span(), field("name"), format!("{} is listed twice", file.name)));
         }
-        datasets.push(file.name);
+        datasets.push(file.name.clone());
         user.push(file);
     }
     let d = d.get_ref();
@@ -333,7 +333,7 @@ pub(super) fn datasets(
         Some(n) => {
             let n_span = n.span();
             let n = positive(loc, n, "datasets.per_group")?;
-            if let Some(other) = datasets.iter().find(|&&s| s != DatasetName::SpecBench) {
+            if let Some(other) = datasets.iter().find(|s| **s != DatasetName::SpecBench) {
                 return Err(loc.at(
                     n_span,
                     "datasets.per_group",

@@ -138,7 +138,7 @@ impl SampleRecord {
     /// of plain methods are what they were before variants existed).
     pub fn make_key(
         model: &str,
-        dataset: DatasetName,
+        dataset: &DatasetName,
         prompt_id: &str,
         label: impl std::fmt::Display,
         temperature: f64,
@@ -447,8 +447,8 @@ mod tests {
         let records = SampleStore::read(&path).unwrap();
         assert_eq!(records.len(), 1);
         let r = &records[0];
-        assert_eq!((r.dataset, r.spec.method), (DatasetName::MtBench, Method::DDTree { budget: 4 }));
-        assert_eq!(r.key, SampleRecord::make_key("smollm2-135m", r.dataset, "81", &r.spec, 0.0, 0));
+        assert_eq!((r.dataset.clone(), r.spec.method), (DatasetName::MtBench, Method::DDTree { budget: 4 }));
+        assert_eq!(r.key, SampleRecord::make_key("smollm2-135m", &r.dataset, "81", &r.spec, 0.0, 0));
         assert_eq!(serde_json::to_string(r).unwrap(), line);
         // An unknown method mid-file is a corrupt record, named by line.
         std::fs::write(&path, format!("{}\n{line}\n", line.replace("ddtree:4", "eagle"))).unwrap();

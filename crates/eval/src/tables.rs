@@ -224,8 +224,8 @@ pub fn interval_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
     use std::collections::BTreeMap;
     /// τ of a group's samples and their (AR TPOT, method TPOT) pairs.
     type TausAndPairs = (Vec<f64>, Vec<(f64, f64)>);
-    type Key = (String, &'static str, String, u64);
-    let key = |r: &SampleRecord| (r.model.clone(), r.dataset.as_str(), r.label(), r.temperature.to_bits());
+    type Key = (String, String, String, u64);
+    let key = |r: &SampleRecord| (r.model.clone(), r.dataset.to_string(), r.label(), r.temperature.to_bits());
     // AR TPOT per (model, dataset, prompt, T, seed).
     let ar: BTreeMap<(String, &str, &str, u64, u64), f64> = records
         .iter()
@@ -260,7 +260,7 @@ pub fn interval_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
             if let Some(lp) = r.output_logprob {
                 logprobs.entry(r.prompt_id.as_str()).or_default().push(lp);
             }
-            let pair = ar.get(&(m.clone(), *d, r.prompt_id.as_str(), *t, r.seed)).map(|&a| (a, r.tpot_s));
+            let pair = ar.get(&(m.clone(), d.as_str(), r.prompt_id.as_str(), *t, r.seed)).map(|&a| (a, r.tpot_s));
             for (taus, pairs) in
                 [by_prompt.entry(r.prompt_id.as_str()).or_default(), by_seed.entry(r.seed).or_default()]
             {
@@ -303,7 +303,7 @@ pub fn interval_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
             c.push(v);
         }
         model.push(m.clone());
-        dataset.push(*d);
+        dataset.push(d.clone());
         method.push(meth.clone());
         temperature.push(f64::from_bits(*t));
         prompts.push(by_prompt.len() as u64);

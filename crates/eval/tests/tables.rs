@@ -28,7 +28,7 @@ fn record(dataset: &str, prompt: &str, method: &str, rounds: &[(usize, usize)], 
     let (dataset, method_name) = (bastion_data::DatasetName::try_from(dataset.to_string()).unwrap(), method);
     let method: MethodSpec = method.parse().unwrap();
     SampleRecord {
-        key: SampleRecord::make_key("m", dataset, prompt, &method, 0.0, 0),
+        key: SampleRecord::make_key("m", &dataset, prompt, &method, 0.0, 0),
         model: "m".into(),
         dataset,
         prompt_id: prompt.into(),

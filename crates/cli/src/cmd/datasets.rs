@@ -60,8 +60,8 @@ pub fn run(a: Args) -> Result {
             let sets = sets()?;
             println!("{:<10} {:>7} {:>7}  task groups (prompts)", "dataset", "prompts", "subset");
             for name in DatasetName::ALL {
-                let prompts = sets.load(name, &Selection::default())?;
-                let sub = sets.load(name, &Selection { paper_subset: true, ..Selection::default() })?.len();
+                let prompts = sets.load(&name, &Selection::default())?;
+                let sub = sets.load(&name, &Selection { paper_subset: true, ..Selection::default() })?.len();
                 let mut groups: Vec<(&str, usize)> = Vec::new();
                 for g in prompts.iter().filter_map(|p| p.category.as_deref().and_then(bastion_data::spec_bench_group)) {
                     match groups.iter_mut().find(|(x, _)| *x == g) {
@@ -85,7 +85,7 @@ pub fn run(a: Args) -> Result {
                 Some(file) => {
                     let exp = super::load_experiment(file)?;
                     let names: Vec<&str> = exp.datasets.iter().map(|d| d.as_str()).collect();
-                    let Some(&set) = exp.datasets.iter().find(|d| d.as_str().eq_ignore_ascii_case(name.trim())) else {
+                    let Some(set) = exp.datasets.iter().find(|d| d.as_str().eq_ignore_ascii_case(name.trim())) else {
                         return Err(
                             format!("{}: no dataset `{name}` (it has {})", file.display(), names.join(", ")).into()
                         );
@@ -95,7 +95,7 @@ pub fn run(a: Args) -> Result {
                         max_samples: max_samples.or(exp.selection.max_samples),
                         per_group: per_group.or(exp.selection.per_group),
                     };
-                    let mut prompts = match exp.dataset_files.iter().find(|f| f.name == set) {
+                    let mut prompts = match exp.dataset_files.iter().find(|f| f.name == *set) {
                         Some(f) => f.load(&selection)?,
                         None => sets()?.load(set, &selection)?,
                     };
@@ -108,7 +108,7 @@ pub fn run(a: Args) -> Result {
                     let set: DatasetName = name.parse().map_err(|e| {
                         format!("{e}; a set of your own is shown with --experiment FILE (its [[datasets.files]])")
                     })?;
-                    sets()?.load(set, &Selection { paper_subset, max_samples, per_group })?
+                    sets()?.load(&set, &Selection { paper_subset, max_samples, per_group })?
                 }
             };
             let tokenizer = model.as_ref().map(bastion_models::load_tokenizer).transpose()?;

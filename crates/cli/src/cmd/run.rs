@@ -97,7 +97,7 @@ struct Running {
 }
 
 /// The progress label of a job: (model, dataset, T, seed).
-fn job_of(model: &str, dataset: bastion_data::DatasetName, t: f64, seed: u64) -> String {
+fn job_of(model: &str, dataset: &bastion_data::DatasetName, t: f64, seed: u64) -> String {
     if t == 0.0 {
         format!("{model} {dataset} T=0")
     } else {
@@ -137,14 +137,14 @@ pub fn sweep(exp: &Experiment, opts: &RunOptions) -> Result<Vec<SampleRecord>> {
             bar.set_position(done as u64);
             bar.reset_eta();
             for s in todo {
-                let job = job_of(&exp.models[s.model].name, s.prompt.dataset, s.temperature, s.seed);
+                let job = job_of(&exp.models[s.model].name, &s.prompt.dataset, s.temperature, s.seed);
                 *job_sizes.entry(job).or_default() += 1;
             }
             say(&bar, format!("{total} samples in this shard, {done} already done, {} jobs to run", job_sizes.len()));
         }
         RunEvent::Model(pair) => say(&bar, format!("loading {pair}")),
         RunEvent::Start(s) => {
-            let job = job_of(&exp.models[s.model].name, s.prompt.dataset, s.temperature, s.seed);
+            let job = job_of(&exp.models[s.model].name, &s.prompt.dataset, s.temperature, s.seed);
             if job != current_job {
                 job_bar.set_length(job_sizes.get(&job).copied().unwrap_or(0));
                 job_bar.set_position(0);
@@ -157,7 +157,7 @@ pub fn sweep(exp: &Experiment, opts: &RunOptions) -> Result<Vec<SampleRecord>> {
         RunEvent::Sample(r) => {
             bar.inc(1);
             job_bar.inc(1);
-            let job = job_of(&r.model, r.dataset, r.temperature, r.seed);
+            let job = job_of(&r.model, &r.dataset, r.temperature, r.seed);
             if r.spec.method == Method::Ar {
                 ar_tpot.entry(job.clone()).or_default().push(r.tpot_s);
             }

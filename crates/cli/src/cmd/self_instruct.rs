@@ -56,7 +56,7 @@ pub fn run(a: Args) -> Result {
     let sets = Datasets::open(&a.datasets)?;
     let mut eval = Vec::new();
     for name in DatasetName::ALL {
-        for p in sets.load(name, &Selection::default())? {
+        for p in sets.load(&name, &Selection::default())? {
             eval.extend(p.turns);
         }
     }
