@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Drafter-training step time and CPU use by thread count: the shipped recipe
-# (2 layers, block 16, step-scoped sampled softmax) on the first SEQS distilled
+# Drafter-training step time and CPU use by thread count: the earlier shipped recipe
+# (2 layers, block 16, step-scoped sampled softmax; thread scaling does not depend on it) on the first SEQS distilled
 # sequences, STEPS steps per run, runs alternated ROUNDS times. Prints wall
 # time, CPU use (/usr/bin/time) and the median seconds per step of the
 # training log, and whether the runs' weights are identical. OLD=path adds a

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod args;
 mod cmd;
 
 #[derive(Parser)]
@@ -32,7 +33,7 @@ enum Command {
     Merge(cmd::tables::MergeArgs),
     Check(cmd::check::Args),
     Profile(cmd::profile::Args),
-    BenchTarget(cmd::profile::BenchArgs),
+    BenchTarget(cmd::bench_target::Args),
     Datasets(cmd::datasets::Args),
     Distill(cmd::distill::Args),
     SelfInstruct(cmd::self_instruct::Args),
@@ -59,7 +60,7 @@ fn main() -> ExitCode {
         Command::Tables(a) => cmd::tables::run(a),
         Command::Merge(a) => cmd::tables::merge(a),
         Command::Profile(a) => cmd::profile::run(a),
-        Command::BenchTarget(a) => cmd::profile::bench_target(a),
+        Command::BenchTarget(a) => cmd::bench_target::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

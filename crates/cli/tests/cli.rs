@@ -466,16 +466,7 @@ fn train_drafter_saves_a_loadable_drafter() {
     let (ok, _, err) = bastion(&rest);
     assert!(ok && err.contains("(3 steps") && err.contains("after 5 steps"), "{err}");
     // Saved as bf16: every tensor, and the config says so.
-    let st = std::fs::read(format!("{part}/model.safetensors")).unwrap();
-    let n = u64::from_le_bytes(st[..8].try_into().unwrap()) as usize;
-    let header: serde_json::Value = serde_json::from_slice(&st[8..8 + n]).unwrap();
-    let dtypes: Vec<&str> = header
-        .as_object()
-        .unwrap()
-        .iter()
-        .filter(|(k, _)| *k != "__metadata__")
-        .map(|(_, v)| v["dtype"].as_str().unwrap())
-        .collect();
+    let dtypes = safetensors_dtypes(&format!("{part}/model.safetensors"));
     assert!(!dtypes.is_empty() && dtypes.iter().all(|d| *d == "BF16"), "{dtypes:?}");
     let config: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(format!("{part}/config.json")).unwrap()).unwrap();
@@ -502,6 +493,15 @@ fn train_drafter_saves_a_loadable_drafter() {
     // Missing mask token: clap error.
     let (ok, _, err) = bastion(&args_without_mask(&args));
     assert!(!ok && err.contains("--mask-token"), "{err}");
+}
+
+/// The element type of every tensor of a safetensors file, from its header.
+fn safetensors_dtypes(path: &str) -> Vec<String> {
+    let st = std::fs::read(path).unwrap();
+    let n = u64::from_le_bytes(st[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&st[8..8 + n]).unwrap();
+    let tensors = header.as_object().unwrap().iter().filter(|(k, _)| *k != "__metadata__");
+    tensors.map(|(_, v)| v["dtype"].as_str().unwrap().to_string()).collect()
 }
 
 fn args_without_mask<'a>(_: &[&'a str]) -> Vec<&'a str> {

@@ -19,7 +19,7 @@ use bastion_tree::OnlineConfig;
 use crate::calibration::Calibration;
 use crate::error::{DecodeError, Result};
 use crate::generate::{generate_resolved, GenerateConfig, Generation};
-use crate::policy::{BastionRule, PolicyInputs};
+use crate::policy_inputs::{BastionRule, PolicyInputs};
 use crate::spec::{MethodSpec, Resolved};
 
 /// Where `bastion profile` writes calibrations and the cost-aware methods

@@ -1,6 +1,8 @@
 //! Measuring a calibration: the verification grid ([`VerifyGrid`], also
 //! `bastion bench-target`'s timer), the drafter probe (`T_d`, `T_nv`) and
-//! the fits, run by [`profile`] (see [`crate::Calibration`] for the file).
+//! the fits, run by [`profile`] (see [`crate::Calibration`] for the file);
+//! and `bench-target`'s text beside its table ([`roof_report`]: the roof
+//! lines of a step and a verified token; [`launch_report`]: GPU launches).
 
 use std::path::Path;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -19,7 +21,7 @@ use crate::error::{DecodeError, Result};
 use crate::generate::{generate_resolved, GenerateConfig};
 use crate::method::Method;
 use crate::pair::LoadedPair;
-use crate::policy::{PolicyInputs, CADDTREE_MAX_BUDGET};
+use crate::policy_inputs::{PolicyInputs, CADDTREE_MAX_BUDGET};
 use crate::spec::MethodSpec;
 
 pub(crate) fn median(v: &[f64]) -> f64 {
@@ -263,4 +265,78 @@ pub(crate) fn fit_all(
         caddtree_rmse_seconds: rmse(&|p| cost.verify_seconds(p.tokens - 1, p.context_len)),
         caddtree,
     })
+}
+
+/// The GPU kernel launches of one verification per tree size (CubeCL's launch
+/// hooks), as `bastion bench-target` prints them: in all, per decoder layer (all launches over the layer count, so
+/// the embedding, final norm and LM head are spread over the layers), the
+/// distinct kernels and the most launched ones.
+pub fn launch_report(launches: &[(usize, bastion_models::Launches)], layers: usize) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    if launches.is_empty() {
+        return out;
+    }
+    out.push_str("kernel launches per verification (one untimed pass per N):\n");
+    for (n, l) in launches {
+        let top: Vec<String> = l.top(4).iter().map(|(k, c)| format!("{c} {k}")).collect();
+        let _ = writeln!(
+            out,
+            "  N = {n:>3}: {} launches = {:.1} per decoder layer; {} distinct kernels; most: {}",
+            l.total,
+            l.total as f64 / layers.max(1) as f64,
+            l.distinct,
+            top.join(", ")
+        );
+    }
+    out
+}
+
+/// The roof lines of `bastion bench-target` (text): what one step must read (every
+/// weight once, `shape.weight_bytes` bytes each) at the measured read bandwidth, and what one more
+/// verified token must compute at the measured matmul peak, against the
+/// measured `(tokens, seconds)` points.
+pub fn roof_report(
+    shape: &bastion_tree::ModelShape,
+    peak: &bastion_tree::DevicePeak,
+    context: usize,
+    measured: &[(usize, f64)],
+) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let (h, f, v) = (shape.hidden as f64, shape.ffn as f64, shape.vocab as f64);
+    let (hq, hkv) = ((shape.q_heads * shape.head_dim) as f64, (shape.kv_heads * shape.head_dim) as f64);
+    // Embedding rows are gathered, not streamed: the LM head is the one vocabulary-sized read.
+    let weight_bytes =
+        shape.weight_bytes * (shape.layers as f64 * (2.0 * h * hq + 2.0 * h * hkv + 3.0 * h * f) + v * h);
+    let c = context as f64;
+    let token_flops = shape.verify_flops(2.0, c) - shape.verify_flops(1.0, c);
+    let (read_s, token_s) = (weight_bytes / peak.bandwidth, token_flops / peak.peak_flops);
+    let _ = writeln!(
+        out,
+        "roof, measured in this run: {:.1} GFLOP/s (Burn's f32 GEMM, 1024²; the small-row kernel may beat it), {:.1} GB/s (read)",
+        peak.peak_flops / 1e9,
+        peak.bandwidth / 1e9
+    );
+    let _ = writeln!(
+        out,
+        "  a step reads {:.0} MB of weights: ≥ {:.2} ms; one more verified token computes {:.3} GFLOP: ≥ {:.3} ms",
+        weight_bytes / 1e6,
+        read_s * 1e3,
+        token_flops / 1e9,
+        token_s * 1e3
+    );
+    if let Some(&(_, t1)) = measured.iter().find(|(n, _)| *n == 1) {
+        let _ = writeln!(out, "  verify(1) = {:.2} ms = {:.2}× its read roof", t1 * 1e3, t1 / read_s);
+        for &(n, t) in measured.iter().filter(|(n, _)| *n > 1) {
+            let per = (t - t1) / (n - 1) as f64;
+            let _ = writeln!(
+                out,
+                "  N = {n:>3}: {:.3} ms per extra token = {:.2}× its compute roof",
+                per * 1e3,
+                per / token_s
+            );
+        }
+    }
+    out
 }

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{DecodeError, Result};
 use crate::generate::AcceptRule;
 use crate::method::{Method, EXPECTED_METHODS, SKIP_SUFFIX};
-use crate::policy::{BastionRule, PolicyInputs, CADDTREE_MAX_BUDGET};
+use crate::policy_inputs::{BastionRule, PolicyInputs, CADDTREE_MAX_BUDGET};
 use crate::skip::SkipGate;
 
 /// Where CaDDTree's per-round cost model comes from.

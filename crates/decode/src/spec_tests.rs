@@ -1,7 +1,7 @@
 //! Tests of the method spec: parsing, records, knobs and resolved policies.
 
 use super::*;
-use crate::policy::BastionSetup;
+use crate::policy_inputs::BastionSetup;
 use bastion_tree::{ConvexCostModel, DevicePeak, ModelShape, RooflineCalibration, VerifyProfile};
 
 fn inputs() -> PolicyInputs {

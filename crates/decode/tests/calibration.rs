@@ -230,15 +230,21 @@ fn calibrations_of_other_setups_and_broken_files_are_refused() {
     other.device.name = "NVIDIA H200".into();
     let e = err(other.check_target(&target, BackendKind::Flex, file));
     assert!(e.contains("another device (field device.name)") && e.contains("NVIDIA H200"), "{e}");
-    // Another drafter (block size).
+    // Another drafter (block size): `reproduce` measures such a calibration again.
+    let dflash = fixture_dir("tiny-dflash");
+    assert!(cal.measured_with(&dflash, None).unwrap());
+    assert!(!cal.measured_with(&dflash, Some(8)).unwrap(), "another draft vocabulary");
     let mut other = cal.clone();
     other.drafter.as_mut().unwrap().block_size += 1;
+    assert!(!other.measured_with(&dflash, None).unwrap());
     let e = err(other.check_drafter(&drafter, file));
     assert!(e.contains("measured with drafter") && e.contains("field drafter"), "{e}");
     let mut other = cal.clone();
     other.drafter = None;
+    assert!(!other.measured_with(&dflash, None).unwrap());
     let e = err(other.check_drafter(&drafter, file));
     assert!(e.contains("no drafter measurements"), "{e}");
+    assert!(cal.measured_with(Path::new("no/such/drafter"), None).is_err());
 
     // Broken files name the file and the field.
     let dir = tempfile::tempdir().unwrap();

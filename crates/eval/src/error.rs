@@ -61,6 +61,9 @@ pub enum OutputError {
         /// Polars' error.
         source: polars::error::PolarsError,
     },
+    /// The records could not be read ([`crate::StoreError`] names the file and line).
+    #[error(transparent)]
+    Store(#[from] crate::StoreError),
     /// A figure could not be drawn.
     #[error("{}: drawing failed: {what}", path.display())]
     Draw {

@@ -4,20 +4,22 @@
 #![warn(missing_docs)]
 
 pub mod check;
-mod draft;
+mod composed;
 mod error;
 pub mod figures;
 pub mod leaderboard;
 pub mod provenance;
 pub mod reference;
+pub mod report;
 pub mod runner;
 pub mod spec;
 pub mod stats;
 pub mod store;
 pub mod tables;
+pub mod tally;
 pub mod variants;
 
-pub use draft::{DraftBastion, DraftDatasets, DraftModel, ExperimentDraft};
+pub use composed::{DraftBastion, DraftDatasets, DraftModel, ExperimentDraft};
 pub use error::{FieldError, OutputError};
 pub use runner::{check_lossless, plan, run, RunError, RunEvent, RunOptions, Sample, Shard};
 pub use spec::{Experiment, ModelPair, SpecError};

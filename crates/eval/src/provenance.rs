@@ -4,15 +4,21 @@
 //! tables' header, `settings.json`'s neighbour, and the Parquet frames'
 //! metadata say it. (The settings a resumed run must share with the records,
 //! such as the token limit and the model files, stay in `settings.json`.)
+//! [`headings_of`] gives each model pair's [`Heading`] (settings, files, the
+//! peer AR rate) and [`table_provenance`] a table's provenance lines.
 
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 
+use bastion_decode::DEFAULT_CALIBRATION_DIR;
 use serde::{Deserialize, Serialize};
 
+use crate::reference::{parse_peer_ar, PeerAr};
 use crate::runner::{RunError, Shard};
 use crate::spec::Experiment;
+use crate::store::SampleRecord;
+use crate::tables::Table;
 
 /// The file of run lines in an experiment's results folder.
 pub const RUNS_FILE: &str = "runs.jsonl";
@@ -166,4 +172,117 @@ pub fn summarise(runs: &[RunInfo], pair: &str) -> RunSummary {
     let last = runs.iter().map(|r| r.started_unix_s).max();
     out.dates = first.zip(last).map(|(a, b)| (utc_date(a), utc_date(b)));
     out
+}
+
+/// What the tables' headings say about one model pair of an experiment.
+#[derive(Debug, Clone, Default)]
+pub struct Heading {
+    /// How the pair runs: the backend, the weight dtype and, when pruned, the
+    /// draft vocabulary (`flex, q8_0 weights, draft vocabulary 1024`).
+    pub settings: String,
+    /// The target file, the dtype it runs in, the drafter, the calibration
+    /// (when a method reads one) and the token limit.
+    pub files: String,
+    /// The dtype the target runs in (`f32`), for the weight file's line.
+    dtype: String,
+    /// The target file.
+    target: String,
+    /// llama.cpp's AR rate on the same target file, from the committed peer
+    /// table ([`PEER_TABLE`]) when there is one.
+    peer: Option<PeerAr>,
+}
+
+/// The committed table of Bastion against llama.cpp (`scripts/llamacpp-peers.py`),
+/// read relative to the working directory (the repository root, where `bastion
+/// run` / `tables` / `reproduce` are started) when the headings are made.
+pub const PEER_TABLE: &str = "paper_tables/peers.md";
+
+/// The headings of each model pair of `exp`, by pair name.
+pub fn headings_of(exp: &Experiment) -> BTreeMap<String, Heading> {
+    let cost_aware = exp.methods.iter().any(|m| m.spec.method.needs_calibration());
+    let peer = std::fs::read_to_string(PEER_TABLE).ok().and_then(|t| parse_peer_ar(&t));
+    let heading = |m: &crate::ModelPair| {
+        let vocab = m.draft_vocab.map(|n| format!(", draft vocabulary {n}")).unwrap_or_default();
+        let calibration = cost_aware.then(|| {
+            let source = m.calibration_source(false, Path::new(DEFAULT_CALIBRATION_DIR));
+            format!("; calibration {}", source.path(&m.target, exp.backend, m.dtype, m.draft_vocab).display())
+        });
+        Heading {
+            settings: format!("{}, {} weights{vocab}", exp.backend, m.dtype),
+            files: format!(
+                "drafter {}{}; at most {} new tokens",
+                m.drafter.display(),
+                calibration.unwrap_or_default(),
+                exp.max_new_tokens
+            ),
+            dtype: m.dtype.to_string(),
+            target: m.target.display().to_string(),
+            peer: peer.clone().filter(|p| Path::new(&p.target).file_name() == m.target.file_name()),
+        }
+    };
+    exp.models.iter().map(|m| (m.name.clone(), heading(m))).collect()
+}
+
+/// The provenance lines of `table`: where and how its records were made
+/// (`runs`, the experiment's `runs.jsonl`), from which files (`heading`),
+/// on how many prompts, and how many outputs equal AR's (`records`).
+pub fn table_provenance(
+    table: &Table,
+    heading: Option<&Heading>,
+    runs: &[RunInfo],
+    records: &[SampleRecord],
+) -> Vec<String> {
+    let mut lines = Vec::new();
+    let ran = summarise(runs, &table.model);
+    if !ran.machines.is_empty() {
+        let dates = match &ran.dates {
+            Some((a, b)) if a == b => a.clone(),
+            Some((a, b)) => format!("{a} to {b}"),
+            None => "?".into(),
+        };
+        lines.push(format!("Ran on {}; commit {}; {dates} (UTC).", ran.machines.join("; "), ran.commits.join(", ")));
+    }
+    let mine: Vec<&SampleRecord> =
+        records.iter().filter(|r| r.model == table.model && r.temperature == table.temperature).collect();
+    let mut per_set: BTreeMap<String, std::collections::BTreeSet<&str>> = BTreeMap::new();
+    for r in &mine {
+        per_set.entry(r.dataset.to_string()).or_default().insert(&r.prompt_id);
+    }
+    let mut counts: Vec<usize> = per_set.values().map(|p| p.len()).collect();
+    counts.dedup();
+    let prompts = match counts.as_slice() {
+        [n] => format!("{n} prompt{} per set", if *n == 1 { "" } else { "s" }),
+        _ => "prompts per set: the n columns".to_string(),
+    };
+    if let Some(h) = heading {
+        let stored = ran.weights.as_deref().unwrap_or("weight file type not recorded");
+        lines.push(format!("Target {} ({stored}, run with {} weights); {}; {prompts}.", h.target, h.dtype, h.files));
+    } else {
+        lines.push(format!("{prompts}."));
+    }
+    // At T = 0 only (the peer table is greedy), and said to be another run: its
+    // machine and date are its own.
+    if let Some((h, peer)) = heading.and_then(|h| h.peer.as_ref().map(|p| (h, p))).filter(|_| table.temperature == 0.0)
+    {
+        // Decode rate per prompt (1 / TPOT), mean over prompts: how the peer table counts.
+        let ar: Vec<f64> =
+            mine.iter().filter(|r| r.label() == "ar" && r.tpot_s > 0.0).map(|r| 1.0 / r.tpot_s).collect();
+        if !ar.is_empty() {
+            lines.push(format!(
+                "AR decodes at {:.1} tok/s here ({} weights); llama.cpp AR on the same GGUF file: {:.1} tok/s in another run ({PEER_TABLE}: {}).",
+                ar.iter().sum::<f64>() / ar.len() as f64,
+                h.dtype,
+                peer.tok_s,
+                peer.run
+            ));
+        }
+    }
+    if table.temperature == 0.0 {
+        let checked: Vec<bool> = mine.iter().filter_map(|r| r.identical_to_ar).collect();
+        if !checked.is_empty() {
+            let same = checked.iter().filter(|&&b| b).count();
+            lines.push(format!("{same} of {} speculative outputs identical to AR's.", checked.len()));
+        }
+    }
+    lines
 }

@@ -222,8 +222,6 @@ pub fn summary_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
 /// Polars errors (none expected).
 pub fn interval_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
     use std::collections::BTreeMap;
-    /// τ of a group's samples and their (AR TPOT, method TPOT) pairs.
-    type TausAndPairs = (Vec<f64>, Vec<(f64, f64)>);
     type Key = (String, String, String, u64);
     let key = |r: &SampleRecord| (r.model.clone(), r.dataset.to_string(), r.label(), r.temperature.to_bits());
     // AR TPOT per (model, dataset, prompt, T, seed).
@@ -234,6 +232,9 @@ pub fn interval_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
             ((r.model.clone(), r.dataset.as_str(), r.prompt_id.as_str(), r.temperature.to_bits(), r.seed), r.tpot_s)
         })
         .collect();
+    let ar_of = |r: &SampleRecord| {
+        ar.get(&(r.model.clone(), r.dataset.as_str(), r.prompt_id.as_str(), r.temperature.to_bits(), r.seed)).copied()
+    };
     let mut groups: Vec<(Key, Vec<&SampleRecord>)> = Vec::new();
     for r in records {
         match groups.iter_mut().find(|(k, _)| *k == key(r)) {
@@ -241,72 +242,19 @@ pub fn interval_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
             None => groups.push((key(r), vec![r])),
         }
     }
-    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-    let std = |v: &[f64]| {
-        (v.len() > 1).then(|| {
-            let m = mean(v);
-            (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64).sqrt()
-        })
-    };
     let mut cols: [Vec<Option<f64>>; 9] = Default::default();
     let (mut model, mut dataset, mut method, mut temperature, mut prompts) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for ((m, d, meth, t), g) in &groups {
-        // Per prompt: τ over seeds, and (AR, method) TPOT over the seeds both ran.
-        let mut by_prompt: BTreeMap<&str, TausAndPairs> = BTreeMap::new();
-        let mut by_seed: BTreeMap<u64, TausAndPairs> = BTreeMap::new();
-        let mut logprobs: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
-        for r in g {
-            if let Some(lp) = r.output_logprob {
-                logprobs.entry(r.prompt_id.as_str()).or_default().push(lp);
-            }
-            let pair = ar.get(&(m.clone(), d.as_str(), r.prompt_id.as_str(), *t, r.seed)).map(|&a| (a, r.tpot_s));
-            for (taus, pairs) in
-                [by_prompt.entry(r.prompt_id.as_str()).or_default(), by_seed.entry(r.seed).or_default()]
-            {
-                taus.push(r.tau);
-                pairs.extend(pair);
-            }
-        }
-        let prompt_tau: Vec<f64> = by_prompt.values().map(|(taus, _)| mean(taus)).collect();
-        let prompt_pairs: Vec<(f64, f64)> = by_prompt
-            .values()
-            .filter(|(_, pairs)| !pairs.is_empty())
-            .map(|(_, pairs)| {
-                (
-                    mean(&pairs.iter().map(|p| p.0).collect::<Vec<_>>()),
-                    mean(&pairs.iter().map(|p| p.1).collect::<Vec<_>>()),
-                )
-            })
-            .collect();
-        let tau_ci = crate::stats::mean_interval(&prompt_tau);
-        let speedup_ci = crate::stats::speedup_interval(&prompt_pairs);
-        let prompt_logprob: Vec<f64> = logprobs.values().map(|v| mean(v)).collect();
-        let logprob_ci = crate::stats::mean_interval(&prompt_logprob);
-        let seed_tau: Vec<f64> = by_seed.values().map(|(taus, _)| mean(taus)).collect();
-        let seed_speedup: Vec<f64> = by_seed
-            .values()
-            .filter(|(_, p)| !p.is_empty())
-            .map(|(_, p)| p.iter().map(|x| x.0).sum::<f64>() / p.iter().map(|x| x.1).sum::<f64>())
-            .collect();
-        for (c, v) in cols.iter_mut().zip([
-            tau_ci.map(|i| i.lo),
-            tau_ci.map(|i| i.hi),
-            speedup_ci.map(|i| i.lo),
-            speedup_ci.map(|i| i.hi),
-            std(&seed_tau),
-            std(&seed_speedup),
-            (!prompt_logprob.is_empty()).then(|| mean(&prompt_logprob)),
-            logprob_ci.map(|i| i.lo),
-            logprob_ci.map(|i| i.hi),
-        ]) {
+        let (values, n) = group_intervals(g, &ar_of);
+        for (c, v) in cols.iter_mut().zip(values) {
             c.push(v);
         }
         model.push(m.clone());
         dataset.push(d.clone());
         method.push(meth.clone());
         temperature.push(f64::from_bits(*t));
-        prompts.push(by_prompt.len() as u64);
+        prompts.push(n);
     }
     let [tau_lo, tau_hi, speedup_lo, speedup_hi, tau_seed_std, speedup_seed_std, logprob, logprob_lo, logprob_hi] =
         cols;
@@ -326,6 +274,67 @@ pub fn interval_frame(records: &[SampleRecord]) -> PolarsResult<DataFrame> {
         "logprob_lo" => logprob_lo,
         "logprob_hi" => logprob_hi,
     )
+}
+
+/// One group's (model, dataset, label, T) interval columns, in
+/// [`interval_frame`]'s order (τ lo / hi, speedup lo / hi, τ and speedup
+/// std over seeds, mean log-probability with lo / hi), and its prompt count;
+/// `ar_of` gives the AR TPOT of a sample's prompt and seed.
+fn group_intervals(g: &[&SampleRecord], ar_of: &dyn Fn(&SampleRecord) -> Option<f64>) -> ([Option<f64>; 9], u64) {
+    use std::collections::BTreeMap;
+    /// τ of a group's samples and their (AR TPOT, method TPOT) pairs.
+    type TausAndPairs = (Vec<f64>, Vec<(f64, f64)>);
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let std = |v: &[f64]| {
+        (v.len() > 1).then(|| {
+            let m = mean(v);
+            (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64).sqrt()
+        })
+    };
+    // Per prompt: τ over seeds, and (AR, method) TPOT over the seeds both ran.
+    let mut by_prompt: BTreeMap<&str, TausAndPairs> = BTreeMap::new();
+    let mut by_seed: BTreeMap<u64, TausAndPairs> = BTreeMap::new();
+    let mut logprobs: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for r in g {
+        if let Some(lp) = r.output_logprob {
+            logprobs.entry(r.prompt_id.as_str()).or_default().push(lp);
+        }
+        let pair = ar_of(r).map(|a| (a, r.tpot_s));
+        for (taus, pairs) in [by_prompt.entry(r.prompt_id.as_str()).or_default(), by_seed.entry(r.seed).or_default()] {
+            taus.push(r.tau);
+            pairs.extend(pair);
+        }
+    }
+    let prompt_tau: Vec<f64> = by_prompt.values().map(|(taus, _)| mean(taus)).collect();
+    let prompt_pairs: Vec<(f64, f64)> = by_prompt
+        .values()
+        .filter(|(_, pairs)| !pairs.is_empty())
+        .map(|(_, pairs)| {
+            (mean(&pairs.iter().map(|p| p.0).collect::<Vec<_>>()), mean(&pairs.iter().map(|p| p.1).collect::<Vec<_>>()))
+        })
+        .collect();
+    let tau_ci = crate::stats::mean_interval(&prompt_tau);
+    let speedup_ci = crate::stats::speedup_interval(&prompt_pairs);
+    let prompt_logprob: Vec<f64> = logprobs.values().map(|v| mean(v)).collect();
+    let logprob_ci = crate::stats::mean_interval(&prompt_logprob);
+    let seed_tau: Vec<f64> = by_seed.values().map(|(taus, _)| mean(taus)).collect();
+    let seed_speedup: Vec<f64> = by_seed
+        .values()
+        .filter(|(_, p)| !p.is_empty())
+        .map(|(_, p)| p.iter().map(|x| x.0).sum::<f64>() / p.iter().map(|x| x.1).sum::<f64>())
+        .collect();
+    let values = [
+        tau_ci.map(|i| i.lo),
+        tau_ci.map(|i| i.hi),
+        speedup_ci.map(|i| i.lo),
+        speedup_ci.map(|i| i.hi),
+        std(&seed_tau),
+        std(&seed_speedup),
+        (!prompt_logprob.is_empty()).then(|| mean(&prompt_logprob)),
+        logprob_ci.map(|i| i.lo),
+        logprob_ci.map(|i| i.hi),
+    ];
+    (values, by_prompt.len() as u64)
 }
 
 /// One cell of a results table.
@@ -409,44 +418,128 @@ pub struct Table {
     pub provenance: Vec<String>,
 }
 
+/// The columns of a [`summary_frame`], read once.
+struct SummaryColumns {
+    model: Vec<String>,
+    dataset: Vec<String>,
+    method: Vec<String>,
+    temperature: Vec<f64>,
+    /// τ, speedup, budget mean / std, TPOT (s), the four phases (ms), the
+    /// interval bounds and the log-probability with its bounds, by name.
+    num: std::collections::HashMap<&'static str, Vec<f64>>,
+    prompts: Vec<u64>,
+    /// `measured_time`, `calibrated`, `skips`, by name.
+    flag: std::collections::HashMap<&'static str, Vec<bool>>,
+    grid_budget: Vec<Option<u32>>,
+}
+
+impl SummaryColumns {
+    const NUM: [&'static str; 17] = [
+        "temperature",
+        "tau",
+        "speedup",
+        "budget_mean",
+        "budget_std",
+        "tpot_s",
+        "draft_ms",
+        "build_ms",
+        "verify_ms",
+        "commit_ms",
+        "tau_lo",
+        "tau_hi",
+        "speedup_lo",
+        "speedup_hi",
+        "logprob",
+        "logprob_lo",
+        "logprob_hi",
+    ];
+
+    fn read(summary: &DataFrame) -> PolarsResult<Self> {
+        let text = |name: &str| -> PolarsResult<Vec<String>> {
+            let c = summary.column(name)?.str()?;
+            Ok((0..c.len()).map(|i| c.get(i).unwrap_or_default().to_string()).collect())
+        };
+        let mut num: std::collections::HashMap<&str, Vec<f64>> = std::collections::HashMap::new();
+        for name in Self::NUM {
+            let c = summary.column(name)?.f64()?;
+            num.insert(name, (0..c.len()).map(|i| c.get(i).unwrap_or(f64::NAN)).collect());
+        }
+        let mut flag = std::collections::HashMap::new();
+        for name in ["measured_time", "calibrated", "skips"] {
+            let c = summary.column(name)?.bool()?;
+            flag.insert(name, (0..c.len()).map(|i| c.get(i).unwrap_or(false)).collect());
+        }
+        let prompts = summary.column("prompts")?.u64()?;
+        let grid = summary.column("ddtree_budget")?.u32()?;
+        Ok(SummaryColumns {
+            model: text("model")?,
+            dataset: text("dataset")?,
+            method: text("method")?,
+            temperature: num["temperature"].clone(),
+            num,
+            prompts: (0..prompts.len()).map(|i| prompts.get(i).unwrap_or(0)).collect(),
+            flag,
+            grid_budget: (0..grid.len()).map(|i| grid.get(i)).collect(),
+        })
+    }
+
+    /// Row `i` as a table cell.
+    fn cell(&self, i: usize) -> Cell {
+        let x = |name: &str| self.num[name][i];
+        let half = |lo: &str, hi: &str| (x(hi) - x(lo)) / 2.0;
+        Cell {
+            tau: x("tau"),
+            speedup: x("speedup"),
+            tau_pm: half("tau_lo", "tau_hi"),
+            speedup_pm: half("speedup_lo", "speedup_hi"),
+            prompts: self.prompts[i],
+            logprob: x("logprob"),
+            logprob_pm: half("logprob_lo", "logprob_hi"),
+            budget: x("budget_mean"),
+            budget_std: x("budget_std"),
+            tpot_ms: x("tpot_s") * 1e3,
+            draft_ms: x("draft_ms"),
+            build_ms: x("build_ms"),
+            verify_ms: x("verify_ms"),
+            commit_ms: x("commit_ms"),
+        }
+    }
+
+    /// The methods of rows `idx` in first-seen order, the oracle right after the last grid row.
+    fn methods(&self, idx: &[usize]) -> Vec<String> {
+        let mut methods: Vec<String> = Vec::new();
+        for &i in idx {
+            if !methods.contains(&self.method[i]) {
+                methods.push(self.method[i].clone());
+            }
+        }
+        if let Some(pos) = methods.iter().position(|m| m == ORACLE) {
+            let oracle = methods.remove(pos);
+            let last_grid = methods
+                .iter()
+                .rposition(|m| m.parse::<Method>().is_ok_and(|m| m.ddtree_budget().is_some()))
+                .map_or(methods.len(), |p| p + 1);
+            methods.insert(last_grid, oracle);
+        }
+        methods
+    }
+}
+
 /// The tables of a summary frame, one per (model, temperature), rows in
 /// the order methods first appear (the oracle after the last grid budget).
 ///
 /// # Errors
 /// Polars errors for a frame that is not a [`summary_frame`].
 pub fn tables(summary: &DataFrame) -> PolarsResult<Vec<Table>> {
-    let text = |name: &str| -> PolarsResult<Vec<String>> {
-        let c = summary.column(name)?.str()?;
-        Ok((0..c.len()).map(|i| c.get(i).unwrap_or_default().to_string()).collect())
-    };
-    let num = |name: &str| -> PolarsResult<Vec<f64>> {
-        let c = summary.column(name)?.f64()?;
-        Ok((0..c.len()).map(|i| c.get(i).unwrap_or(f64::NAN)).collect())
-    };
-    let (model, dataset, method) = (text("model")?, text("dataset")?, text("method")?);
-    let (temperature, tau, speedup) = (num("temperature")?, num("tau")?, num("speedup")?);
-    let (budget, budget_std, tpot) = (num("budget_mean")?, num("budget_std")?, num("tpot_s")?);
-    let phases = [num("draft_ms")?, num("build_ms")?, num("verify_ms")?, num("commit_ms")?];
-    let (tau_lo, tau_hi) = (num("tau_lo")?, num("tau_hi")?);
-    let (speedup_lo, speedup_hi) = (num("speedup_lo")?, num("speedup_hi")?);
-    let (logprob, logprob_lo, logprob_hi) = (num("logprob")?, num("logprob_lo")?, num("logprob_hi")?);
-    let prompts = summary.column("prompts")?.u64()?;
-    let prompts: Vec<u64> = (0..prompts.len()).map(|i| prompts.get(i).unwrap_or(0)).collect();
-    let flag = |name: &str| -> PolarsResult<Vec<bool>> {
-        let c = summary.column(name)?.bool()?;
-        Ok((0..c.len()).map(|i| c.get(i).unwrap_or(false)).collect())
-    };
-    let (measured_time, calibrated, skips) = (flag("measured_time")?, flag("calibrated")?, flag("skips")?);
-    let grid = summary.column("ddtree_budget")?.u32()?;
-    let grid_budget: Vec<Option<u32>> = (0..grid.len()).map(|i| grid.get(i)).collect();
+    let c = SummaryColumns::read(summary)?;
+    let n = c.model.len();
     let mut out: Vec<Table> = Vec::new();
-    let n = model.len();
     for i in 0..n {
-        if !out.iter().any(|t| t.model == model[i] && t.temperature == temperature[i]) {
+        if !out.iter().any(|t| t.model == c.model[i] && t.temperature == c.temperature[i]) {
             out.push(Table {
-                model: model[i].clone(),
+                model: c.model[i].clone(),
                 settings: String::new(),
-                temperature: temperature[i],
+                temperature: c.temperature[i],
                 datasets: Vec::new(),
                 rows: Vec::new(),
                 has_logprob: false,
@@ -456,56 +549,21 @@ pub fn tables(summary: &DataFrame) -> PolarsResult<Vec<Table>> {
         }
     }
     for t in &mut out {
-        let idx: Vec<usize> = (0..n).filter(|&i| model[i] == t.model && temperature[i] == t.temperature).collect();
+        let idx: Vec<usize> = (0..n).filter(|&i| c.model[i] == t.model && c.temperature[i] == t.temperature).collect();
         for &i in &idx {
-            if !t.datasets.contains(&dataset[i]) {
-                t.datasets.push(dataset[i].clone());
+            if !t.datasets.contains(&c.dataset[i]) {
+                t.datasets.push(c.dataset[i].clone());
             }
         }
-        let mut methods: Vec<String> = Vec::new();
-        for &i in &idx {
-            if !methods.contains(&method[i]) {
-                methods.push(method[i].clone());
-            }
-        }
-        // The oracle goes right after the last grid row.
-        if let Some(pos) = methods.iter().position(|m| m == ORACLE) {
-            let oracle = methods.remove(pos);
-            let last_grid = methods
-                .iter()
-                .rposition(|m| m.parse::<Method>().is_ok_and(|m| m.ddtree_budget().is_some()))
-                .map_or(methods.len(), |p| p + 1);
-            methods.insert(last_grid, oracle);
-        }
-        for m in methods {
-            let cells: Vec<Option<Cell>> = t
-                .datasets
-                .iter()
-                .map(|d| {
-                    idx.iter().find(|&&i| method[i] == m && &dataset[i] == d).map(|&i| Cell {
-                        tau: tau[i],
-                        speedup: speedup[i],
-                        tau_pm: (tau_hi[i] - tau_lo[i]) / 2.0,
-                        speedup_pm: (speedup_hi[i] - speedup_lo[i]) / 2.0,
-                        prompts: prompts[i],
-                        logprob: logprob[i],
-                        logprob_pm: (logprob_hi[i] - logprob_lo[i]) / 2.0,
-                        budget: budget[i],
-                        budget_std: budget_std[i],
-                        tpot_ms: tpot[i] * 1e3,
-                        draft_ms: phases[0][i],
-                        build_ms: phases[1][i],
-                        verify_ms: phases[2][i],
-                        commit_ms: phases[3][i],
-                    })
-                })
-                .collect();
+        for m in c.methods(&idx) {
+            let row_of = |d: &String| idx.iter().copied().find(|&i| c.method[i] == m && &c.dataset[i] == d);
+            let cells: Vec<Option<Cell>> = t.datasets.iter().map(|d| row_of(d).map(|i| c.cell(i))).collect();
             let label = if m == ORACLE {
                 let budgets: Vec<String> = t
                     .datasets
                     .iter()
-                    .filter_map(|d| idx.iter().find(|&&i| method[i] == m && &dataset[i] == d))
-                    .filter_map(|&i| grid_budget[i].map(|b| b.to_string()))
+                    .filter_map(row_of)
+                    .filter_map(|i| c.grid_budget[i].map(|b| b.to_string()))
                     .collect();
                 format!("{ORACLE} ({})", budgets.join("/"))
             } else {
@@ -521,16 +579,17 @@ pub fn tables(summary: &DataFrame) -> PolarsResult<Vec<Table>> {
                 }
             };
             t.has_logprob |= have.iter().any(|c| c.logprob.is_finite());
-            let first = idx.iter().copied().find(|&i| method[i] == m).expect("the method has a row");
-            t.has_skip |= skips[first];
+            let first = idx.iter().copied().find(|&i| c.method[i] == m).expect("the method has a row");
+            let flag = |name: &str| c.flag[name][first];
+            t.has_skip |= flag("skips");
             t.rows.push(Row {
                 method: label,
                 avg_tau: mean(|c| c.tau),
                 avg_speedup: mean(|c| c.speedup),
                 cells,
-                follows_measured_time: measured_time[first],
-                uses_calibration: calibrated[first],
-                skips: skips[first],
+                follows_measured_time: flag("measured_time"),
+                uses_calibration: flag("calibrated"),
+                skips: flag("skips"),
             });
         }
     }

@@ -86,6 +86,9 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for RawKnobs<T> {
     }
 }
 
+/// The knobs a variant sets directly, by name, as written.
+type DirectKnobs<'v> = Vec<(&'static str, &'v Spanned<toml::Value>)>;
+
 /// A `sweep.<knob>` list as written.
 type SweptValues = Spanned<Vec<Spanned<toml::Value>>>;
 
@@ -228,67 +231,19 @@ pub(crate) fn resolve(
     for (i, v) in raw.iter().enumerate() {
         let at = |what: &str| format!("variants[{i}].{what}");
         let scope = scope_of(loc, v, experiment, i)?;
-        let name = v.name.get_ref().trim().to_string();
-        if !valid_label(&name) {
-            return Err(loc.at(
-                v.name.span(),
-                at("name"),
-                format!("`{name}`: expected [a-z0-9][a-z0-9_.+-]* (it labels the variant's rows)"),
-            ));
-        }
-        if name.starts_with(crate::tables::ORACLE) {
-            return Err(loc.at(
-                v.name.span(),
-                at("name"),
-                format!("`{name}`: labels starting with {} are the tables' oracle rows", crate::tables::ORACLE),
-            ));
-        }
-        if name.parse::<MethodSpec>().is_ok() {
-            return Err(loc.at(
-                v.name.span(),
-                at("name"),
-                format!("`{name}` is a method's name; a variant needs a label of its own (e.g. {name}-k4)"),
-            ));
-        }
-        let m = v.method.get_ref().trim().to_ascii_lowercase();
-        if m == "ddtree" {
-            return Err(loc.at(v.method.span(), at("method"), "a variant names one DDTree budget: ddtree:N"));
-        }
-        let named: MethodSpec =
-            m.parse().map_err(|e: bastion_decode::DecodeError| loc.at(v.method.span(), at("method"), e.to_string()))?;
+        let name = label_of(loc, v, &at)?;
+        let named = method_of(loc, v, &at)?;
         let method = named.method;
-        if method == Method::Ar {
-            return Err(loc.at(v.method.span(), at("method"), "ar has no knobs: a variant needs a speculative method"));
-        }
-
-        // The knobs the name sets (`+skip`), then those set directly, typed one by one.
-        let mut base = toml::Table::new();
-        if let Some(skip) = named.params.skip {
-            base.insert("skip".into(), toml::Value::Boolean(skip));
-        }
-        let direct: Vec<(&str, &Spanned<toml::Value>)> = v.knobs.set();
-        for (knob, value) in &direct {
-            if base.contains_key(*knob) {
-                return Err(loc.at(
-                    value.span(),
-                    at(knob),
-                    format!("`{knob}` is already set by the method's name `{named}`"),
-                ));
-            }
-            typed(loc, &mut base, knob, value, at(knob))?;
-        }
+        let (base, direct) = direct_knobs(loc, v, &named, &at)?;
         // Swept knobs: each value typed, then every combination.
         let swept = v.sweep.as_ref().map(|s| s.get_ref().set()).unwrap_or_default();
         for (knob, values) in &swept {
+            let field = at(&format!("sweep.{knob}"));
             if base.contains_key(*knob) {
-                return Err(loc.at(
-                    values.span(),
-                    at(&format!("sweep.{knob}")),
-                    format!("`{knob}` is both set and swept"),
-                ));
+                return Err(loc.at(values.span(), field, format!("`{knob}` is both set and swept")));
             }
             if values.get_ref().is_empty() {
-                return Err(loc.at(values.span(), at(&format!("sweep.{knob}")), "expected at least one value"));
+                return Err(loc.at(values.span(), field, "expected at least one value"));
             }
         }
         if direct.is_empty() && swept.is_empty() && scope.is_everywhere() {
@@ -301,27 +256,8 @@ pub(crate) fn resolve(
                 ),
             ));
         }
-        // (label, knobs, the span of each value, for range errors)
-        let mut combos: Vec<Combo<'_>> =
-            vec![(name.clone(), base, direct.iter().map(|(k, val)| (*k, val.span(), at(k))).collect())];
-        for (knob, values) in &swept {
-            let mut next = Vec::new();
-            for (label, table, spans) in &combos {
-                for (j, value) in values.get_ref().iter().enumerate() {
-                    let field = at(&format!("sweep.{knob}[{j}]"));
-                    let mut t = table.clone();
-                    typed(loc, &mut t, knob, value, field.clone())?;
-                    let label = match label.strip_suffix(']') {
-                        Some(open) => format!("{open},{knob}={}]", label_value(value.get_ref())),
-                        None => format!("{label}[{knob}={}]", label_value(value.get_ref())),
-                    };
-                    let mut s = spans.clone();
-                    s.push((*knob, value.span(), field));
-                    next.push((label, t, s));
-                }
-            }
-            combos = next;
-        }
+        let spans = direct.iter().map(|(k, val)| (*k, val.span(), at(k))).collect();
+        let combos = expand_sweeps(loc, vec![(name, base, spans)], &swept, &at)?;
         for (label, table, spans) in combos {
             let params: MethodParams =
                 table.try_into().map_err(|e| loc.at(v.name.span(), at("name"), e.message().trim().to_string()))?;
@@ -342,6 +278,92 @@ pub(crate) fn resolve(
         }
     }
     Ok(out)
+}
+
+/// The variant's label, checked: well formed, not an oracle row's, not a method's name.
+fn label_of(loc: &Locator<'_>, v: &RawVariant, at: &dyn Fn(&str) -> String) -> Result<String, SpecError> {
+    let name = v.name.get_ref().trim().to_string();
+    let refuse = |why: String| Err(loc.at(v.name.span(), at("name"), why));
+    if !valid_label(&name) {
+        return refuse(format!("`{name}`: expected [a-z0-9][a-z0-9_.+-]* (it labels the variant's rows)"));
+    }
+    if name.starts_with(crate::tables::ORACLE) {
+        return refuse(format!("`{name}`: labels starting with {} are the tables' oracle rows", crate::tables::ORACLE));
+    }
+    if name.parse::<MethodSpec>().is_ok() {
+        return refuse(format!("`{name}` is a method's name; a variant needs a label of its own (e.g. {name}-k4)"));
+    }
+    Ok(name)
+}
+
+/// The variant's method as named (with the knob its name sets, `+skip`):
+/// a speculative method, DDTree with its budget.
+fn method_of(loc: &Locator<'_>, v: &RawVariant, at: &dyn Fn(&str) -> String) -> Result<MethodSpec, SpecError> {
+    let m = v.method.get_ref().trim().to_ascii_lowercase();
+    if m == "ddtree" {
+        return Err(loc.at(v.method.span(), at("method"), "a variant names one DDTree budget: ddtree:N"));
+    }
+    let named: MethodSpec =
+        m.parse().map_err(|e: bastion_decode::DecodeError| loc.at(v.method.span(), at("method"), e.to_string()))?;
+    if named.method == Method::Ar {
+        return Err(loc.at(v.method.span(), at("method"), "ar has no knobs: a variant needs a speculative method"));
+    }
+    Ok(named)
+}
+
+/// The knobs the method's name sets (`+skip`), then those set directly,
+/// typed one by one; and the direct ones as written.
+fn direct_knobs<'v>(
+    loc: &Locator<'_>,
+    v: &'v RawVariant,
+    named: &MethodSpec,
+    at: &dyn Fn(&str) -> String,
+) -> Result<(toml::Table, DirectKnobs<'v>), SpecError> {
+    let mut base = toml::Table::new();
+    if let Some(skip) = named.params.skip {
+        base.insert("skip".into(), toml::Value::Boolean(skip));
+    }
+    let direct = v.knobs.set();
+    for (knob, value) in &direct {
+        if base.contains_key(*knob) {
+            return Err(loc.at(
+                value.span(),
+                at(knob),
+                format!("`{knob}` is already set by the method's name `{named}`"),
+            ));
+        }
+        typed(loc, &mut base, knob, value, at(knob))?;
+    }
+    Ok((base, direct))
+}
+
+/// Every combination of the swept values over `combos`, each value typed,
+/// labels extended with `[knob=value,…]`.
+fn expand_sweeps<'a>(
+    loc: &Locator<'_>,
+    mut combos: Vec<Combo<'a>>,
+    swept: &[(&'a str, &SweptValues)],
+    at: &dyn Fn(&str) -> String,
+) -> Result<Vec<Combo<'a>>, SpecError> {
+    for (knob, values) in swept {
+        let mut next = Vec::new();
+        for (label, table, spans) in &combos {
+            for (j, value) in values.get_ref().iter().enumerate() {
+                let field = at(&format!("sweep.{knob}[{j}]"));
+                let mut t = table.clone();
+                typed(loc, &mut t, knob, value, field.clone())?;
+                let label = match label.strip_suffix(']') {
+                    Some(open) => format!("{open},{knob}={}]", label_value(value.get_ref())),
+                    None => format!("{label}[{knob}={}]", label_value(value.get_ref())),
+                };
+                let mut s = spans.clone();
+                s.push((*knob, value.span(), field));
+                next.push((label, t, s));
+            }
+        }
+        combos = next;
+    }
+    Ok(combos)
 }
 
 /// The [`Scope`] of variant `i`, every model name and temperature checked

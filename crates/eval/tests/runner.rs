@@ -117,24 +117,7 @@ fn every_method_runs_resumes_and_shards() {
             assert!(r.rounds.iter().all(|x| x.tree_size <= n + 1));
         }
     }
-    // The summary frame agrees with the records: one row per (dataset,
-    // method) plus the oracle per dataset, τ and speedup as computed by hand.
-    let summary = bastion_eval::tables::summary_frame(&full).unwrap();
-    assert_eq!(summary.height(), 2 * 7 + 2);
-    let col = |name: &str| summary.column(name).unwrap().clone();
-    let (ds, ms) = (col("dataset"), col("method"));
-    let (ds, ms) = (ds.str().unwrap(), ms.str().unwrap());
-    let taus = col("tau");
-    let speedups = col("speedup");
-    for r in &full {
-        let i = (0..summary.height())
-            .find(|&i| ds.get(i) == Some(r.dataset.as_str()) && ms.get(i) == Some(&r.spec.to_string()))
-            .unwrap();
-        assert_eq!(taus.f64().unwrap().get(i), Some(r.tau), "{}", r.key);
-        let ar = full.iter().find(|a| a.dataset == r.dataset && a.spec.method == Method::Ar).unwrap();
-        let want = ar.tpot_s / r.tpot_s;
-        assert!((speedups.f64().unwrap().get(i).unwrap() - want).abs() < 1e-12);
-    }
+    summary_matches_the_records(&full);
     // A rerun finds everything done.
     let mut again = None;
     let rerun = run(&exp, &options(dir.path(), Shard::default()), &mut |e| {
@@ -184,6 +167,27 @@ fn every_method_runs_resumes_and_shards() {
     let mut sorted: Vec<_> = full.iter().map(deterministic).collect();
     sorted.sort_by(|x, y| x.0.cmp(&y.0));
     assert_eq!(sharded.iter().map(deterministic).collect::<Vec<_>>(), sorted);
+}
+
+/// The summary frame agrees with the records: one row per (dataset,
+/// method) plus the oracle per dataset, τ and speedup as computed by hand.
+fn summary_matches_the_records(full: &[SampleRecord]) {
+    let summary = bastion_eval::tables::summary_frame(full).unwrap();
+    assert_eq!(summary.height(), 2 * 7 + 2);
+    let col = |name: &str| summary.column(name).unwrap().clone();
+    let (ds, ms) = (col("dataset"), col("method"));
+    let (ds, ms) = (ds.str().unwrap(), ms.str().unwrap());
+    let taus = col("tau");
+    let speedups = col("speedup");
+    for r in full {
+        let i = (0..summary.height())
+            .find(|&i| ds.get(i) == Some(r.dataset.as_str()) && ms.get(i) == Some(&r.spec.to_string()))
+            .unwrap();
+        assert_eq!(taus.f64().unwrap().get(i), Some(r.tau), "{}", r.key);
+        let ar = full.iter().find(|a| a.dataset == r.dataset && a.spec.method == Method::Ar).unwrap();
+        let want = ar.tpot_s / r.tpot_s;
+        assert!((speedups.f64().unwrap().get(i).unwrap() - want).abs() < 1e-12);
+    }
 }
 
 /// `bastion tau`'s settings: MT-Bench's first turn only, and no AR

@@ -168,7 +168,12 @@ fn summary_agrees_with_the_records() {
     assert!(md.contains("`+skip` rows: a round whose draft is not expected to pay"), "{md}");
     let tex = render(std::path::Path::new(&format!("{root}/results.tex.j2")), "unit", &t).unwrap();
     assert!(tex.contains("Ran on a test CPU; commit abc\\_1."), "{tex}");
+}
 
+/// The Parquet frames hold every round, and the provenance in their metadata.
+#[test]
+fn frames_keep_the_provenance_in_their_metadata() {
+    let recs = records();
     let dir = tempfile::tempdir().unwrap();
     let meta = [("bastion.provenance".to_string(), "Ran on a test machine; commit abc123".to_string())];
     write_parquet(&recs, dir.path(), &meta).unwrap();

@@ -61,9 +61,9 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
 }
 
 fn main() {
-    let budget = Duration::from_secs_f64(
-        std::env::var("BASTION_BENCH_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(0.5),
-    );
+    // Timing per measurement: BASTION_BENCH_SECONDS (default 0.5 s).
+    let budget =
+        Duration::from_secs_f64(std::env::var("BASTION_BENCH_SECONDS").map_or(0.5, |s| s.parse().unwrap_or(0.5)));
     let device = Device::flex();
     let peak = measure_peak(&device, &PeakOptions::default()).expect("peak microbenchmark").peak();
     let (flops, bw) = (peak.peak_flops, peak.bandwidth);
@@ -111,22 +111,13 @@ fn main() {
     )
     .unwrap();
     writeln!(md, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|").unwrap();
-    // Per row count: f32 kernel, roof, GEMM, bf16 kernel, q8_0 kernel, q8_0 roof (seconds).
     let mut layer = vec![[0.0f64; 6]; rows.len()];
     for (name, n, k) in shapes {
         let w = values(n * k, n as u64);
         let packed = PackedMatrix::pack(&w, n, k);
         let bf16 = PackedMatrix::pack_as(&w, n, k, WeightDtype::Bf16);
         let q8 = PackedMatrix::pack_as(&w, n, k, WeightDtype::Q8_0);
-        let wt = {
-            let mut t = vec![0.0f32; n * k];
-            for j in 0..n {
-                for i in 0..k {
-                    t[i * n + j] = w[j * k + i];
-                }
-            }
-            Tensor::<2>::from_data(TensorData::new(t, [k, n]), &device)
-        };
+        let wt = transposed(&w, n, k, &device);
         for (ri, &m) in rows.iter().enumerate() {
             let x = values(m * k, m as u64 + 7);
             let mut y = vec![0.0f32; m * n];
@@ -165,6 +156,25 @@ fn main() {
             }
         }
     }
+    layer_table(&mut md, &rows, &layer);
+    print!("{md}");
+    write_out(&md);
+}
+
+/// `w` (`[n, k]`, row-major) as Burn's `[k, n]` right operand.
+fn transposed(w: &[f32], n: usize, k: usize, device: &Device) -> Tensor<2> {
+    let mut t = vec![0.0f32; n * k];
+    for j in 0..n {
+        for i in 0..k {
+            t[i * n + j] = w[j * k + i];
+        }
+    }
+    Tensor::<2>::from_data(TensorData::new(t, [k, n]), device)
+}
+
+/// The table of one decoder layer's projections summed per row count
+/// (`layer[r]`: f32 kernel, roof, GEMM, bf16, q8_0, q8_0 roof, seconds).
+fn layer_table(md: &mut String, rows: &[usize], layer: &[[f64; 6]]) {
     writeln!(
         md,
         "\nOne decoder layer's projections (q/k/v, o, gate/up, down), and the cost of each row beyond the first:\n"
@@ -203,7 +213,10 @@ fn main() {
         )
         .unwrap();
     }
-    print!("{md}");
+}
+
+/// Writes the tables to `BASTION_BENCH_OUT` (relative to the repository root), when set.
+fn write_out(md: &str) {
     if let Ok(out) = std::env::var("BASTION_BENCH_OUT") {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(&out);
         // `cargo bench` builds the release profile; `cargo test --bench` the dev one, where

@@ -17,10 +17,10 @@ use burn::tensor::Tensor;
 
 use bastion_kernels::layer_ops::{self, HeadsSpec};
 
+use crate::device_weights::{Linear, NormWeight};
 use crate::error::Result;
 use crate::forward::{BurnExec, Exec};
 use crate::layer::{BurnLayer, LayerExec, LayerShape, Norm, Proj};
-use crate::linear::{Linear, NormWeight};
 use crate::model::{Layer, Model};
 use crate::output::Output;
 

@@ -9,12 +9,12 @@ use serde_json::Value;
 
 use crate::config::{cfg_err, Arch, ModelConfig};
 use crate::cube_exec::CubeExec;
+use crate::device_weights::{runs_on_host, NormWeight};
 use crate::error::{ModelError, Result};
 use crate::forward::{draft_block, BurnExec, DraftWeights, HostExec};
 use crate::inference_layer::HostRows;
 use crate::kv::SessionKv;
 use crate::layer::LayerShape;
-use crate::linear::{runs_on_host, NormWeight};
 use crate::model::{host, ForwardOutput, Layer, Linear, Model};
 use crate::output::{ContextFeatures, DraftOutput, ReadBack};
 use crate::weights::{HostTensor, SafetensorsSource, WeightSource};

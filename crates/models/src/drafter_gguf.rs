@@ -215,30 +215,7 @@ pub fn export_drafter_gguf(drafter_dir: &Path, target: &Path, out: &Path, dtype:
     let cfg_path = drafter_dir.join("config.json");
     let dcfg = DrafterConfig::from_json(&cfg_path)?;
     dcfg.check_target(&cfg_path, &tcfg)?;
-    let refuse = |field: &str, expected: String| {
-        ModelError::File(bastion_formats::FormatError::Config {
-            path: cfg_path.clone(),
-            field: field.to_string(),
-            expected,
-        })
-    };
-    let last = tcfg.num_layers - 1;
-    let mut target_layers = Vec::new();
-    for &id in &dcfg.target_layer_ids {
-        if id >= last {
-            return Err(refuse(
-                "dflash_config.target_layer_ids",
-                format!(
-                    "ids below the target's last layer ({last}): llama.cpp reads the input of layer id + 1, \
-                     so the output of layer {id} cannot be expressed"
-                ),
-            ));
-        }
-        target_layers.push(id as u32 + 1);
-    }
-    if dcfg.model.rope_scaling.is_some() {
-        return Err(refuse("rope_scaling", "none: the export does not write RoPE scaling keys".into()));
-    }
+    let target_layers = llama_target_layers(&dcfg, tcfg.num_layers, &cfg_path)?;
     if !tokenizer_keys(&target_file).any(|k| k == "tokenizer.ggml.tokens") {
         return Err(ModelError::File(bastion_formats::FormatError::Format {
             path: target.to_path_buf(),
@@ -299,6 +276,38 @@ pub fn export_drafter_gguf(drafter_dir: &Path, target: &Path, out: &Path, dtype:
     let bytes = w.to_bytes().len();
     w.write()?;
     Ok(GgufExport { path: out.to_path_buf(), tensors: names.len(), target_layers, bytes })
+}
+
+/// The drafter's target layers as llama.cpp's `dflash.target_layers` counts
+/// them (the input of layer id + 1), after checking what the export can
+/// express: no id at the target's last layer (of `num_target_layers`), no
+/// RoPE scaling.
+fn llama_target_layers(dcfg: &DrafterConfig, num_target_layers: usize, cfg_path: &Path) -> Result<Vec<u32>> {
+    let refuse = |field: &str, expected: String| {
+        ModelError::File(bastion_formats::FormatError::Config {
+            path: cfg_path.to_path_buf(),
+            field: field.to_string(),
+            expected,
+        })
+    };
+    let last = num_target_layers - 1;
+    let mut ids = Vec::new();
+    for &id in &dcfg.target_layer_ids {
+        if id >= last {
+            return Err(refuse(
+                "dflash_config.target_layer_ids",
+                format!(
+                    "ids below the target's last layer ({last}): llama.cpp reads the input of layer id + 1, \
+                     so the output of layer {id} cannot be expressed"
+                ),
+            ));
+        }
+        ids.push(id as u32 + 1);
+    }
+    if dcfg.model.rope_scaling.is_some() {
+        return Err(refuse("rope_scaling", "none: the export does not write RoPE scaling keys".into()));
+    }
+    Ok(ids)
 }
 
 /// The target's tokenizer entries (`tokenizer.*`).

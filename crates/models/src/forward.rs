@@ -10,11 +10,11 @@ use burn::tensor::{Device, Tensor};
 
 use bastion_kernels::cpu::rows::HostRope;
 
+use crate::device_weights::{Linear, NormWeight};
 use crate::error::{ModelError, Result};
 use crate::inference_layer::{HostLayer, HostRows};
 use crate::kv::{KvCache, Pass, SessionCache, Visibility};
 use crate::layer::{layer_deferred, layer_input, layer_key_values, BurnLayer, LayerExec, LayerShape};
-use crate::linear::{Linear, NormWeight};
 use crate::model::{host, rms_norm, rope_tables, ForwardOutput, Layer, Model};
 use crate::output::Output;
 
@@ -274,7 +274,7 @@ impl Exec for BurnExec<'_> {
         let t = normed.dims()[0];
         let last = if rows == t { normed } else { normed.narrow(0, t - rows, rows) };
         // Logits larger than one device buffer are computed in row parts.
-        let per = crate::linear::rows_per_part(m.cfg.vocab_size, m.max_buffer_bytes);
+        let per = crate::device_weights::rows_per_part(m.cfg.vocab_size, m.max_buffer_bytes);
         let logits = if rows <= per {
             vec![m.lm_head(last)]
         } else {

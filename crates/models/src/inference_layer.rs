@@ -10,9 +10,9 @@ use std::rc::Rc;
 use burn::tensor::{Device, Tensor};
 
 use crate::config::{Arch, ModelConfig};
+use crate::device_weights::{Linear, NormWeight};
 use crate::error::Result;
 use crate::layer::{LayerExec, LayerShape, LayerWeights, Norm, Proj};
-use crate::linear::{Linear, NormWeight};
 use crate::weights::WeightSource;
 use bastion_kernels::cpu::rows::{add_into, rms_norm_rows, silu_mul, split_heads, HostRope};
 use bastion_kernels::WeightDtype;

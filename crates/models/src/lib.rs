@@ -20,11 +20,11 @@ pub mod drafter_gguf;
 pub mod error;
 pub use bastion_formats::gguf;
 pub use bastion_formats::gguf_write;
+mod device_weights;
 mod forward;
 mod inference_layer;
 mod kv;
 pub mod layer;
-mod linear;
 pub mod loader;
 pub mod model;
 pub mod output;
@@ -45,6 +45,7 @@ pub use bastion_kernels::{kernel_available, TreeAttentionMode};
 pub use bastion_kernels::{measure_peak, LaunchCount, Launches, PeakMeasurement, PeakOptions};
 pub use chat::{ChatTemplate, Message};
 pub use config::{Arch, Llama3Scaling, ModelConfig};
+pub use device_weights::MAX_BUFFER_BYTES;
 pub use draft_vocab::{DraftVocabFile, DRAFT_VOCAB_FILE};
 pub use drafter::{build_target_layer_ids, context_features, draft_vocab_path, DraftSession, Drafter, DrafterConfig};
 pub use drafter_gguf::{
@@ -53,7 +54,6 @@ pub use drafter_gguf::{
 pub use error::{ModelError, Result};
 pub use gguf::{GgufFile, GgufValue};
 pub use layer::{decoder_layer, key_values, LayerShape, LayerWeights, Proj};
-pub use linear::MAX_BUFFER_BYTES;
 pub use loader::{
     load_config, load_gguf, load_gguf_as, load_gguf_with, load_layer_weights, load_model, load_model_as,
     load_model_with, load_random_model_as, load_random_model_with, load_tokenizer,

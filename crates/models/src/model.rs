@@ -7,10 +7,10 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 use bastion_kernels::TreeAttentionMode;
 
 use crate::config::ModelConfig;
+pub(crate) use crate::device_weights::Linear;
+use crate::device_weights::{runs_on_host, NormWeight, MAX_BUFFER_BYTES};
 use crate::error::{ModelError, Result};
 pub(crate) use crate::inference_layer::Layer;
-pub(crate) use crate::linear::Linear;
-use crate::linear::{runs_on_host, NormWeight, MAX_BUFFER_BYTES};
 use crate::weights::{HostTensor, WeightSource};
 use bastion_kernels::cpu::rows::HostRope;
 use bastion_kernels::WeightDtype;
@@ -109,7 +109,7 @@ impl Model {
     /// head) in `dtype`: on `flex` stored as `dtype` and widened in
     /// registers (a bf16 model reads half the bytes per step); on a GPU
     /// backend stored and multiplied as f16 / bf16 where the device has
-    /// the type (`linear::device_half`), the activations cast to it for
+    /// the type (`device_weights::device_half`), the activations cast to it for
     /// each product and back to f32 after. Embeddings, norms, activations
     /// between products, the KV cache and every sum stay f32. The same
     /// `dtype` goes to a drafter loaded for this target.
@@ -150,7 +150,7 @@ impl Model {
         } else {
             Linear::new(src.require("lm_head.weight", &[v, h])?, device, dtype, max_bytes)
         };
-        let per = crate::linear::rows_per_part(h, max_bytes);
+        let per = crate::device_weights::rows_per_part(h, max_bytes);
         let embed = if v <= per {
             vec![Tensor::from_data(TensorData::new(embed_host.data, [v, h]), device)]
         } else {
@@ -255,7 +255,7 @@ impl Model {
             return Ok(self.embed[0].clone().select(0, index(ids.iter().map(|&t| t as i64).collect())));
         }
         // A split table: gather from each part, then put the rows back in `ids` order.
-        let per = crate::linear::rows_per_part(self.cfg.hidden_size, self.max_buffer_bytes);
+        let per = crate::device_weights::rows_per_part(self.cfg.hidden_size, self.max_buffer_bytes);
         let mut gathered = Vec::new();
         let mut order = vec![0i64; ids.len()];
         let mut next = 0;

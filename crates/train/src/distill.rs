@@ -202,6 +202,20 @@ pub fn distill(
     Ok(written)
 }
 
+/// The length of the head all `prompts` share (a chat template's system
+/// turn), leaving at least one token to each prompt (its last row gives the
+/// first response token); 0 without prompts. Prefilled once and forked, it
+/// gives the same bits as prefilling each prompt whole.
+pub(crate) fn shared_head(prompts: &[&[u32]]) -> usize {
+    match (prompts.first(), prompts.iter().map(|p| p.len()).min()) {
+        (Some(first), Some(shortest)) => {
+            let lcp = prompts.iter().map(|p| first.iter().zip(p.iter()).take_while(|(a, b)| a == b).count()).min();
+            lcp.unwrap_or(0).min(shortest.saturating_sub(1))
+        }
+        _ => 0,
+    }
+}
+
 /// [`distill`] with many prompts in flight: up to `batch` sequences are
 /// decoded together, one token each per forward of the target
 /// ([`bastion_models::Model::decode_batch`]; on `flex` the weights are read
@@ -243,13 +257,7 @@ pub fn distill_batched(
     // turn), prefilled once; each prompt forks it and prefills the rest
     // (the same bits as prefilling it whole). At least one token is left
     // to each prompt: its last row gives the first response token.
-    let shared = match (todo_ids.first(), todo_ids.iter().map(|p| p.len()).min()) {
-        (Some(first), Some(shortest)) => {
-            let lcp = todo_ids.iter().map(|p| first.iter().zip(p.iter()).take_while(|(a, b)| a == b).count()).min();
-            lcp.unwrap_or(0).min(shortest.saturating_sub(1))
-        }
-        _ => 0,
-    };
+    let shared = shared_head(&todo_ids);
     let base = match shared {
         0 => None,
         n => {

@@ -13,6 +13,7 @@
 mod best;
 mod checkpoint;
 mod distill;
+mod drafter_run;
 mod error;
 mod events;
 mod features;
@@ -26,6 +27,7 @@ mod shard;
 mod trainer;
 
 pub use distill::{chat_jobs, distill, distill_batched, DistillJob, DistillRecord, DistillStore};
+pub use drafter_run::{train_drafter, DrafterRun, RunNote, RunSummary};
 pub use error::{Result, TrainError};
 pub use features::FeatureFile;
 pub use params::{DraftLayerParams, DraftParams, StoreDtype};

@@ -364,25 +364,7 @@ pub fn self_instruct(
                 tokenizer.encode(&domain.instruction(topic, opening), true)
             })
             .collect::<std::result::Result<_, _>>()?;
-        // The instruction's shared head (chat template, first sentence) is
-        // prefilled once per batch and forked.
-        let shortest = prompts.iter().map(Vec::len).min().unwrap_or(0);
-        let shared = prompts
-            .iter()
-            .map(|p| p.iter().zip(&prompts[0]).take_while(|(a, b)| a == b).count())
-            .min()
-            .unwrap_or(0)
-            .min(shortest.saturating_sub(1));
-        let mut base = model.session();
-        if shared > 0 {
-            base.prefill(&prompts[0][..shared], &[])?;
-        }
-        let mut sessions = Vec::with_capacity(ids.len());
-        for (b, prompt) in prompts.iter().enumerate() {
-            let mut session = base.fork()?;
-            outs[b].push(samplers[b].sample_output_row(&session.prefill(&prompt[shared..], &[])?, 0)?);
-            sessions.push(session);
-        }
+        let sessions = start_batch(model, &prompts, &mut samplers, &mut outs)?;
         // A one-line request ends at its line's end; a function header with
         // the end of its docstring (or a blank line before one).
         let finished = |b: usize, out: &[u32]| -> Result<bool> {
@@ -441,6 +423,30 @@ pub fn self_instruct(
         on_candidate(kept.len(), next);
     }
     Ok(kept)
+}
+
+/// Sessions of a batch of `prompts`, each with its first sampled token in
+/// `outs`: the prompts' shared head (chat template, first sentence) is
+/// prefilled once and forked.
+fn start_batch<'m>(
+    model: &'m bastion_models::Model,
+    prompts: &[Vec<u32>],
+    samplers: &mut [Sampler],
+    outs: &mut [Vec<u32>],
+) -> Result<Vec<bastion_models::Session<'m>>> {
+    let heads: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
+    let shared = crate::distill::shared_head(&heads);
+    let mut base = model.session();
+    if shared > 0 {
+        base.prefill(&prompts[0][..shared], &[])?;
+    }
+    let mut sessions = Vec::with_capacity(prompts.len());
+    for (b, prompt) in prompts.iter().enumerate() {
+        let mut session = base.fork()?;
+        outs[b].push(samplers[b].sample_output_row(&session.prefill(&prompt[shared..], &[])?, 0)?);
+        sessions.push(session);
+    }
+    Ok(sessions)
 }
 
 /// Writes `prompts` as JSON lines to `path` (through a temporary file

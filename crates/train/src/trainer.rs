@@ -15,7 +15,7 @@ use bastion_models::{context_features, DrafterConfig, Model, ModelConfig};
 use std::time::Instant;
 
 use burn::module::Module;
-use burn::optim::{AdamConfig, GradientsAccumulator};
+use burn::optim::{AdamConfig, GradientsAccumulator, ModuleOptimizer};
 use burn::tensor::{Int, Tensor, TensorData};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -245,6 +245,47 @@ impl TrainingData {
         })
     }
 
+    /// Which tokens of a `vocab`-sized vocabulary the training responses
+    /// hold (the targets of every prediction).
+    fn observed_tokens(&self, vocab: usize) -> Vec<bool> {
+        let mut observed = vec![false; vocab];
+        for (tokens, prompt_len) in &self.seqs {
+            for &t in &tokens[*prompt_len..] {
+                observed[t as usize] = true;
+            }
+        }
+        observed
+    }
+
+    /// One step's sequences and anchors: `cfg.sequences_per_step` sequences,
+    /// `cfg.anchors_per_sequence` anchors each, in the response and with at
+    /// least one target token after them.
+    fn draw(&self, cfg: &TrainConfig, rng: &mut ChaCha8Rng) -> Vec<(usize, Vec<usize>)> {
+        (0..cfg.sequences_per_step)
+            .map(|_| {
+                let i = rng.random_range(0..self.seqs.len());
+                let (ids, prompt_len) = &self.seqs[i];
+                (i, (0..cfg.anchors_per_sequence).map(|_| rng.random_range(*prompt_len..ids.len() - 1)).collect())
+            })
+            .collect()
+    }
+
+    /// Σ w over a step's predictions (the loss's normaliser) and their count:
+    /// slots `1..B` of each anchor's block that have a target.
+    fn step_weight(&self, seqs: &[(usize, Vec<usize>)], slot_weight: &[f32]) -> (f32, u64) {
+        let (mut weight, mut predicted) = (0.0f32, 0u64);
+        for (i, anchors) in seqs {
+            let n = self.seqs[*i].0.len();
+            for &a in anchors {
+                for w in &slot_weight[..slot_weight.len().min(n - a - 1)] {
+                    weight += w;
+                    predicted += 1;
+                }
+            }
+        }
+        (weight, predicted)
+    }
+
     /// The target's top-k at the first `rows` positions of sequence `i`
     /// (`(ids, log-probabilities)`, `[rows, k]`).
     pub(crate) fn top_k(&self, i: usize, rows: usize, k: usize) -> Result<(Vec<u32>, Vec<f32>)> {
@@ -387,33 +428,12 @@ pub fn train(
     let device = target.device().clone().autodiff();
     let embed = target.embedding_table();
     let lm_head = target.lm_head_weight().autodiff();
-    let mut params = DraftParams::init(&cfg.drafter, cfg.seed, &device);
-    if cfg.norm_from_target {
-        params.set_final_norm(target.final_norm_weight().autodiff());
-    }
-    if opts.warm_start.len() != cfg.warm_start_layers.len() {
-        return Err(TrainError::Usage(format!(
-            "warm start from target layers {:?} needs their weights ({} given)",
-            cfg.warm_start_layers,
-            opts.warm_start.len()
-        )));
-    }
-    for (layer, tensors) in opts.warm_start.iter().enumerate() {
-        params.warm_start_layer(layer, tensors)?;
-    }
+    let mut params = init_params(target, cfg, opts, &device)?;
     let mut optim = AdamConfig::new().init();
     let (mut first, mut tokens) = (0usize, 0u64);
     let ckpt = opts.checkpoint_dir.as_deref();
     let data = format!("train {}; held out {}", data_fingerprint(records), data_fingerprint(&opts.held_out));
-    if let (Some(dir), false) = (ckpt, opts.resume) {
-        let latest = dir.join("latest");
-        if latest.exists() {
-            return Err(TrainError::Usage(format!(
-                "{}: the checkpoint folder already holds a run; resume it, or choose another checkpoint folder",
-                latest.display()
-            )));
-        }
-    }
+    refuse_an_occupied_folder(ckpt, opts.resume)?;
     if let (Some(dir), true) = (ckpt, opts.resume) {
         // With `grow`, a checkpoint trained on the first N of these records (and the same
         // held-out ones) goes on over all of them.
@@ -440,80 +460,26 @@ pub fn train(
     let held_out = HeldOutSet::new(target, &cfg.drafter, &opts.held_out)?;
     let b = cfg.drafter.block_size;
     let width = cfg.drafter.target_layer_ids.len() * target.config().hidden_size;
+    // DFlash's loss decay: slot k of the block weighs exp(−(k−1)/γ).
     let slot_weight: Vec<f32> = (1..b)
         .map(|k| if cfg.loss_decay > 0.0 { (-((k - 1) as f64) / cfg.loss_decay).exp() as f32 } else { 1.0 })
         .collect();
-    let vocab = target.config().vocab_size;
-    // Tokens of the training responses (the targets of every prediction).
-    let mut observed = vec![false; vocab];
-    for (tokens, prompt_len) in &train_data.seqs {
-        for &t in &tokens[*prompt_len..] {
-            observed[t as usize] = true;
-        }
-    }
+    let observed = train_data.observed_tokens(target.config().vocab_size);
     for step in first..cfg.steps {
         let lr = schedule(cfg, step);
         // Anchors depend on (seed, step) only: resuming takes the same steps.
         let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x5eed);
         rng.set_stream(step as u64);
-        // This step's sequences and anchors (in the response, each with at least one target token).
-        let draw = |rng: &mut ChaCha8Rng| -> Vec<(usize, Vec<usize>)> {
-            (0..cfg.sequences_per_step)
-                .map(|_| {
-                    let i = rng.random_range(0..train_data.seqs.len());
-                    let (ids, prompt_len) = &train_data.seqs[i];
-                    (i, (0..cfg.anchors_per_sequence).map(|_| rng.random_range(*prompt_len..ids.len() - 1)).collect())
-                })
-                .collect()
-        };
+        let draw = |rng: &mut ChaCha8Rng| train_data.draw(cfg, rng);
         // The data-wide column set draws its random columns before the sequences (the order
         // of every run before the step scope existed); the step's own set after them.
         let mut drawn = if cfg.step_vocab { Some(draw(&mut rng)) } else { None };
         // The softmax's columns this step, and each token's column.
-        let (head, column): (Tensor<2>, Vec<u32>) = match cfg.sampled_vocab {
-            None => (lm_head.clone(), (0..vocab as u32).collect()),
-            Some(k) => {
-                let mut keep = match &drawn {
-                    None => observed.clone(),
-                    Some(seqs) => {
-                        step_targets(seqs.iter().map(|(i, a)| (&train_data.seqs[*i].0[..], &a[..])), b, vocab)
-                    }
-                };
-                // The target's top-k at every drafted slot of the step (soft targets need
-                // their columns; validate() makes soft targets use the step's scope).
-                if let (Some(seqs), Some(soft)) = (&drawn, cfg.soft_targets) {
-                    for (i, anchors) in seqs {
-                        let n = train_data.seqs[*i].0.len();
-                        let rows = soft_rows(anchors, b, n);
-                        for id in train_data.top_k(*i, rows, soft.top_k)?.0 {
-                            keep[id as usize] = true;
-                        }
-                    }
-                }
-                for _ in 0..k {
-                    keep[rng.random_range(0..vocab)] = true;
-                }
-                let cols: Vec<i64> = (0..vocab as i64).filter(|&v| keep[v as usize]).collect();
-                let mut column = vec![u32::MAX; vocab];
-                for (i, &v) in cols.iter().enumerate() {
-                    column[v as usize] = i as u32;
-                }
-                let n = cols.len();
-                (lm_head.clone().select(1, Tensor::<1, Int>::from_data(TensorData::new(cols, [n]), &device)), column)
-            }
-        };
+        let (head, column) = step_columns(cfg, &lm_head, &observed, drawn.as_deref(), &train_data, &mut rng)?;
         let seqs = drawn.take().unwrap_or_else(|| draw(&mut rng));
         // The loss's normaliser Σ w over the whole step, known before any forward.
-        let mut step_weight = 0.0f32;
-        for (i, anchors) in &seqs {
-            let n = train_data.seqs[*i].0.len();
-            for &a in anchors {
-                for j in 1..b.min(n - a) {
-                    step_weight += slot_weight[j - 1];
-                    tokens += 1;
-                }
-            }
-        }
+        let (step_weight, predicted) = train_data.step_weight(&seqs, &slot_weight);
+        tokens += predicted;
         let shared = ShardInputs {
             cfg,
             data: &train_data,
@@ -524,71 +490,203 @@ pub fn train(
             slot_weight: &slot_weight,
             step_weight: step_weight.max(1e-6),
         };
-        // Data parallel: the step's sequences in SHARDS contiguous parts, each
-        // part's forward and backward a task of its own (its own autodiff graph
-        // over its own leaves of the same parameters), gradients summed in shard
-        // order, so the result does not depend on how many threads ran them.
         let started = Instant::now();
         let cpu_started = crate::events::process_cpu_seconds();
-        let per = seqs.len().div_ceil(SHARDS);
-        let parts: Vec<&[(usize, Vec<usize>)]> = seqs.chunks(per).collect();
-        let threads = opts.threads().min(parts.len());
-        // The shards are tasks of rayon's pool (one thread per core), the pool Burn's CPU
-        // kernels already split their work over: no more threads than cores.
-        let results: Vec<Result<ShardOut>> = if threads <= 1 {
-            parts.iter().map(|part| shard_step(&params, part, &shared)).collect()
-        } else {
-            use rayon::prelude::*;
-            parts.par_iter().map(|part| shard_step(&params, part, &shared)).collect()
-        };
-        let mut phases = StepPhases::default();
-        let mut value = 0.0f64;
-        let mut acc = GradientsAccumulator::<DraftParams>::new();
-        let optimizer_started = Instant::now();
-        for r in results {
-            let r = r?;
-            value += r.loss;
-            phases.add(&r.phases);
-            acc.accumulate(&params, r.grads);
-        }
+        let (value, mut phases, grads) = parallel_step(&params, &seqs, &shared, opts.threads())?;
         if !value.is_finite() {
             return Err(TrainError::Usage(format!(
                 "step {step}: the loss is {value} (learning rate {lr:.3e}); training diverged, try a lower learning rate"
             )));
         }
-        params = optim.step(lr, params, acc.grads());
-        phases.optimizer = optimizer_started.elapsed().as_secs_f64();
+        let optimizer_started = Instant::now();
+        params = optim.step(lr, params, grads);
+        phases.optimizer += optimizer_started.elapsed().as_secs_f64();
         phases.wall = started.elapsed().as_secs_f64();
         phases.cpu = crate::events::process_cpu_seconds() - cpu_started;
         let done = step + 1;
         let mut stop =
             on_event(&TrainEvent::Step(StepReport { step, loss: value, learning_rate: lr, tokens, phases })).is_break();
-        let last = done == cfg.steps;
-        let due = last || cycle_end(cfg, done) || (opts.eval_every > 0 && done % opts.eval_every == 0);
-        if !held_out.is_empty() && due {
-            let (tau, by_domain) = held_out.tau_by_domain(target, &params.valid().to_drafter(&cfg.drafter, target)?)?;
-            if let Some((dir, dtype)) = &opts.keep_best {
-                keep_if_best(dir, *dtype, &params, cfg, &data, done, tokens, tau, &by_domain)?;
-            }
-            stop |= on_event(&TrainEvent::HeldOut(HeldOutReport { steps: done, tokens, tau, by_domain })).is_break();
-        }
-        if let Some(dir) = ckpt {
-            if last || stop || (opts.checkpoint_every > 0 && done % opts.checkpoint_every == 0) {
-                let state = CheckpointState {
-                    steps: done,
-                    tokens,
-                    settings: recorded_settings(cfg),
-                    data: data.clone().into(),
-                };
-                let written = save_checkpoint(dir, &state, &params, &optim)?;
-                stop |= on_event(&TrainEvent::Checkpoint { steps: done, dir: &written }).is_break();
-            }
-        }
+        let run = RunContext { target, cfg, opts, held_out: &held_out, data: &data };
+        stop = run.after_step(done, tokens, stop, &params, &optim, &mut on_event)?;
         if stop {
             break;
         }
     }
     Ok(params)
+}
+
+/// What the end of every step reads.
+struct RunContext<'a> {
+    target: &'a Model,
+    cfg: &'a TrainConfig,
+    opts: &'a TrainOptions,
+    held_out: &'a HeldOutSet,
+    /// The data's fingerprint (checkpoints and the best drafter record it).
+    data: &'a str,
+}
+
+impl RunContext<'_> {
+    /// After step `done` (`tokens` predicted so far): the held-out τ when
+    /// due (at the end, a cycle's end, every `eval_every`), keeping the best
+    /// drafter; a checkpoint when due (at the end, every `checkpoint_every`,
+    /// or where the caller stops: `stop`, or asked now). Returns whether the
+    /// caller asked to stop.
+    fn after_step(
+        &self,
+        done: usize,
+        tokens: u64,
+        mut stop: bool,
+        params: &DraftParams,
+        optim: &ModuleOptimizer,
+        on_event: &mut impl FnMut(&TrainEvent<'_>) -> ControlFlow<()>,
+    ) -> Result<bool> {
+        let (cfg, opts, target) = (self.cfg, self.opts, self.target);
+        let last = done == cfg.steps;
+        let due = last || cycle_end(cfg, done) || (opts.eval_every > 0 && done.is_multiple_of(opts.eval_every));
+        if !self.held_out.is_empty() && due {
+            let (tau, by_domain) =
+                self.held_out.tau_by_domain(target, &params.valid().to_drafter(&cfg.drafter, target)?)?;
+            if let Some((dir, dtype)) = &opts.keep_best {
+                keep_if_best(dir, *dtype, params, cfg, self.data, done, tokens, tau, &by_domain)?;
+            }
+            stop |= on_event(&TrainEvent::HeldOut(HeldOutReport { steps: done, tokens, tau, by_domain })).is_break();
+        }
+        if let Some(dir) = opts.checkpoint_dir.as_deref() {
+            if last || stop || (opts.checkpoint_every > 0 && done.is_multiple_of(opts.checkpoint_every)) {
+                let state = CheckpointState {
+                    steps: done,
+                    tokens,
+                    settings: recorded_settings(cfg),
+                    data: self.data.to_string().into(),
+                };
+                let written = save_checkpoint(dir, &state, params, optim)?;
+                stop |= on_event(&TrainEvent::Checkpoint { steps: done, dir: &written }).is_break();
+            }
+        }
+        Ok(stop)
+    }
+}
+
+/// Refuses to start a run (not `resume`) in a checkpoint folder that holds one.
+fn refuse_an_occupied_folder(ckpt: Option<&Path>, resume: bool) -> Result<()> {
+    if let (Some(dir), false) = (ckpt, resume) {
+        let latest = dir.join("latest");
+        if latest.exists() {
+            return Err(TrainError::Usage(format!(
+                "{}: the checkpoint folder already holds a run; resume it, or choose another checkpoint folder",
+                latest.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A fresh drafter for `cfg` (seeded; its final norm from the target's with
+/// `norm_from_target`), its layers warm-started from `opts.warm_start`.
+fn init_params(
+    target: &Model,
+    cfg: &TrainConfig,
+    opts: &TrainOptions,
+    device: &burn::tensor::Device,
+) -> Result<DraftParams> {
+    let mut params = DraftParams::init(&cfg.drafter, cfg.seed, device);
+    if cfg.norm_from_target {
+        params.set_final_norm(target.final_norm_weight().autodiff());
+    }
+    if opts.warm_start.len() != cfg.warm_start_layers.len() {
+        return Err(TrainError::Usage(format!(
+            "warm start from target layers {:?} needs their weights ({} given)",
+            cfg.warm_start_layers,
+            opts.warm_start.len()
+        )));
+    }
+    for (layer, tensors) in opts.warm_start.iter().enumerate() {
+        params.warm_start_layer(layer, tensors)?;
+    }
+    Ok(params)
+}
+
+/// The LM head's columns of one step `[H, V']` and each token's column
+/// (`u32::MAX` when left out): the whole vocabulary, or with
+/// `sampled_vocab = k` the data's tokens (`observed`) or the step's own
+/// targets (`drawn`) and, with soft targets, the target's top-k at the step's
+/// slots, plus k random ones.
+fn step_columns(
+    cfg: &TrainConfig,
+    lm_head: &Tensor<2>,
+    observed: &[bool],
+    drawn: Option<&[(usize, Vec<usize>)]>,
+    train_data: &TrainingData,
+    rng: &mut ChaCha8Rng,
+) -> Result<(Tensor<2>, Vec<u32>)> {
+    let (b, vocab) = (cfg.drafter.block_size, observed.len());
+    Ok(match cfg.sampled_vocab {
+        None => (lm_head.clone(), (0..vocab as u32).collect()),
+        Some(k) => {
+            let mut keep = match &drawn {
+                None => observed.to_vec(),
+                Some(seqs) => step_targets(seqs.iter().map(|(i, a)| (&train_data.seqs[*i].0[..], &a[..])), b, vocab),
+            };
+            // The target's top-k at every drafted slot of the step (soft targets need
+            // their columns; validate() makes soft targets use the step's scope).
+            if let (Some(seqs), Some(soft)) = (&drawn, cfg.soft_targets) {
+                for (i, anchors) in seqs.iter() {
+                    let n = train_data.seqs[*i].0.len();
+                    let rows = soft_rows(anchors, b, n);
+                    for id in train_data.top_k(*i, rows, soft.top_k)?.0 {
+                        keep[id as usize] = true;
+                    }
+                }
+            }
+            for _ in 0..k {
+                keep[rng.random_range(0..vocab)] = true;
+            }
+            let cols: Vec<i64> = (0..vocab as i64).filter(|&v| keep[v as usize]).collect();
+            let mut column = vec![u32::MAX; vocab];
+            for (i, &v) in cols.iter().enumerate() {
+                column[v as usize] = i as u32;
+            }
+            let n = cols.len();
+            let ids = Tensor::<1, Int>::from_data(TensorData::new(cols, [n]), &lm_head.device());
+            (lm_head.clone().select(1, ids), column)
+        }
+    })
+}
+
+/// One step's forward and backward, data parallel: the sequences `seqs` in
+/// [`SHARDS`] contiguous parts, each part a task of its own (its own autodiff
+/// graph over its own leaves of the same parameters), losses and gradients
+/// summed in shard order, so the result does not depend on `threads`.
+fn parallel_step(
+    params: &DraftParams,
+    seqs: &[(usize, Vec<usize>)],
+    shared: &ShardInputs<'_>,
+    threads: usize,
+) -> Result<(f64, StepPhases, burn::optim::GradientsParams)> {
+    let per = seqs.len().div_ceil(SHARDS);
+    let parts: Vec<&[(usize, Vec<usize>)]> = seqs.chunks(per).collect();
+    let threads = threads.min(parts.len());
+    // The shards are tasks of rayon's pool (one thread per core), the pool Burn's CPU
+    // kernels already split their work over: no more threads than cores.
+    let results: Vec<Result<ShardOut>> = if threads <= 1 {
+        parts.iter().map(|part| shard_step(params, part, shared)).collect()
+    } else {
+        use rayon::prelude::*;
+        parts.par_iter().map(|part| shard_step(params, part, shared)).collect()
+    };
+    let mut phases = StepPhases::default();
+    let mut value = 0.0f64;
+    let mut acc = GradientsAccumulator::<DraftParams>::new();
+    let optimizer_started = Instant::now();
+    for r in results {
+        let r = r?;
+        value += r.loss;
+        phases.add(&r.phases);
+        acc.accumulate(params, r.grads);
+    }
+    // The optimiser phase: the gradients' sum here, the update by the caller.
+    phases.optimizer = optimizer_started.elapsed().as_secs_f64();
+    Ok((value, phases, acc.grads()))
 }
 
 /// The tokens a step predicts, as a vocabulary mask: for each drawn

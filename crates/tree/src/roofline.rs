@@ -313,6 +313,25 @@ pub fn fit_calibration(samples: &[VerifySample], model: &RooflineModel, sigma_sc
     let sse =
         |k: &[f64; 4]| -> f64 { raw.iter().zip(&y).zip(&w).map(|((&t, y), w)| w * (y - predict(k, t)).powi(2)).sum() };
 
+    let seeds = split_seeds(&raw, &y, &w, &sse);
+    let best = refine_seeds(&raw, &y, &w, seeds, &sse);
+    let (e, k) =
+        best.ok_or_else(|| TreeError::Fit("the calibration QP failed from every starting assignment".into()))?;
+    let calibration = RooflineCalibration {
+        alpha_c: k[0].max(0.0),
+        beta_c: k[1].max(0.0) * unit,
+        alpha_m: k[2].max(0.0),
+        beta_m: k[3].max(0.0) * unit,
+    };
+    let total_w: f64 = w.iter().sum();
+    Ok(CalibrationFit { calibration, weighted_mse: e * unit * unit / total_w })
+}
+
+/// The starting assignments (`true`: compute-bound) of
+/// [`fit_calibration`]'s alternation: line splits of the `(T_comp, T_mem)`
+/// plane, the 8 best after the cheap descent, the 8 best before it, and
+/// every split leaving a branch with at most 4 samples.
+fn split_seeds(raw: &[(f64, f64)], y: &[f64], w: &[f64], sse: &dyn Fn(&[f64; 4]) -> f64) -> Vec<Vec<bool>> {
     // Candidate assignments: the branch boundary α_c·T_c − α_m·T_m = β_m − β_c
     // is a line in the (T_c, T_m) plane, so enumerate line splits: 48 normal
     // directions spanning the fourth quadrant, every threshold along each.
@@ -369,9 +388,22 @@ pub fn fit_calibration(samples: &[VerifySample], model: &RooflineModel, sigma_sc
         list.dedup_by(|a, b| a.1 == b.1);
         list.truncate(8);
     }
+    seeds.into_iter().chain(first).map(|(_, a)| a).chain(few).collect()
+}
+
+/// The exact alternation from each seed (a constrained QP per assignment,
+/// samples re-assigned until stable); the lowest weighted error and its
+/// `[α_c, β_c, α_m, β_m]`, or `None` when the QP failed from every seed.
+fn refine_seeds(
+    raw: &[(f64, f64)],
+    y: &[f64],
+    w: &[f64],
+    seeds: Vec<Vec<bool>>,
+    sse: &dyn Fn(&[f64; 4]) -> f64,
+) -> Option<(f64, [f64; 4])> {
     let mut best: Option<(f64, [f64; 4])> = None;
     let mut visited = std::collections::HashSet::new();
-    for mut compute_bound in seeds.into_iter().chain(first).map(|(_, a)| a).chain(few) {
+    for mut compute_bound in seeds {
         let mut k = None;
         for _ in 0..100 {
             // An assignment seen before leads where it led then.
@@ -379,7 +411,7 @@ pub fn fit_calibration(samples: &[VerifySample], model: &RooflineModel, sigma_sc
                 break;
             }
             // A seed whose QP fails is dropped; only all seeds failing is an error.
-            let Ok(fit) = fit_with_assignment(&raw, &y, &w, &compute_bound) else { break };
+            let Ok(fit) = fit_with_assignment(raw, y, w, &compute_bound) else { break };
             k = Some(fit);
             let next: Vec<bool> = raw.iter().map(|&(tc, tm)| fit[0] * tc + fit[1] > fit[2] * tm + fit[3]).collect();
             if next == compute_bound {
@@ -394,16 +426,7 @@ pub fn fit_calibration(samples: &[VerifySample], model: &RooflineModel, sigma_sc
             }
         }
     }
-    let (e, k) =
-        best.ok_or_else(|| TreeError::Fit("the calibration QP failed from every starting assignment".into()))?;
-    let calibration = RooflineCalibration {
-        alpha_c: k[0].max(0.0),
-        beta_c: k[1].max(0.0) * unit,
-        alpha_m: k[2].max(0.0),
-        beta_m: k[3].max(0.0) * unit,
-    };
-    let total_w: f64 = w.iter().sum();
-    Ok(CalibrationFit { calibration, weighted_mse: e * unit * unit / total_w })
+    best
 }
 
 /// Weighted least squares `y ≈ α·x + β` with `α, β ≥ 0`, exactly: the

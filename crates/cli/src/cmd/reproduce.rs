@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use bastion_decode::{ProfileOptions, DEFAULT_CALIBRATION_DIR};
+use bastion_decode::{Calibration, CalibrationSource, ProfileOptions, DEFAULT_CALIBRATION_DIR};
 use bastion_eval::reference::{parse_markdown, reference_path, Comparison, Reference};
 use bastion_eval::Shard;
 
@@ -45,9 +45,16 @@ pub fn run(a: Args) -> Result {
         let source = pair.calibration_source(false, Path::new(DEFAULT_CALIBRATION_DIR));
         let path = source.path(&pair.target, exp.backend, pair.dtype, pair.draft_vocab);
         calibrations.push(path.display().to_string());
-        if !path.is_file() {
+        // This machine's calibration of another drafter (or draft vocabulary) is measured
+        // again; a file the experiment names is never overwritten (loading it names the
+        // mismatch).
+        let fits = |c: Calibration| c.measured_with(&pair.drafter, pair.draft_vocab);
+        let own = matches!(source, CalibrationSource::Default(_));
+        let stale = own && path.is_file() && !Calibration::load(&path).and_then(fits)?;
+        if !path.is_file() || stale {
             calibrated_now = true;
-            eprintln!("no calibration of this machine for {}: running `bastion profile` first", pair.name);
+            let why = if stale { "was measured with another drafter" } else { "is missing" };
+            eprintln!("{} {why}: running `bastion profile` for {} first", path.display(), pair.name);
             let target = TargetArgs {
                 model: pair.target.clone(),
                 backend: exp.backend,
@@ -75,8 +82,11 @@ pub fn run(a: Args) -> Result {
         }),
     };
     let out = if a.update_reference { reference_dir } else { opts.results_dir.as_path() };
-    let settings = tables::headings_of(&exp);
-    let t = tables::write_tables(&exp.name, &opts.results_dir, out, Path::new(tables::DEFAULT_TEMPLATES), &settings)?;
+    let settings = bastion_eval::provenance::headings_of(&exp);
+    let templates = Path::new(bastion_eval::report::DEFAULT_TEMPLATES);
+    let report = bastion_eval::report::write_tables(&exp.name, &opts.results_dir, out, templates, &settings)?;
+    tables::print_report(&report);
+    let t = report.tables;
     Reference::of_tables(&t, calibrations.clone()).write(&reference_path(out, &exp.name))?;
     match committed {
         Some((path, r)) => {

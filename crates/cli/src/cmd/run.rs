@@ -4,8 +4,9 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use bastion_decode::{Method, DEFAULT_CALIBRATION_DIR};
-use bastion_eval::{Experiment, RunEvent, RunOptions, SampleRecord, Shard};
+use bastion_decode::DEFAULT_CALIBRATION_DIR;
+use bastion_eval::tally::{job_label, Tally};
+use bastion_eval::{report, Experiment, RunEvent, RunOptions, SampleRecord, Shard};
 
 use super::{progress_bar, say, tables, Result};
 
@@ -33,7 +34,7 @@ pub struct Args {
     #[arg(long, default_value = "paper_tables")]
     tables: PathBuf,
     /// The Markdown and LaTeX table templates.
-    #[arg(long, default_value = tables::DEFAULT_TEMPLATES)]
+    #[arg(long, default_value = report::DEFAULT_TEMPLATES)]
     templates: PathBuf,
     /// On a GPU backend, count the sweep's kernel launches and distinct kernels (each compiled
     /// once) and print them at the end (scripts/gpu-check.sh does; the count adds a little
@@ -46,9 +47,8 @@ pub struct Args {
 pub fn run(a: Args) -> Result {
     let exp = super::load_experiment(&a.experiment)?;
     let opts = options(&exp, &a.results, &a.datasets, a.shard)?;
-    // On a GPU backend, when asked: how many distinct kernels the sweep launched (each one
-    // compiled, and for Burn's matmul tuned, on first use), so a sweep whose tree sizes keep
-    // making new kernels shows.
+    // On a GPU backend, when asked: how many distinct kernels the sweep launched (each
+    // compiled, and Burn's matmul tuned, on first use).
     let launches = a.count_launches.then(bastion_models::LaunchCount::start);
     sweep(&exp, &opts)?;
     let launched = launches.map(bastion_models::LaunchCount::finish).unwrap_or_default();
@@ -62,7 +62,8 @@ pub fn run(a: Args) -> Result {
         );
     }
     if a.shard.count == 1 {
-        tables::write_tables(&exp.name, &opts.results_dir, &a.tables, &a.templates, &tables::headings_of(&exp))?;
+        let headings = bastion_eval::provenance::headings_of(&exp);
+        tables::print_report(&report::write_tables(&exp.name, &opts.results_dir, &a.tables, &a.templates, &headings)?);
     }
     Ok(())
 }
@@ -82,27 +83,6 @@ pub fn options(exp: &Experiment, results: &Path, datasets: &Path, shard: Shard) 
         pinned_calibration: false,
         load: super::load_options(bastion_models::WeightDtype::F32)?,
     })
-}
-
-/// Mean of `x` (NaN when empty).
-fn mean(x: &[f64]) -> f64 {
-    x.iter().sum::<f64>() / x.len() as f64
-}
-
-/// τs and TPOTs of one method's finished samples in a job (progress display).
-#[derive(Default)]
-struct Running {
-    taus: Vec<f64>,
-    tpots: Vec<f64>,
-}
-
-/// The progress label of a job: (model, dataset, T, seed).
-fn job_of(model: &str, dataset: &bastion_data::DatasetName, t: f64, seed: u64) -> String {
-    if t == 0.0 {
-        format!("{model} {dataset} T=0")
-    } else {
-        format!("{model} {dataset} T={t} seed {seed}")
-    }
 }
 
 /// Runs an experiment's samples with progress bars (the shard, and the
@@ -128,23 +108,21 @@ pub fn sweep(exp: &Experiment, opts: &RunOptions) -> Result<Vec<SampleRecord>> {
     let job_bar = multi.add(progress_bar(0, "job  {bar:30} {pos}/{len} {prefix}, eta {eta}  {msg}"));
     let mut job_sizes: HashMap<String, u64> = HashMap::new();
     let mut current_job = String::new();
-    // Per job: AR TPOTs, and per method (in first-seen order) τs and TPOTs.
-    let mut ar_tpot: HashMap<String, Vec<f64>> = HashMap::new();
-    let mut running: HashMap<String, Vec<(String, Running)>> = HashMap::new();
+    let mut tally = Tally::default();
     let records = bastion_eval::run(exp, opts, &mut |e| match e {
         RunEvent::Plan { total, done, todo } => {
             bar.set_length(total as u64);
             bar.set_position(done as u64);
             bar.reset_eta();
             for s in todo {
-                let job = job_of(&exp.models[s.model].name, &s.prompt.dataset, s.temperature, s.seed);
+                let job = job_label(&exp.models[s.model].name, &s.prompt.dataset, s.temperature, s.seed);
                 *job_sizes.entry(job).or_default() += 1;
             }
             say(&bar, format!("{total} samples in this shard, {done} already done, {} jobs to run", job_sizes.len()));
         }
         RunEvent::Model(pair) => say(&bar, format!("loading {pair}")),
         RunEvent::Start(s) => {
-            let job = job_of(&exp.models[s.model].name, &s.prompt.dataset, s.temperature, s.seed);
+            let job = job_label(&exp.models[s.model].name, &s.prompt.dataset, s.temperature, s.seed);
             if job != current_job {
                 job_bar.set_length(job_sizes.get(&job).copied().unwrap_or(0));
                 job_bar.set_position(0);
@@ -157,26 +135,11 @@ pub fn sweep(exp: &Experiment, opts: &RunOptions) -> Result<Vec<SampleRecord>> {
         RunEvent::Sample(r) => {
             bar.inc(1);
             job_bar.inc(1);
-            let job = job_of(&r.model, &r.dataset, r.temperature, r.seed);
-            if r.spec.method == Method::Ar {
-                ar_tpot.entry(job.clone()).or_default().push(r.tpot_s);
-            }
-            let methods = running.entry(job.clone()).or_default();
-            let label = r.label();
-            let at = methods.iter().position(|(m, _)| *m == label).unwrap_or_else(|| {
-                methods.push((label, Running::default()));
-                methods.len() - 1
-            });
-            methods[at].1.taus.push(r.tau);
-            methods[at].1.tpots.push(r.tpot_s);
-            let ar = ar_tpot.get(&job).map_or(f64::NAN, |v| mean(v));
-            let line = |m: &String, x: &Running| format!("{m} τ {:.2} {:.2}×", mean(&x.taus), ar / mean(&x.tpots));
+            let t = tally.add(r);
             if bar.is_hidden() {
-                let (m, x) = &methods[at];
-                eprintln!("{}/{} {job} {}", bar.position(), bar.length().unwrap_or(0), line(m, x));
+                eprintln!("{}/{} {} {}", bar.position(), bar.length().unwrap_or(0), t.job, t.method);
             }
-            let summary: Vec<String> = methods.iter().filter(|(m, _)| m != "ar").map(|(m, x)| line(m, x)).collect();
-            job_bar.set_message(summary.join(" | "));
+            job_bar.set_message(t.job_summary);
         }
     })?;
     job_bar.finish_and_clear();

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use bastion_data::DatasetName;
 use bastion_decode::{BastionRule, MethodSpec};
+use bastion_eval::provenance::headings_of;
 use bastion_eval::{plan, DraftBastion, DraftDatasets, DraftModel, Experiment, ExperimentDraft, SampleRecord, Shard};
 
 use super::{create_dir, run, tables, CostArgs, PairArgs, Result};
@@ -30,8 +31,8 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', default_value = "gsm8k,math500,humaneval,mt-bench")]
     sets: Vec<DatasetName>,
     /// Prompts per set (the papers' 128-prompt subsets, in order).
-    #[arg(long, default_value_t = 32)]
-    samples: usize,
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..))]
+    samples: u64,
     /// Stop after this many new tokens.
     #[arg(long, default_value_t = 128)]
     max_new_tokens: usize,
@@ -53,7 +54,7 @@ pub struct Args {
     #[arg(long, default_value = "results")]
     results: PathBuf,
     /// The Markdown and LaTeX table templates.
-    #[arg(long, default_value = tables::DEFAULT_TEMPLATES)]
+    #[arg(long, default_value = bastion_eval::report::DEFAULT_TEMPLATES)]
     templates: PathBuf,
 }
 
@@ -86,7 +87,7 @@ fn draft(a: &Args, drafter: &Path) -> ExperimentDraft {
         datasets: DraftDatasets {
             names: a.sets.clone(),
             subset: "paper".into(),
-            max_samples: Some(a.samples),
+            max_samples: Some(a.samples as usize),
             turns: "first".into(),
         },
         bastion: DraftBastion {
@@ -114,9 +115,6 @@ pub fn run(a: Args) -> Result {
     if !a.method.method.needs_drafter() {
         return Err(format!("--method {}: τ needs a speculative method (anything but ar)", a.method).into());
     }
-    if a.samples == 0 {
-        return Err("--samples must be ≥ 1".into());
-    }
     a.cost.check_online(a.method.method)?;
     a.cost.online().validate().map_err(|e| format!("--online-forgetting: {e}"))?;
     let drafter = a.pair.drafter.clone().ok_or("tau needs --drafter DIR|FILE.gguf")?;
@@ -139,7 +137,9 @@ pub fn run(a: Args) -> Result {
         let lines: String = records.iter().map(|r| r.to_line() + "\n").collect();
         std::fs::write(out, lines).map_err(|e| format!("{}: {e}", out.display()))?;
     }
-    tables::write_tables_of(&exp.name, &records, &dir, &dir, &a.templates, &tables::headings_of(&exp))?;
+    let headings = headings_of(&exp);
+    let report = bastion_eval::report::write_tables_of(&exp.name, &records, &dir, &dir, &a.templates, &headings)?;
+    tables::print_report(&report);
     if exp.first_turn_only && exp.datasets.contains(&DatasetName::MtBench) {
         println!("mt-bench: first turn only (the papers' MT-Bench rows run both turns)");
     }

@@ -76,90 +76,7 @@ pub fn knob_figure(table: &Table, sweeps: &[KnobSweep], path: &Path) -> Result<(
     let root = root.titled(&title, ("sans-serif", 17)).map_err(|e| err(&e))?;
     let (plots, strip) = root.split_vertically(320 * rows as u32);
     for (area, s) in plots.split_evenly((rows, cols)).iter().zip(sweeps) {
-        let numeric: Option<Vec<f64>> = s.values.iter().map(|v| v.parse::<f64>().ok()).collect();
-        let xs: Vec<f64> = numeric.clone().unwrap_or_else(|| (0..s.values.len()).map(|i| i as f64).collect());
-        let (lo, hi) = xs.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
-        let pad = ((hi - lo) * 0.08).max(0.05);
-        let y_max = s
-            .speedups
-            .iter()
-            .flatten()
-            .flatten()
-            .map(|&(v, pm)| v + if pm.is_finite() { pm } else { 0.0 })
-            .filter(|v| v.is_finite())
-            .fold(1.0f64, f64::max)
-            * 1.15;
-        let mut chart = ChartBuilder::on(area)
-            .caption(format!("{}: {}", s.variant, s.knob), ("sans-serif", 14))
-            .margin(8)
-            .x_label_area_size(32)
-            .y_label_area_size(44)
-            .build_cartesian_2d((lo - pad)..(hi + pad), 0f64..y_max)
-            .map_err(|e| err(&e))?;
-        let labels = s.values.clone();
-        let categorical = numeric.is_none();
-        // Whole-number knobs (top-k, depths, sizes) get whole-number ticks.
-        let whole = numeric.as_ref().is_some_and(|v| v.iter().all(|x| x.fract() == 0.0));
-        chart
-            .configure_mesh()
-            .light_line_style(TRANSPARENT)
-            .bold_line_style(BLACK.mix(0.1))
-            .x_desc(s.knob.as_str())
-            .y_desc("speedup vs AR")
-            .x_label_formatter(&|x| {
-                if categorical {
-                    let i = x.round();
-                    if (x - i).abs() < 1e-6 && i >= 0.0 {
-                        labels.get(i as usize).cloned().unwrap_or_default()
-                    } else {
-                        String::new()
-                    }
-                } else if whole {
-                    if (x - x.round()).abs() < 1e-6 {
-                        format!("{x:.0}")
-                    } else {
-                        String::new()
-                    }
-                } else {
-                    format!("{x:.2}")
-                }
-            })
-            .y_label_formatter(&|y| format!("{y:.2}"))
-            .draw()
-            .map_err(|e| err(&e))?;
-        chart
-            .draw_series(DashedLineSeries::new(
-                [(lo - pad, 1.0), (hi + pad, 1.0)],
-                5,
-                4,
-                BLACK.mix(0.5).stroke_width(1),
-            ))
-            .map_err(|e| err(&e))?;
-        for (d, series) in s.speedups.iter().enumerate() {
-            let color = COLORS[d % COLORS.len()];
-            let mut points: Vec<(f64, f64, f64)> = xs
-                .iter()
-                .zip(series)
-                .filter_map(|(&x, c)| c.filter(|(v, _)| v.is_finite()).map(|(v, pm)| (x, v, pm)))
-                .collect();
-            // A line from left to right whatever order the values were listed in.
-            points.sort_by(|a, b| a.0.total_cmp(&b.0));
-            chart
-                .draw_series(LineSeries::new(points.iter().map(|&(x, v, _)| (x, v)), color.stroke_width(2)))
-                .map_err(|e| err(&e))?;
-            chart
-                .draw_series(points.iter().map(|&(x, v, _)| Circle::new((x, v), 3, color.filled())))
-                .map_err(|e| err(&e))?;
-            // The interval: a vertical bar with caps a few percent of the x range wide.
-            let cap = (hi - lo + 2.0 * pad) * 0.012;
-            for &(x, v, pm) in points.iter().filter(|p| p.2.is_finite()) {
-                let (a, b) = (v - pm, v + pm);
-                let lines = [vec![(x, a), (x, b)], vec![(x - cap, a), (x + cap, a)], vec![(x - cap, b), (x + cap, b)]];
-                chart
-                    .draw_series(lines.into_iter().map(|l| PathElement::new(l, color.stroke_width(1))))
-                    .map_err(|e| err(&e))?;
-            }
-        }
+        sweep_panel(area, s, path)?;
     }
     // Legend: one swatch per dataset.
     let font = ("sans-serif", 13).into_font();
@@ -171,6 +88,96 @@ pub fn knob_figure(table: &Table, sweeps: &[KnobSweep], path: &Path) -> Result<(
         x += 40 + 8 * name.chars().count() as i32;
     }
     root.present().map_err(|e| err(&e))
+}
+
+/// One sweep's panel of [`knob_figure`]: speedup against the knob's value,
+/// a line with intervals per dataset.
+fn sweep_panel(
+    area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    s: &KnobSweep,
+    path: &Path,
+) -> Result<(), OutputError> {
+    let err = |e: &dyn std::fmt::Display| OutputError::Draw { path: path.into(), what: e.to_string() };
+    let numeric: Option<Vec<f64>> = s.values.iter().map(|v| v.parse::<f64>().ok()).collect();
+    let xs: Vec<f64> = numeric.clone().unwrap_or_else(|| (0..s.values.len()).map(|i| i as f64).collect());
+    let (lo, hi) = xs.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
+    let pad = ((hi - lo) * 0.08).max(0.05);
+    let y_max = s
+        .speedups
+        .iter()
+        .flatten()
+        .flatten()
+        .map(|&(v, pm)| v + if pm.is_finite() { pm } else { 0.0 })
+        .filter(|v| v.is_finite())
+        .fold(1.0f64, f64::max)
+        * 1.15;
+    let mut chart = ChartBuilder::on(area)
+        .caption(format!("{}: {}", s.variant, s.knob), ("sans-serif", 14))
+        .margin(8)
+        .x_label_area_size(32)
+        .y_label_area_size(44)
+        .build_cartesian_2d((lo - pad)..(hi + pad), 0f64..y_max)
+        .map_err(|e| err(&e))?;
+    let labels = s.values.clone();
+    let categorical = numeric.is_none();
+    // Whole-number knobs (top-k, depths, sizes) get whole-number ticks.
+    let whole = numeric.as_ref().is_some_and(|v| v.iter().all(|x| x.fract() == 0.0));
+    chart
+        .configure_mesh()
+        .light_line_style(TRANSPARENT)
+        .bold_line_style(BLACK.mix(0.1))
+        .x_desc(s.knob.as_str())
+        .y_desc("speedup vs AR")
+        .x_label_formatter(&|x| {
+            if categorical {
+                let i = x.round();
+                if (x - i).abs() < 1e-6 && i >= 0.0 {
+                    labels.get(i as usize).cloned().unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            } else if whole {
+                if (x - x.round()).abs() < 1e-6 {
+                    format!("{x:.0}")
+                } else {
+                    String::new()
+                }
+            } else {
+                format!("{x:.2}")
+            }
+        })
+        .y_label_formatter(&|y| format!("{y:.2}"))
+        .draw()
+        .map_err(|e| err(&e))?;
+    chart
+        .draw_series(DashedLineSeries::new([(lo - pad, 1.0), (hi + pad, 1.0)], 5, 4, BLACK.mix(0.5).stroke_width(1)))
+        .map_err(|e| err(&e))?;
+    for (d, series) in s.speedups.iter().enumerate() {
+        let color = COLORS[d % COLORS.len()];
+        let mut points: Vec<(f64, f64, f64)> = xs
+            .iter()
+            .zip(series)
+            .filter_map(|(&x, c)| c.filter(|(v, _)| v.is_finite()).map(|(v, pm)| (x, v, pm)))
+            .collect();
+        // A line from left to right whatever order the values were listed in.
+        points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        chart
+            .draw_series(LineSeries::new(points.iter().map(|&(x, v, _)| (x, v)), color.stroke_width(2)))
+            .map_err(|e| err(&e))?;
+        chart
+            .draw_series(points.iter().map(|&(x, v, _)| Circle::new((x, v), 3, color.filled())))
+            .map_err(|e| err(&e))?;
+        // The interval: a vertical bar with caps a few percent of the x range wide.
+        let cap = (hi - lo + 2.0 * pad) * 0.012;
+        for &(x, v, pm) in points.iter().filter(|p| p.2.is_finite()) {
+            let (a, b) = (v - pm, v + pm);
+            let lines = [vec![(x, a), (x, b)], vec![(x - cap, a), (x + cap, a)], vec![(x - cap, b), (x + cap, b)]];
+            chart
+                .draw_series(lines.into_iter().map(|l| PathElement::new(l, color.stroke_width(1))))
+                .map_err(|e| err(&e))?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

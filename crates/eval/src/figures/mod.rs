@@ -243,17 +243,16 @@ fn speedup_figure(table: &Table, panels: &[BudgetPanel], path: &Path) -> DrawRes
         labels.push("DDTree (fixed budget)".into());
     }
     labels.extend(methods.iter().map(|m| format!("{m} (at its mean budget)")));
-    // Legend entries: swatch + text, about 7 px per character; wrapped to the width.
+    // Legend entries wrapped to the width.
     let width = 360 * cols as u32;
-    let entry_width = |l: &String| 34 + 7 * l.chars().count() as i32;
     let mut legend_rows = 1;
     let mut x = 20;
     for l in &labels {
-        if x + entry_width(l) > width as i32 && x > 20 {
+        if x + legend_entry_width(l) > width as i32 && x > 20 {
             legend_rows += 1;
             x = 20;
         }
-        x += entry_width(l);
+        x += legend_entry_width(l);
     }
     let strip_height = 16 + 22 * legend_rows;
     let height = 300 * rows as u32 + 40 + strip_height;
@@ -263,70 +262,108 @@ fn speedup_figure(table: &Table, panels: &[BudgetPanel], path: &Path) -> DrawRes
         .titled(&format!("Speedup vs budget: {}, T = {}", table.model, table.temperature), ("sans-serif", 18))
         .map_err(|e| err(&e))?;
     let (plots, strip) = root.split_vertically(300 * rows as u32);
-    let blue = method_color("ddtree");
-    let gray = BLACK.mix(0.5);
-    // Budgets on a log2 axis from 1 up (x = log2(budget), labelled 1, 2, 4, …) and
-    // linear below it, so that a mean budget of 0 (every round skipped) sits at x = -1,
-    // labelled 0, and 0.5 halfway to 1.
-    let lg = |b: f64| if b < 1.0 { b.max(0.0) - 1.0 } else { b.log2() };
     for (area, panel) in plots.split_evenly((rows, cols)).iter().zip(panels) {
-        let xs = panel.ddtree.iter().map(|&(b, _)| f64::from(b)).chain(panel.others.iter().map(|o| o.budget));
-        let ys = panel.ddtree.iter().map(|&(_, s)| s).chain(panel.others.iter().map(|o| o.speedup));
-        let xs: Vec<f64> = xs.collect();
-        let x_lo = lg(xs.iter().copied().fold(1.0f64, f64::min)) - 0.5;
-        let x_hi = lg(xs.iter().copied().fold(2.0f64, f64::max)) + 0.6;
-        let tops = panel.ddtree_pm.iter().chain(panel.others.iter().map(|o| &o.speedup_pm)).map(|pm| pm.max(0.0));
-        let y_max = ys.zip(tops).map(|(y, pm)| if pm.is_finite() { y + pm } else { y }).fold(1.0f64, f64::max) * 1.12;
-        let mut chart = ChartBuilder::on(area)
-            .caption(&panel.dataset, ("sans-serif", 15))
-            .margin(8)
-            .x_label_area_size(32)
-            .y_label_area_size(44)
-            .build_cartesian_2d(x_lo..x_hi, 0f64..y_max)
-            .map_err(|e| err(&e))?;
-        chart
-            .configure_mesh()
-            .light_line_style(TRANSPARENT)
-            .bold_line_style(BLACK.mix(0.1))
-            .x_labels(12)
-            .x_desc("budget (drafted nodes per round)")
-            .y_desc("speedup vs AR")
-            // Whole x: -1 is budget 0, then the powers of two.
-            .x_label_formatter(&|x| {
-                if (x - x.round()).abs() >= 1e-6 || x.round() < -1.0 {
-                    String::new()
-                } else if x.round() < 0.0 {
-                    "0".to_string()
-                } else {
-                    format!("{}", 2f64.powf(x.round()))
-                }
-            })
-            .y_label_formatter(&|y| format!("{y:.1}"))
-            .draw()
-            .map_err(|e| err(&e))?;
-        chart
-            .draw_series(DashedLineSeries::new([(x_lo, 1.0), (x_hi, 1.0)], 5, 4, gray.stroke_width(1)))
-            .map_err(|e| err(&e))?;
-        let grid_points: Vec<(f64, f64)> = panel.ddtree.iter().map(|&(b, s)| (lg(f64::from(b)), s)).collect();
-        chart.draw_series(LineSeries::new(grid_points.iter().copied(), blue.stroke_width(2))).map_err(|e| err(&e))?;
-        chart.draw_series(grid_points.iter().map(|&xy| Circle::new(xy, 3, blue.filled()))).map_err(|e| err(&e))?;
-        for (&(x, y), &pm) in grid_points.iter().zip(&panel.ddtree_pm) {
-            error_bar(&mut chart, x, y, pm, blue).map_err(|e| err(&e))?;
-        }
-        // The mean budget is the marker's x (the table has its value): no text labels to
-        // overlap where several methods sit at the same budget.
-        for o in &panel.others {
-            let color = method_color(&o.method);
-            let at = (lg(o.budget), o.speedup);
-            error_bar(&mut chart, at.0, at.1, o.speedup_pm, color).map_err(|e| err(&e))?;
-            chart.draw_series([TriangleMarker::new(at, 7, color.filled())]).map_err(|e| err(&e))?;
-        }
+        budget_panel(area, panel, path)?;
     }
-    // The legend strip: a swatch and a name per series, wrapped like `legend_rows`.
+    legend_strip(&strip, &labels, &methods, has_grid, width, path)?;
+    root.present().map_err(|e| err(&e))
+}
+
+/// A legend entry's width in pixels: swatch and text, about 7 px per character.
+fn legend_entry_width(label: &str) -> i32 {
+    34 + 7 * label.chars().count() as i32
+}
+
+/// Budgets on a log2 axis from 1 up (x = log2(budget), labelled 1, 2, 4, …)
+/// and linear below it, so that a mean budget of 0 (every round skipped)
+/// sits at x = -1, labelled 0, and 0.5 halfway to 1.
+fn budget_axis(b: f64) -> f64 {
+    if b < 1.0 {
+        b.max(0.0) - 1.0
+    } else {
+        b.log2()
+    }
+}
+
+/// One dataset's panel of [`speedup_figure`]: the DDTree grid as a line,
+/// every other method at its mean budget, each with its interval.
+fn budget_panel(
+    area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    panel: &BudgetPanel,
+    path: &Path,
+) -> DrawResult {
+    let err = |e: &dyn std::fmt::Display| OutputError::Draw { path: path.into(), what: e.to_string() };
+    let (blue, gray, lg) = (method_color("ddtree"), BLACK.mix(0.5), budget_axis);
+    let xs = panel.ddtree.iter().map(|&(b, _)| f64::from(b)).chain(panel.others.iter().map(|o| o.budget));
+    let ys = panel.ddtree.iter().map(|&(_, s)| s).chain(panel.others.iter().map(|o| o.speedup));
+    let xs: Vec<f64> = xs.collect();
+    let x_lo = lg(xs.iter().copied().fold(1.0f64, f64::min)) - 0.5;
+    let x_hi = lg(xs.iter().copied().fold(2.0f64, f64::max)) + 0.6;
+    let tops = panel.ddtree_pm.iter().chain(panel.others.iter().map(|o| &o.speedup_pm)).map(|pm| pm.max(0.0));
+    let y_max = ys.zip(tops).map(|(y, pm)| if pm.is_finite() { y + pm } else { y }).fold(1.0f64, f64::max) * 1.12;
+    let mut chart = ChartBuilder::on(area)
+        .caption(&panel.dataset, ("sans-serif", 15))
+        .margin(8)
+        .x_label_area_size(32)
+        .y_label_area_size(44)
+        .build_cartesian_2d(x_lo..x_hi, 0f64..y_max)
+        .map_err(|e| err(&e))?;
+    chart
+        .configure_mesh()
+        .light_line_style(TRANSPARENT)
+        .bold_line_style(BLACK.mix(0.1))
+        .x_labels(12)
+        .x_desc("budget (drafted nodes per round)")
+        .y_desc("speedup vs AR")
+        // Whole x: -1 is budget 0, then the powers of two.
+        .x_label_formatter(&|x| {
+            if (x - x.round()).abs() >= 1e-6 || x.round() < -1.0 {
+                String::new()
+            } else if x.round() < 0.0 {
+                "0".to_string()
+            } else {
+                format!("{}", 2f64.powf(x.round()))
+            }
+        })
+        .y_label_formatter(&|y| format!("{y:.1}"))
+        .draw()
+        .map_err(|e| err(&e))?;
+    chart
+        .draw_series(DashedLineSeries::new([(x_lo, 1.0), (x_hi, 1.0)], 5, 4, gray.stroke_width(1)))
+        .map_err(|e| err(&e))?;
+    let grid_points: Vec<(f64, f64)> = panel.ddtree.iter().map(|&(b, s)| (lg(f64::from(b)), s)).collect();
+    chart.draw_series(LineSeries::new(grid_points.iter().copied(), blue.stroke_width(2))).map_err(|e| err(&e))?;
+    chart.draw_series(grid_points.iter().map(|&xy| Circle::new(xy, 3, blue.filled()))).map_err(|e| err(&e))?;
+    for (&(x, y), &pm) in grid_points.iter().zip(&panel.ddtree_pm) {
+        error_bar(&mut chart, x, y, pm, blue).map_err(|e| err(&e))?;
+    }
+    // The mean budget is the marker's x (the table has its value): no text labels to
+    // overlap where several methods sit at the same budget.
+    for o in &panel.others {
+        let color = method_color(&o.method);
+        let at = (lg(o.budget), o.speedup);
+        error_bar(&mut chart, at.0, at.1, o.speedup_pm, color).map_err(|e| err(&e))?;
+        chart.draw_series([TriangleMarker::new(at, 7, color.filled())]).map_err(|e| err(&e))?;
+    }
+    Ok(())
+}
+
+/// The legend strip below [`speedup_figure`]'s panels: a swatch and a name
+/// per series (AR, the DDTree grid when drawn, then `methods`), wrapped to `width`.
+fn legend_strip(
+    strip: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    labels: &[String],
+    methods: &[&str],
+    has_grid: bool,
+    width: u32,
+    path: &Path,
+) -> DrawResult {
+    let err = |e: &dyn std::fmt::Display| OutputError::Draw { path: path.into(), what: e.to_string() };
+    let (blue, gray) = (method_color("ddtree"), BLACK.mix(0.5));
     let font = ("sans-serif", 13).into_font();
     let (mut x, mut y) = (20, 18);
     for (i, label) in labels.iter().enumerate() {
-        if x + entry_width(label) > width as i32 && x > 20 {
+        if x + legend_entry_width(label) > width as i32 && x > 20 {
             x = 20;
             y += 22;
         }
@@ -343,9 +380,9 @@ fn speedup_figure(table: &Table, panels: &[BudgetPanel], path: &Path) -> DrawRes
         }
         .map_err(|e| err(&e))?;
         strip.draw(&Text::new(label.clone(), (x + 24, y - 7), font.clone())).map_err(|e| err(&e))?;
-        x += entry_width(label);
+        x += legend_entry_width(label);
     }
-    root.present().map_err(|e| err(&e))
+    Ok(())
 }
 
 /// A vertical error bar of ± `pm` at (`x`, `y`); nothing when `pm` is undefined or 0.

@@ -1,8 +1,11 @@
-//! Linear layers without bias ([`Linear`]): packed for the CPU kernel on
-//! `flex`; on CubeCL devices (wgpu, cuda) `[out, in]` tensors for Bastion's
-//! small-row kernel (in chunks of 64 rows); Burn tensors `[in, out]`
-//! elsewhere (autodiff); split into buffer-sized parts, half types where the
-//! device computes in them.
+//! Weights as placed on the device. Linear layers without bias
+//! ([`Linear`]): packed for the CPU kernel on `flex`; on CubeCL devices
+//! (wgpu, cuda) `[out, in]` tensors for Bastion's small-row kernel (in
+//! chunks of 64 rows); Burn tensors `[in, out]` elsewhere (autodiff); split
+//! into buffer-sized parts, half types where the device computes in them.
+//! Norm weights (`NormWeight`: host values on `flex`, a tensor elsewhere),
+//! whether a device runs on the host, and the default bound on one device
+//! buffer ([`MAX_BUFFER_BYTES`]).
 
 use std::sync::Arc;
 

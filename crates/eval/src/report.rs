@@ -1,0 +1,134 @@
+//! The tables of an experiment written out: Markdown and LaTeX from the
+//! templates, each with its heading and provenance lines, the Parquet frames
+//! with the same provenance as metadata, Spec-Bench's leaderboard layout and
+//! the figures. What `bastion run`, `tables`, `tau` and `reproduce` write.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::error::OutputError;
+use crate::provenance::{self, table_provenance, Heading};
+use crate::store::{SampleRecord, SampleStore};
+use crate::{figures, tables};
+
+/// Where the table templates live, relative to the working directory.
+pub const DEFAULT_TEMPLATES: &str = "paper_tables/templates";
+
+/// What [`write_tables`] wrote.
+#[derive(Debug)]
+pub struct Report {
+    /// The tables, one per (model pair, temperature).
+    pub tables: Vec<tables::Table>,
+    /// The Markdown of the tables (as written to `<name>.md`).
+    pub markdown: String,
+    /// The Markdown of Spec-Bench's leaderboard layout, when the records hold Spec-Bench prompts.
+    pub leaderboard: Option<String>,
+    /// The files written besides the figures (the frames as one `{samples,rounds}.parquet` pattern).
+    pub written: Vec<PathBuf>,
+    /// Spec-Bench's leaderboard files, when written.
+    pub leaderboard_files: Vec<PathBuf>,
+    /// The figures written.
+    pub figures: Vec<PathBuf>,
+    /// Where the figures go (`out/figures`).
+    pub figures_dir: PathBuf,
+}
+
+/// The tables of the records in `dir/samples.jsonl`, returned as a
+/// [`Report`] (the caller prints it) and written to `out/<name>.md` and `out/<name>.tex` (templates
+/// `results.{md,tex}.j2` in `templates`), figures to `out/figures/`, frames
+/// to `dir/{samples,rounds}.parquet`.
+///
+/// # Errors
+/// [`OutputError`] naming the file: no records, or a table, frame or figure
+/// that could not be built or written.
+pub fn write_tables(
+    name: &str,
+    dir: &Path,
+    out: &Path,
+    templates: &Path,
+    settings: &BTreeMap<String, Heading>,
+) -> Result<Report, OutputError> {
+    let path = dir.join("samples.jsonl");
+    if !path.is_file() {
+        return Err(OutputError::Format {
+            path,
+            what: "no records (run the experiment, or `bastion merge` its shards)".into(),
+        });
+    }
+    // Read-only: tables of a sweep still running show what it has so far.
+    let records = SampleStore::read(&path)?;
+    write_tables_of(name, &records, dir, out, templates, settings)
+}
+
+/// [`write_tables`] of the given records (the frames still go to `dir`).
+///
+/// `settings` (pair name → [`Heading`]) and the runs recorded in `dir`
+/// (`runs.jsonl`) go into each table's heading.
+///
+/// # Errors
+/// As [`write_tables`].
+pub fn write_tables_of(
+    name: &str,
+    records: &[SampleRecord],
+    dir: &Path,
+    out: &Path,
+    templates: &Path,
+    settings: &BTreeMap<String, Heading>,
+) -> Result<Report, OutputError> {
+    // The summary is built in memory from the records: its errors name their file.
+    let frame_err = |source| OutputError::Frame { path: dir.join("samples.jsonl"), source };
+    let summary = tables::summary_frame(records).map_err(frame_err)?;
+    let mut t = tables::tables(&summary).map_err(frame_err)?;
+    let runs = provenance::read_runs(dir);
+    for table in &mut t {
+        let heading = settings.get(&table.model);
+        table.settings = heading.map(|h| h.settings.clone()).unwrap_or_default();
+        table.provenance = table_provenance(table, heading, &runs, records);
+    }
+    std::fs::create_dir_all(out).map_err(OutputError::io(out))?;
+    let md = tables::render(&templates.join("results.md.j2"), name, &t)?;
+    let tex = tables::render(&templates.join("results.tex.j2"), name, &t)?;
+    for (ext, text) in [("md", &md), ("tex", &tex)] {
+        let p = out.join(format!("{name}.{ext}"));
+        std::fs::write(&p, text).map_err(OutputError::io(&p))?;
+    }
+    // The same provenance in the frames: each table's lines and the runs themselves.
+    let mut meta: Vec<(String, String)> = t
+        .iter()
+        .map(|table| {
+            (format!("bastion.provenance.{}.T{}", table.model, table.temperature), table.provenance.join("\n"))
+        })
+        .collect();
+    let runs_json = serde_json::to_string(&runs)
+        .map_err(|e| OutputError::Format { path: dir.join(provenance::RUNS_FILE), what: e.to_string() })?;
+    meta.push(("bastion.runs".into(), runs_json));
+    tables::write_parquet(records, dir, &meta)?;
+    // Spec-Bench prompts also get the leaderboard's layout (groups × methods), with the
+    // heading of the main table of the same model and temperature, and its frame.
+    let mut boards = crate::leaderboard::leaderboards(records);
+    for b in &mut boards {
+        if let Some(table) = t.iter().find(|x| x.model == b.model && x.temperature == b.temperature) {
+            b.settings = table.settings.clone();
+            b.provenance = table.provenance.clone();
+        }
+    }
+    let mut leaderboard = None;
+    let written =
+        vec![out.join(format!("{name}.md")), out.join(format!("{name}.tex")), dir.join("{samples,rounds}.parquet")];
+    let mut leaderboard_files = Vec::new();
+    if !boards.is_empty() {
+        for ext in ["md", "tex"] {
+            let text = tables::render(&templates.join(format!("spec-bench.{ext}.j2")), name, &boards)?;
+            let p = out.join(format!("{name}-leaderboard.{ext}"));
+            std::fs::write(&p, &text).map_err(OutputError::io(&p))?;
+            if ext == "md" {
+                leaderboard = Some(text);
+            }
+            leaderboard_files.push(p);
+        }
+        leaderboard_files.push(crate::leaderboard::write_parquet(records, dir)?);
+    }
+    let figures_dir = out.join("figures");
+    let figures = figures::write_figures(name, &t, records, &figures_dir)?;
+    Ok(Report { tables: t, markdown: md, leaderboard, written, leaderboard_files, figures, figures_dir })
+}
