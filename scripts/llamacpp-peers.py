@@ -101,7 +101,7 @@ def main():
     ap.add_argument("--prompts", type=int, default=2, help="prompts per set")
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--n-max", default="3,7,15", help="llama.cpp DFlash draft lengths")
+    ap.add_argument("--n-max", default="3,7", help="llama.cpp DFlash draft lengths (at most the drafter's block size - 1)")
     ap.add_argument("--methods", default="dflash,ddtree:4,ddtree:8,ddtree:16,caddtree,bastion,bastion-online,"
                     "caddtree+skip,bastion+skip,bastion-online+skip")
     ap.add_argument("--draft-vocab", type=int, default=1024, help="the pruned draft vocabulary (0: none)")

@@ -435,7 +435,7 @@ fn output_logprob_is_the_sum_of_next_token_log_probabilities() {
 }
 
 /// The round edges and MT-Bench's second turn on SmolLM2 with the shipped
-/// drafter (block 16), every method at T = 0: 1, 2 and 3 new
+/// drafter (block 8), every method at T = 0: 1, 2 and 3 new
 /// tokens are AR's prefix; a stop token ends the output right after it
 /// wherever it falls in an accepted block, also with the limit right after
 /// it; and turn 2's prompt (`LoadedPair::generate_turns`, the runner's path)
@@ -454,7 +454,7 @@ fn smollm2_round_edges_and_second_turns() {
     };
     let pair = LoadedPair::open(spec).unwrap();
     let (target, drafter) = (pair.target(), pair.drafter().unwrap());
-    assert_eq!(drafter.block_size(), 16);
+    assert_eq!(drafter.block_size(), 8);
     let encoder = pair.chat_encoder(64).unwrap();
     let ChatEncoder::Chat { tokenizer, template } = encoder else { panic!("SmolLM2 has a chat template") };
     let methods: Vec<&str> = TREE_METHODS.into_iter().filter(|m| !m.ends_with("+skip")).collect();

@@ -31,7 +31,7 @@ fn the_shipped_drafter_exports_as_llama_cpp_reads_it() {
         ("dflash.attention.head_count", 9, 4),
         ("dflash.attention.head_count_kv", 3, 4),
         ("dflash.attention.key_length", 64, 4),
-        ("dflash.block_size", 16, 4),
+        ("dflash.block_size", 8, 4),
         ("tokenizer.ggml.mask_token_id", 5, 4),
     ] {
         assert_eq!((f.get_uint(key).unwrap(), type_of(&f, key)), (value, ty), "{key}");
@@ -135,7 +135,7 @@ fn an_exported_drafter_loads_back_and_drafts_the_same() {
         export_drafter_gguf(&smollm2_drafter_dir(), &smollm2_gguf(), &path, dtype).unwrap();
         let back = Drafter::load(&path, &target).unwrap();
         assert_eq!(back.config().target_layer_ids, [2, 15, 27]);
-        assert_eq!((back.block_size(), back.config().mask_token_id), (16, 5));
+        assert_eq!((back.block_size(), back.config().mask_token_id), (8, 5));
         let got = drafts(&back);
         assert_eq!(got.len(), want.len(), "{dtype}");
         if exact {
