@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 mod args;
 mod cmd;
+mod display;
 
 #[derive(Parser)]
 #[command(

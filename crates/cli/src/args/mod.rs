@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use bastion_decode::{BastionRule, CalibrationSource, Method, MethodSpec, PairSpec, DEFAULT_CALIBRATION_DIR};
+use bastion_eval::{Experiment, RunOptions, Shard};
 use bastion_models::{BackendKind, LoadOptions, WeightDtype};
 use bastion_tree::OnlineConfig;
 
@@ -236,4 +237,21 @@ impl CostArgs {
             None => CalibrationSource::Default(PathBuf::from(DEFAULT_CALIBRATION_DIR)),
         }
     }
+}
+
+/// Where a sweep of `exp` reads and writes: `results/<name>/`, this
+/// machine's calibrations, `shard`; models loaded as the environment says
+/// ([`load_options`]).
+///
+/// # Errors
+/// As [`load_options`].
+pub fn run_options(exp: &Experiment, results: &Path, datasets: &Path, shard: Shard) -> Result<RunOptions> {
+    Ok(RunOptions {
+        results_dir: results.join(&exp.name),
+        datasets_dir: datasets.to_path_buf(),
+        calibration_dir: PathBuf::from(DEFAULT_CALIBRATION_DIR),
+        shard,
+        pinned_calibration: false,
+        load: load_options(bastion_models::WeightDtype::F32)?,
+    })
 }

@@ -79,12 +79,12 @@ pub fn run(a: Args) -> Result {
     // Its own folder, so a check never touches the results of `bastion run`.
     let opts = RunOptions {
         pinned_calibration: true,
-        ..super::run::options(&exp, &results.join("check-runs"), &datasets, Shard::default())?
+        ..super::run_options(&exp, &results.join("check-runs"), &datasets, Shard::default())?
     };
     if opts.results_dir.exists() {
         std::fs::remove_dir_all(&opts.results_dir).map_err(|e| format!("{}: {e}", opts.results_dir.display()))?;
     }
-    let records = super::run::sweep(&exp, &opts)?;
+    let records = crate::display::sweep(&exp, &opts)?;
     let tables = bastion_eval::tables::tables(&bastion_eval::tables::summary_frame(&records)?)?;
     let rows = rows_of(&tables);
     let machine = Machine {

@@ -5,6 +5,7 @@
 use std::path::Path;
 
 pub use crate::args::*;
+pub use crate::display::{progress_bar, say};
 
 pub mod bench_target;
 pub mod check;
@@ -24,24 +25,6 @@ pub mod train;
 
 /// What a command returns; its message is printed after `error: `.
 pub type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
-
-/// A progress bar of `len` steps drawn with `template` (indicatif's
-/// syntax); hidden, and so silent, when stderr is not a terminal.
-pub fn progress_bar(len: u64, template: &str) -> indicatif::ProgressBar {
-    let bar = indicatif::ProgressBar::new(len);
-    bar.set_style(indicatif::ProgressStyle::with_template(template).expect("a valid progress template"));
-    bar
-}
-
-/// A line above the progress bar, or on stderr when there is no terminal
-/// (a hidden bar prints nothing).
-pub fn say(bar: &indicatif::ProgressBar, line: String) {
-    if bar.is_hidden() {
-        eprintln!("{line}");
-    } else {
-        bar.println(line);
-    }
-}
 
 /// Creates `dir` (and its parents), naming it in the error.
 pub fn create_dir(dir: &Path) -> Result {

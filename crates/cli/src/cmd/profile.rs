@@ -3,9 +3,9 @@
 
 use std::path::PathBuf;
 
-use bastion_decode::{CalibrationSource, LoadedPair, ProfileEvent, ProfileOptions, DEFAULT_CALIBRATION_DIR};
+use bastion_decode::ProfileOptions;
 
-use super::{create_dir, progress_bar, say, PairArgs, Result, TargetArgs};
+use super::{PairArgs, Result};
 
 /// Calibrate the cost-aware methods' latency models on this machine.
 ///
@@ -63,65 +63,5 @@ pub fn run(a: Args) -> Result {
         peak: bastion_models::PeakOptions { matmul_size: a.peak_matmul, stream_elements: a.peak_stream, ..d.peak },
         ..d
     };
-    calibrate(&a.pair, a.out, a.figure, &options)
-}
-
-/// Measures and writes a calibration of `pair` (to `out`, default this
-/// machine's file under `results/calibration/`) and its figure, and prints
-/// measured against fitted latency.
-pub fn calibrate(pair: &PairArgs, out: Option<PathBuf>, figure: Option<PathBuf>, options: &ProfileOptions) -> Result {
-    if pair.drafter.is_none() && out.is_none() {
-        return Err("without --drafter the calibration has no round constants, so the cost-aware methods cannot \
-                    use it: pass --drafter DIR|FILE.gguf, or --out FILE to keep a verify-only profile apart"
-            .into());
-    }
-    let TargetArgs { model, backend, dtype, random_weights } = &pair.target;
-    let device = backend.device_name();
-    let out = out.unwrap_or_else(|| {
-        CalibrationSource::Default(DEFAULT_CALIBRATION_DIR.into()).path(model, *backend, *dtype, pair.draft_vocab)
-    });
-    let figure = figure.unwrap_or_else(|| out.with_extension("svg"));
-    let mut spec = bastion_decode::PairSpec::new(model, *backend);
-    spec.drafter = pair.drafter.clone();
-    spec.load = super::load_options(*dtype)?;
-    spec.random_weights = *random_weights;
-    spec.draft_vocab = pair.draft_vocab.filter(|_| pair.drafter.is_some());
-    let pair = LoadedPair::open(spec)?;
-    options.validate(pair.target().config().max_position_embeddings, pair.block_size())?;
-    eprintln!("profiling {} on {device} ({backend}) -> {}", model.display(), out.display());
-    let bar = progress_bar(
-        (options.contexts.len() * options.tokens.len()) as u64,
-        "{bar:30} {pos}/{len} grid points, {msg}, eta {eta}",
-    );
-    let mut on_event = |e: &ProfileEvent| match e {
-        ProfileEvent::Peak(p) => {
-            say(&bar, format!("device roof: {:.1} GFLOP/s matmul, {:.1} GB/s", p.peak_flops / 1e9, p.bandwidth / 1e9))
-        }
-        ProfileEvent::Verify { point, done, .. } => {
-            bar.set_position(*done as u64);
-            bar.set_message(format!("c = {} s = {}: {:.2} ms", point.context_len, point.tokens, point.seconds * 1e3));
-            if bar.is_hidden() && point.tokens == *options.tokens.last().expect("validated") {
-                eprintln!("verify grid: context {} done ({done} points)", point.context_len);
-            }
-        }
-        ProfileEvent::Drafter { draft_seconds, non_verify_seconds, rounds } => say(
-            &bar,
-            format!(
-                "drafter: T_d {:.2} ms, T_nv {:.2} ms (median of {rounds} rounds)",
-                draft_seconds * 1e3,
-                non_verify_seconds * 1e3
-            ),
-        ),
-    };
-    let cal = bastion_decode::profile(&pair, options, &mut on_event)?;
-    bar.finish_and_clear();
-    cal.save(&out)?;
-    if let Some(dir) = figure.parent().filter(|d| !d.as_os_str().is_empty()) {
-        create_dir(dir)?;
-    }
-    bastion_eval::figures::verify_latency(&cal, &figure)?;
-
-    print!("{}", cal.fit_report()?);
-    println!("wrote {} and {}", out.display(), figure.display());
-    Ok(())
+    crate::display::calibrate(&a.pair, a.out, a.figure, &options)
 }

@@ -6,7 +6,8 @@ use bastion_decode::{Calibration, CalibrationSource, ProfileOptions, DEFAULT_CAL
 use bastion_eval::reference::{parse_markdown, reference_path, Comparison, Reference};
 use bastion_eval::Shard;
 
-use super::{profile, run, tables, PairArgs, Result, TargetArgs, DEFAULT_MODEL};
+use super::{run_options, PairArgs, Result, TargetArgs, DEFAULT_MODEL};
+use crate::display;
 
 /// The main job: every method on the default model over four datasets; prints and writes the tables.
 ///
@@ -62,12 +63,12 @@ pub fn run(a: Args) -> Result {
                 random_weights: None,
             };
             let pair_args = PairArgs { target, drafter: Some(pair.drafter.clone()), draft_vocab: pair.draft_vocab };
-            profile::calibrate(&pair_args, Some(path.clone()), None, &ProfileOptions::for_backend(exp.backend))?;
+            display::calibrate(&pair_args, Some(path.clone()), None, &ProfileOptions::for_backend(exp.backend))?;
         }
     }
     let results = Path::new("results");
-    let opts = run::options(&exp, results, Path::new("datasets"), Shard::default())?;
-    run::sweep(&exp, &opts)?;
+    let opts = run_options(&exp, results, Path::new("datasets"), Shard::default())?;
+    display::sweep(&exp, &opts)?;
     let reference_dir = Path::new("paper_tables");
     let data = reference_path(reference_dir, &exp.name);
     let markdown = reference_dir.join(format!("{}.md", exp.name));
@@ -85,7 +86,7 @@ pub fn run(a: Args) -> Result {
     let settings = bastion_eval::provenance::headings_of(&exp);
     let templates = Path::new(bastion_eval::report::DEFAULT_TEMPLATES);
     let report = bastion_eval::report::write_tables(&exp.name, &opts.results_dir, out, templates, &settings)?;
-    tables::print_report(&report);
+    display::print_report(&report);
     let t = report.tables;
     Reference::of_tables(&t, calibrations.clone()).write(&reference_path(out, &exp.name))?;
     match committed {

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use bastion_eval::provenance::headings_of;
-use bastion_eval::report::{self, Report, DEFAULT_TEMPLATES};
+use bastion_eval::report::{self, DEFAULT_TEMPLATES};
 use bastion_eval::{merge_shards, Experiment};
 
 use super::Result;
@@ -38,22 +38,8 @@ pub fn run(a: Args) -> Result {
     // present); tables of results copied from elsewhere go without them.
     let settings = Experiment::load(&a.experiment, Path::new(".")).map(|e| headings_of(&e)).unwrap_or_default();
     let r = report::write_tables(&name, &a.results.join(&name), &a.out, &a.templates, &settings)?;
-    print_report(&r);
+    crate::display::print_report(&r);
     Ok(())
-}
-
-/// Prints what [`report::write_tables`] wrote: the tables (and Spec-Bench's
-/// leaderboard) as Markdown, then the files.
-pub fn print_report(r: &Report) {
-    if let Some(board) = &r.leaderboard {
-        println!("{board}");
-    }
-    println!("{}", r.markdown);
-    let files: Vec<String> = r.written.iter().map(|p| p.display().to_string()).collect();
-    println!("wrote {} and {} figure(s) in {}", files.join(", "), r.figures.len(), r.figures_dir.display());
-    for p in &r.leaderboard_files {
-        println!("wrote {}", p.display());
-    }
 }
 
 /// Join the shard records of a sharded experiment (Slurm job arrays).

@@ -8,7 +8,8 @@ use bastion_decode::{BastionRule, MethodSpec};
 use bastion_eval::provenance::headings_of;
 use bastion_eval::{plan, DraftBastion, DraftDatasets, DraftModel, Experiment, ExperimentDraft, SampleRecord, Shard};
 
-use super::{create_dir, run, tables, CostArgs, PairArgs, Result};
+use super::{create_dir, run_options, CostArgs, PairArgs, Result};
+use crate::display;
 
 /// τ and speedup of a drafter on evaluation prompts (a preset over `run`).
 ///
@@ -129,17 +130,18 @@ pub fn run(a: Args) -> Result {
     let text = draft.to_toml(comment).map_err(|e| format!("{}: {e}", file.display()))?;
     std::fs::write(&file, &text).map_err(|e| format!("{}: {e}", file.display()))?;
     let exp = Experiment::parse(&file, &text, Path::new("."))?;
-    let opts = run::options(&exp, &a.results, &a.datasets, Shard::default())?;
+    let opts = run_options(&exp, &a.results, &a.datasets, Shard::default())?;
     // Only this run's samples: the folder may hold more from an earlier, larger run.
     let keys: HashSet<String> = plan(&exp, &a.datasets, Shard::default())?.into_iter().map(|s| s.key).collect();
-    let records: Vec<SampleRecord> = run::sweep(&exp, &opts)?.into_iter().filter(|r| keys.contains(&r.key)).collect();
+    let records: Vec<SampleRecord> =
+        display::sweep(&exp, &opts)?.into_iter().filter(|r| keys.contains(&r.key)).collect();
     if let Some(out) = &a.out {
         let lines: String = records.iter().map(|r| r.to_line() + "\n").collect();
         std::fs::write(out, lines).map_err(|e| format!("{}: {e}", out.display()))?;
     }
     let headings = headings_of(&exp);
     let report = bastion_eval::report::write_tables_of(&exp.name, &records, &dir, &dir, &a.templates, &headings)?;
-    tables::print_report(&report);
+    display::print_report(&report);
     if exp.first_turn_only && exp.datasets.contains(&DatasetName::MtBench) {
         println!("mt-bench: first turn only (the papers' MT-Bench rows run both turns)");
     }
