@@ -15,7 +15,8 @@ use crate::error::{ModelError, Result};
 use crate::inference_layer::{HostLayer, HostRows};
 use crate::kv::{KvCache, Pass, SessionCache, Visibility};
 use crate::layer::{layer_deferred, layer_input, layer_key_values, BurnLayer, LayerExec, LayerShape};
-use crate::model::{host, rms_norm, rope_tables, ForwardOutput, Layer, Model};
+use crate::model::{host, ForwardOutput, Layer, Model};
+use crate::ops::{rms_norm, rope_tables};
 use crate::output::Output;
 
 /// How a forward executes: activations and heads, RoPE tables, a decoder

@@ -23,7 +23,8 @@ use bastion_tree::{AncestorMask, DraftTree};
 use crate::error::{ModelError, Result};
 use crate::inference_layer::HostRows;
 use crate::layer::LayerShape;
-use crate::model::{attention, Model};
+use crate::model::Model;
+use crate::ops::attention;
 
 /// Which earlier tokens each new token may attend to (besides the cache).
 #[derive(Clone, Copy)]

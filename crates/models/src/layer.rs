@@ -20,7 +20,7 @@ use burn::tensor::activation::silu;
 use burn::tensor::Tensor;
 
 use crate::config::ModelConfig;
-use crate::model::{rms_norm, rms_norm3, rope};
+use crate::ops::{rms_norm, rms_norm3, rope};
 
 /// The projections of a decoder layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -30,11 +30,7 @@ pub mod model;
 pub mod output;
 mod session;
 
-/// Tensor building blocks shared by the target, the drafter and drafter
-/// training (all Burn ops, so they differentiate on an autodiff device).
-pub mod ops {
-    pub use crate::model::{attention, rms_norm, rms_norm3, rope, rope_tables};
-}
+pub mod ops;
 pub mod tokenizer;
 pub mod weights;
 

@@ -1,6 +1,7 @@
-//! Llama / Qwen3 decoder in Burn: loading, embeddings, the LM head, the
-//! shared ops. Its KV-cache sessions (prefill, tree verification, batched
-//! decoding) are [`Session`]s.
+//! The loaded target: a Llama / Qwen3 decoder's weights as placed on its
+//! device, how it loads ([`LoadOptions`]), its embedding and LM head. Decoding
+//! with it (KV-cache sessions, greedy and batched decoding) is
+//! `session.rs`'s; the Burn ops of the dense mode are [`crate::ops`].
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
@@ -12,11 +13,9 @@ use crate::device_weights::{runs_on_host, NormWeight, MAX_BUFFER_BYTES};
 use crate::error::{ModelError, Result};
 pub(crate) use crate::inference_layer::Layer;
 use crate::weights::{HostTensor, WeightSource};
-use bastion_kernels::cpu::rows::HostRope;
 use bastion_kernels::WeightDtype;
 
 pub use crate::session::Session;
-pub use bastion_kernels::attention;
 
 /// A decoder-only target LLM (Llama or Qwen3 family) on a Burn device.
 pub struct Model {
@@ -327,28 +326,6 @@ impl Model {
         self.lm_head.forward_host(x, rows)
     }
 
-    /// Greedy autoregressive decoding: prefill `prompt`, then append the
-    /// argmax token ([`bastion_kernels::argmax`]: the first on exact ties) until `max_new_tokens` are generated or a token of `stop`
-    /// is emitted (kept in the output). Returns the new tokens only.
-    ///
-    /// # Errors
-    /// As [`Session::prefill`].
-    pub fn greedy(&self, prompt: &[u32], max_new_tokens: usize, stop: &[u32]) -> Result<Vec<u32>> {
-        let mut session = self.session();
-        let mut out = Vec::with_capacity(max_new_tokens);
-        if max_new_tokens == 0 {
-            return Ok(out);
-        }
-        let mut next = session.prefill(prompt, &[])?.argmax_row(0)?;
-        loop {
-            out.push(next);
-            if out.len() == max_new_tokens || stop.contains(&next) {
-                return Ok(out);
-            }
-            next = session.prefill(&[next], &[])?.argmax_row(0)?;
-        }
-    }
-
     /// How the linear layers' weights are stored ([`Model::load_as`]).
     pub fn weight_dtype(&self) -> WeightDtype {
         self.weight_dtype
@@ -386,39 +363,6 @@ impl Model {
             activation_bytes: 4.0,
         }
     }
-}
-
-/// `(cos, sin)` `[tokens, head_dim]` for absolute `positions` with RoPE
-/// inverse frequencies `inv_freq` (`[head_dim / 2]`), in HF's `rotate_half`
-/// layout (frequencies repeated over both halves).
-pub fn rope_tables(inv_freq: &[f32], positions: &[usize], device: &Device) -> (Tensor<2>, Tensor<2>) {
-    let HostRope { cos, sin, .. } = HostRope::new(inv_freq, positions);
-    let shape = [positions.len(), inv_freq.len() * 2];
-    (Tensor::from_data(TensorData::new(cos, shape), device), Tensor::from_data(TensorData::new(sin, shape), device))
-}
-
-/// RMSNorm over the last axis of `[rows, d]`: `x / sqrt(mean(x²) + eps) · w`.
-pub fn rms_norm(x: Tensor<2>, w: &Tensor<1>, eps: f64) -> Tensor<2> {
-    let var = x.clone().powf_scalar(2.0).mean_dim(1);
-    let inv = (var + eps).sqrt().recip();
-    x * inv * w.clone().unsqueeze::<2>()
-}
-
-/// Same over the last axis of `[heads, tokens, d]`.
-pub fn rms_norm3(x: Tensor<3>, w: &Tensor<1>, eps: f64) -> Tensor<3> {
-    let var = x.clone().powf_scalar(2.0).mean_dim(2);
-    let inv = (var + eps).sqrt().recip();
-    x * inv * w.clone().unsqueeze::<3>()
-}
-
-/// HF `apply_rotary_pos_emb` on `[heads, tokens, head_dim]`.
-pub fn rope(x: Tensor<3>, cos: &Tensor<2>, sin: &Tensor<2>) -> Tensor<3> {
-    let [_, _, d] = x.dims();
-    let half = d / 2;
-    let x1 = x.clone().narrow(2, 0, half);
-    let x2 = x.clone().narrow(2, half, half);
-    let rotated = Tensor::cat(vec![x2.neg(), x1], 2);
-    x * cos.clone().unsqueeze::<3>() + rotated * sin.clone().unsqueeze::<3>()
 }
 
 /// A tensor's values in host memory, row-major.

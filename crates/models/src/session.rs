@@ -1,6 +1,7 @@
-//! KV-cache sessions on a [`Model`]: causal prefill, tree verification and
-//! compaction to the accepted path, and batched decoding of independent
-//! sequences ([`Model::decode_batch`]).
+//! Decoding with a [`Model`]: KV-cache sessions (causal prefill, tree
+//! verification and compaction to the accepted path, forks), greedy decoding
+//! ([`Model::greedy`]) and batched decoding of independent sequences
+//! ([`Model::greedy_batch`], [`Model::decode_batch`]).
 
 use bastion_kernels::cpu::attention::HostKv;
 use bastion_tree::DraftTree;
@@ -13,6 +14,28 @@ use crate::model::Model;
 use crate::output::{Output, ReadBack};
 
 impl Model {
+    /// Greedy autoregressive decoding: prefill `prompt`, then append the
+    /// argmax token ([`bastion_kernels::argmax`]: the first on exact ties) until `max_new_tokens` are generated or a token of `stop`
+    /// is emitted (kept in the output). Returns the new tokens only.
+    ///
+    /// # Errors
+    /// As [`Session::prefill`].
+    pub fn greedy(&self, prompt: &[u32], max_new_tokens: usize, stop: &[u32]) -> Result<Vec<u32>> {
+        let mut session = self.session();
+        let mut out = Vec::with_capacity(max_new_tokens);
+        if max_new_tokens == 0 {
+            return Ok(out);
+        }
+        let mut next = session.prefill(prompt, &[])?.argmax_row(0)?;
+        loop {
+            out.push(next);
+            if out.len() == max_new_tokens || stop.contains(&next) {
+                return Ok(out);
+            }
+            next = session.prefill(&[next], &[])?.argmax_row(0)?;
+        }
+    }
+
     /// [`Model::greedy`] for several prompts at once: each prompt is
     /// prefilled on its own, then every unfinished sequence advances by one
     /// token per [`Model::decode_batch`] call. Returns each prompt's new
