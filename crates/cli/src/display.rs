@@ -155,7 +155,7 @@ pub fn calibrate(pair: &PairArgs, out: Option<PathBuf>, figure: Option<PathBuf>,
     Ok(())
 }
 
-/// Prints what [`report::write_tables`] wrote: the tables (and Spec-Bench's
+/// Prints what [`bastion_eval::report::write_tables`] wrote: the tables (and Spec-Bench's
 /// leaderboard) as Markdown, then the files.
 pub fn print_report(r: &Report) {
     if let Some(board) = &r.leaderboard {

@@ -27,10 +27,10 @@ mod kv;
 pub mod layer;
 pub mod loader;
 pub mod model;
+pub mod ops;
 pub mod output;
 mod session;
 
-pub mod ops;
 pub mod tokenizer;
 pub mod weights;
 

@@ -15,7 +15,7 @@ fn close(a: &[f32], b: &[f32], tol: f32) {
     }
 }
 
-/// The host steps compute what the Burn ops of `model.rs` compute.
+/// The host steps compute what the Burn ops of `ops.rs` compute.
 #[test]
 fn host_steps_match_the_burn_ops() {
     let dev = Device::flex();

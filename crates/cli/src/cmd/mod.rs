@@ -1,6 +1,6 @@
-//! One module per subcommand, each with its `clap::Args` and a `run()`,
-//! and the progress display; the flags several commands share are
-//! `crate::args`'s (re-exported here).
+//! One module per subcommand, each with its `clap::Args` and a `run()`; the
+//! flags several commands share are `crate::args`'s and the progress bars
+//! `crate::display`'s (both re-exported here).
 
 use std::path::Path;
 
