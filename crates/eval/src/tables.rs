@@ -423,8 +423,7 @@ struct SummaryColumns {
     model: Vec<String>,
     dataset: Vec<String>,
     method: Vec<String>,
-    temperature: Vec<f64>,
-    /// τ, speedup, budget mean / std, TPOT (s), the four phases (ms), the
+    /// The temperature, τ, speedup, budget mean / std, TPOT (s), the four phases (ms), the
     /// interval bounds and the log-probability with its bounds, by name.
     num: std::collections::HashMap<&'static str, Vec<f64>>,
     prompts: Vec<u64>,
@@ -475,7 +474,6 @@ impl SummaryColumns {
             model: text("model")?,
             dataset: text("dataset")?,
             method: text("method")?,
-            temperature: num["temperature"].clone(),
             num,
             prompts: (0..prompts.len()).map(|i| prompts.get(i).unwrap_or(0)).collect(),
             flag,
@@ -532,14 +530,15 @@ impl SummaryColumns {
 /// Polars errors for a frame that is not a [`summary_frame`].
 pub fn tables(summary: &DataFrame) -> PolarsResult<Vec<Table>> {
     let c = SummaryColumns::read(summary)?;
+    let temperature = &c.num["temperature"];
     let n = c.model.len();
     let mut out: Vec<Table> = Vec::new();
-    for i in 0..n {
-        if !out.iter().any(|t| t.model == c.model[i] && t.temperature == c.temperature[i]) {
+    for (model, &t) in c.model.iter().zip(temperature) {
+        if !out.iter().any(|x| x.model == *model && x.temperature == t) {
             out.push(Table {
-                model: c.model[i].clone(),
+                model: model.clone(),
                 settings: String::new(),
-                temperature: c.temperature[i],
+                temperature: t,
                 datasets: Vec::new(),
                 rows: Vec::new(),
                 has_logprob: false,
@@ -549,7 +548,7 @@ pub fn tables(summary: &DataFrame) -> PolarsResult<Vec<Table>> {
         }
     }
     for t in &mut out {
-        let idx: Vec<usize> = (0..n).filter(|&i| c.model[i] == t.model && c.temperature[i] == t.temperature).collect();
+        let idx: Vec<usize> = (0..n).filter(|&i| c.model[i] == t.model && temperature[i] == t.temperature).collect();
         for &i in &idx {
             if !t.datasets.contains(&c.dataset[i]) {
                 t.datasets.push(c.dataset[i].clone());
