@@ -17,8 +17,7 @@
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use bastion_kernels::{default_variant, tree_attention, KernelVariant, TreeIndex};
-use bastion_tree::DraftTree;
+use bastion_kernels::{default_variant, tree_attention, AncestorMask, KernelVariant, TreeIndex};
 use burn::tensor::{Device, DeviceType, Distribution, Tensor};
 
 /// Median seconds of `f` (which must end with a device sync), after one warm-up call.
@@ -37,22 +36,21 @@ fn time(budget: Duration, mut f: impl FnMut()) -> f64 {
 
 /// A random draft tree of `t` nodes (each under a uniformly chosen earlier
 /// node), from a fixed seed.
-fn tree(t: usize) -> DraftTree {
+fn tree(t: usize) -> Vec<Option<usize>> {
     let mut x = 0x2545_f491_4f6c_dd1du64;
-    let parents = (0..t)
+    (0..t)
         .map(|i| {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            if i == 0 {
-                -1
-            } else {
-                (x % i as u64) as i64
-            }
+            (i > 0).then(|| (x % i as u64) as usize)
         })
-        .collect::<Vec<i64>>();
-    let tokens: Vec<u32> = (0..t as u32).collect();
-    DraftTree::from_parts(&tokens, &parents, None).expect("a valid tree")
+        .collect()
+}
+
+/// The ancestor bitsets of a tree given by its parents.
+fn mask_of(parents: &[Option<usize>]) -> AncestorMask {
+    AncestorMask::from_parents(parents.len(), |i| parents[i])
 }
 
 fn main() {
@@ -84,7 +82,7 @@ fn main() {
             for past in [128usize, 1024, 4096] {
                 let t = n + 1;
                 let draft = tree(t);
-                let parents = draft.ancestor_mask();
+                let parents = mask_of(&draft);
                 let q = Tensor::<3>::random([nh, t, hd], Distribution::Uniform(-2.0, 2.0), &device);
                 let k = Tensor::<3>::random([nkv, past + t, hd], Distribution::Uniform(-2.0, 2.0), &device);
                 let v = Tensor::<3>::random([nkv, past + t, hd], Distribution::Uniform(-1.0, 1.0), &device);
@@ -110,8 +108,7 @@ fn main() {
                 let mask = time(budget / 4, || {
                     // What the dense path pays per verification, as the model
                     // does it: ancestor bitsets, dense mask, upload.
-                    let ix =
-                        TreeIndex::new(&draft.ancestor_mask(), past, nh / nkv, false, &device).expect("dense index");
+                    let ix = TreeIndex::new(&mask_of(&draft), past, nh / nkv, false, &device).expect("dense index");
                     std::hint::black_box(ix);
                     sync(&device);
                 });

@@ -7,15 +7,18 @@
 //! `torch.argmax`'s rule for finite logits, which the reference
 //! implementations inherit.
 
+#[cfg(feature = "burn")]
 use burn::tensor::{Int, Tensor};
+
+use crate::cpu::matmul::Isa;
 
 /// Index of the largest logit; the first one on exact ties (as
 /// `torch.argmax` for finite logits; a NaN never wins here, where torch
 /// would pick it). `0` for an empty row or one without a number.
 pub fn argmax(row: &[f32]) -> u32 {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU reports AVX2 at run time.
+    if Isa::get() == Isa::Avx2Fma {
+        // SAFETY: Isa::Avx2Fma is only chosen when the CPU has AVX2.
         return unsafe { argmax_avx2(row) };
     }
     argmax_portable(row)
@@ -92,6 +95,7 @@ fn argmax_portable(row: &[f32]) -> u32 {
 /// gives `vocab`, which callers map to 0 as [`argmax`] does; a row mixing NaN
 /// and numbers follows the backend's `max_dim` (NaN-propagating backends give
 /// `vocab` there too).
+#[cfg(feature = "burn")]
 pub fn argmax_rows(x: Tensor<2>) -> Tensor<1, Int> {
     let [rows, vocab] = x.dims();
     let max = x.clone().max_dim(1).expand([rows, vocab]);
@@ -103,7 +107,6 @@ pub fn argmax_rows(x: Tensor<2>) -> Tensor<1, Int> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::tensor::{Device, TensorData};
 
     #[test]
     fn argmax_takes_first_of_ties() {
@@ -156,8 +159,11 @@ mod tests {
     }
 
     /// The device rule equals the host rule, ties and −∞ rows included.
+    #[cfg(feature = "burn")]
     #[test]
     fn device_argmax_equals_host_argmax() {
+        use burn::tensor::{Device, TensorData};
+
         let rows: [&[f32]; 5] = [
             &[1.0, 3.0, 3.0, 2.0, 0.0, 3.0],
             &[f32::NEG_INFINITY; 6],

@@ -5,7 +5,7 @@
 use burn::tensor::activation::softmax;
 use burn::tensor::{Bool, Tensor};
 
-use bastion_tree::AncestorMask;
+use crate::AncestorMask;
 
 /// Scaled dot-product attention with grouped KV heads, without copying K/V:
 /// `q` `[nh, t, hd]`, `k`/`v` `[nkv, s, hd]`, optional `mask`

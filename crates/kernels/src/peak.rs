@@ -12,15 +12,34 @@
 //! GB/s against its HBM's ~4.8 TB/s). The roofline's calibration (α, β) absorbs
 //! the gap between them and what a model's forward actually reaches.
 
+#[cfg(feature = "burn")]
 use std::time::Instant;
 
-use bastion_tree::DevicePeak;
+#[cfg(feature = "burn")]
 use burn::tensor::{Device, Distribution, Tensor};
 use serde::{Deserialize, Serialize};
 
+#[cfg(feature = "burn")]
 use crate::KernelError;
 
+#[cfg(feature = "burn")]
 type Result<T> = std::result::Result<T, KernelError>;
+
+/// A device's roof: peak arithmetic throughput and memory bandwidth.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct DevicePeak {
+    /// Peak throughput (FLOP/s) in the verification dtype.
+    pub peak_flops: f64,
+    /// Memory bandwidth (bytes/s).
+    pub bandwidth: f64,
+}
+
+impl DevicePeak {
+    /// NVIDIA H200 SXM as the BASTION release lists it: 989 TFLOP/s bf16, 4.8 TB/s.
+    pub fn h200() -> Self {
+        Self { peak_flops: 989e12, bandwidth: 4800e9 }
+    }
+}
 
 /// Sizes of the peak microbenchmark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,13 +79,16 @@ impl PeakMeasurement {
     }
 }
 
+#[cfg(feature = "burn")]
 /// Device work per timed run of the microbenchmark (s): long enough that one
 /// synchronisation and read-back (about a millisecond on a GPU) is a few per cent of it.
 const RUN_SECONDS: f64 = 0.05;
 
+#[cfg(feature = "burn")]
 /// Most launches queued in one timed run.
 const MAX_LAUNCHES: usize = 4096;
 
+#[cfg(feature = "burn")]
 /// Runs the microbenchmark on `device`: per kernel a warm-up, then
 /// `repeats` timed runs of as many launches queued back to back as fill
 /// about [`RUN_SECONDS`] (the sync and read-back latency amortised over
@@ -145,7 +167,7 @@ pub fn measure_peak(device: &Device, options: &PeakOptions) -> Result<PeakMeasur
     Ok(out)
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "burn"))]
 mod tests {
     use super::*;
 

@@ -4,8 +4,7 @@
 //! exists. `PROPTEST_CASES` scales the random cases (default 12).
 #![cfg(feature = "wgpu")]
 
-use bastion_kernels::{tree_attention, KernelVariant, TreeIndex};
-use bastion_tree::{AncestorMask, DraftTree};
+use bastion_kernels::{tree_attention, AncestorMask, KernelVariant, TreeIndex};
 use burn::tensor::{DType, Device, DeviceType, Tensor, TensorData};
 use proptest::prelude::*;
 
@@ -45,8 +44,7 @@ fn random_tree(t: usize, rng: &mut Rng) -> Vec<i64> {
 
 /// The ancestor bitsets of the tree with these parents (tokens are the node indices).
 fn mask_of(parents: &[i64]) -> AncestorMask {
-    let tokens: Vec<u32> = (0..parents.len() as u32).collect();
-    DraftTree::from_parts(&tokens, parents, None).unwrap().ancestor_mask()
+    AncestorMask::from_parents(parents.len(), |i| usize::try_from(parents[i]).ok())
 }
 
 fn chain(t: usize) -> Vec<i64> {

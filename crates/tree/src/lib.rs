@@ -54,6 +54,7 @@ mod tree;
 mod walk;
 
 pub use bastion::{Bastion, BastionConfig, BucketMode};
+pub use bastion_kernels::{AncestorMask, DevicePeak};
 pub use builder::{build_tree, build_tree_from_draft_logits, build_tree_from_logits, FIRST_TOP_K};
 pub use caddtree::{CaddTree, ConvexCostModel, RoundCostModel, VerifyProfile};
 pub use candidates::{CandidateList, DraftCandidates, DraftRows, LogitRows};
@@ -62,9 +63,8 @@ pub use error::{Result, TreeError};
 pub use online::{OnlineConfig, OnlineRoofline};
 pub use policy::{BudgetPolicy, FixedBudget, RoundObservation, TieBreak};
 pub use roofline::{
-    fit_calibration, CalibrationFit, DevicePeak, ModelShape, RooflineCalibration, RooflineEstimator, RooflineModel,
-    VerifySample,
+    fit_calibration, CalibrationFit, ModelShape, RooflineCalibration, RooflineEstimator, RooflineModel, VerifySample,
 };
-pub use topk::{exp_nonpositive, TopK};
-pub use tree::{AncestorMask, DraftTree};
+pub use topk::TopK;
+pub use tree::DraftTree;
 pub use walk::{walk, walk_with, Acceptance};

@@ -6,6 +6,8 @@ use serde::{Deserialize, Serialize};
 use clarabel::algebra::CscMatrix;
 use clarabel::solver::{DefaultSettingsBuilder, DefaultSolver, IPSolver, NonnegativeConeT, SolverStatus};
 
+use bastion_kernels::DevicePeak;
+
 use crate::error::{Result, TreeError};
 
 /// The target's shape, as far as verification cost is concerned.
@@ -96,22 +98,6 @@ impl ModelShape {
         let ffn_act = (s * h + 2.0 * s * f) + (2.0 * s * f + s * h);
         let act = l * (attn_act + ffn_act) + (s * h + s * v);
         self.weight_bytes * params + self.activation_bytes * (kv + act)
-    }
-}
-
-/// A device's roof: peak arithmetic throughput and memory bandwidth.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct DevicePeak {
-    /// Peak throughput (FLOP/s) in the verification dtype.
-    pub peak_flops: f64,
-    /// Memory bandwidth (bytes/s).
-    pub bandwidth: f64,
-}
-
-impl DevicePeak {
-    /// NVIDIA H200 SXM as the BASTION release lists it: 989 TFLOP/s bf16, 4.8 TB/s.
-    pub fn h200() -> Self {
-        Self { peak_flops: 989e12, bandwidth: 4800e9 }
     }
 }
 

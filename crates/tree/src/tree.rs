@@ -1,5 +1,7 @@
 //! The draft tree: root plus drafted nodes, parents before children.
 
+use bastion_kernels::AncestorMask;
+
 use crate::error::{Result, TreeError};
 
 /// Marks "no node" in the compact `u32` links of a [`DraftTree`].
@@ -278,67 +280,6 @@ impl DraftTree {
 
     /// The ancestor-visibility bitsets of this tree.
     pub fn ancestor_mask(&self) -> AncestorMask {
-        AncestorMask::new(self)
-    }
-}
-
-/// Which tree nodes each node may attend to: itself and its ancestors
-/// (the tree part of the verification mask; every node also sees the whole
-/// committed prefix). One bit row per node, `[1 + n, ceil((1 + n) / 64)]` words.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AncestorMask {
-    len: usize,
-    words: usize,
-    bits: Vec<u64>,
-}
-
-impl AncestorMask {
-    /// Row `i` = row of `parent(i)` ∪ {i}: one pass, parents first.
-    pub fn new(tree: &DraftTree) -> Self {
-        let len = tree.len();
-        let words = len.div_ceil(64);
-        let mut bits = vec![0u64; len * words];
-        for i in 0..len {
-            if let Some(p) = tree.parent(i) {
-                let (head, tail) = bits.split_at_mut(i * words);
-                tail[..words].copy_from_slice(&head[p * words..(p + 1) * words]);
-            }
-            bits[i * words + i / 64] |= 1 << (i % 64);
-        }
-        Self { len, words, bits }
-    }
-
-    /// Nodes covered (`1 + n`).
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Always false (the root is always there).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// 64-bit words per row.
-    pub fn words_per_row(&self) -> usize {
-        self.words
-    }
-
-    /// The bit row of node `i` (bit `j` set ⇔ `i` sees `j`).
-    ///
-    /// # Panics
-    /// If `i ≥ len()`.
-    pub fn row(&self, i: usize) -> &[u64] {
-        &self.bits[i * self.words..(i + 1) * self.words]
-    }
-
-    /// Whether node `i` attends to node `j` (`j` is `i` or one of its
-    /// ancestors); `false` when either index is outside the tree.
-    pub fn visible(&self, i: usize, j: usize) -> bool {
-        i < self.len && j < self.len && self.bits[i * self.words + j / 64] >> (j % 64) & 1 == 1
-    }
-
-    /// Dense row-major `[1 + n, 1 + n]` boolean matrix (the references' layout).
-    pub fn to_dense(&self) -> Vec<bool> {
-        (0..self.len).flat_map(|i| (0..self.len).map(move |j| (i, j))).map(|(i, j)| self.visible(i, j)).collect()
+        AncestorMask::from_parents(self.len(), |i| self.parent(i))
     }
 }

@@ -29,10 +29,11 @@
 //! same token sees when it is decoded autoregressively, so its attention
 //! output is the same bits either way.
 
-use bastion_tree::{exp_nonpositive, AncestorMask};
 use rayon::prelude::*;
 
+use crate::cpu::logits::exp_nonpositive;
 use crate::cpu::matmul::Isa;
+use crate::AncestorMask;
 
 /// Rows allocated on the first write (then doubled as needed).
 const MIN_CAPACITY: usize = 256;
@@ -552,7 +553,6 @@ fn weighted_sum_portable(weights: &[f32], values: &[f32], hd: usize, rows: &[usi
 mod tests {
     use super::*;
     use crate::cpu::matmul::tests::values;
-    use bastion_tree::DraftTree;
 
     /// Softmax attention in f64 over the given rows, for one head.
     fn naive(q: &[f32], k: &[f32], v: &[f32], hd: usize, rows: &[usize]) -> Vec<f64> {
@@ -569,9 +569,9 @@ mod tests {
     #[test]
     fn tree_attention_equals_softmax_over_prefix_and_ancestors() {
         let (heads, nkv, hd, past) = (6, 2, 20, 9);
-        let tree = DraftTree::from_parts(&[1, 2, 3, 4, 5], &[-1, 0, 0, 1, 3], None).unwrap();
-        let mask = tree.ancestor_mask();
-        let t = tree.len();
+        let parents = [None, Some(0), Some(0), Some(1), Some(3)];
+        let mask = AncestorMask::from_parents(parents.len(), |i| parents[i]);
+        let t = mask.len();
         let mut kv = HostKv::new(1, nkv, hd);
         kv.reserve(past + t, 0);
         let (k, v) = (values(nkv * (past + t) * hd, 1), values(nkv * (past + t) * hd, 2));
@@ -616,9 +616,9 @@ mod tests {
         for (hd, heads, nkv) in [(64, 4, 2), (72, 4, 2), (64, 3, 3), (64, 6, 2), (72, 8, 2), (64, 10, 2)] {
             // 13 + 4 keys: one block per pass (the tails); 70 + 4: full passes of L blocks too.
             let past = if heads % 2 == 0 { 70 } else { 13 };
-            let tree = DraftTree::from_parts(&[1, 2, 3, 4], &[-1, 0, 0, 1], None).unwrap();
-            let mask = tree.ancestor_mask();
-            let t = tree.len();
+            let parents = [None, Some(0), Some(0), Some(1)];
+            let mask = AncestorMask::from_parents(parents.len(), |i| parents[i]);
+            let t = mask.len();
             let mut kv = HostKv::new(1, nkv, hd);
             kv.reserve(past + t, 0);
             let (k, v) = (values(nkv * (past + t) * hd, 5), values(nkv * (past + t) * hd, 6));
