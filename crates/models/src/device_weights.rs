@@ -17,15 +17,63 @@ use crate::error::Result;
 use crate::weights::HostTensor;
 use bastion_kernels::WeightDtype;
 
-/// Whether a model on `device` runs on the host with the CPU kernels
-/// (packed weights, host KV caches): the `flex` backend without autodiff.
-/// Every other device (wgpu, cuda, autodiff for training) runs Burn ops.
-pub(crate) fn runs_on_host(device: &Device) -> bool {
-    *device == Device::flex() && !device.is_autodiff()
+/// Where a model's weights, KV caches and per-layer work live: decided once,
+/// when the model loads, from its device ([`Placement::of`]), and kept by the
+/// model, a drafter loaded for it and every session of either.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// Host memory with Bastion's CPU kernels: packed linear weights, host
+    /// norms and KV caches, every step on host rows (the `flex` backend
+    /// without autodiff).
+    Host,
+    /// A CubeCL device (wgpu, cuda) with Bastion's kernels: `[out, in]`
+    /// weights for the small-row kernel, KV caches as device tensors.
+    Cube,
+    /// Burn ops on any other device (autodiff for drafter training):
+    /// `[in, out]` weights for Burn's matmul.
+    Burn,
+}
+
+impl Placement {
+    /// The placement of a model on `device`.
+    pub fn of(device: &Device) -> Self {
+        if *device == Device::flex() && !device.is_autodiff() {
+            Placement::Host
+        } else if bastion_kernels::kernel_available(device) {
+            Placement::Cube
+        } else {
+            Placement::Burn
+        }
+    }
+}
+
+/// How one model's weights go onto its device, fixed at load: the
+/// [`Placement`], the device, the dtype the linear layers are stored in, the
+/// half type device tensors hold ([`device_half`]) and the bound on one device
+/// buffer. Every weight of the model (and of a drafter loaded for it) is
+/// placed through it.
+#[derive(Debug, Clone)]
+pub(crate) struct Placer {
+    pub(crate) placement: Placement,
+    pub(crate) device: Device,
+    pub(crate) dtype: WeightDtype,
+    /// The half type of device tensors (`None`: f32, or packed on the host).
+    half: Option<DType>,
+    /// The largest tensor placed in one device buffer (bytes).
+    pub(crate) max_bytes: usize,
+}
+
+impl Placer {
+    /// The placer of a model on `device` with linear weights in `dtype` and
+    /// device buffers of at most `max_bytes`.
+    pub(crate) fn new(device: &Device, dtype: WeightDtype, max_bytes: usize) -> Self {
+        let placement = Placement::of(device);
+        Self { placement, device: device.clone(), dtype, half: device_half(placement, device, dtype), max_bytes }
+    }
 }
 
 /// A norm weight `[n]`, stored once, where the forward reads it: host
-/// memory when the model [`runs_on_host`], a Burn tensor otherwise.
+/// memory for [`Placement::Host`], a Burn tensor otherwise.
 #[derive(Debug, Clone)]
 pub(crate) enum NormWeight {
     /// In host memory (`flex`).
@@ -35,13 +83,14 @@ pub(crate) enum NormWeight {
 }
 
 impl NormWeight {
-    /// `data` `[n]` for a model on `device`.
-    pub(crate) fn new(data: Vec<f32>, device: &Device) -> Self {
-        if runs_on_host(device) {
-            NormWeight::Host(data)
-        } else {
-            let n = data.len();
-            NormWeight::Device(Box::new(Tensor::from_data(TensorData::new(data, [n]), device)))
+    /// `data` `[n]` placed as `at` says.
+    pub(crate) fn new(data: Vec<f32>, at: &Placer) -> Self {
+        match at.placement {
+            Placement::Host => NormWeight::Host(data),
+            Placement::Cube | Placement::Burn => {
+                let n = data.len();
+                NormWeight::Device(Box::new(Tensor::from_data(TensorData::new(data, [n]), &at.device)))
+            }
         }
     }
 
@@ -93,8 +142,8 @@ pub(crate) struct Linear {
 /// f32). Burn's matmul on half inputs accumulates in f32 and rounds its
 /// output to the half type (cubek-matmul 0.3 `MatmulElems::from_globals`:
 /// an f16 / bf16 output gets an f32 accumulator).
-pub(crate) fn device_half(device: &Device, dtype: WeightDtype) -> Option<DType> {
-    if runs_on_host(device) || device.is_autodiff() {
+fn device_half(placement: Placement, device: &Device, dtype: WeightDtype) -> Option<DType> {
+    if placement == Placement::Host || device.is_autodiff() {
         return None;
     }
     let half = match dtype {
@@ -142,26 +191,28 @@ pub(crate) fn rows_per_part(width: usize, max_bytes: usize) -> usize {
 }
 
 impl Linear {
-    /// From a Hugging Face weight `[out, in]`, on `device`, its values
-    /// rounded to `dtype` ([`Linear::stacked`]).
-    pub(crate) fn new(w: HostTensor, device: &Device, dtype: WeightDtype, max_bytes: usize) -> Self {
-        Self::stacked(std::slice::from_ref(&w), device, dtype, max_bytes)
+    /// From a Hugging Face weight `[out, in]`, placed by `at`, its values
+    /// rounded to its dtype ([`Linear::stacked`]).
+    pub(crate) fn new(w: HostTensor, at: &Placer) -> Self {
+        Self::stacked(std::slice::from_ref(&w), at)
     }
 
     /// Several Hugging Face weights `[out_i, in]` as one linear layer whose
-    /// outputs are theirs, stacked in order (fused projections). On `flex`
-    /// the packed weight is stored as `dtype` (half the bytes for bf16 /
-    /// f16); on the other backends as a device tensor of the half type
-    /// [`device_half`] names, else as an f32 tensor of the values rounded
-    /// to `dtype`.
+    /// outputs are theirs, stacked in order (fused projections), placed by
+    /// `at`: on the host the packed weight is stored as the placer's dtype
+    /// (half the bytes for bf16 / f16); on a device as a tensor of the half
+    /// type [`device_half`] names, else as an f32 tensor of the values
+    /// rounded to the dtype (`[out_i, in]` parts on a CubeCL device, `[in,
+    /// out_i]` for Burn's matmul).
     ///
     /// # Panics
     /// When the inputs differ in width (callers load them with checked shapes).
-    pub(crate) fn stacked(ws: &[HostTensor], device: &Device, dtype: WeightDtype, max_bytes: usize) -> Self {
+    pub(crate) fn stacked(ws: &[HostTensor], at: &Placer) -> Self {
+        let (device, dtype, max_bytes, half) = (&at.device, at.dtype, at.max_bytes, at.half);
         let in_features = ws[0].shape[1];
         assert!(ws.iter().all(|w| w.shape.len() == 2 && w.shape[1] == in_features), "stacked weights share `in`");
         let out_features = ws.iter().map(|w| w.shape[0]).sum();
-        let w = if runs_on_host(device) {
+        let w = if at.placement == Placement::Host {
             let parts: Vec<&[f32]> = ws.iter().map(|w| w.data.as_slice()).collect();
             LinearWeight::Packed(Arc::new(PackedMatrix::pack_stacked_as(&parts, in_features, dtype)))
         } else {
@@ -178,12 +229,11 @@ impl Linear {
                 });
             }
             let part = rows_per_part(in_features, max_bytes) * in_features;
-            let half = device_half(device, dtype);
             let tensor = |t: Vec<f32>, shape: [usize; 2]| match half {
                 Some(dt) => half_tensor(t, shape, dt, device),
                 None => Tensor::from_data(TensorData::new(t, shape), device),
             };
-            let cube = bastion_kernels::kernel_available(device);
+            let cube = at.placement == Placement::Cube;
             let parts = data
                 .chunks(part)
                 .map(|rows| {

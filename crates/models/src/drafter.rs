@@ -3,13 +3,13 @@
 
 use std::path::{Path, PathBuf};
 
-use burn::tensor::{Device, Tensor};
+use burn::tensor::Tensor;
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::config::{cfg_err, Arch, ModelConfig};
 use crate::cube_exec::CubeExec;
-use crate::device_weights::{runs_on_host, NormWeight};
+use crate::device_weights::{NormWeight, Placer};
 use crate::error::{ModelError, Result};
 use crate::forward::{draft_block, BurnExec, DraftWeights, HostExec};
 use crate::inference_layer::HostRows;
@@ -276,7 +276,8 @@ pub struct Drafter {
     /// The final `norm` `[H]`.
     norm: NormWeight,
     inv_freq: Vec<f32>,
-    device: Device,
+    /// Where the weights live: the target's placement, device and dtype.
+    at: Placer,
     /// A pruned draft vocabulary, when set ([`crate::draft_vocab`]).
     vocab: Option<DraftVocab>,
 }
@@ -323,25 +324,23 @@ impl Drafter {
     pub fn from_source(cfg: DrafterConfig, cfg_path: &Path, src: &dyn WeightSource, target: &Model) -> Result<Self> {
         cfg.check_target(cfg_path, target.config())?;
         let m = &cfg.model;
-        let device = target.device().clone();
+        // The drafter's weights go where the target's are, in its dtype.
+        let at = target.placer.clone();
         let log = crate::weights::ReadLog::new(src);
         let src = Prefixed(&log);
         let h = m.hidden_size;
         let k = cfg.target_layer_ids.len();
         let fc = src.require("fc.weight", &[h, k * h])?;
-        let dtype = target.weight_dtype();
-        let max_bytes = target.max_buffer_bytes;
-        let fc = Linear::new(fc, &device, dtype, max_bytes);
-        let hidden_norm = NormWeight::new(src.require("hidden_norm.weight", &[h])?.data, &device);
-        let norm = NormWeight::new(src.require("norm.weight", &[h])?.data, &device);
-        let layers = (0..m.num_layers)
-            .map(|l| Layer::load(&src, &format!("layers.{l}."), m, &device, dtype, max_bytes))
-            .collect::<Result<_>>()?;
+        let fc = Linear::new(fc, &at);
+        let hidden_norm = NormWeight::new(src.require("hidden_norm.weight", &[h])?.data, &at);
+        let norm = NormWeight::new(src.require("norm.weight", &[h])?.data, &at);
+        let layers =
+            (0..m.num_layers).map(|l| Layer::load(&src, &format!("layers.{l}."), m, &at)).collect::<Result<_>>()?;
         log.check_all_read(&format!(
             "a DFlash drafter with num_layers = {} (it drafts with its target's embedding and LM head)",
             m.num_layers
         ))?;
-        Ok(Self { inv_freq: m.rope_inv_freq(), cfg, layers, fc, hidden_norm, norm, device, vocab: None })
+        Ok(Self { inv_freq: m.rope_inv_freq(), cfg, layers, fc, hidden_norm, norm, at, vocab: None })
     }
 
     /// The configuration.
@@ -370,8 +369,7 @@ impl Drafter {
             return Err(ModelError::Usage("a draft vocabulary needs distinct token ids, at least one".into()));
         }
         // The target's rows, already rounded to its dtype: repacking them is exact.
-        let head =
-            Linear::new(target.lm_head_rows(&tokens)?, &self.device, target.weight_dtype(), target.max_buffer_bytes);
+        let head = Linear::new(target.lm_head_rows(&tokens)?, &self.at);
         self.vocab = Some(DraftVocab { tokens, head });
         Ok(())
     }
@@ -396,7 +394,7 @@ impl Drafter {
     /// A fresh draft session (empty context cache).
     pub fn session(&self) -> DraftSession<'_> {
         let m = &self.cfg.model;
-        let cache = SessionKv::new(runs_on_host(&self.device), self.layers.len(), m.num_kv_heads, m.head_dim);
+        let cache = SessionKv::new(self.at.placement, self.layers.len(), m.num_kv_heads, m.head_dim);
         DraftSession { drafter: self, cache, len: 0, read_back: ReadBack::default() }
     }
 }
@@ -557,9 +555,9 @@ impl DraftSession<'_> {
                 BlockOut::Host(draft_block(&HostExec, &w, target, kv, feats, len, n, &block)?.into_vec())
             }
             SessionKv::Burn(kv) => {
-                let feats = features.tensor(width, &d.device);
+                let feats = features.tensor(width, &d.at.device);
                 // The target's mode decides: the kernels with its tree-attention kernel.
-                let exec = BurnExec(&d.device);
+                let exec = BurnExec(&d.at.device);
                 let out = if target.tree_kernel {
                     draft_block(&CubeExec(exec), &w, target, kv, feats, len, n, &block)?
                 } else {

@@ -275,7 +275,7 @@ impl Exec for BurnExec<'_> {
         let t = normed.dims()[0];
         let last = if rows == t { normed } else { normed.narrow(0, t - rows, rows) };
         // Logits larger than one device buffer are computed in row parts.
-        let per = crate::device_weights::rows_per_part(m.cfg.vocab_size, m.max_buffer_bytes);
+        let per = crate::device_weights::rows_per_part(m.cfg.vocab_size, m.placer.max_bytes);
         let logits = if rows <= per {
             vec![m.lm_head(last)]
         } else {

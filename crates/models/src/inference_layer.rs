@@ -7,15 +7,14 @@
 
 use std::rc::Rc;
 
-use burn::tensor::{Device, Tensor};
+use burn::tensor::Tensor;
 
 use crate::config::{Arch, ModelConfig};
-use crate::device_weights::{Linear, NormWeight};
+use crate::device_weights::{Linear, NormWeight, Placer};
 use crate::error::Result;
 use crate::layer::{LayerExec, LayerShape, LayerWeights, Norm, Proj};
 use crate::weights::WeightSource;
 use bastion_kernels::cpu::rows::{add_into, rms_norm_rows, silu_mul, split_heads, HostRope};
-use bastion_kernels::WeightDtype;
 
 /// One decoder layer's weights. The projections that read the same input
 /// are fused: `q/k/v` (after `input_layernorm`) and `gate/up` (after
@@ -41,23 +40,16 @@ pub(crate) struct Layer {
 
 impl Layer {
     /// Loads `{prefix}input_layernorm.weight`, `{prefix}self_attn.*`,
-    /// `{prefix}mlp.*`, …; `q_norm` / `k_norm` for Qwen3; weights in
-    /// `dtype`, split into device buffers of at most `max_bytes`.
-    pub(crate) fn load(
-        src: &dyn WeightSource,
-        prefix: &str,
-        cfg: &ModelConfig,
-        device: &Device,
-        dtype: WeightDtype,
-        max_bytes: usize,
-    ) -> Result<Self> {
+    /// `{prefix}mlp.*`, …; `q_norm` / `k_norm` for Qwen3; weights placed by
+    /// `at` (its dtype, its device buffers).
+    pub(crate) fn load(src: &dyn WeightSource, prefix: &str, cfg: &ModelConfig, at: &Placer) -> Result<Self> {
         let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
         let (qd, kd) = (cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim);
         let p = |s: &str| format!("{prefix}{s}");
         let w = |s: &str, shape: [usize; 2]| src.require(&p(s), &shape);
         let vec1 = |s: &str, n: usize| src.require(&p(s), &[n]);
         let qk_norm = cfg.arch == Arch::Qwen3;
-        let norm = |s: &str, n: usize| -> Result<NormWeight> { Ok(NormWeight::new(vec1(s, n)?.data, device)) };
+        let norm = |s: &str, n: usize| -> Result<NormWeight> { Ok(NormWeight::new(vec1(s, n)?.data, at)) };
         let head_norm = |s: &str| -> Result<Option<NormWeight>> {
             if qk_norm {
                 norm(s, cfg.head_dim).map(Some)
@@ -73,13 +65,13 @@ impl Layer {
         let gate_up = [w("mlp.gate_proj.weight", [i, h])?, w("mlp.up_proj.weight", [i, h])?];
         Ok(Layer {
             input_norm: norm("input_layernorm.weight", h)?,
-            qkv: Linear::stacked(&qkv, device, dtype, max_bytes),
-            o: Linear::new(w("self_attn.o_proj.weight", [h, qd])?, device, dtype, max_bytes),
+            qkv: Linear::stacked(&qkv, at),
+            o: Linear::new(w("self_attn.o_proj.weight", [h, qd])?, at),
             q_norm: head_norm("self_attn.q_norm.weight")?,
             k_norm: head_norm("self_attn.k_norm.weight")?,
             post_norm: norm("post_attention_layernorm.weight", h)?,
-            gate_up: Linear::stacked(&gate_up, device, dtype, max_bytes),
-            down: Linear::new(w("mlp.down_proj.weight", [h, i])?, device, dtype, max_bytes),
+            gate_up: Linear::stacked(&gate_up, at),
+            down: Linear::new(w("mlp.down_proj.weight", [h, i])?, at),
             q_dim: qd,
             kv_dim: kd,
             ffn: i,

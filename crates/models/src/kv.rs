@@ -20,6 +20,7 @@ use bastion_kernels::cpu::attention::{HostKv, Visible};
 use bastion_kernels::{tree_attention, TreeIndex};
 use bastion_tree::{AncestorMask, DraftTree};
 
+use crate::device_weights::Placement;
 use crate::error::{ModelError, Result};
 use crate::inference_layer::HostRows;
 use crate::layer::LayerShape;
@@ -260,9 +261,11 @@ impl KvCache for BurnKv {
             // block as a chain (one launch a layer, as a tree's verification).
             _ if kernels => {
                 let index = match vis {
-                    Visibility::Tree(tree) => TreeIndex::new(&tree.ancestor_mask(), past, group, true, &m.device),
-                    Visibility::Causal if t > 1 => TreeIndex::causal(t, past, &m.device),
-                    _ => TreeIndex::all_visible(t, past, &m.device),
+                    Visibility::Tree(tree) => {
+                        TreeIndex::new(&tree.ancestor_mask(), past, group, true, &m.placer.device)
+                    }
+                    Visibility::Causal if t > 1 => TreeIndex::causal(t, past, &m.placer.device),
+                    _ => TreeIndex::all_visible(t, past, &m.placer.device),
                 };
                 BurnMask::Tree(index.map_err(ModelError::Kernel)?)
             }
@@ -273,12 +276,12 @@ impl KvCache for BurnKv {
                     mask[i * total + past + i + 1..(i + 1) * total].fill(true);
                 }
                 let mask = mask.repeat(group);
-                let mask =
-                    Tensor::<2, Bool>::from_data(TensorData::new(mask, [group * t, total]), &m.device).unsqueeze::<3>();
+                let mask = Tensor::<2, Bool>::from_data(TensorData::new(mask, [group * t, total]), &m.placer.device)
+                    .unsqueeze::<3>();
                 BurnMask::Causal(mask)
             }
             (_, Visibility::Tree(tree)) => BurnMask::Tree(
-                TreeIndex::new(&tree.ancestor_mask(), past, group, m.tree_kernel, &m.device)
+                TreeIndex::new(&tree.ancestor_mask(), past, group, m.tree_kernel, &m.placer.device)
                     .map_err(ModelError::Kernel)?,
             ),
         };
@@ -370,8 +373,8 @@ impl KvCache for BatchKv<'_> {
     }
 }
 
-/// A session's KV cache, host or device as the model runs ([`Model`]'s
-/// `host_cache`): what [`crate::Session`] and [`crate::DraftSession`] hold.
+/// A session's KV cache, in host memory or on the device as the model's
+/// [`crate::Placement`] says: what [`crate::Session`] and [`crate::DraftSession`] hold.
 /// Forking a session clones it (a device cache's tensors are shared until
 /// either side writes, then copied).
 #[derive(Clone)]
@@ -383,13 +386,20 @@ pub(crate) enum SessionKv {
 }
 
 impl SessionKv {
-    /// An empty cache of `layers` layers of `kv_heads` heads of `head_dim`,
-    /// in host memory when `host` is true.
-    pub(crate) fn new(host: bool, layers: usize, kv_heads: usize, head_dim: usize) -> Self {
-        if host {
-            SessionKv::Host(HostKv::new(layers, kv_heads, head_dim))
-        } else {
-            SessionKv::Burn(BurnKv::new(layers))
+    /// An empty cache of `layers` layers of `kv_heads` heads of `head_dim`
+    /// for a model placed at `placement`.
+    pub(crate) fn new(placement: Placement, layers: usize, kv_heads: usize, head_dim: usize) -> Self {
+        match placement {
+            Placement::Host => SessionKv::Host(HostKv::new(layers, kv_heads, head_dim)),
+            Placement::Cube | Placement::Burn => SessionKv::Burn(BurnKv::new(layers)),
+        }
+    }
+
+    /// The host cache, when the model runs on the host.
+    pub(crate) fn host_mut(&mut self) -> Option<&mut HostKv> {
+        match self {
+            SessionKv::Host(kv) => Some(kv),
+            SessionKv::Burn(_) => None,
         }
     }
 

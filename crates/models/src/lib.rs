@@ -41,7 +41,7 @@ pub use bastion_kernels::{kernel_available, TreeAttentionMode};
 pub use bastion_kernels::{measure_peak, LaunchCount, Launches, PeakMeasurement, PeakOptions};
 pub use chat::{ChatTemplate, Message};
 pub use config::{Arch, Llama3Scaling, ModelConfig};
-pub use device_weights::MAX_BUFFER_BYTES;
+pub use device_weights::{Placement, MAX_BUFFER_BYTES};
 pub use draft_vocab::{DraftVocabFile, DRAFT_VOCAB_FILE};
 pub use drafter::{build_target_layer_ids, context_features, draft_vocab_path, DraftSession, Drafter, DrafterConfig};
 pub use drafter_gguf::{

@@ -9,7 +9,7 @@ use bastion_kernels::TreeAttentionMode;
 
 use crate::config::ModelConfig;
 pub(crate) use crate::device_weights::Linear;
-use crate::device_weights::{runs_on_host, NormWeight, MAX_BUFFER_BYTES};
+use crate::device_weights::{NormWeight, Placement, Placer, MAX_BUFFER_BYTES};
 use crate::error::{ModelError, Result};
 pub(crate) use crate::inference_layer::Layer;
 use crate::weights::{HostTensor, WeightSource};
@@ -20,7 +20,10 @@ pub use crate::session::Session;
 /// A decoder-only target LLM (Llama or Qwen3 family) on a Burn device.
 pub struct Model {
     pub(crate) cfg: ModelConfig,
-    pub(crate) device: Device,
+    /// Where and how the weights are placed (device, dtype, buffer bound),
+    /// decided at load; a drafter loaded for this target places its own
+    /// with it.
+    pub(crate) placer: Placer,
     /// The embedding table `[vocab, hidden]` in row parts of at most
     /// [`LoadOptions::max_buffer_bytes`].
     pub(crate) embed: Vec<Tensor<2>>,
@@ -28,16 +31,9 @@ pub struct Model {
     /// The final norm `[hidden]`.
     pub(crate) norm: NormWeight,
     pub(crate) lm_head: Linear,
-    /// How the linear layers' weights are stored.
-    pub(crate) weight_dtype: WeightDtype,
     pub(crate) inv_freq: Vec<f32>,
     /// Verification through the CubeCL tree-attention kernel (else the dense mask).
     pub(crate) tree_kernel: bool,
-    /// Sessions keep their KV cache in host memory (the `flex` CPU backend).
-    pub(crate) host_cache: bool,
-    /// The largest tensor placed in one device buffer (bytes): larger
-    /// weights, embedding tables and logits are split into parts.
-    pub(crate) max_buffer_bytes: usize,
 }
 
 /// How a model is loaded: its weights' storage, the attention path and the
@@ -127,7 +123,7 @@ impl Model {
     /// [`ModelError::Usage`] for a buffer bound under 4 bytes.
     pub fn load_with(cfg: ModelConfig, src: &dyn WeightSource, device: &Device, opts: &LoadOptions) -> Result<Self> {
         let (h, v) = (cfg.hidden_size, cfg.vocab_size);
-        let (dtype, max_bytes) = (opts.dtype, opts.max_buffer_bytes);
+        let max_bytes = opts.max_buffer_bytes;
         if max_bytes < 4 {
             return Err(ModelError::Usage(format!("a device buffer bound of {max_bytes} bytes: expected at least 4")));
         }
@@ -135,6 +131,7 @@ impl Model {
         let tree_kernel = mode
             .uses_kernel(device, cfg.head_dim)
             .map_err(|e| ModelError::Usage(format!("tree attention mode `{mode}`: {e}")))?;
+        let placer = Placer::new(device, opts.dtype, max_bytes);
         // Every tensor of the file must be one this architecture reads.
         let log = crate::weights::ReadLog::new(src);
         let src: &dyn WeightSource = &log;
@@ -145,9 +142,9 @@ impl Model {
         let embed_host = src.require("model.embed_tokens.weight", &[v, h])?;
         // Tied checkpoints usually omit `lm_head.weight`; use it when present.
         let lm_head = if cfg.tie_embeddings && !src.contains("lm_head.weight") {
-            Linear::stacked(std::slice::from_ref(&embed_host), device, dtype, max_bytes)
+            Linear::stacked(std::slice::from_ref(&embed_host), &placer)
         } else {
-            Linear::new(src.require("lm_head.weight", &[v, h])?, device, dtype, max_bytes)
+            Linear::new(src.require("lm_head.weight", &[v, h])?, &placer)
         };
         let per = crate::device_weights::rows_per_part(h, max_bytes);
         let embed = if v <= per {
@@ -161,24 +158,12 @@ impl Model {
         };
         let mut layers = Vec::with_capacity(cfg.num_layers);
         for l in 0..cfg.num_layers {
-            layers.push(Layer::load(src, &format!("model.layers.{l}."), &cfg, device, dtype, max_bytes)?);
+            layers.push(Layer::load(src, &format!("model.layers.{l}."), &cfg, &placer)?);
         }
-        let norm = NormWeight::new(src.require("model.norm.weight", &[h])?.data, device);
+        let norm = NormWeight::new(src.require("model.norm.weight", &[h])?.data, &placer);
         log.check_all_read(&format!("a {:?} target with num_layers = {}", cfg.arch, cfg.num_layers))?;
         let inv_freq = cfg.rope_inv_freq();
-        Ok(Self {
-            lm_head,
-            weight_dtype: dtype,
-            embed,
-            layers,
-            norm,
-            inv_freq,
-            host_cache: runs_on_host(device),
-            device: device.clone(),
-            cfg,
-            tree_kernel,
-            max_buffer_bytes: max_bytes,
-        })
+        Ok(Self { lm_head, embed, layers, norm, inv_freq, placer, cfg, tree_kernel })
     }
 
     /// Chooses how [`Session::verify`] computes tree attention: the CubeCL
@@ -191,7 +176,7 @@ impl Model {
     /// without the kernel (a CPU backend or a build without `wgpu` / `cuda`)
     /// or with a head dimension above [`bastion_kernels::MAX_HEAD_DIM`].
     pub fn set_tree_attention(&mut self, mode: TreeAttentionMode) -> Result<()> {
-        self.tree_kernel = mode.uses_kernel(&self.device, self.cfg.head_dim)?;
+        self.tree_kernel = mode.uses_kernel(&self.placer.device, self.cfg.head_dim)?;
         Ok(())
     }
 
@@ -207,7 +192,12 @@ impl Model {
 
     /// The device holding the weights.
     pub fn device(&self) -> &Device {
-        &self.device
+        &self.placer.device
+    }
+
+    /// Where the weights, KV caches and per-layer work live (decided at load).
+    pub fn placement(&self) -> Placement {
+        self.placer.placement
     }
 
     /// Waits until the device has finished all queued work. CubeCL backends
@@ -217,7 +207,7 @@ impl Model {
     /// # Errors
     /// [`ModelError::Device`] when a queued operation failed on the device.
     pub fn sync(&self) -> Result<()> {
-        self.device.sync().map_err(|e| ModelError::Device(format!("execution failed: {e:?}")))
+        self.placer.device.sync().map_err(|e| ModelError::Device(format!("execution failed: {e:?}")))
     }
 
     /// Replaces the RoPE inverse frequencies (`[head_dim / 2]`), e.g. with a
@@ -248,13 +238,13 @@ impl Model {
         }
         let index = |v: Vec<i64>| -> Tensor<1, Int> {
             let n = v.len();
-            Tensor::from_data(TensorData::new(v, [n]), &self.device)
+            Tensor::from_data(TensorData::new(v, [n]), &self.placer.device)
         };
         if self.embed.len() == 1 || ids.is_empty() {
             return Ok(self.embed[0].clone().select(0, index(ids.iter().map(|&t| t as i64).collect())));
         }
         // A split table: gather from each part, then put the rows back in `ids` order.
-        let per = crate::device_weights::rows_per_part(self.cfg.hidden_size, self.max_buffer_bytes);
+        let per = crate::device_weights::rows_per_part(self.cfg.hidden_size, self.placer.max_bytes);
         let mut gathered = Vec::new();
         let mut order = vec![0i64; ids.len()];
         let mut next = 0;
@@ -280,7 +270,7 @@ impl Model {
     /// The LM head weight as a Burn tensor `[hidden, vocab]` (for training
     /// drafters against the frozen head).
     pub fn lm_head_weight(&self) -> Tensor<2> {
-        self.lm_head.weight_t(&self.device)
+        self.lm_head.weight_t(&self.placer.device)
     }
 
     /// The final norm's weight `[hidden]` (`model.norm.weight`), applied
@@ -328,7 +318,7 @@ impl Model {
 
     /// How the linear layers' weights are stored ([`Model::load_as`]).
     pub fn weight_dtype(&self) -> WeightDtype {
-        self.weight_dtype
+        self.placer.dtype
     }
 
     /// Bytes a forward reads per linear-layer weight: the dtype's on `flex`
@@ -336,7 +326,7 @@ impl Model {
     /// holds bf16 / f16 tensors (`wgpu` f16, `cuda`); 4 where a device
     /// without the half type holds f32 tensors of the rounded values.
     pub fn stored_bytes_per_weight(&self) -> f64 {
-        self.lm_head.stored_bytes_per_weight(self.weight_dtype)
+        self.lm_head.stored_bytes_per_weight(self.placer.dtype)
     }
 
     /// The hidden size `H`.

@@ -7,6 +7,7 @@ use bastion_kernels::cpu::attention::HostKv;
 use bastion_tree::DraftTree;
 
 use crate::cube_exec::CubeExec;
+use crate::device_weights::Placement;
 use crate::error::{ModelError, Result};
 use crate::forward::{forward, BurnExec, HostExec};
 use crate::kv::{BatchKv, SessionKv, Visibility};
@@ -112,7 +113,7 @@ impl Model {
                 self.cfg.vocab_size
             )));
         }
-        if !self.host_cache {
+        if self.placement() != Placement::Host {
             let mut logits = Vec::with_capacity(tokens.len() * self.cfg.vocab_size);
             for (s, &t) in sessions.iter_mut().zip(tokens) {
                 logits.extend_from_slice(&s.prefill(&[t], &[])?.into_host()?.logits);
@@ -120,13 +121,11 @@ impl Model {
             return Ok(logits);
         }
         let pasts: Vec<usize> = sessions.iter().map(|s| s.len).collect();
-        let kvs: Vec<&mut HostKv> = sessions
-            .iter_mut()
-            .map(|s| match &mut s.cache {
-                SessionKv::Host(kv) => kv,
-                SessionKv::Burn(_) => unreachable!("a host-cache model's sessions hold host caches"),
-            })
-            .collect();
+        // A host model's sessions hold host caches (`SessionKv::new` follows the placement).
+        let kvs: Vec<&mut HostKv> = sessions.iter_mut().filter_map(|s| s.cache.host_mut()).collect();
+        if kvs.len() != pasts.len() {
+            return Err(ModelError::Usage("a session whose KV cache is not in host memory in the batch".into()));
+        }
         let mut batch = BatchKv { kvs, pasts: pasts.clone() };
         let out = forward(&HostExec, self, &mut batch, tokens, &pasts, 0, Visibility::All, &[], tokens.len())?;
         let logits = out.logits;
@@ -139,7 +138,7 @@ impl Model {
     /// Starts an empty session (KV cache) on this model.
     pub fn session(&self) -> Session<'_> {
         let c = &self.cfg;
-        let cache = SessionKv::new(self.host_cache, c.num_layers, c.num_kv_heads, c.head_dim);
+        let cache = SessionKv::new(self.placement(), c.num_layers, c.num_kv_heads, c.head_dim);
         Session { model: self, cache, len: 0, pending: None, read_back: ReadBack::default() }
     }
 }
@@ -325,10 +324,10 @@ impl<'m> Session<'m> {
                 Output::from_host(forward(&HostExec, m, kv, tokens, positions, self.len, vis, hidden, rows)?)
             }
             SessionKv::Burn(kv) if m.tree_kernel => {
-                forward(&CubeExec(BurnExec(&m.device)), m, kv, tokens, positions, self.len, vis, hidden, rows)?
+                forward(&CubeExec(BurnExec(&m.placer.device)), m, kv, tokens, positions, self.len, vis, hidden, rows)?
             }
             SessionKv::Burn(kv) => {
-                forward(&BurnExec(&m.device), m, kv, tokens, positions, self.len, vis, hidden, rows)?
+                forward(&BurnExec(&m.placer.device), m, kv, tokens, positions, self.len, vis, hidden, rows)?
             }
         };
         Ok(out.counted(&self.read_back))
