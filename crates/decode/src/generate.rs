@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use bastion_models::{ContextFeatures, DraftOutput, DraftSession, Drafter, Model, Output, Session};
+use bastion_models::{BlockRows, ContextFeatures, DraftOutput, DraftSession, Drafter, Model, Output, Session};
 use bastion_tree::{Acceptance, BudgetPolicy, DraftCandidates, DraftTree, RoundObservation};
 use serde::{Deserialize, Serialize};
 
@@ -209,7 +209,13 @@ pub fn generate(
         Some((d, p)) => (Some(d), Some(p as &mut dyn BudgetPolicy)),
         None => (None, None),
     };
-    let method = MethodRun { policy, accept: AcceptRule::Walk, draft_depth: usize::MAX, gate: None };
+    let method = MethodRun {
+        policy,
+        accept: AcceptRule::Walk,
+        draft_depth: usize::MAX,
+        block_rows: BlockRows::Full,
+        gate: None,
+    };
     run(target, drafter, method, prompt, cfg)
 }
 
@@ -249,6 +255,7 @@ pub fn generate_resolved(
         policy: method.policy.as_deref_mut().map(|p| p as &mut dyn BudgetPolicy),
         accept: method.accept,
         draft_depth: method.draft_depth,
+        block_rows: method.block_rows,
         gate: method.skip.as_mut(),
     };
     run(target, drafter, run_method, prompt, cfg)
@@ -260,6 +267,7 @@ struct MethodRun<'a> {
     policy: Option<&'a mut dyn BudgetPolicy>,
     accept: AcceptRule,
     draft_depth: usize,
+    block_rows: BlockRows,
     gate: Option<&'a mut SkipGate>,
 }
 
@@ -326,7 +334,8 @@ impl<'a> Decoding<'a> {
             return Err(DecodeError::Invariant("a round drafted without a drafter".into()));
         };
         let depth = (drafter.block_size() - 1).min(policy.max_nodes().max(1)).min(self.method.draft_depth.max(1));
-        let logits = ds.draft(self.target, &std::mem::take(&mut self.features), self.root, depth)?;
+        let features = std::mem::take(&mut self.features);
+        let logits = ds.draft(self.target, &features, self.root, depth, self.method.block_rows)?;
         // The drafter has read the features of every committed token, no more.
         if ds.len() != self.session.len() {
             return Err(DecodeError::Invariant(format!(

@@ -19,6 +19,8 @@ use bastion_tree::{
 use serde::{Deserialize, Serialize};
 
 use crate::error::{DecodeError, Result};
+use bastion_models::BlockRows;
+
 use crate::generate::AcceptRule;
 use crate::method::{Method, EXPECTED_METHODS, SKIP_SUFFIX};
 use crate::policy_inputs::{BastionRule, PolicyInputs, CADDTREE_MAX_BUDGET};
@@ -130,6 +132,14 @@ method_knobs! {
         }
         Ok(())
     };
+
+    /// Which block rows run through the drafter's layers (every speculative
+    /// method): the whole block (default, as trained) or only the root and
+    /// the rows drafted.
+    block_rows: BlockRows,
+    read_by: |m| m.needs_drafter(),
+    values: "`full` (default: the whole block, as the drafter was trained) or `drafted` (only the root and the rows drafted: a tree of depth d pays for 1 + d rows of the drafter's layers; drafts different candidates, still lossless)",
+    check: any;
 
     /// Candidates per depth (`ddtree`: default = the budget; `bastion`,
     /// `bastion-online`: default 128).
@@ -479,6 +489,7 @@ impl MethodSpec {
             policy,
             accept: params.accept.unwrap_or_default(),
             draft_depth,
+            block_rows: params.block_rows.unwrap_or_default(),
             skip: self.skips_draft().then(SkipGate::new),
         })
     }
@@ -533,6 +544,8 @@ pub struct Resolved {
     /// Draft only the first `draft_depth` positions of a block (trees at
     /// most this deep; the whole block by default).
     pub draft_depth: usize,
+    /// Which block rows the drafter's layers run over.
+    pub block_rows: BlockRows,
     /// The skip gate of a `+skip` method ([`crate::skip`]); `None`: every
     /// round drafts.
     pub skip: Option<SkipGate>,
@@ -543,12 +556,18 @@ impl Resolved {
     /// reach: the lossless walk, no skipping (what tests and tools that
     /// build a policy by hand run).
     pub fn with_policy(policy: Box<dyn BudgetPolicy>) -> Self {
-        Resolved { policy: Some(policy), accept: AcceptRule::Walk, draft_depth: usize::MAX, skip: None }
+        Resolved {
+            policy: Some(policy),
+            accept: AcceptRule::Walk,
+            draft_depth: usize::MAX,
+            block_rows: BlockRows::Full,
+            skip: None,
+        }
     }
 
     /// Autoregressive decoding: no policy.
     pub fn ar() -> Self {
-        Resolved { policy: None, accept: AcceptRule::Walk, draft_depth: 0, skip: None }
+        Resolved { policy: None, accept: AcceptRule::Walk, draft_depth: 0, block_rows: BlockRows::Full, skip: None }
     }
 }
 
@@ -558,6 +577,7 @@ impl fmt::Debug for Resolved {
             .field("policy", &self.policy.as_ref().map(|p| (p.max_nodes(), p.top_k())))
             .field("accept", &self.accept)
             .field("draft_depth", &self.draft_depth)
+            .field("block_rows", &self.block_rows)
             .field("skip", &self.skip.is_some())
             .finish()
     }

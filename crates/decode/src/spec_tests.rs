@@ -185,7 +185,12 @@ fn knobs_reach_the_policy() {
     assert!(resolve(Method::CaddTree, roof, &only_cost).is_err());
     let argmax = MethodParams { accept: Some(AcceptRule::ArgmaxPath), draft_depth: Some(3), ..Default::default() };
     let r = resolve(Method::DDTree { budget: 8 }, argmax, &inputs()).unwrap();
-    assert_eq!((r.accept, r.draft_depth), (AcceptRule::ArgmaxPath, 3));
+    assert_eq!((r.accept, r.draft_depth, r.block_rows), (AcceptRule::ArgmaxPath, 3, BlockRows::Full));
+    let drafted = MethodParams { block_rows: Some(BlockRows::Drafted), ..Default::default() };
+    let r = resolve(Method::DDTree { budget: 2 }, drafted.clone(), &inputs()).unwrap();
+    assert_eq!(r.block_rows, BlockRows::Drafted);
+    let e = resolve(Method::Ar, drafted, &inputs()).unwrap_err().to_string();
+    assert!(e.contains("block_rows"), "{e}");
 }
 
 #[test]

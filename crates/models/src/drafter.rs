@@ -482,16 +482,29 @@ impl DraftSession<'_> {
     /// ([`DraftOutput`]: on a GPU the candidate lists are taken there). A
     /// tree of at most `n` drafted nodes is at most `n` deep, so the LM
     /// head, the drafter's largest cost, need not run over deeper positions;
-    /// the rows returned equal the first rows of a full block.
+    /// the rows returned equal the first rows of a full block. `block` says
+    /// whether the drafter's layers run over the whole block or only the
+    /// `1 + rows` rows drafted ([`BlockRows`]).
     ///
     /// # Errors
     /// [`ModelError::Shape`] when `features` is not a whole number of
     /// `K·H` rows; [`ModelError::Usage`] when `root` is outside the vocabulary.
-    pub fn draft(&mut self, target: &Model, features: &ContextFeatures, root: u32, rows: usize) -> Result<DraftOutput> {
+    pub fn draft(
+        &mut self,
+        target: &Model,
+        features: &ContextFeatures,
+        root: u32,
+        rows: usize,
+        block: BlockRows,
+    ) -> Result<DraftOutput> {
         let b = self.drafter.cfg.block_size;
         let rows = rows.clamp(1, b - 1);
         let pruned = self.drafter.vocab.as_ref().map(|v| &v.head);
-        let out = match self.run_block(target, features, root)? {
+        let block_rows = match block {
+            BlockRows::Full => b,
+            BlockRows::Drafted => 1 + rows,
+        };
+        let out = match self.run_block(target, features, root, block_rows)? {
             BlockOut::Host(out) => {
                 let h = self.drafter.cfg.model.hidden_size;
                 let x = &out[h..(1 + rows) * h];
@@ -519,7 +532,7 @@ impl DraftSession<'_> {
     /// As [`DraftSession::draft`].
     pub fn draft_with_hidden(&mut self, target: &Model, features: &[f32], root: u32) -> Result<(Vec<f32>, Vec<f32>)> {
         let b = self.drafter.cfg.block_size;
-        match self.run_block(target, &ContextFeatures::from(features), root)? {
+        match self.run_block(target, &ContextFeatures::from(features), root, b)? {
             BlockOut::Host(out) => {
                 let h = self.drafter.cfg.model.hidden_size;
                 let logits = target.lm_head_host(&out[h..], b - 1);
@@ -532,13 +545,14 @@ impl DraftSession<'_> {
         }
     }
 
-    /// One block ([`draft_block`]) on this session's execution and cache.
-    fn run_block(&mut self, target: &Model, features: &ContextFeatures, root: u32) -> Result<BlockOut> {
+    /// One block ([`draft_block`]) of `rows` rows (root, then masks) on this
+    /// session's execution and cache.
+    fn run_block(&mut self, target: &Model, features: &ContextFeatures, root: u32, rows: usize) -> Result<BlockOut> {
         let d = self.drafter;
         let m = &d.cfg.model;
         let width = d.cfg.target_layer_ids.len() * m.hidden_size;
         let n = features.rows(width)?;
-        let mut block = vec![d.cfg.mask_token_id; d.cfg.block_size];
+        let mut block = vec![d.cfg.mask_token_id; rows];
         block[0] = root;
         let w = DraftWeights {
             layers: &d.layers,
@@ -569,6 +583,24 @@ impl DraftSession<'_> {
         self.len = len + n;
         Ok(out)
     }
+}
+
+/// Which rows of a block [`DraftSession::draft`] runs through the drafter's
+/// layers. The block's rows attend to each other (DFlash: no mask inside the
+/// block), so the first rows' logits depend on how many mask rows follow:
+/// both choices draft losslessly (verification decides), but they draft
+/// different candidates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BlockRows {
+    /// The whole block `[root, mask × (B − 1)]`, as the drafter was trained
+    /// (DFlash `dflash.py`, DDTree `ddtree.py`).
+    #[default]
+    Full,
+    /// Only the root and the rows drafted, `[root, mask × rows]`: a tree of
+    /// depth `rows` pays for `1 + rows` rows of the drafter's layers instead
+    /// of `B` (a Bastion variant; its τ is to be measured against `Full`).
+    Drafted,
 }
 
 /// A drafted block's output states `[B, hidden]` (after the final norm).

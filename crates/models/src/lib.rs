@@ -43,7 +43,9 @@ pub use chat::{ChatTemplate, Message};
 pub use config::{Arch, Llama3Scaling, ModelConfig};
 pub use device_weights::{Placement, MAX_BUFFER_BYTES};
 pub use draft_vocab::{DraftVocabFile, DRAFT_VOCAB_FILE};
-pub use drafter::{build_target_layer_ids, context_features, draft_vocab_path, DraftSession, Drafter, DrafterConfig};
+pub use drafter::{
+    build_target_layer_ids, context_features, draft_vocab_path, BlockRows, DraftSession, Drafter, DrafterConfig,
+};
 pub use drafter_gguf::{
     config_from_gguf, drafter_gguf_name, drafter_zlab_name, export_drafter_gguf, DrafterGgufSource, GgufExport,
 };

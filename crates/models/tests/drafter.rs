@@ -3,7 +3,7 @@
 //! config / fit checks.
 
 use bastion_models::{
-    build_target_layer_ids, context_features, DraftSession, Drafter, DrafterConfig, Model, ModelConfig,
+    build_target_layer_ids, context_features, BlockRows, DraftSession, Drafter, DrafterConfig, Model, ModelConfig,
     SafetensorsSource,
 };
 use bastion_testkit::{fixture_dir, max_abs_diff, Fixture};
@@ -14,7 +14,7 @@ const ATOL: f32 = 1e-4;
 /// One block's draft logits `[rows, vocab]` in host memory (all `B − 1`
 /// rows for `usize::MAX`).
 fn draft(s: &mut DraftSession<'_>, target: &Model, features: &[f32], root: u32, rows: usize) -> Vec<f32> {
-    s.draft(target, &features.into(), root, rows).unwrap().to_host().unwrap()
+    s.draft(target, &features.into(), root, rows, BlockRows::Full).unwrap().to_host().unwrap()
 }
 
 fn target() -> Model {
@@ -106,6 +106,45 @@ fn cached_context_equals_one_shot_context() {
     let got = draft(&mut two, &target, &feats[split..], root, usize::MAX);
     let d = max_abs_diff(&got, &want);
     assert!(d < 1e-5, "two-step context differs by {d}");
+}
+
+/// `BlockRows::Drafted` runs the drafter's layers over the root and the rows
+/// drafted only: its `r` rows are those of a drafter whose block is `1 + r`
+/// long (the same weights), the whole block's when `r = B − 1`; the block's
+/// rows never enter the context cache, so the next round drafts as after a
+/// full block.
+#[test]
+fn drafted_block_rows_run_a_shorter_block() {
+    let fx = Fixture::load("tiny-dflash");
+    let target = target();
+    let drafter = Drafter::load(fixture_dir("tiny-dflash"), &target).unwrap();
+    let ctx = fx.ids("fwd_context_ids");
+    let out = target.session().prefill(&ctx, &drafter.hidden_indices()).unwrap().into_host().unwrap();
+    let feats = context_features(&out, 64, None).unwrap();
+    let root = fx.ids("fwd_block_ids")[0];
+    let b = drafter.block_size();
+    let run = |d: &Drafter, rows: usize, block: BlockRows| {
+        d.session().draft(&target, &feats.as_slice().into(), root, rows, block).unwrap().to_host().unwrap()
+    };
+    assert_eq!(run(&drafter, b - 1, BlockRows::Drafted), run(&drafter, b - 1, BlockRows::Full));
+    let dir = fixture_dir("tiny-dflash");
+    for rows in [1, 3] {
+        let mut cfg = DrafterConfig::from_json(dir.join("config.json")).unwrap();
+        cfg.block_size = 1 + rows;
+        let short = Drafter::from_source(cfg, &dir, &SafetensorsSource::open(&dir).unwrap(), &target).unwrap();
+        let drafted = run(&drafter, rows, BlockRows::Drafted);
+        assert_eq!(drafted, run(&short, rows, BlockRows::Full), "{rows} rows");
+        // The masks after the drafted rows are seen by them: a full block drafts otherwise.
+        assert!(max_abs_diff(&drafted, &run(&drafter, rows, BlockRows::Full)) > 1e-6, "{rows} rows");
+    }
+    // Two rounds: the second drafts the same after a drafted block as after a full one.
+    let split = 10 * 128;
+    let second = |first: BlockRows| {
+        let mut s = drafter.session();
+        s.draft(&target, &feats[..split].into(), ctx[10], 2, first).unwrap();
+        draft(&mut s, &target, &feats[split..], root, usize::MAX)
+    };
+    assert_eq!(second(BlockRows::Drafted), second(BlockRows::Full));
 }
 
 /// A pruned draft vocabulary gives, column for column, the full draft

@@ -6,7 +6,9 @@
 use std::path::Path;
 
 use bastion_models::gguf::GgufValue;
-use bastion_models::{drafter_gguf_name, export_drafter_gguf, GgufFile, SafetensorsSource, WeightDtype, WeightSource};
+use bastion_models::{
+    drafter_gguf_name, export_drafter_gguf, BlockRows, GgufFile, SafetensorsSource, WeightDtype, WeightSource,
+};
 use bastion_testkit::{smollm2_drafter_dir, smollm2_gguf};
 
 /// A metadata entry's GGUF type id (the first four bytes of its raw entry).
@@ -127,8 +129,9 @@ fn an_exported_drafter_loads_back_and_drafts_the_same() {
     let hidden = target.config().hidden_size;
     let out = target.session().prefill(&prompt, &original.hidden_indices()).unwrap();
     let features = out.features(hidden, None).unwrap().to_host().unwrap();
-    let drafts =
-        |d: &Drafter| d.session().draft(&target, &features.as_slice().into(), 42, 15).unwrap().to_host().unwrap();
+    let drafts = |d: &Drafter| {
+        d.session().draft(&target, &features.as_slice().into(), 42, 15, BlockRows::Full).unwrap().to_host().unwrap()
+    };
     let want = drafts(&original);
     for (dtype, exact) in [(WeightDtype::F32, true), (WeightDtype::Q8_0, false)] {
         let path = dir.path().join(format!("d-{dtype}.gguf"));

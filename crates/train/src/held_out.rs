@@ -1,7 +1,7 @@
 //! The held-out τ estimate: the greedy DFlash chain replayed on known
 //! target outputs, overall and per training domain.
 
-use bastion_models::{Drafter, DrafterConfig, Model};
+use bastion_models::{BlockRows, Drafter, DrafterConfig, Model};
 use bastion_tree::DraftRows;
 
 use crate::distill::DistillRecord;
@@ -130,7 +130,8 @@ pub fn chain_acceptance(
     let (mut fed, mut root) = (0usize, prompt_len);
     let mut out = Vec::new();
     while root + 1 < n {
-        let logits = session.draft(target, &features[fed * width..root * width].into(), tokens[root], depth)?;
+        let logits =
+            session.draft(target, &features[fed * width..root * width].into(), tokens[root], depth, BlockRows::Full)?;
         fed = root;
         let lists = logits.top_k(&depths, 1).map_err(|e| TrainError::Usage(format!("chain τ: {e}")))?;
         let chain: Vec<u32> = lists.iter().map(|l| l[0].1).map(|c| map.map_or(c, |m| m[c as usize])).collect();

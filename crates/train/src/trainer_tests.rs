@@ -1,7 +1,7 @@
 //! Unit tests of the trainer (`trainer.rs`).
 
 use super::*;
-use bastion_models::{load_model, Drafter};
+use bastion_models::{load_model, BlockRows, Drafter};
 use burn::tensor::Device;
 
 /// The trainer's forward and the inference drafter run the same layer
@@ -46,8 +46,18 @@ fn training_forward_equals_inference_and_saved_drafters_reload_exactly() {
     params.save(&cfg, dir.path()).unwrap();
     let loaded = Drafter::load(dir.path(), &target).unwrap();
     assert_eq!(loaded.config(), &cfg, "config.json round-trips the drafter's shape");
-    let a = drafter.session().draft(&target, &features[..].into(), 7, usize::MAX).unwrap().to_host().unwrap();
-    let b = loaded.session().draft(&target, &features[..].into(), 7, usize::MAX).unwrap().to_host().unwrap();
+    let a = drafter
+        .session()
+        .draft(&target, &features[..].into(), 7, usize::MAX, BlockRows::Full)
+        .unwrap()
+        .to_host()
+        .unwrap();
+    let b = loaded
+        .session()
+        .draft(&target, &features[..].into(), 7, usize::MAX, BlockRows::Full)
+        .unwrap()
+        .to_host()
+        .unwrap();
     assert_eq!(a.len(), b.len());
     assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "saved drafter drafts other logits");
 }
@@ -99,7 +109,12 @@ fn a_bf16_drafter_holds_the_rounded_weights_in_half_the_bytes() {
     let features = context_features(&out, target.config().hidden_size, None).unwrap();
     let draft = |dir: &std::path::Path| {
         let drafter = Drafter::load(dir, &target).unwrap();
-        drafter.session().draft(&target, &features[..].into(), 7, usize::MAX).unwrap().to_host().unwrap()
+        drafter
+            .session()
+            .draft(&target, &features[..].into(), 7, usize::MAX, BlockRows::Full)
+            .unwrap()
+            .to_host()
+            .unwrap()
     };
     let (exact, rounded) = (draft(f32_dir.path()), draft(bf16_dir.path()));
     let scale = exact.iter().fold(0.0f32, |m, v| m.max(v.abs()));
