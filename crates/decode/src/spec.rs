@@ -16,11 +16,10 @@ use std::str::FromStr;
 use bastion_tree::{
     Bastion, BastionConfig, BucketMode, BudgetPolicy, CaddTree, FixedBudget, RooflineModel, RoundCostModel,
 };
+use bastion_models::BlockRows;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{DecodeError, Result};
-use bastion_models::BlockRows;
-
 use crate::generate::AcceptRule;
 use crate::method::{Method, EXPECTED_METHODS, SKIP_SUFFIX};
 use crate::policy_inputs::{BastionRule, PolicyInputs, CADDTREE_MAX_BUDGET};

@@ -10,6 +10,7 @@
 #[cfg(feature = "burn")]
 use burn::tensor::{Int, Tensor};
 
+#[cfg(target_arch = "x86_64")]
 use crate::cpu::matmul::Isa;
 
 /// Index of the largest logit; the first one on exact ties (as

@@ -472,7 +472,8 @@ impl DraftSession<'_> {
     /// the `n` tokens committed since the last call (positions
     /// `len..len + n`, see [`context_features`] and
     /// [`crate::Output::features`]); they are cached. The block is
-    /// `[root, mask × (B − 1)]` at positions `start..start + B`,
+    /// `[root, mask × (B − 1)]` at positions `start..start + B` (with
+    /// [`BlockRows::Drafted`] only its first `1 + rows` rows),
     /// `start = len + n`, `root` = the last committed token (not yet in the
     /// target's cache). Returns the draft logits of the first `rows`
     /// positions after the root (`[rows, vocab]`, `rows` clamped to
@@ -481,10 +482,11 @@ impl DraftSession<'_> {
     /// from the target's `lm_head`, where they were computed
     /// ([`DraftOutput`]: on a GPU the candidate lists are taken there). A
     /// tree of at most `n` drafted nodes is at most `n` deep, so the LM
-    /// head, the drafter's largest cost, need not run over deeper positions;
-    /// the rows returned equal the first rows of a full block. `block` says
-    /// whether the drafter's layers run over the whole block or only the
-    /// `1 + rows` rows drafted ([`BlockRows`]).
+    /// head need not run over deeper positions: with [`BlockRows::Full`]
+    /// the rows returned equal the first rows of a full block's logits;
+    /// with [`BlockRows::Drafted`] the drafter's layers run over the `1 +
+    /// rows` rows drafted only, which drafts otherwise (the rows see fewer
+    /// masks) and costs less.
     ///
     /// # Errors
     /// [`ModelError::Shape`] when `features` is not a whole number of
@@ -599,11 +601,12 @@ pub enum BlockRows {
     Full,
     /// Only the root and the rows drafted, `[root, mask × rows]`: a tree of
     /// depth `rows` pays for `1 + rows` rows of the drafter's layers instead
-    /// of `B` (a Bastion variant; its τ is to be measured against `Full`).
+    /// of `B` (a Bastion variant; `experiments/block-rows.toml` measures it
+    /// against `Full`).
     Drafted,
 }
 
-/// A drafted block's output states `[B, hidden]` (after the final norm).
+/// A drafted block's output states `[block rows, hidden]` (after the final norm).
 enum BlockOut {
     /// In host memory (`flex`).
     Host(Vec<f32>),

@@ -130,13 +130,14 @@ where
 /// the `n` new context rows `features` `[n, K·H]` (positions
 /// `len..len + n`) are projected by `fc`, normed by `hidden_norm`, and
 /// their keys and values (no per-layer norm on the context side) written
-/// to `cache` for good; the block `[root, mask × (B − 1)]` at positions
+/// to `cache` for good; the block (`[root, mask × (B − 1)]`, or its first
+/// rows, [`crate::BlockRows`]) at positions
 /// `len + n ..` then runs through the draft layers, every block row seeing
 /// the whole context and the whole block; the block's keys and values are
 /// not kept (z-lab `dflash/model.py` crops its cache back after a block):
 /// its rows lie past the session's new length `len + n`, stale, and the
 /// next block overwrites them. Returns the block's states after the final
-/// norm `[B, hidden]`.
+/// norm `[block.len(), hidden]`.
 ///
 /// # Errors
 /// [`ModelError::Usage`] when `root` is outside the target's vocabulary.

@@ -2,7 +2,7 @@
 //! `build_ddtree_tree` (liranringel/ddtree `ddtree.py`) takes `log p = logit −
 //! logsumexp(logits)` of each depth's top-k tokens. Rows of a drafter's vocabulary
 //! (49,152 for SmolLM2) are long, so both run 8 lanes at a time with AVX2 where
-//! [`Isa`] chose it for the process, and give the portable path's bits.
+//! the process-wide instruction-set choice of the CPU kernels took it, and give the portable path's bits.
 
 use crate::cpu::matmul::Isa;
 
