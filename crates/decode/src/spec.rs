@@ -13,10 +13,10 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
+use bastion_models::BlockRows;
 use bastion_tree::{
     Bastion, BastionConfig, BucketMode, BudgetPolicy, CaddTree, FixedBudget, RooflineModel, RoundCostModel,
 };
-use bastion_models::BlockRows;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{DecodeError, Result};
