@@ -17,6 +17,19 @@ fn draft(s: &mut DraftSession<'_>, target: &Model, features: &[f32], root: u32, 
     s.draft(target, &features.into(), root, rows, BlockRows::Full).unwrap().to_host().unwrap()
 }
 
+/// The tiny pair with the fixture's context prefilled: target, drafter,
+/// context ids, their context features `[ctx, K·H]` and the block's root.
+fn fixture_context() -> (Model, Drafter, Vec<u32>, Vec<f32>, u32) {
+    let fx = Fixture::load("tiny-dflash");
+    let target = target();
+    let drafter = Drafter::load(fixture_dir("tiny-dflash"), &target).unwrap();
+    let ctx = fx.ids("fwd_context_ids");
+    let out = target.session().prefill(&ctx, &drafter.hidden_indices()).unwrap().into_host().unwrap();
+    let feats = context_features(&out, 64, None).unwrap();
+    let root = fx.ids("fwd_block_ids")[0];
+    (target, drafter, ctx, feats, root)
+}
+
 fn target() -> Model {
     let dir = fixture_dir("tiny-qwen3");
     let cfg = ModelConfig::from_hf_json(dir.join("config.json")).unwrap();
@@ -91,13 +104,7 @@ fn single_forward_matches_reference() {
 fn cached_context_equals_one_shot_context() {
     // Feeding the context in two pieces (as rounds do) gives the same block
     // as feeding it at once.
-    let fx = Fixture::load("tiny-dflash");
-    let target = target();
-    let drafter = Drafter::load(fixture_dir("tiny-dflash"), &target).unwrap();
-    let ctx = fx.ids("fwd_context_ids");
-    let out = target.session().prefill(&ctx, &drafter.hidden_indices()).unwrap().into_host().unwrap();
-    let feats = context_features(&out, 64, None).unwrap();
-    let root = fx.ids("fwd_block_ids")[0];
+    let (target, drafter, ctx, feats, root) = fixture_context();
     let mut one = drafter.session();
     let want = draft(&mut one, &target, &feats, root, usize::MAX);
     let mut two = drafter.session();
@@ -115,13 +122,7 @@ fn cached_context_equals_one_shot_context() {
 /// full block.
 #[test]
 fn drafted_block_rows_run_a_shorter_block() {
-    let fx = Fixture::load("tiny-dflash");
-    let target = target();
-    let drafter = Drafter::load(fixture_dir("tiny-dflash"), &target).unwrap();
-    let ctx = fx.ids("fwd_context_ids");
-    let out = target.session().prefill(&ctx, &drafter.hidden_indices()).unwrap().into_host().unwrap();
-    let feats = context_features(&out, 64, None).unwrap();
-    let root = fx.ids("fwd_block_ids")[0];
+    let (target, drafter, ctx, feats, root) = fixture_context();
     let b = drafter.block_size();
     let run = |d: &Drafter, rows: usize, block: BlockRows| {
         d.session().draft(&target, &feats.as_slice().into(), root, rows, block).unwrap().to_host().unwrap()
@@ -152,13 +153,7 @@ fn drafted_block_rows_run_a_shorter_block() {
 /// subsets are refused; `None` restores the whole vocabulary.
 #[test]
 fn pruned_draft_vocabulary_selects_columns_of_the_full_logits() {
-    let fx = Fixture::load("tiny-dflash");
-    let target = target();
-    let mut drafter = Drafter::load(fixture_dir("tiny-dflash"), &target).unwrap();
-    let ctx = fx.ids("fwd_context_ids");
-    let out = target.session().prefill(&ctx, &drafter.hidden_indices()).unwrap().into_host().unwrap();
-    let feats = context_features(&out, 64, None).unwrap();
-    let root = fx.ids("fwd_block_ids")[0];
+    let (target, mut drafter, _, feats, root) = fixture_context();
     let vocab = target.config().vocab_size;
     let rows = 5;
     let full = draft(&mut drafter.session(), &target, &feats, root, rows);
