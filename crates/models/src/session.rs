@@ -122,10 +122,9 @@ impl Model {
         }
         let pasts: Vec<usize> = sessions.iter().map(|s| s.len).collect();
         // A host model's sessions hold host caches (`SessionKv::new` follows the placement).
-        let kvs: Vec<&mut HostKv> = sessions.iter_mut().filter_map(|s| s.cache.host_mut()).collect();
-        if kvs.len() != pasts.len() {
+        let Some(kvs) = sessions.iter_mut().map(|s| s.cache.host_mut()).collect::<Option<Vec<&mut HostKv>>>() else {
             return Err(ModelError::Usage("a session whose KV cache is not in host memory in the batch".into()));
-        }
+        };
         let mut batch = BatchKv { kvs, pasts: pasts.clone() };
         let out = forward(&HostExec, self, &mut batch, tokens, &pasts, 0, Visibility::All, &[], tokens.len())?;
         let logits = out.logits;

@@ -46,18 +46,7 @@ fn training_forward_equals_inference_and_saved_drafters_reload_exactly() {
     params.save(&cfg, dir.path()).unwrap();
     let loaded = Drafter::load(dir.path(), &target).unwrap();
     assert_eq!(loaded.config(), &cfg, "config.json round-trips the drafter's shape");
-    let a = drafter
-        .session()
-        .draft(&target, &features[..].into(), 7, usize::MAX, BlockRows::Full)
-        .unwrap()
-        .to_host()
-        .unwrap();
-    let b = loaded
-        .session()
-        .draft(&target, &features[..].into(), 7, usize::MAX, BlockRows::Full)
-        .unwrap()
-        .to_host()
-        .unwrap();
+    let (a, b) = (full_block(&drafter, &target, &features), full_block(&loaded, &target, &features));
     assert_eq!(a.len(), b.len());
     assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "saved drafter drafts other logits");
 }
@@ -107,15 +96,7 @@ fn a_bf16_drafter_holds_the_rounded_weights_in_half_the_bytes() {
     let tokens: Vec<u32> = (0..24).map(|i| (i * 37 + 11) % 256).collect();
     let out = target.session().prefill(&tokens, &cfg.hidden_indices()).unwrap().into_host().unwrap();
     let features = context_features(&out, target.config().hidden_size, None).unwrap();
-    let draft = |dir: &std::path::Path| {
-        let drafter = Drafter::load(dir, &target).unwrap();
-        drafter
-            .session()
-            .draft(&target, &features[..].into(), 7, usize::MAX, BlockRows::Full)
-            .unwrap()
-            .to_host()
-            .unwrap()
-    };
+    let draft = |dir: &std::path::Path| full_block(&Drafter::load(dir, &target).unwrap(), &target, &features);
     let (exact, rounded) = (draft(f32_dir.path()), draft(bf16_dir.path()));
     let scale = exact.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     let worst = exact.iter().zip(&rounded).fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
@@ -177,4 +158,10 @@ fn warm_restarts_double_each_cycle_and_ignore_the_run_length() {
     // ... so a shorter cosine run decays sooner: at step 6 of 7 (2/3 of the way) 0.1 + 0.9 · 0.25.
     let short = TrainConfig { restarts: None, ..longer };
     assert!(close(schedule(&short, 6), 0.325) && schedule(&cosine, 6) > 0.99);
+}
+
+/// The draft logits of a whole block after context `features`, root token 7,
+/// in host memory.
+fn full_block(drafter: &Drafter, target: &Model, features: &[f32]) -> Vec<f32> {
+    drafter.session().draft(target, &features.into(), 7, usize::MAX, BlockRows::Full).unwrap().to_host().unwrap()
 }
