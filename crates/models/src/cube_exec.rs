@@ -17,7 +17,7 @@ use burn::tensor::Tensor;
 
 use bastion_kernels::layer_ops::{self, HeadsSpec};
 
-use crate::device_weights::{Linear, NormWeight};
+use crate::device_weights::{DeviceLinear, OnDevice};
 use crate::error::Result;
 use crate::forward::{BurnExec, Exec};
 use crate::layer::{BurnLayer, LayerExec, LayerShape, Norm, Proj};
@@ -30,19 +30,19 @@ const KERNEL: &str = "the layer kernels take every decoder layer of a CubeCL mod
 
 /// A decoder layer's steps as Bastion's CubeCL kernels.
 pub(crate) struct CubeLayer<'a> {
-    layer: &'a Layer,
+    layer: &'a Layer<OnDevice>,
     shape: LayerShape,
     rope: (&'a Tensor<2>, &'a Tensor<2>),
 }
 
 impl CubeLayer<'_> {
     /// The same layer in Burn's ops, for the steps this execution leaves to them.
-    fn burn(&self) -> BurnLayer<'_, Layer> {
+    fn burn(&self) -> BurnLayer<'_, Layer<OnDevice>> {
         BurnLayer { w: self.layer, shape: self.shape, rope: self.rope }
     }
 
-    fn norm(&self, norm: Norm) -> Option<Tensor<1>> {
-        self.layer.norm(norm).map(NormWeight::tensor)
+    fn norm(&self, norm: Norm) -> Option<&Tensor<1>> {
+        self.layer.norm(norm)
     }
 
     /// The heads of the layer's fused `[q; k; v]` product of `x`: `q` (when
@@ -59,8 +59,8 @@ impl CubeLayer<'_> {
             k_col: q_dim,
             v_col: q_dim + kv_dim,
             eps: s.eps,
-            q_norm: q_norm.as_ref(),
-            k_norm: k_norm.as_ref(),
+            q_norm,
+            k_norm,
         };
         let p = self.layer.qkv.forward(x.clone());
         if with_q {
@@ -82,7 +82,7 @@ impl LayerExec for CubeLayer<'_> {
     }
     fn rms_norm(&self, x: &Tensor<2>, norm: Norm) -> Tensor<2> {
         let w = self.norm(norm).expect("input and post norms exist in every layer");
-        layer_ops::rms_norm_rows(x.clone(), &w, self.shape.eps).expect(KERNEL)
+        layer_ops::rms_norm_rows(x.clone(), w, self.shape.eps).expect(KERNEL)
     }
     fn project_many(&self, ps: &[Proj], x: &Tensor<2>) -> Vec<Tensor<2>> {
         self.burn().project_many(ps, x)
@@ -106,11 +106,14 @@ impl LayerExec for CubeLayer<'_> {
     }
     fn add_norm(&self, x: Tensor<2>, y: Tensor<2>, norm: Norm) -> (Tensor<2>, Tensor<2>) {
         let w = self.norm(norm).expect("input and post norms exist in every layer");
-        layer_ops::add_rms_norm(x, y, &w, self.shape.eps).expect(KERNEL)
+        layer_ops::add_rms_norm(x, y, w, self.shape.eps).expect(KERNEL)
     }
     fn mlp(&self, n: &Tensor<2>) -> Tensor<2> {
         let gu = self.layer.gate_up.forward(n.clone());
-        self.layer.down.forward_swiglu(gu).expect("a CubeCL model's weights are CubeCL tensors")
+        self.layer
+            .down
+            .forward_swiglu(gu)
+            .expect("the layer kernels run on CubeCL devices, whose weights are laid out for the small-row kernel")
     }
 }
 
@@ -120,6 +123,7 @@ impl LayerExec for CubeLayer<'_> {
 pub(crate) struct CubeExec<'d>(pub(crate) BurnExec<'d>);
 
 impl Exec for CubeExec<'_> {
+    type P = OnDevice;
     type Rows = Tensor<2>;
     type Heads = Tensor<3>;
     type Rope = (Tensor<2>, Tensor<2>);
@@ -135,25 +139,37 @@ impl Exec for CubeExec<'_> {
     fn rope(&self, inv_freq: &[f32], positions: &[usize]) -> (Tensor<2>, Tensor<2>) {
         self.0.rope(inv_freq, positions)
     }
-    fn layer<'a>(&'a self, layer: &'a Layer, shape: LayerShape, rope: &'a (Tensor<2>, Tensor<2>)) -> CubeLayer<'a> {
+    fn layer<'a>(
+        &'a self,
+        layer: &'a Layer<OnDevice>,
+        shape: LayerShape,
+        rope: &'a (Tensor<2>, Tensor<2>),
+    ) -> CubeLayer<'a> {
         CubeLayer { layer, shape, rope: (&rope.0, &rope.1) }
     }
-    fn rms_norm(&self, x: &Tensor<2>, w: &NormWeight, eps: f64) -> Tensor<2> {
-        layer_ops::rms_norm_rows(x.clone(), &w.tensor(), eps).expect(KERNEL)
+    fn rms_norm(&self, x: &Tensor<2>, w: &Tensor<1>, eps: f64) -> Tensor<2> {
+        layer_ops::rms_norm_rows(x.clone(), w, eps).expect(KERNEL)
     }
-    fn linear(&self, w: &Linear, x: &Tensor<2>) -> Tensor<2> {
+    fn linear(&self, w: &DeviceLinear, x: &Tensor<2>) -> Tensor<2> {
         self.0.linear(w, x)
     }
     fn add(&self, x: Tensor<2>, y: Tensor<2>) -> Tensor<2> {
         x + y
     }
-    fn final_norm(&self, x: Tensor<2>, pending: Option<Tensor<2>>, w: &NormWeight, eps: f64) -> Tensor<2> {
+    fn final_norm(&self, x: Tensor<2>, pending: Option<Tensor<2>>, w: &Tensor<1>, eps: f64) -> Tensor<2> {
         match pending {
-            Some(p) => layer_ops::add_rms_norm(x, p, &w.tensor(), eps).expect(KERNEL).1,
+            Some(p) => layer_ops::add_rms_norm(x, p, w, eps).expect(KERNEL).1,
             None => self.rms_norm(&x, w, eps),
         }
     }
-    fn output(&self, m: &Model, normed: Tensor<2>, rows: usize, hidden: Vec<Tensor<2>>) -> Result<Output> {
-        self.0.output(m, normed, rows, hidden)
+    fn output(
+        &self,
+        m: &Model,
+        head: &DeviceLinear,
+        normed: Tensor<2>,
+        rows: usize,
+        hidden: Vec<Tensor<2>>,
+    ) -> Result<Output> {
+        self.0.output(m, head, normed, rows, hidden)
     }
 }

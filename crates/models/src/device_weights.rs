@@ -1,11 +1,12 @@
-//! Weights as placed on the device. Linear layers without bias
-//! ([`Linear`]): packed for the CPU kernel on `flex`; on CubeCL devices
-//! (wgpu, cuda) `[out, in]` tensors for Bastion's small-row kernel (in
-//! chunks of 64 rows); Burn tensors `[in, out]` elsewhere (autodiff); split
-//! into buffer-sized parts, half types where the device computes in them.
-//! Norm weights (`NormWeight`: host values on `flex`, a tensor elsewhere),
-//! whether a device runs on the host, and the default bound on one device
-//! buffer ([`MAX_BUFFER_BYTES`]).
+//! Weights as placed on the device, in the types of their placement
+//! ([`Placed`]): on the host ([`OnHost`]) linear layers packed for the CPU
+//! kernel ([`HostLinear`]) and norms as host values; on a device
+//! ([`OnDevice`]) linear layers as tensors ([`DeviceLinear`]: `[out, in]`
+//! parts for Bastion's small-row kernel on CubeCL devices, `[in, out]` for
+//! Burn's matmul elsewhere, split into buffer-sized parts, half types where
+//! the device computes in them) and norms as tensors. Where a model lives
+//! ([`Placement`], [`Placer`]) and the default bound on one device buffer
+//! ([`MAX_BUFFER_BYTES`]).
 
 use std::sync::Arc;
 
@@ -72,76 +73,193 @@ impl Placer {
     }
 }
 
-/// A norm weight `[n]`, stored once, where the forward reads it: host
-/// memory for [`Placement::Host`], a Burn tensor otherwise.
-#[derive(Debug, Clone)]
-pub(crate) enum NormWeight {
-    /// In host memory (`flex`).
-    Host(Vec<f32>),
-    /// On the device.
-    Device(Box<Tensor<1>>),
+/// The types one [`Placement`] stores weights in: [`OnHost`] (packed for the
+/// CPU kernels, norms as host values) or [`OnDevice`] (device tensors). A
+/// decoder layer ([`crate::inference_layer::Layer`]), the target's stack and
+/// a drafter's are generic over it, so an execution written for one
+/// placement reads that placement's weights and no other; which one a model
+/// holds is chosen once, at load.
+pub(crate) trait Placed {
+    /// A linear layer without bias, `[in] → [out]`.
+    type Linear: LinearDims;
+    /// A norm weight `[n]`.
+    type Norm;
+    /// Hugging Face weights `[out_i, in]` as one linear layer whose outputs
+    /// are theirs, stacked in order (fused projections), placed by `at`.
+    ///
+    /// # Panics
+    /// When the inputs differ in width (callers load them with checked shapes).
+    fn linear(ws: &[HostTensor], at: &Placer) -> Self::Linear;
+    /// A norm weight `data` `[n]` placed by `at`.
+    fn norm(data: Vec<f32>, at: &Placer) -> Self::Norm;
 }
 
-impl NormWeight {
-    /// `data` `[n]` placed as `at` says.
-    pub(crate) fn new(data: Vec<f32>, at: &Placer) -> Self {
-        match at.placement {
-            Placement::Host => NormWeight::Host(data),
-            Placement::Cube | Placement::Burn => {
-                let n = data.len();
-                NormWeight::Device(Box::new(Tensor::from_data(TensorData::new(data, [n]), &at.device)))
-            }
-        }
-    }
+/// The widths of a linear layer.
+pub(crate) trait LinearDims {
+    /// `in`.
+    fn in_features(&self) -> usize;
+    /// `out`.
+    fn out_features(&self) -> usize;
+}
 
-    /// The values on the host (read back from a device tensor).
-    pub(crate) fn host(&self) -> std::borrow::Cow<'_, [f32]> {
-        match self {
-            NormWeight::Host(v) => std::borrow::Cow::Borrowed(v),
-            NormWeight::Device(t) => std::borrow::Cow::Owned(
-                t.clone().into_data().convert::<f32>().try_into_vec::<f32>().expect("norm weights are f32"),
-            ),
-        }
-    }
+/// Weights in host memory for the CPU kernels ([`Placement::Host`]).
+pub(crate) struct OnHost;
 
-    /// The weight as a Burn tensor (a host weight goes to the `flex` device).
-    pub(crate) fn tensor(&self) -> Tensor<1> {
-        match self {
-            NormWeight::Host(v) => Tensor::from_data(TensorData::new(v.clone(), [v.len()]), &Device::flex()),
-            NormWeight::Device(t) => (**t).clone(),
-        }
+/// Weights as device tensors ([`Placement::Cube`], [`Placement::Burn`]).
+pub(crate) struct OnDevice;
+
+impl Placed for OnHost {
+    type Linear = HostLinear;
+    type Norm = Vec<f32>;
+    fn linear(ws: &[HostTensor], at: &Placer) -> HostLinear {
+        HostLinear::stacked(ws, at.dtype)
+    }
+    fn norm(data: Vec<f32>, _at: &Placer) -> Vec<f32> {
+        data
     }
 }
 
-/// A linear layer without bias, `[in] → [out]`.
+impl Placed for OnDevice {
+    type Linear = DeviceLinear;
+    type Norm = Tensor<1>;
+    fn linear(ws: &[HostTensor], at: &Placer) -> DeviceLinear {
+        DeviceLinear::stacked(ws, at)
+    }
+    fn norm(data: Vec<f32>, at: &Placer) -> Tensor<1> {
+        let n = data.len();
+        Tensor::from_data(TensorData::new(data, [n]), &at.device)
+    }
+}
+
+/// `[in, out]` widths of `ws` stacked by output.
 ///
-/// On the `flex` CPU backend the weight is held once, packed for the CPU
-/// kernel of [`bastion_kernels::cpu::matmul`], which computes every product (decode
-/// steps, draft trees, prefill): one arithmetic for every row count, so a
-/// row's result never depends on how many rows share the call. On CubeCL
-/// devices (wgpu, cuda) it is a device tensor `[out, in]` read by the
-/// small-row kernel ([`bastion_kernels::small_rows_matmul`], in chunks of
-/// [`bastion_kernels::SMALL_ROWS_MAX`] rows, row-invariant too). Elsewhere (autodiff for drafter training) it is a
-/// Burn tensor `[in, out]` (transposed once at load, contiguous) for Burn's
-/// matmul. Device tensors are stored in f16 / bf16 where [`device_half`]
-/// says the device computes in that type.
-pub(crate) struct Linear {
-    w: LinearWeight,
-    pub(crate) in_features: usize,
-    pub(crate) out_features: usize,
-    /// Output rows per part of a split weight ([`rows_per_part`] at load).
+/// # Panics
+/// When the inputs differ in width or are not matrices.
+fn stacked_dims(ws: &[HostTensor]) -> (usize, usize) {
+    let in_features = ws[0].shape[1];
+    assert!(ws.iter().all(|w| w.shape.len() == 2 && w.shape[1] == in_features), "stacked weights share `in`");
+    (in_features, ws.iter().map(|w| w.shape[0]).sum())
+}
+
+/// A linear layer on the host ([`Placement::Host`]): the weight held once,
+/// packed for the CPU kernel of [`bastion_kernels::cpu::matmul`], which
+/// computes every product (decode steps, draft trees, prefill): one
+/// arithmetic for every row count, so a row's result never depends on how
+/// many rows share the call. Stored as the model's dtype (half the bytes for
+/// bf16 / f16), widened in registers.
+pub(crate) struct HostLinear {
+    /// Shared, so that a verification's deferred logits can compute rows
+    /// after the pass ([`crate::Output`]).
+    w: Arc<PackedMatrix>,
+    in_features: usize,
+    out_features: usize,
+}
+
+impl LinearDims for HostLinear {
+    fn in_features(&self) -> usize {
+        self.in_features
+    }
+    fn out_features(&self) -> usize {
+        self.out_features
+    }
+}
+
+impl HostLinear {
+    /// Hugging Face weights `[out_i, in]` stacked by output, packed as `dtype`.
+    fn stacked(ws: &[HostTensor], dtype: WeightDtype) -> Self {
+        let (in_features, out_features) = stacked_dims(ws);
+        let parts: Vec<&[f32]> = ws.iter().map(|w| w.data.as_slice()).collect();
+        Self { w: Arc::new(PackedMatrix::pack_stacked_as(&parts, in_features, dtype)), in_features, out_features }
+    }
+
+    /// `x · Wᵀ` on host memory: `[rows, in]` → `[rows, out]`.
+    pub(crate) fn matmul(&self, x: &[f32], rows: usize) -> Vec<f32> {
+        self.w.matmul(x, rows)
+    }
+
+    /// `x · Wᵀ` of a `flex` tensor `[rows, in]` → `[rows, out]` (read to the
+    /// host and back).
+    pub(crate) fn forward(&self, x: Tensor<2>) -> Tensor<2> {
+        let [m, _] = x.dims();
+        let device = x.device();
+        let xs = x.into_data().try_into_vec::<f32>().expect("activations are f32 tensors");
+        Tensor::from_data(TensorData::new(self.w.matmul(&xs, m), [m, self.out_features]), &device)
+    }
+
+    /// The packed weight `[out, in]`, shared.
+    pub(crate) fn packed(&self) -> Arc<PackedMatrix> {
+        Arc::clone(&self.w)
+    }
+
+    /// The weights of output features `ids`, `[ids.len(), in]` row-major.
+    ///
+    /// # Panics
+    /// When an id is ≥ `out` (callers check ids against the vocabulary).
+    pub(crate) fn rows(&self, ids: &[u32]) -> HostTensor {
+        let data = ids.iter().flat_map(|&j| self.w.row(j as usize)).collect();
+        HostTensor { data, shape: vec![ids.len(), self.in_features] }
+    }
+
+    /// The weight as an f32 Burn tensor `[in, out]` on `device`, unpacked anew.
+    pub(crate) fn weight_t(&self, device: &Device) -> Tensor<2> {
+        to_tensor2_transposed(
+            HostTensor { data: self.w.unpack(), shape: vec![self.out_features, self.in_features] },
+            device,
+        )
+    }
+}
+
+/// A linear layer on a device, split into buffer-sized parts by output
+/// ([`rows_per_part`]; one part unless the layer is that large), stored in
+/// the half type [`device_half`] names when set (else f32 tensors holding
+/// the values rounded to the model's dtype), in the layout the product
+/// reads ([`DeviceLayout`]).
+pub(crate) struct DeviceLinear {
+    parts: Vec<Tensor<2>>,
+    half: Option<DType>,
+    layout: DeviceLayout,
+    in_features: usize,
+    out_features: usize,
+    /// Output rows per part ([`rows_per_part`] at load).
     part_rows: usize,
 }
 
-/// The half type a Burn (non-`flex`) device stores and multiplies the
-/// linear weights of a `dtype` model in: f16 for [`WeightDtype::F16`] and
-/// bf16 for [`WeightDtype::Bf16`] when the device supports that type
-/// (`wgpu` on an adapter with `shaderFloat16`, lavapipe included: f16;
-/// `cuda`: both), else `None` and the weights are f32 tensors holding the
-/// values rounded to `dtype` (also on autodiff devices, which train in
-/// f32). Burn's matmul on half inputs accumulates in f32 and rounds its
-/// output to the half type (cubek-matmul 0.3 `MatmulElems::from_globals`:
-/// an f16 / bf16 output gets an f32 accumulator).
+/// How a [`DeviceLinear`]'s parts are laid out, fixed by the placement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DeviceLayout {
+    /// [`Placement::Cube`]: `[out_i, in]` parts (each output's weights
+    /// contiguous, as the small-row kernel reads them). Every product runs
+    /// [`bastion_kernels::small_rows_matmul`] (f32 activations against the
+    /// stored weights, no casts), in chunks of
+    /// [`bastion_kernels::SMALL_ROWS_MAX`] rows, so that a row's result never
+    /// depends on how many rows share the call (lossless verification of
+    /// trees of any size); a long prefill reads the weights once per chunk.
+    SmallRows,
+    /// [`Placement::Burn`] (autodiff for training, ndarray): `[in, out_i]`
+    /// parts (transposed once at load, contiguous) for Burn's matmul, the
+    /// activations cast to the half type before it and the product back to
+    /// f32 after it.
+    BurnMatmul,
+}
+
+impl LinearDims for DeviceLinear {
+    fn in_features(&self) -> usize {
+        self.in_features
+    }
+    fn out_features(&self) -> usize {
+        self.out_features
+    }
+}
+
+/// The half type a device stores and multiplies the linear weights of a
+/// `dtype` model in: f16 for [`WeightDtype::F16`] and bf16 for
+/// [`WeightDtype::Bf16`] when the device supports that type (`wgpu` on an
+/// adapter with `shaderFloat16`, lavapipe included: f16; `cuda`: both), else
+/// `None` and the weights are f32 tensors holding the values rounded to
+/// `dtype` (also on autodiff devices, which train in f32). Burn's matmul on
+/// half inputs accumulates in f32 and rounds its output to the half type
+/// (cubek-matmul 0.3 `MatmulElems::from_globals`: an f16 / bf16 output gets
+/// an f32 accumulator); the small-row kernel accumulates in f32 too.
 fn device_half(placement: Placement, device: &Device, dtype: WeightDtype) -> Option<DType> {
     if placement == Placement::Host || device.is_autodiff() {
         return None;
@@ -152,27 +270,6 @@ fn device_half(placement: Placement, device: &Device, dtype: WeightDtype) -> Opt
         WeightDtype::F32 | WeightDtype::Q8_0 => return None,
     };
     device.supports_dtype(half).then_some(half)
-}
-
-enum LinearWeight {
-    /// Shared, so that a verification's deferred logits can compute rows
-    /// after the pass ([`crate::Output`]).
-    Packed(Arc<PackedMatrix>),
-    /// `[in, out_i]` tensors, the output features split into parts of at
-    /// most the bound of [`rows_per_part`] (one part unless the layer is that large),
-    /// stored and multiplied in `half` when set ([`device_half`]; activations are cast
-    /// to it before the matmul and the product back to f32 after it), else f32.
-    /// On devices without Bastion's CubeCL kernels (autodiff for training, ndarray).
-    Burn { parts: Vec<Tensor<2>>, half: Option<DType> },
-    /// On a CubeCL device ([`bastion_kernels::kernel_available`]): `[out_i, in]`
-    /// tensors (each output's weights contiguous, as the small-row kernel reads
-    /// them), split like `Burn`'s, stored in `half` when set, else f32. Every
-    /// product runs [`bastion_kernels::small_rows_matmul`] (f32 activations
-    /// against the stored weights, no casts), in chunks of
-    /// [`bastion_kernels::SMALL_ROWS_MAX`] rows, so that a row's result never
-    /// depends on how many rows share the call (lossless verification of trees
-    /// of any size); a long prefill reads the weights once per chunk.
-    Cube { parts: Vec<Tensor<2>>, half: Option<DType> },
 }
 
 /// The largest tensor (bytes) a model places in one device buffer by
@@ -190,100 +287,61 @@ pub(crate) fn rows_per_part(width: usize, max_bytes: usize) -> usize {
     (max_bytes / (4 * width.max(1))).max(1)
 }
 
-impl Linear {
-    /// From a Hugging Face weight `[out, in]`, placed by `at`, its values
-    /// rounded to its dtype ([`Linear::stacked`]).
-    pub(crate) fn new(w: HostTensor, at: &Placer) -> Self {
-        Self::stacked(std::slice::from_ref(&w), at)
-    }
-
-    /// Several Hugging Face weights `[out_i, in]` as one linear layer whose
-    /// outputs are theirs, stacked in order (fused projections), placed by
-    /// `at`: on the host the packed weight is stored as the placer's dtype
-    /// (half the bytes for bf16 / f16); on a device as a tensor of the half
-    /// type [`device_half`] names, else as an f32 tensor of the values
-    /// rounded to the dtype (`[out_i, in]` parts on a CubeCL device, `[in,
-    /// out_i]` for Burn's matmul).
-    ///
-    /// # Panics
-    /// When the inputs differ in width (callers load them with checked shapes).
-    pub(crate) fn stacked(ws: &[HostTensor], at: &Placer) -> Self {
+impl DeviceLinear {
+    /// Hugging Face weights `[out_i, in]` stacked by output, placed by `at`
+    /// (a device placement): rounded to the placer's dtype, split into
+    /// parts, in the half type when the device has it.
+    fn stacked(ws: &[HostTensor], at: &Placer) -> Self {
         let (device, dtype, max_bytes, half) = (&at.device, at.dtype, at.max_bytes, at.half);
-        let in_features = ws[0].shape[1];
-        assert!(ws.iter().all(|w| w.shape.len() == 2 && w.shape[1] == in_features), "stacked weights share `in`");
-        let out_features = ws.iter().map(|w| w.shape[0]).sum();
-        let w = if at.placement == Placement::Host {
-            let parts: Vec<&[f32]> = ws.iter().map(|w| w.data.as_slice()).collect();
-            LinearWeight::Packed(Arc::new(PackedMatrix::pack_stacked_as(&parts, in_features, dtype)))
-        } else {
-            // Rows in parallel: an 8B-parameter model's weights pass through
-            // here once at load (rounding, transpose, half conversion).
-            let mut data: Vec<f32> = Vec::with_capacity(out_features * in_features);
-            for w in ws {
-                data.extend_from_slice(&w.data);
-            }
-            if dtype != WeightDtype::F32 {
-                data.par_chunks_mut(in_features).for_each(|row| {
-                    let rounded = dtype.round_row(row);
-                    row.copy_from_slice(&rounded);
-                });
-            }
-            let part = rows_per_part(in_features, max_bytes) * in_features;
-            let tensor = |t: Vec<f32>, shape: [usize; 2]| match half {
-                Some(dt) => half_tensor(t, shape, dt, device),
-                None => Tensor::from_data(TensorData::new(t, shape), device),
-            };
-            let cube = at.placement == Placement::Cube;
-            let parts = data
-                .chunks(part)
-                .map(|rows| {
-                    let (r, c) = (rows.len() / in_features, in_features);
-                    if cube {
-                        tensor(rows.to_vec(), [r, c])
-                    } else {
-                        tensor(transpose(rows, r, c), [c, r])
-                    }
-                })
-                .collect();
-            if cube {
-                LinearWeight::Cube { parts, half }
-            } else {
-                LinearWeight::Burn { parts, half }
-            }
+        let (in_features, out_features) = stacked_dims(ws);
+        let layout = if at.placement == Placement::Cube { DeviceLayout::SmallRows } else { DeviceLayout::BurnMatmul };
+        // Rows in parallel: an 8B-parameter model's weights pass through
+        // here once at load (rounding, transpose, half conversion).
+        let mut data: Vec<f32> = Vec::with_capacity(out_features * in_features);
+        for w in ws {
+            data.extend_from_slice(&w.data);
+        }
+        if dtype != WeightDtype::F32 {
+            data.par_chunks_mut(in_features).for_each(|row| {
+                let rounded = dtype.round_row(row);
+                row.copy_from_slice(&rounded);
+            });
+        }
+        let part_rows = rows_per_part(in_features, max_bytes);
+        let tensor = |t: Vec<f32>, shape: [usize; 2]| match half {
+            Some(dt) => half_tensor(t, shape, dt, device),
+            None => Tensor::from_data(TensorData::new(t, shape), device),
         };
-        Self { w, in_features, out_features, part_rows: rows_per_part(in_features, max_bytes) }
+        let parts = data
+            .chunks(part_rows * in_features)
+            .map(|rows| {
+                let (r, c) = (rows.len() / in_features, in_features);
+                match layout {
+                    DeviceLayout::SmallRows => tensor(rows.to_vec(), [r, c]),
+                    DeviceLayout::BurnMatmul => tensor(transpose(rows, r, c), [c, r]),
+                }
+            })
+            .collect();
+        Self { parts, half, layout, in_features, out_features, part_rows }
     }
 
-    /// Bytes per weight as stored: the dtype's when packed on `flex` or
-    /// held as a half-type device tensor, 4 for an f32 tensor.
-    pub(crate) fn stored_bytes_per_weight(&self, dtype: WeightDtype) -> f64 {
-        match &self.w {
-            LinearWeight::Packed(_)
-            | LinearWeight::Burn { half: Some(_), .. }
-            | LinearWeight::Cube { half: Some(_), .. } => dtype.bytes_per_weight(),
-            LinearWeight::Burn { half: None, .. } | LinearWeight::Cube { half: None, .. } => 4.0,
-        }
+    /// Whether the weights are stored in a half type (else f32).
+    pub(crate) fn is_half(&self) -> bool {
+        self.half.is_some()
     }
 
-    /// Device buffers holding the weight (1 when packed on the host).
+    /// Device buffers holding the weight.
     pub(crate) fn parts(&self) -> usize {
-        match &self.w {
-            LinearWeight::Packed(_) => 1,
-            LinearWeight::Burn { parts, .. } | LinearWeight::Cube { parts, .. } => parts.len(),
-        }
+        self.parts.len()
     }
 
     /// `x · Wᵀ`: `[rows, in]` → `[rows, out]`.
     pub(crate) fn forward(&self, x: Tensor<2>) -> Tensor<2> {
-        match &self.w {
-            LinearWeight::Packed(w) => {
-                let [m, _] = x.dims();
-                let device = x.device();
-                let xs = x.into_data().try_into_vec::<f32>().expect("activations are f32 tensors");
-                Tensor::from_data(TensorData::new(w.matmul(&xs, m), [m, self.out_features]), &device)
-            }
-            LinearWeight::Burn { parts, half } => {
-                let x = match *half {
+        let parts = &self.parts;
+        match self.layout {
+            DeviceLayout::SmallRows => self.small_rows(x, |x| bastion_kernels::small_rows_matmul(x, parts)),
+            DeviceLayout::BurnMatmul => {
+                let x = match self.half {
                     Some(dt) => x.cast(dt),
                     None => x,
                 };
@@ -292,12 +350,11 @@ impl Linear {
                 } else {
                     Tensor::cat(parts.iter().map(|w| x.clone().matmul(w.clone())).collect(), 1)
                 };
-                match half {
+                match self.half {
                     Some(_) => y.cast(DType::F32),
                     None => y,
                 }
             }
-            LinearWeight::Cube { parts, .. } => self.cube_chunks(x, |x| bastion_kernels::small_rows_matmul(x, parts)),
         }
     }
 
@@ -305,21 +362,18 @@ impl Linear {
     /// `[rows, 2 · in]`: `(silu(gate) · up) · Wᵀ` `[rows, out]`, the
     /// activation formed by the small-row kernel as it loads the rows
     /// ([`bastion_kernels::layer_ops::swiglu_matmul`]). `None` unless the
-    /// weight is on a CubeCL device.
+    /// weight is laid out for the small-row kernel ([`Placement::Cube`]).
     pub(crate) fn forward_swiglu(&self, gu: Tensor<2>) -> Option<Tensor<2>> {
-        match &self.w {
-            LinearWeight::Cube { parts, .. } => {
-                Some(self.cube_chunks(gu, |x| bastion_kernels::layer_ops::swiglu_matmul(x, parts)))
-            }
-            _ => None,
-        }
+        let parts = &self.parts;
+        (self.layout == DeviceLayout::SmallRows)
+            .then(|| self.small_rows(gu, |x| bastion_kernels::layer_ops::swiglu_matmul(x, parts)))
     }
 
     /// A small-row product `product` of the rows `x`, in chunks of
     /// SMALL_ROWS_MAX rows (a long prefill, trees past 63 drafted nodes): a
     /// row's result does not depend on its chunk, so a verification of any
     /// size reproduces the decode step's bits.
-    fn cube_chunks(
+    fn small_rows(
         &self,
         x: Tensor<2>,
         product: impl Fn(Tensor<2>) -> std::result::Result<Tensor<2>, bastion_kernels::KernelError>,
@@ -343,77 +397,42 @@ impl Linear {
         Tensor::cat(parts, 0)
     }
 
-    /// The packed weight `[out, in]` (on `flex`), shared; `None` for a Burn tensor.
-    pub(crate) fn packed(&self) -> Option<Arc<PackedMatrix>> {
-        match &self.w {
-            LinearWeight::Packed(w) => Some(Arc::clone(w)),
-            LinearWeight::Burn { .. } | LinearWeight::Cube { .. } => None,
-        }
-    }
-
-    /// `x · Wᵀ` on host memory: `[rows, in]` → `[rows, out]`.
-    ///
-    /// # Panics
-    /// When the weight is not packed: the host path runs only on `flex`,
-    /// where every weight is.
-    pub(crate) fn forward_host(&self, x: &[f32], rows: usize) -> Vec<f32> {
-        match &self.w {
-            LinearWeight::Packed(w) => w.matmul(x, rows),
-            LinearWeight::Burn { .. } | LinearWeight::Cube { .. } => {
-                unreachable!("host layers run only on flex, where weights are packed")
-            }
-        }
-    }
-
     /// The weights of output features `ids`, `[ids.len(), in]` row-major
-    /// (e.g. LM-head rows of a token subset).
+    /// (e.g. LM-head rows of a token subset), read back part by part.
     ///
     /// # Errors
-    /// [`crate::ModelError::ReadBack`] when a Burn weight cannot be read back.
+    /// [`crate::ModelError::ReadBack`] when a part cannot be read back.
     ///
     /// # Panics
     /// When an id is ≥ `out` (callers check ids against the vocabulary).
     pub(crate) fn rows(&self, ids: &[u32]) -> Result<HostTensor> {
-        let inp = self.in_features;
-        let data = match &self.w {
-            LinearWeight::Packed(w) => ids.iter().flat_map(|&j| w.row(j as usize)).collect(),
-            LinearWeight::Burn { parts, .. } | LinearWeight::Cube { parts, .. } => {
-                // `[in, out_i]` parts (Burn): gather the columns, transposed on the host;
-                // `[out_i, in]` parts (Cube): the rows as they are.
-                let transposed = matches!(self.w, LinearWeight::Burn { .. });
-                let per = self.part_rows;
-                let mut host_parts: Vec<Option<Vec<f32>>> = vec![None; parts.len()];
-                let mut data = Vec::with_capacity(ids.len() * inp);
-                for &j in ids {
-                    let (p, local) = (j as usize / per, j as usize % per);
-                    if host_parts[p].is_none() {
-                        host_parts[p] = Some(crate::model::host(parts[p].clone().cast(DType::F32))?);
-                    }
-                    let all = host_parts[p].as_ref().expect("read above");
-                    if transposed {
-                        let out = parts[p].dims()[1];
-                        data.extend((0..inp).map(|k| all[k * out + local]));
-                    } else {
-                        data.extend_from_slice(&all[local * inp..(local + 1) * inp]);
-                    }
-                }
-                data
+        let (inp, per) = (self.in_features, self.part_rows);
+        let mut host_parts: Vec<Option<Vec<f32>>> = vec![None; self.parts.len()];
+        let mut data = Vec::with_capacity(ids.len() * inp);
+        for &j in ids {
+            let (p, local) = (j as usize / per, j as usize % per);
+            if host_parts[p].is_none() {
+                host_parts[p] = Some(crate::model::host(self.parts[p].clone().cast(DType::F32))?);
             }
-        };
+            let all = host_parts[p].as_ref().expect("read above");
+            match self.layout {
+                // `[out_i, in]`: the row as it is.
+                DeviceLayout::SmallRows => data.extend_from_slice(&all[local * inp..(local + 1) * inp]),
+                // `[in, out_i]`: the column, gathered.
+                DeviceLayout::BurnMatmul => {
+                    let out = self.parts[p].dims()[1];
+                    data.extend((0..inp).map(|k| all[k * out + local]));
+                }
+            }
+        }
         Ok(HostTensor { data, shape: vec![ids.len(), inp] })
     }
 
-    /// The weight as an f32 Burn tensor `[in, out]` on `device` (unpacked
-    /// anew on `flex`, where only the packed copy is kept; widened from a
-    /// half type).
-    pub(crate) fn weight_t(&self, device: &Device) -> Tensor<2> {
-        match &self.w {
-            LinearWeight::Burn { parts, .. } => Tensor::cat(parts.clone(), 1).cast(DType::F32),
-            LinearWeight::Cube { parts, .. } => Tensor::cat(parts.clone(), 0).transpose().cast(DType::F32),
-            LinearWeight::Packed(w) => to_tensor2_transposed(
-                HostTensor { data: w.unpack(), shape: vec![self.out_features, self.in_features] },
-                device,
-            ),
+    /// The weight as an f32 Burn tensor `[in, out]` (widened from a half type).
+    pub(crate) fn weight_t(&self) -> Tensor<2> {
+        match self.layout {
+            DeviceLayout::BurnMatmul => Tensor::cat(self.parts.clone(), 1).cast(DType::F32),
+            DeviceLayout::SmallRows => Tensor::cat(self.parts.clone(), 0).transpose().cast(DType::F32),
         }
     }
 }

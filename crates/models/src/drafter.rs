@@ -9,15 +9,16 @@ use serde_json::Value;
 
 use crate::config::{cfg_err, Arch, ModelConfig};
 use crate::cube_exec::CubeExec;
-use crate::device_weights::{NormWeight, Placer};
+use crate::device_weights::{LinearDims, OnDevice, OnHost, Placed, Placement, Placer};
 use crate::error::{ModelError, Result};
 use crate::forward::{draft_block, BurnExec, DraftWeights, HostExec};
 use crate::inference_layer::HostRows;
-use crate::kv::SessionKv;
+use crate::kv::BurnKv;
 use crate::layer::LayerShape;
-use crate::model::{host, ForwardOutput, Layer, Linear, Model};
+use crate::model::{host, ForwardOutput, Layer, Model, TargetStack, TargetWeights};
 use crate::output::{ContextFeatures, DraftOutput, ReadBack};
 use crate::weights::{HostTensor, SafetensorsSource, WeightSource};
+use bastion_kernels::cpu::attention::HostKv;
 
 /// A DFlash drafter's configuration (`config.json` of a z-lab checkpoint).
 #[derive(Debug, Clone, PartialEq)]
@@ -268,26 +269,63 @@ impl WeightSource for Prefixed<'_> {
 /// embedded and decoded with the *target's* `embed_tokens` / `lm_head`.
 pub struct Drafter {
     cfg: DrafterConfig,
-    layers: Vec<Layer>,
-    /// `fc`: `[K·H] → [H]`.
-    fc: Linear,
-    /// `hidden_norm` `[H]`, on the context rows after `fc`.
-    hidden_norm: NormWeight,
-    /// The final `norm` `[H]`.
-    norm: NormWeight,
+    /// The layers, `fc`, norms and pruned head in the target's placement's types.
+    stack: DrafterStack,
     inv_freq: Vec<f32>,
     /// Where the weights live: the target's placement, device and dtype.
     at: Placer,
-    /// A pruned draft vocabulary, when set ([`crate::draft_vocab`]).
-    vocab: Option<DraftVocab>,
+    /// The pruned draft vocabulary's target ids, when set
+    /// ([`crate::draft_vocab`]); draft-logit column `i` is token `tokens[i]`.
+    vocab: Option<Vec<u32>>,
 }
 
-/// The draft LM head over a token subset.
-struct DraftVocab {
-    /// Target vocabulary ids; draft-logit column `i` is token `tokens[i]`.
-    tokens: Vec<u32>,
-    /// The target's LM-head rows of `tokens`: `[hidden] → [tokens.len()]`.
-    head: Linear,
+/// A drafter's weights in the types of one placement ([`Placed`]).
+struct DrafterWeights<P: Placed> {
+    layers: Vec<Layer<P>>,
+    /// `fc`: `[K·H] → [H]`.
+    fc: P::Linear,
+    /// `hidden_norm` `[H]`, on the context rows after `fc`.
+    hidden_norm: P::Norm,
+    /// The final `norm` `[H]`.
+    norm: P::Norm,
+    /// The target's LM-head rows of the pruned draft vocabulary, when set:
+    /// `[hidden] → [tokens]`.
+    pruned_head: Option<P::Linear>,
+}
+
+impl<P: Placed> DrafterWeights<P> {
+    /// The weights of a drafter of configuration `cfg` from `src`, placed by `at`.
+    fn load(cfg: &DrafterConfig, src: &dyn WeightSource, at: &Placer) -> Result<Self> {
+        let m = &cfg.model;
+        let h = m.hidden_size;
+        let k = cfg.target_layer_ids.len();
+        let fc = P::linear(&[src.require("fc.weight", &[h, k * h])?], at);
+        let hidden_norm = P::norm(src.require("hidden_norm.weight", &[h])?.data, at);
+        let norm = P::norm(src.require("norm.weight", &[h])?.data, at);
+        let layers =
+            (0..m.num_layers).map(|l| Layer::load(src, &format!("layers.{l}."), m, at)).collect::<Result<_>>()?;
+        Ok(Self { layers, fc, hidden_norm, norm, pruned_head: None })
+    }
+
+    /// What [`draft_block`] reads, with head layout `shape`.
+    fn draft_weights<'a>(&'a self, inv_freq: &'a [f32], shape: LayerShape) -> DraftWeights<'a, P> {
+        DraftWeights {
+            layers: &self.layers,
+            fc: &self.fc,
+            hidden_norm: &self.hidden_norm,
+            norm: &self.norm,
+            inv_freq,
+            shape,
+        }
+    }
+}
+
+/// A drafter's weights as its target's placement holds them (chosen at load).
+enum DrafterStack {
+    /// Packed for the CPU kernels.
+    Host(DrafterWeights<OnHost>),
+    /// Device tensors (boxed: a Burn tensor handle is ~600 bytes).
+    Device(Box<DrafterWeights<OnDevice>>),
 }
 
 impl Drafter {
@@ -328,19 +366,15 @@ impl Drafter {
         let at = target.placer.clone();
         let log = crate::weights::ReadLog::new(src);
         let src = Prefixed(&log);
-        let h = m.hidden_size;
-        let k = cfg.target_layer_ids.len();
-        let fc = src.require("fc.weight", &[h, k * h])?;
-        let fc = Linear::new(fc, &at);
-        let hidden_norm = NormWeight::new(src.require("hidden_norm.weight", &[h])?.data, &at);
-        let norm = NormWeight::new(src.require("norm.weight", &[h])?.data, &at);
-        let layers =
-            (0..m.num_layers).map(|l| Layer::load(&src, &format!("layers.{l}."), m, &at)).collect::<Result<_>>()?;
+        let stack = match at.placement {
+            Placement::Host => DrafterStack::Host(DrafterWeights::load(&cfg, &src, &at)?),
+            Placement::Cube | Placement::Burn => DrafterStack::Device(Box::new(DrafterWeights::load(&cfg, &src, &at)?)),
+        };
         log.check_all_read(&format!(
             "a DFlash drafter with num_layers = {} (it drafts with its target's embedding and LM head)",
             m.num_layers
         ))?;
-        Ok(Self { inv_freq: m.rope_inv_freq(), cfg, layers, fc, hidden_norm, norm, at, vocab: None })
+        Ok(Self { inv_freq: m.rope_inv_freq(), cfg, stack, at, vocab: None })
     }
 
     /// The configuration.
@@ -361,6 +395,10 @@ impl Drafter {
     pub fn set_draft_vocab(&mut self, target: &Model, tokens: Option<Vec<u32>>) -> Result<()> {
         let Some(tokens) = tokens else {
             self.vocab = None;
+            match &mut self.stack {
+                DrafterStack::Host(w) => w.pruned_head = None,
+                DrafterStack::Device(w) => w.pruned_head = None,
+            }
             return Ok(());
         };
         let mut sorted = tokens.clone();
@@ -369,15 +407,19 @@ impl Drafter {
             return Err(ModelError::Usage("a draft vocabulary needs distinct token ids, at least one".into()));
         }
         // The target's rows, already rounded to its dtype: repacking them is exact.
-        let head = Linear::new(target.lm_head_rows(&tokens)?, &self.at);
-        self.vocab = Some(DraftVocab { tokens, head });
+        let rows = [target.lm_head_rows(&tokens)?];
+        match &mut self.stack {
+            DrafterStack::Host(w) => w.pruned_head = Some(OnHost::linear(&rows, &self.at)),
+            DrafterStack::Device(w) => w.pruned_head = Some(OnDevice::linear(&rows, &self.at)),
+        }
+        self.vocab = Some(tokens);
         Ok(())
     }
 
     /// The pruned draft vocabulary, when one is set: draft-logit column `i`
     /// of [`DraftSession::draft`] is token `ids[i]`.
     pub fn draft_vocab(&self) -> Option<&[u32]> {
-        self.vocab.as_ref().map(|v| v.tokens.as_slice())
+        self.vocab.as_deref()
     }
 
     /// Block size `B`.
@@ -394,8 +436,12 @@ impl Drafter {
     /// A fresh draft session (empty context cache).
     pub fn session(&self) -> DraftSession<'_> {
         let m = &self.cfg.model;
-        let cache = SessionKv::new(self.at.placement, self.layers.len(), m.num_kv_heads, m.head_dim);
-        DraftSession { drafter: self, cache, len: 0, read_back: ReadBack::default() }
+        let layers = m.num_layers;
+        let state = match &self.stack {
+            DrafterStack::Host(w) => DraftState::Host { w, kv: HostKv::new(layers, m.num_kv_heads, m.head_dim) },
+            DrafterStack::Device(w) => DraftState::Device { w, kv: BurnKv::new(layers) },
+        };
+        DraftSession { drafter: self, state, len: 0, read_back: ReadBack::default() }
     }
 }
 
@@ -445,13 +491,32 @@ pub(crate) fn features_of(hidden: &[Vec<f32>], hidden_size: usize, rows: Option<
 /// runs per query row ([`bastion_kernels::cpu::attention`]).
 pub struct DraftSession<'d> {
     drafter: &'d Drafter,
-    cache: SessionKv,
+    state: DraftState<'d>,
     len: usize,
     /// Bytes the outputs of this session read back from a device.
     read_back: ReadBack,
 }
 
-impl DraftSession<'_> {
+/// A draft session's weights and context cache in the types of the
+/// drafter's placement, taken once when the session starts.
+enum DraftState<'d> {
+    /// Packed weights, a host cache written in place (`flex`).
+    Host { w: &'d DrafterWeights<OnHost>, kv: HostKv },
+    /// Device weights, a cache of Burn tensors.
+    Device { w: &'d DrafterWeights<OnDevice>, kv: BurnKv },
+}
+
+/// A drafted block's output states `[block rows, hidden]` (after the final
+/// norm) with the LM head that reads them (the pruned one when set, else the
+/// target's), in one placement's types.
+enum Block<'a> {
+    /// Host rows and a packed head.
+    Host(Vec<f32>, &'a crate::device_weights::HostLinear),
+    /// A device tensor and a device head.
+    Device(Box<Tensor<2>>, &'a crate::device_weights::DeviceLinear),
+}
+
+impl<'d> DraftSession<'d> {
     /// Context positions cached so far.
     pub fn len(&self) -> usize {
         self.len
@@ -501,28 +566,16 @@ impl DraftSession<'_> {
     ) -> Result<DraftOutput> {
         let b = self.drafter.cfg.block_size;
         let rows = rows.clamp(1, b - 1);
-        let pruned = self.drafter.vocab.as_ref().map(|v| &v.head);
         let block_rows = match block {
             BlockRows::Full => b,
             BlockRows::Drafted => 1 + rows,
         };
-        let out = match self.run_block(target, features, root, block_rows)? {
-            BlockOut::Host(out) => {
+        let out = match self.run_block(target, features, root, block_rows, true)? {
+            Block::Host(out, head) => {
                 let h = self.drafter.cfg.model.hidden_size;
-                let x = &out[h..(1 + rows) * h];
-                let (logits, vocab) = match pruned {
-                    Some(head) => (head.forward_host(x, rows), head.out_features),
-                    None => (target.lm_head_host(x, rows), target.config().vocab_size),
-                };
-                DraftOutput::from_host(logits, rows, vocab)?
+                DraftOutput::from_host(head.matmul(&out[h..(1 + rows) * h], rows), rows, head.out_features())?
             }
-            BlockOut::Burn(out) => {
-                let x = out.narrow(0, 1, rows);
-                DraftOutput::from_device(match pruned {
-                    Some(head) => head.forward(x),
-                    None => target.lm_head(x),
-                })
-            }
+            Block::Device(out, head) => DraftOutput::from_device(head.forward(out.narrow(0, 1, rows))),
         };
         Ok(out.counted(&self.read_back))
     }
@@ -534,56 +587,86 @@ impl DraftSession<'_> {
     /// As [`DraftSession::draft`].
     pub fn draft_with_hidden(&mut self, target: &Model, features: &[f32], root: u32) -> Result<(Vec<f32>, Vec<f32>)> {
         let b = self.drafter.cfg.block_size;
-        match self.run_block(target, &ContextFeatures::from(features), root, b)? {
-            BlockOut::Host(out) => {
+        match self.run_block(target, &ContextFeatures::from(features), root, b, false)? {
+            Block::Host(out, head) => {
                 let h = self.drafter.cfg.model.hidden_size;
-                let logits = target.lm_head_host(&out[h..], b - 1);
+                let logits = head.matmul(&out[h..], b - 1);
                 Ok((out, logits))
             }
-            BlockOut::Burn(out) => {
-                let logits = target.lm_head(out.clone().narrow(0, 1, b - 1));
+            Block::Device(out, head) => {
+                let logits = head.forward(out.clone().narrow(0, 1, b - 1));
                 Ok((host(*out)?, host(logits)?))
             }
         }
     }
 
     /// One block ([`draft_block`]) of `rows` rows (root, then masks) on this
-    /// session's execution and cache.
-    fn run_block(&mut self, target: &Model, features: &ContextFeatures, root: u32, rows: usize) -> Result<BlockOut> {
+    /// session's execution and cache, with the LM head to read it (the
+    /// pruned draft head when `pruned` and one is set, else the target's).
+    ///
+    /// # Errors
+    /// As [`DraftSession::draft`]; [`ModelError::Usage`] when `target` is
+    /// placed elsewhere than the target the drafter was loaded for.
+    fn run_block<'t>(
+        &mut self,
+        target: &'t Model,
+        features: &ContextFeatures,
+        root: u32,
+        rows: usize,
+        pruned: bool,
+    ) -> Result<Block<'t>>
+    where
+        'd: 't,
+    {
         let d = self.drafter;
         let m = &d.cfg.model;
         let width = d.cfg.target_layer_ids.len() * m.hidden_size;
         let n = features.rows(width)?;
         let mut block = vec![d.cfg.mask_token_id; rows];
         block[0] = root;
-        let w = DraftWeights {
-            layers: &d.layers,
-            fc: &d.fc,
-            hidden_norm: &d.hidden_norm,
-            norm: &d.norm,
-            inv_freq: &d.inv_freq,
-            shape: LayerShape::of(m),
-        };
+        let shape = LayerShape::of(m);
         let len = self.len;
-        let out = match &mut self.cache {
-            SessionKv::Host(kv) => {
+        let out = match (&mut self.state, &target.stack) {
+            (DraftState::Host { w, kv }, TargetStack::Host(t)) => {
+                let w: &'d DrafterWeights<OnHost> = w;
                 let feats = if n == 0 { None } else { Some(HostRows::new(features.to_host()?, width)) };
-                BlockOut::Host(draft_block(&HostExec, &w, target, kv, feats, len, n, &block)?.into_vec())
+                let dw = w.draft_weights(&d.inv_freq, shape);
+                let out = draft_block(&HostExec, &dw, target, kv, feats, len, n, &block)?.into_vec();
+                Block::Host(out, head_of(w, t, pruned))
             }
-            SessionKv::Burn(kv) => {
+            (DraftState::Device { w, kv }, TargetStack::Device(t)) => {
+                let w: &'d DrafterWeights<OnDevice> = w;
                 let feats = features.tensor(width, &d.at.device);
+                let dw = w.draft_weights(&d.inv_freq, shape);
                 // The target's mode decides: the kernels with its tree-attention kernel.
                 let exec = BurnExec(&d.at.device);
                 let out = if target.tree_kernel {
-                    draft_block(&CubeExec(exec), &w, target, kv, feats, len, n, &block)?
+                    draft_block(&CubeExec(exec), &dw, target, kv, feats, len, n, &block)?
                 } else {
-                    draft_block(&exec, &w, target, kv, feats, len, n, &block)?
+                    draft_block(&exec, &dw, target, kv, feats, len, n, &block)?
                 };
-                BlockOut::Burn(Box::new(out))
+                Block::Device(Box::new(out), head_of(w, t, pruned))
+            }
+            _ => {
+                return Err(ModelError::Usage(format!(
+                    "a drafter loaded for a target placed at {:?} drafts for a target placed at {:?}: load the \
+                     drafter for the target it drafts for",
+                    d.at.placement,
+                    target.placement()
+                )))
             }
         };
         self.len = len + n;
         Ok(out)
+    }
+}
+
+/// The LM head a block's rows go through: the drafter's pruned head when
+/// `pruned` and one is set, else the target's.
+fn head_of<'a, P: Placed>(w: &'a DrafterWeights<P>, target: &'a TargetWeights<P>, pruned: bool) -> &'a P::Linear {
+    match &w.pruned_head {
+        Some(head) if pruned => head,
+        _ => &target.lm_head,
     }
 }
 
@@ -604,12 +687,4 @@ pub enum BlockRows {
     /// of `B` (a Bastion variant; `experiments/block-rows.toml` measures it
     /// against `Full`).
     Drafted,
-}
-
-/// A drafted block's output states `[block rows, hidden]` (after the final norm).
-enum BlockOut {
-    /// In host memory (`flex`).
-    Host(Vec<f32>),
-    /// A Burn tensor (the other backends).
-    Burn(Box<Tensor<2>>),
 }

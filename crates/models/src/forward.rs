@@ -10,12 +10,12 @@ use burn::tensor::{Device, Tensor};
 
 use bastion_kernels::cpu::rows::HostRope;
 
-use crate::device_weights::{Linear, NormWeight};
+use crate::device_weights::{DeviceLinear, HostLinear, LinearDims, OnDevice, OnHost, Placed};
 use crate::error::{ModelError, Result};
 use crate::inference_layer::{HostLayer, HostRows};
 use crate::kv::{KvCache, Pass, SessionCache, Visibility};
 use crate::layer::{layer_deferred, layer_input, layer_key_values, BurnLayer, LayerExec, LayerShape};
-use crate::model::{host, ForwardOutput, Layer, Model};
+use crate::model::{host, ForwardOutput, Layer, Model, TargetWeights};
 use crate::ops::{rms_norm, rope_tables};
 use crate::output::Output;
 
@@ -23,6 +23,8 @@ use crate::output::Output;
 /// layer's steps, norms and linear layers. [`forward`] (the target) and
 /// [`draft_block`] (the drafter) are written once over it.
 pub(crate) trait Exec {
+    /// The weight types this execution reads ([`OnHost`], [`OnDevice`]).
+    type P: Placed;
     /// Activations `[rows, width]`.
     type Rows: Clone;
     /// Heads `[n, rows, head_dim]`.
@@ -40,28 +42,42 @@ pub(crate) trait Exec {
     /// RoPE tables at `positions` from the inverse frequencies `inv_freq`.
     fn rope(&self, inv_freq: &[f32], positions: &[usize]) -> Self::Rope;
     /// A decoder layer with head layout `shape` and the tables `rope`.
-    fn layer<'a>(&'a self, layer: &'a Layer, shape: LayerShape, rope: &'a Self::Rope) -> Self::Layer<'a>;
+    fn layer<'a>(&'a self, layer: &'a Layer<Self::P>, shape: LayerShape, rope: &'a Self::Rope) -> Self::Layer<'a>;
     /// RMSNorm of each row with weight `w`.
-    fn rms_norm(&self, x: &Self::Rows, w: &NormWeight, eps: f64) -> Self::Rows;
+    fn rms_norm(&self, x: &Self::Rows, w: &<Self::P as Placed>::Norm, eps: f64) -> Self::Rows;
     /// `x · Wᵀ`: `[rows, in]` → `[rows, out]`.
-    fn linear(&self, w: &Linear, x: &Self::Rows) -> Self::Rows;
+    fn linear(&self, w: &<Self::P as Placed>::Linear, x: &Self::Rows) -> Self::Rows;
     /// The residual add `x + y`.
     fn add(&self, x: Self::Rows, y: Self::Rows) -> Self::Rows;
     /// The final norm of a layer stack: `x` plus the last layer's deferred
     /// residual `pending` ([`crate::layer::layer_deferred`]), normed with `w`.
-    fn final_norm(&self, x: Self::Rows, pending: Option<Self::Rows>, w: &NormWeight, eps: f64) -> Self::Rows {
+    fn final_norm(
+        &self,
+        x: Self::Rows,
+        pending: Option<Self::Rows>,
+        w: &<Self::P as Placed>::Norm,
+        eps: f64,
+    ) -> Self::Rows {
         let x = match pending {
             Some(p) => self.add(x, p),
             None => x,
         };
         self.rms_norm(&x, w, eps)
     }
-    /// The target's LM head on the last `rows` rows of `normed`, with the
-    /// hidden states asked for.
-    fn output(&self, m: &Model, normed: Self::Rows, rows: usize, hidden: Vec<Self::Rows>) -> Result<Self::Output>;
+    /// The target's LM head `head` on the last `rows` rows of `normed`, with
+    /// the hidden states asked for.
+    fn output(
+        &self,
+        m: &Model,
+        head: &<Self::P as Placed>::Linear,
+        normed: Self::Rows,
+        rows: usize,
+        hidden: Vec<Self::Rows>,
+    ) -> Result<Self::Output>;
 }
 
-/// One forward pass of the target `m` over `tokens` at `positions` after
+/// One forward pass of the target `m` (its weights `w`, in the execution's
+/// types) over `tokens` at `positions` after
 /// `past` cached rows: keys and values into `cache`, logits of the last
 /// `logit_rows` rows, and the hidden states at indices `hidden` (Hugging
 /// Face `hidden_states`: 0 = embeddings, `i` = output of layer `i − 1`,
@@ -76,6 +92,7 @@ pub(crate) trait Exec {
 pub(crate) fn forward<X, C>(
     exec: &X,
     m: &Model,
+    w: &TargetWeights<X::P>,
     cache: &mut C,
     tokens: &[u32],
     positions: &[usize],
@@ -107,7 +124,7 @@ where
     tap(0, &x);
     // Each layer's last residual add is left to the next norm (one launch on a GPU).
     let mut pending = None;
-    for (l, layer) in m.layers.iter().enumerate() {
+    for (l, layer) in w.layers.iter().enumerate() {
         let step = exec.layer(layer, shape, &rope);
         let (sum, h) = layer_input(&step, x, pending.take());
         if l > 0 {
@@ -117,13 +134,13 @@ where
         let (next, mlp) = layer_deferred(&step, sum, h, |q, k, v| cache.write_attend(l, q, k, v, &prepared))?;
         (x, pending) = (next, Some(mlp));
     }
-    let normed = exec.final_norm(x, pending, &m.norm, cfg.rms_norm_eps);
+    let normed = exec.final_norm(x, pending, &w.norm, cfg.rms_norm_eps);
     tap(layers, &normed);
     let hidden = hidden
         .iter()
         .map(|want| taps.iter().find(|(i, _)| i == want).expect("every requested index was tapped").1.clone())
         .collect();
-    exec.output(m, normed, logit_rows, hidden)
+    exec.output(m, &w.lm_head, normed, logit_rows, hidden)
 }
 
 /// One drafted block of the DFlash drafter `d` (docs/algorithms.md §2):
@@ -144,7 +161,7 @@ where
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn draft_block<X, C>(
     exec: &X,
-    d: &DraftWeights<'_>,
+    d: &DraftWeights<'_, X::P>,
     target: &Model,
     cache: &mut C,
     features: Option<X::Rows>,
@@ -184,11 +201,11 @@ where
 }
 
 /// What [`draft_block`] reads of a drafter.
-pub(crate) struct DraftWeights<'a> {
-    pub(crate) layers: &'a [Layer],
-    pub(crate) fc: &'a Linear,
-    pub(crate) hidden_norm: &'a NormWeight,
-    pub(crate) norm: &'a NormWeight,
+pub(crate) struct DraftWeights<'a, P: Placed> {
+    pub(crate) layers: &'a [Layer<P>],
+    pub(crate) fc: &'a P::Linear,
+    pub(crate) hidden_norm: &'a P::Norm,
+    pub(crate) norm: &'a P::Norm,
     pub(crate) inv_freq: &'a [f32],
     pub(crate) shape: LayerShape,
 }
@@ -197,6 +214,7 @@ pub(crate) struct DraftWeights<'a> {
 pub(crate) struct HostExec;
 
 impl Exec for HostExec {
+    type P = OnHost;
     type Rows = HostRows;
     type Heads = Vec<f32>;
     type Rope = HostRope;
@@ -212,25 +230,32 @@ impl Exec for HostExec {
     fn rope(&self, inv_freq: &[f32], positions: &[usize]) -> HostRope {
         HostRope::new(inv_freq, positions)
     }
-    fn layer<'a>(&'a self, layer: &'a Layer, shape: LayerShape, rope: &'a HostRope) -> HostLayer<'a> {
+    fn layer<'a>(&'a self, layer: &'a Layer<OnHost>, shape: LayerShape, rope: &'a HostRope) -> HostLayer<'a> {
         HostLayer::new(layer, shape, rope)
     }
-    fn rms_norm(&self, x: &HostRows, w: &NormWeight, eps: f64) -> HostRows {
-        x.rms_norm(&w.host(), eps)
+    fn rms_norm(&self, x: &HostRows, w: &Vec<f32>, eps: f64) -> HostRows {
+        x.rms_norm(w, eps)
     }
-    fn linear(&self, w: &Linear, x: &HostRows) -> HostRows {
+    fn linear(&self, w: &HostLinear, x: &HostRows) -> HostRows {
         let input = x.contiguous();
-        let rows = input.len() / w.in_features;
-        HostRows::new(w.forward_host(&input, rows), w.out_features)
+        let rows = input.len() / w.in_features();
+        HostRows::new(w.matmul(&input, rows), w.out_features())
     }
     fn add(&self, x: HostRows, y: HostRows) -> HostRows {
         x.add(&y)
     }
-    fn output(&self, m: &Model, normed: HostRows, rows: usize, hidden: Vec<HostRows>) -> Result<ForwardOutput> {
+    fn output(
+        &self,
+        m: &Model,
+        head: &HostLinear,
+        normed: HostRows,
+        rows: usize,
+        hidden: Vec<HostRows>,
+    ) -> Result<ForwardOutput> {
         let h = m.cfg.hidden_size;
         let normed = normed.into_vec();
         let t = normed.len() / h;
-        let logits = m.lm_head_host(&normed[(t - rows) * h..], rows);
+        let logits = head.matmul(&normed[(t - rows) * h..], rows);
         Ok(ForwardOutput { logits, rows, hidden: hidden.into_iter().map(HostRows::into_vec).collect() })
     }
 }
@@ -240,11 +265,12 @@ impl Exec for HostExec {
 pub(crate) struct BurnExec<'d>(pub(crate) &'d Device);
 
 impl Exec for BurnExec<'_> {
+    type P = OnDevice;
     type Rows = Tensor<2>;
     type Heads = Tensor<3>;
     type Rope = (Tensor<2>, Tensor<2>);
     type Layer<'a>
-        = BurnLayer<'a, Layer>
+        = BurnLayer<'a, Layer<OnDevice>>
     where
         Self: 'a;
     type Output = Output;
@@ -257,30 +283,37 @@ impl Exec for BurnExec<'_> {
     }
     fn layer<'a>(
         &'a self,
-        layer: &'a Layer,
+        layer: &'a Layer<OnDevice>,
         shape: LayerShape,
         rope: &'a (Tensor<2>, Tensor<2>),
-    ) -> BurnLayer<'a, Layer> {
+    ) -> BurnLayer<'a, Layer<OnDevice>> {
         BurnLayer { w: layer, shape, rope: (&rope.0, &rope.1) }
     }
-    fn rms_norm(&self, x: &Tensor<2>, w: &NormWeight, eps: f64) -> Tensor<2> {
-        rms_norm(x.clone(), &w.tensor(), eps)
+    fn rms_norm(&self, x: &Tensor<2>, w: &Tensor<1>, eps: f64) -> Tensor<2> {
+        rms_norm(x.clone(), w, eps)
     }
-    fn linear(&self, w: &Linear, x: &Tensor<2>) -> Tensor<2> {
+    fn linear(&self, w: &DeviceLinear, x: &Tensor<2>) -> Tensor<2> {
         w.forward(x.clone())
     }
     fn add(&self, x: Tensor<2>, y: Tensor<2>) -> Tensor<2> {
         x + y
     }
-    fn output(&self, m: &Model, normed: Tensor<2>, rows: usize, hidden: Vec<Tensor<2>>) -> Result<Output> {
+    fn output(
+        &self,
+        m: &Model,
+        head: &DeviceLinear,
+        normed: Tensor<2>,
+        rows: usize,
+        hidden: Vec<Tensor<2>>,
+    ) -> Result<Output> {
         let t = normed.dims()[0];
         let last = if rows == t { normed } else { normed.narrow(0, t - rows, rows) };
         // Logits larger than one device buffer are computed in row parts.
         let per = crate::device_weights::rows_per_part(m.cfg.vocab_size, m.placer.max_bytes);
         let logits = if rows <= per {
-            vec![m.lm_head(last)]
+            vec![head.forward(last)]
         } else {
-            (0..rows).step_by(per).map(|s| m.lm_head(last.clone().narrow(0, s, per.min(rows - s)))).collect()
+            (0..rows).step_by(per).map(|s| head.forward(last.clone().narrow(0, s, per.min(rows - s)))).collect()
         };
         Ok(Output::from_device(logits, hidden))
     }

@@ -10,7 +10,7 @@ use std::rc::Rc;
 use burn::tensor::Tensor;
 
 use crate::config::{Arch, ModelConfig};
-use crate::device_weights::{Linear, NormWeight, Placer};
+use crate::device_weights::{DeviceLinear, HostLinear, LinearDims, OnDevice, OnHost, Placed, Placer};
 use crate::error::Result;
 use crate::layer::{LayerExec, LayerShape, LayerWeights, Norm, Proj};
 use crate::weights::WeightSource;
@@ -20,25 +20,29 @@ use bastion_kernels::cpu::rows::{add_into, rms_norm_rows, silu_mul, split_heads,
 /// are fused: `q/k/v` (after `input_layernorm`) and `gate/up` (after
 /// `post_attention_layernorm`), each one matrix with the outputs stacked,
 /// so a layer makes four passes over its weights, not seven.
-pub(crate) struct Layer {
-    input_norm: NormWeight,
+///
+/// Generic over the placement's weight types ([`Placed`]): `Layer<OnHost>`
+/// is run by [`HostLayer`], `Layer<OnDevice>` by Burn's ops ([`LayerWeights`])
+/// or Bastion's CubeCL kernels (`crate::cube_exec`).
+pub(crate) struct Layer<P: Placed> {
+    input_norm: P::Norm,
     /// `[q; k; v]` stacked: `[hidden] → [q_dim + 2 · kv_dim]`.
-    pub(crate) qkv: Linear,
-    pub(crate) o: Linear,
+    pub(crate) qkv: P::Linear,
+    pub(crate) o: P::Linear,
     /// Qwen3's per-head norms (Llama has none).
-    q_norm: Option<NormWeight>,
-    k_norm: Option<NormWeight>,
-    post_norm: NormWeight,
+    q_norm: Option<P::Norm>,
+    k_norm: Option<P::Norm>,
+    post_norm: P::Norm,
     /// `[gate; up]` stacked: `[hidden] → [2 · intermediate]`.
-    pub(crate) gate_up: Linear,
-    pub(crate) down: Linear,
+    pub(crate) gate_up: P::Linear,
+    pub(crate) down: P::Linear,
     /// `q_dim`, `kv_dim`, `intermediate`: where the stacked outputs split.
     q_dim: usize,
     kv_dim: usize,
     ffn: usize,
 }
 
-impl Layer {
+impl<P: Placed> Layer<P> {
     /// Loads `{prefix}input_layernorm.weight`, `{prefix}self_attn.*`,
     /// `{prefix}mlp.*`, …; `q_norm` / `k_norm` for Qwen3; weights placed by
     /// `at` (its dtype, its device buffers).
@@ -49,8 +53,8 @@ impl Layer {
         let w = |s: &str, shape: [usize; 2]| src.require(&p(s), &shape);
         let vec1 = |s: &str, n: usize| src.require(&p(s), &[n]);
         let qk_norm = cfg.arch == Arch::Qwen3;
-        let norm = |s: &str, n: usize| -> Result<NormWeight> { Ok(NormWeight::new(vec1(s, n)?.data, at)) };
-        let head_norm = |s: &str| -> Result<Option<NormWeight>> {
+        let norm = |s: &str, n: usize| -> Result<P::Norm> { Ok(P::norm(vec1(s, n)?.data, at)) };
+        let head_norm = |s: &str| -> Result<Option<P::Norm>> {
             if qk_norm {
                 norm(s, cfg.head_dim).map(Some)
             } else {
@@ -65,13 +69,13 @@ impl Layer {
         let gate_up = [w("mlp.gate_proj.weight", [i, h])?, w("mlp.up_proj.weight", [i, h])?];
         Ok(Layer {
             input_norm: norm("input_layernorm.weight", h)?,
-            qkv: Linear::stacked(&qkv, at),
-            o: Linear::new(w("self_attn.o_proj.weight", [h, qd])?, at),
+            qkv: P::linear(&qkv, at),
+            o: P::linear(&[w("self_attn.o_proj.weight", [h, qd])?], at),
             q_norm: head_norm("self_attn.q_norm.weight")?,
             k_norm: head_norm("self_attn.k_norm.weight")?,
             post_norm: norm("post_attention_layernorm.weight", h)?,
-            gate_up: Linear::stacked(&gate_up, at),
-            down: Linear::new(w("mlp.down_proj.weight", [h, i])?, at),
+            gate_up: P::linear(&gate_up, at),
+            down: P::linear(&[w("mlp.down_proj.weight", [h, i])?], at),
             q_dim: qd,
             kv_dim: kd,
             ffn: i,
@@ -79,7 +83,7 @@ impl Layer {
     }
 
     /// The layer's `norm` weight (`None`: Llama's absent q/k norms).
-    pub(crate) fn norm(&self, norm: Norm) -> Option<&NormWeight> {
+    pub(crate) fn norm(&self, norm: Norm) -> Option<&P::Norm> {
         match norm {
             Norm::Input => Some(&self.input_norm),
             Norm::Post => Some(&self.post_norm),
@@ -89,16 +93,16 @@ impl Layer {
     }
 
     /// The fused matrix holding `p` and the column range of `p` in its output.
-    fn locate(&self, p: Proj) -> (&Linear, usize, usize) {
+    fn locate(&self, p: Proj) -> (&P::Linear, usize, usize) {
         let (q, kv, f) = (self.q_dim, self.kv_dim, self.ffn);
         match p {
             Proj::Q => (&self.qkv, 0, q),
             Proj::K => (&self.qkv, q, kv),
             Proj::V => (&self.qkv, q + kv, kv),
-            Proj::O => (&self.o, 0, self.o.out_features),
+            Proj::O => (&self.o, 0, self.o.out_features()),
             Proj::Gate => (&self.gate_up, 0, f),
             Proj::Up => (&self.gate_up, f, f),
-            Proj::Down => (&self.down, 0, self.down.out_features),
+            Proj::Down => (&self.down, 0, self.down.out_features()),
         }
     }
 }
@@ -166,19 +170,19 @@ impl HostRows {
 /// The packed inference layer on host memory with the CPU kernels of
 /// [`bastion_kernels::cpu`]: RoPE tables `rope` for the rows of the call.
 pub(crate) struct HostLayer<'a> {
-    layer: &'a Layer,
+    layer: &'a Layer<OnHost>,
     shape: LayerShape,
     rope: &'a HostRope,
 }
 
 impl<'a> HostLayer<'a> {
     /// `layer` with head layout `shape` and RoPE tables `rope`.
-    pub(crate) fn new(layer: &'a Layer, shape: LayerShape, rope: &'a HostRope) -> Self {
+    pub(crate) fn new(layer: &'a Layer<OnHost>, shape: LayerShape, rope: &'a HostRope) -> Self {
         Self { layer, shape, rope }
     }
 
-    fn norm(&self, norm: Norm) -> Option<std::borrow::Cow<'_, [f32]>> {
-        self.layer.norm(norm).map(NormWeight::host)
+    fn norm(&self, norm: Norm) -> Option<&[f32]> {
+        self.layer.norm(norm).map(Vec::as_slice)
     }
 }
 
@@ -190,33 +194,33 @@ impl LayerExec for HostLayer<'_> {
         self.shape
     }
     fn rms_norm(&self, x: &HostRows, norm: Norm) -> HostRows {
-        x.rms_norm(&self.norm(norm).expect("input and post norms exist in every layer"), self.shape.eps)
+        x.rms_norm(self.norm(norm).expect("input and post norms exist in every layer"), self.shape.eps)
     }
     fn project_many(&self, ps: &[Proj], x: &HostRows) -> Vec<HostRows> {
         let input = x.contiguous();
         let rows = x.rows();
         // One product per fused matrix the projections live in, shared by
         // the column views of its projections.
-        let mut done: Vec<(*const Linear, Rc<Vec<f32>>)> = Vec::new();
+        let mut done: Vec<(*const HostLinear, Rc<Vec<f32>>)> = Vec::new();
         ps.iter()
             .map(|&p| {
                 let (lin, col, cols) = self.layer.locate(p);
                 let buf = match done.iter().find(|(l, _)| std::ptr::eq(*l, lin)) {
                     Some((_, b)) => b.clone(),
                     None => {
-                        let b = Rc::new(lin.forward_host(&input, rows));
+                        let b = Rc::new(lin.matmul(&input, rows));
                         done.push((lin, b.clone()));
                         b
                     }
                 };
-                HostRows { buf, width: lin.out_features, col, cols }
+                HostRows { buf, width: lin.out_features(), col, cols }
             })
             .collect()
     }
     fn heads(&self, y: HostRows, n: usize, norm: Option<Norm>, rotate: bool) -> Vec<f32> {
         let eps = self.shape.eps;
         let weight = norm.and_then(|nm| self.norm(nm));
-        let weight = weight.as_deref().map(|w| (w, eps));
+        let weight = weight.map(|w| (w, eps));
         split_heads(&y.buf, y.width, y.col, n, self.shape.head_dim, weight, rotate.then_some(self.rope))
     }
     fn silu_mul(&self, gate: HostRows, up: HostRows) -> HostRows {
@@ -248,14 +252,14 @@ impl HostRows {
     }
 }
 
-impl LayerWeights for Layer {
+impl LayerWeights for Layer<OnDevice> {
     fn project(&self, p: Proj, x: Tensor<2>) -> Tensor<2> {
         self.project_many(&[p], x).pop().expect("one projection asked for")
     }
     fn project_many(&self, ps: &[Proj], x: Tensor<2>) -> Vec<Tensor<2>> {
         // One pass per fused matrix the projections live in (in practice
         // all of `ps` share one), then the columns of each.
-        let mut done: Vec<(*const Linear, Tensor<2>)> = Vec::new();
+        let mut done: Vec<(*const DeviceLinear, Tensor<2>)> = Vec::new();
         ps.iter()
             .map(|&p| {
                 let (lin, start, width) = self.locate(p);
@@ -267,7 +271,7 @@ impl LayerWeights for Layer {
                         y
                     }
                 };
-                if start == 0 && width == lin.out_features {
+                if start == 0 && width == lin.out_features() {
                     y
                 } else {
                     y.narrow(1, start, width)
@@ -276,15 +280,15 @@ impl LayerWeights for Layer {
             .collect()
     }
     fn input_norm(&self) -> Tensor<1> {
-        self.input_norm.tensor()
+        self.input_norm.clone()
     }
     fn post_norm(&self) -> Tensor<1> {
-        self.post_norm.tensor()
+        self.post_norm.clone()
     }
     fn q_norm(&self) -> Option<Tensor<1>> {
-        self.q_norm.as_ref().map(NormWeight::tensor)
+        self.q_norm.clone()
     }
     fn k_norm(&self) -> Option<Tensor<1>> {
-        self.k_norm.as_ref().map(NormWeight::tensor)
+        self.k_norm.clone()
     }
 }

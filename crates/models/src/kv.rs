@@ -20,7 +20,6 @@ use bastion_kernels::cpu::attention::{HostKv, Visible};
 use bastion_kernels::{tree_attention, TreeIndex};
 use bastion_tree::{AncestorMask, DraftTree};
 
-use crate::device_weights::Placement;
 use crate::error::{ModelError, Result};
 use crate::inference_layer::HostRows;
 use crate::layer::LayerShape;
@@ -370,44 +369,5 @@ impl KvCache for BatchKv<'_> {
             .map(|(b, kv)| kv.attend(l, &row_of(&q, nh, b), nh, 1, self.pasts[b], &Visible::All))
             .collect();
         Ok(HostRows::new(rows.concat(), nh * hd))
-    }
-}
-
-/// A session's KV cache, in host memory or on the device as the model's
-/// [`crate::Placement`] says: what [`crate::Session`] and [`crate::DraftSession`] hold.
-/// Forking a session clones it (a device cache's tensors are shared until
-/// either side writes, then copied).
-#[derive(Clone)]
-pub(crate) enum SessionKv {
-    /// Host memory, in place (`flex`).
-    Host(HostKv),
-    /// Burn tensors on the model's device.
-    Burn(BurnKv),
-}
-
-impl SessionKv {
-    /// An empty cache of `layers` layers of `kv_heads` heads of `head_dim`
-    /// for a model placed at `placement`.
-    pub(crate) fn new(placement: Placement, layers: usize, kv_heads: usize, head_dim: usize) -> Self {
-        match placement {
-            Placement::Host => SessionKv::Host(HostKv::new(layers, kv_heads, head_dim)),
-            Placement::Cube | Placement::Burn => SessionKv::Burn(BurnKv::new(layers)),
-        }
-    }
-
-    /// The host cache, when the model runs on the host.
-    pub(crate) fn host_mut(&mut self) -> Option<&mut HostKv> {
-        match self {
-            SessionKv::Host(kv) => Some(kv),
-            SessionKv::Burn(_) => None,
-        }
-    }
-
-    /// [`KvCache::commit_path`] on whichever cache this is.
-    pub(crate) fn commit_path(&mut self, len: usize, accepted: &[usize]) {
-        match self {
-            SessionKv::Host(kv) => SessionCache::commit_path(kv, len, accepted),
-            SessionKv::Burn(kv) => kv.commit_path(len, accepted),
-        }
     }
 }

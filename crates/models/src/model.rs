@@ -8,8 +8,7 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 use bastion_kernels::TreeAttentionMode;
 
 use crate::config::ModelConfig;
-pub(crate) use crate::device_weights::Linear;
-use crate::device_weights::{NormWeight, Placement, Placer, MAX_BUFFER_BYTES};
+use crate::device_weights::{LinearDims, OnDevice, OnHost, Placed, Placement, Placer, MAX_BUFFER_BYTES};
 use crate::error::{ModelError, Result};
 pub(crate) use crate::inference_layer::Layer;
 use crate::weights::{HostTensor, WeightSource};
@@ -27,13 +26,31 @@ pub struct Model {
     /// The embedding table `[vocab, hidden]` in row parts of at most
     /// [`LoadOptions::max_buffer_bytes`].
     pub(crate) embed: Vec<Tensor<2>>,
-    pub(crate) layers: Vec<Layer>,
-    /// The final norm `[hidden]`.
-    pub(crate) norm: NormWeight,
-    pub(crate) lm_head: Linear,
+    /// The decoder layers, final norm and LM head in the placement's types.
+    pub(crate) stack: TargetStack,
     pub(crate) inv_freq: Vec<f32>,
     /// Verification through the CubeCL tree-attention kernel (else the dense mask).
     pub(crate) tree_kernel: bool,
+}
+
+/// A target's decoder layers, final norm and LM head in the weight types of
+/// one placement ([`Placed`]).
+pub(crate) struct TargetWeights<P: Placed> {
+    pub(crate) layers: Vec<Layer<P>>,
+    /// The final norm `[hidden]`.
+    pub(crate) norm: P::Norm,
+    /// `[hidden] → [vocab]`.
+    pub(crate) lm_head: P::Linear,
+}
+
+/// A target's weights as its placement holds them, chosen once at load
+/// ([`Placement::Host`]: [`OnHost`]; a device: [`OnDevice`]). A session
+/// takes the arm once, when it starts, and runs on its types from then on.
+pub(crate) enum TargetStack {
+    /// Packed for the CPU kernels.
+    Host(TargetWeights<OnHost>),
+    /// Device tensors (boxed: a Burn tensor handle is ~600 bytes).
+    Device(Box<TargetWeights<OnDevice>>),
 }
 
 /// How a model is loaded: its weights' storage, the attention path and the
@@ -122,7 +139,6 @@ impl Model {
     /// [`TreeAttentionMode::Kernel`] where the kernels cannot run;
     /// [`ModelError::Usage`] for a buffer bound under 4 bytes.
     pub fn load_with(cfg: ModelConfig, src: &dyn WeightSource, device: &Device, opts: &LoadOptions) -> Result<Self> {
-        let (h, v) = (cfg.hidden_size, cfg.vocab_size);
         let max_bytes = opts.max_buffer_bytes;
         if max_bytes < 4 {
             return Err(ModelError::Usage(format!("a device buffer bound of {max_bytes} bytes: expected at least 4")));
@@ -134,36 +150,19 @@ impl Model {
         let placer = Placer::new(device, opts.dtype, max_bytes);
         // Every tensor of the file must be one this architecture reads.
         let log = crate::weights::ReadLog::new(src);
-        let src: &dyn WeightSource = &log;
-        // The vocabulary-sized tensors first, each packed or moved as soon as
-        // it is read, so that no f32 copy of them is alive while the layers
-        // load (peak memory: the packed weights, the embedding table, one
-        // layer's tensors in f32).
-        let embed_host = src.require("model.embed_tokens.weight", &[v, h])?;
-        // Tied checkpoints usually omit `lm_head.weight`; use it when present.
-        let lm_head = if cfg.tie_embeddings && !src.contains("lm_head.weight") {
-            Linear::stacked(std::slice::from_ref(&embed_host), &placer)
-        } else {
-            Linear::new(src.require("lm_head.weight", &[v, h])?, &placer)
+        let (embed, stack) = match placer.placement {
+            Placement::Host => {
+                let (embed, w) = load_weights::<OnHost>(&log, &cfg, &placer)?;
+                (embed, TargetStack::Host(w))
+            }
+            Placement::Cube | Placement::Burn => {
+                let (embed, w) = load_weights::<OnDevice>(&log, &cfg, &placer)?;
+                (embed, TargetStack::Device(Box::new(w)))
+            }
         };
-        let per = crate::device_weights::rows_per_part(h, max_bytes);
-        let embed = if v <= per {
-            vec![Tensor::from_data(TensorData::new(embed_host.data, [v, h]), device)]
-        } else {
-            embed_host
-                .data
-                .chunks(per * h)
-                .map(|rows| Tensor::from_data(TensorData::new(rows.to_vec(), [rows.len() / h, h]), device))
-                .collect()
-        };
-        let mut layers = Vec::with_capacity(cfg.num_layers);
-        for l in 0..cfg.num_layers {
-            layers.push(Layer::load(src, &format!("model.layers.{l}."), &cfg, &placer)?);
-        }
-        let norm = NormWeight::new(src.require("model.norm.weight", &[h])?.data, &placer);
         log.check_all_read(&format!("a {:?} target with num_layers = {}", cfg.arch, cfg.num_layers))?;
         let inv_freq = cfg.rope_inv_freq();
-        Ok(Self { lm_head, embed, layers, norm, inv_freq, placer, cfg, tree_kernel })
+        Ok(Self { embed, stack, inv_freq, placer, cfg, tree_kernel })
     }
 
     /// Chooses how [`Session::verify`] computes tree attention: the CubeCL
@@ -270,14 +269,20 @@ impl Model {
     /// The LM head weight as a Burn tensor `[hidden, vocab]` (for training
     /// drafters against the frozen head).
     pub fn lm_head_weight(&self) -> Tensor<2> {
-        self.lm_head.weight_t(&self.placer.device)
+        match &self.stack {
+            TargetStack::Host(w) => w.lm_head.weight_t(&self.placer.device),
+            TargetStack::Device(w) => w.lm_head.weight_t(),
+        }
     }
 
     /// The final norm's weight `[hidden]` (`model.norm.weight`), applied
     /// before the LM head. A drafter that shares the LM head can start from
     /// it (`bastion train-drafter --norm-init target`).
     pub fn final_norm_weight(&self) -> Tensor<1> {
-        self.norm.tensor()
+        match &self.stack {
+            TargetStack::Host(w) => Tensor::from_data(TensorData::new(w.norm.clone(), [w.norm.len()]), self.device()),
+            TargetStack::Device(w) => w.norm.clone(),
+        }
     }
 
     /// Device buffers holding the embedding table and the LM head
@@ -285,7 +290,11 @@ impl Model {
     /// [`LoadOptions::max_buffer_bytes`]; the LM head counts 1 on `flex`, where it
     /// is packed in host memory).
     pub fn buffer_parts(&self) -> (usize, usize) {
-        (self.embed.len(), self.lm_head.parts())
+        let head = match &self.stack {
+            TargetStack::Host(_) => 1,
+            TargetStack::Device(w) => w.lm_head.parts(),
+        };
+        (self.embed.len(), head)
     }
 
     /// The token embedding table `[vocab, hidden]`.
@@ -295,7 +304,10 @@ impl Model {
 
     /// Applies the LM head to `[rows, hidden]` states (already final-normed).
     pub fn lm_head(&self, x: Tensor<2>) -> Tensor<2> {
-        self.lm_head.forward(x)
+        match &self.stack {
+            TargetStack::Host(w) => w.lm_head.forward(x),
+            TargetStack::Device(w) => w.lm_head.forward(x),
+        }
     }
 
     /// The LM-head rows of tokens `ids`, `[ids.len(), hidden]`.
@@ -307,13 +319,10 @@ impl Model {
         if let Some(bad) = ids.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {
             return Err(ModelError::Usage(format!("token id {bad} ≥ vocabulary size {}", self.cfg.vocab_size)));
         }
-        self.lm_head.rows(ids)
-    }
-
-    /// The LM head on host memory (`flex`): `[rows, hidden]` final-normed
-    /// states → logits `[rows, vocab]`.
-    pub(crate) fn lm_head_host(&self, x: &[f32], rows: usize) -> Vec<f32> {
-        self.lm_head.forward_host(x, rows)
+        match &self.stack {
+            TargetStack::Host(w) => Ok(w.lm_head.rows(ids)),
+            TargetStack::Device(w) => w.lm_head.rows(ids),
+        }
     }
 
     /// How the linear layers' weights are stored ([`Model::load_as`]).
@@ -326,7 +335,10 @@ impl Model {
     /// holds bf16 / f16 tensors (`wgpu` f16, `cuda`); 4 where a device
     /// without the half type holds f32 tensors of the rounded values.
     pub fn stored_bytes_per_weight(&self) -> f64 {
-        self.lm_head.stored_bytes_per_weight(self.placer.dtype)
+        match &self.stack {
+            TargetStack::Device(w) if !w.lm_head.is_half() => 4.0,
+            TargetStack::Host(_) | TargetStack::Device(_) => self.placer.dtype.bytes_per_weight(),
+        }
     }
 
     /// The hidden size `H`.
@@ -353,6 +365,46 @@ impl Model {
             activation_bytes: 4.0,
         }
     }
+}
+
+/// The embedding table (row parts of at most the placer's buffer bound) and
+/// the [`TargetWeights`] of a target of configuration `cfg`, read from `src`
+/// and placed by `at` in `P`'s types.
+///
+/// # Errors
+/// As [`Model::load`] (a missing tensor or a shape mismatch).
+fn load_weights<P: Placed>(
+    src: &dyn WeightSource,
+    cfg: &ModelConfig,
+    at: &Placer,
+) -> Result<(Vec<Tensor<2>>, TargetWeights<P>)> {
+    let (h, v) = (cfg.hidden_size, cfg.vocab_size);
+    // The vocabulary-sized tensors first, each packed or moved as soon as
+    // it is read, so that no f32 copy of them is alive while the layers
+    // load (peak memory: the packed weights, the embedding table, one
+    // layer's tensors in f32).
+    let embed_host = src.require("model.embed_tokens.weight", &[v, h])?;
+    // Tied checkpoints usually omit `lm_head.weight`; use it when present.
+    let lm_head = if cfg.tie_embeddings && !src.contains("lm_head.weight") {
+        P::linear(std::slice::from_ref(&embed_host), at)
+    } else {
+        P::linear(&[src.require("lm_head.weight", &[v, h])?], at)
+    };
+    debug_assert_eq!(lm_head.out_features(), v);
+    let per = crate::device_weights::rows_per_part(h, at.max_bytes);
+    let embed = if v <= per {
+        vec![Tensor::from_data(TensorData::new(embed_host.data, [v, h]), &at.device)]
+    } else {
+        embed_host
+            .data
+            .chunks(per * h)
+            .map(|rows| Tensor::from_data(TensorData::new(rows.to_vec(), [rows.len() / h, h]), &at.device))
+            .collect()
+    };
+    let layers =
+        (0..cfg.num_layers).map(|l| Layer::load(src, &format!("model.layers.{l}."), cfg, at)).collect::<Result<_>>()?;
+    let norm = P::norm(src.require("model.norm.weight", &[h])?.data, at);
+    Ok((embed, TargetWeights { layers, norm, lm_head }))
 }
 
 /// A tensor's values in host memory, row-major.

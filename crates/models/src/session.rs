@@ -7,11 +7,11 @@ use bastion_kernels::cpu::attention::HostKv;
 use bastion_tree::DraftTree;
 
 use crate::cube_exec::CubeExec;
-use crate::device_weights::Placement;
+use crate::device_weights::{OnDevice, OnHost};
 use crate::error::{ModelError, Result};
 use crate::forward::{forward, BurnExec, HostExec};
-use crate::kv::{BatchKv, SessionKv, Visibility};
-use crate::model::Model;
+use crate::kv::{BatchKv, BurnKv, SessionCache, Visibility};
+use crate::model::{Model, TargetStack, TargetWeights};
 use crate::output::{Output, ReadBack};
 
 impl Model {
@@ -113,20 +113,18 @@ impl Model {
                 self.cfg.vocab_size
             )));
         }
-        if self.placement() != Placement::Host {
+        let TargetStack::Host(w) = &self.stack else {
             let mut logits = Vec::with_capacity(tokens.len() * self.cfg.vocab_size);
             for (s, &t) in sessions.iter_mut().zip(tokens) {
                 logits.extend_from_slice(&s.prefill(&[t], &[])?.into_host()?.logits);
             }
             return Ok(logits);
-        }
-        let pasts: Vec<usize> = sessions.iter().map(|s| s.len).collect();
-        // A host model's sessions hold host caches (`SessionKv::new` follows the placement).
-        let Some(kvs) = sessions.iter_mut().map(|s| s.cache.host_mut()).collect::<Option<Vec<&mut HostKv>>>() else {
-            return Err(ModelError::Usage("a session whose KV cache is not in host memory in the batch".into()));
         };
+        let pasts: Vec<usize> = sessions.iter().map(|s| s.len).collect();
+        // Sessions of a host model hold host caches (checked above: every session is this model's).
+        let kvs = sessions.iter_mut().filter_map(|s| s.state.host_kv()).collect::<Vec<&mut HostKv>>();
         let mut batch = BatchKv { kvs, pasts: pasts.clone() };
-        let out = forward(&HostExec, self, &mut batch, tokens, &pasts, 0, Visibility::All, &[], tokens.len())?;
+        let out = forward(&HostExec, self, w, &mut batch, tokens, &pasts, 0, Visibility::All, &[], tokens.len())?;
         let logits = out.logits;
         for s in sessions.iter_mut() {
             s.len += 1;
@@ -137,8 +135,33 @@ impl Model {
     /// Starts an empty session (KV cache) on this model.
     pub fn session(&self) -> Session<'_> {
         let c = &self.cfg;
-        let cache = SessionKv::new(self.placement(), c.num_layers, c.num_kv_heads, c.head_dim);
-        Session { model: self, cache, len: 0, pending: None, read_back: ReadBack::default() }
+        let state = match &self.stack {
+            TargetStack::Host(w) => SessionState::Host { w, kv: HostKv::new(c.num_layers, c.num_kv_heads, c.head_dim) },
+            TargetStack::Device(w) => SessionState::Device { w, kv: BurnKv::new(c.num_layers) },
+        };
+        Session { model: self, state, len: 0, pending: None, read_back: ReadBack::default() }
+    }
+}
+
+/// A session's weights and KV cache in the types of its model's placement,
+/// taken once when the session starts: host memory with the CPU kernels,
+/// or device tensors. Forking a session clones it (a device cache's
+/// tensors are shared until either side writes, then copied).
+#[derive(Clone)]
+enum SessionState<'m> {
+    /// Packed weights, a host cache written in place (`flex`).
+    Host { w: &'m TargetWeights<OnHost>, kv: HostKv },
+    /// Device weights, a cache of Burn tensors on the model's device.
+    Device { w: &'m TargetWeights<OnDevice>, kv: BurnKv },
+}
+
+impl SessionState<'_> {
+    /// The host cache, when the model runs on the host.
+    fn host_kv(&mut self) -> Option<&mut HostKv> {
+        match self {
+            SessionState::Host { kv, .. } => Some(kv),
+            SessionState::Device { .. } => None,
+        }
     }
 }
 
@@ -156,7 +179,7 @@ impl Model {
 /// the other backends as Burn tensors per layer.
 pub struct Session<'m> {
     model: &'m Model,
-    cache: SessionKv,
+    state: SessionState<'m>,
     len: usize,
     /// Rows appended by the last `verify`, not yet committed.
     pending: Option<usize>,
@@ -233,22 +256,24 @@ impl<'m> Session<'m> {
         self.check_idle()?;
         let positions = tree.positions(self.len);
         let m = self.model;
-        let out = match (&mut self.cache, m.lm_head.packed()) {
+        let out = match &mut self.state {
             // On the host the LM head is deferred: the logits of the root and
             // its likeliest descendants now, other rows when the walk reaches
             // them ([`crate::output::HEAD_BATCH`]). The final-norm output is
             // tapped as one more hidden state.
-            (SessionKv::Host(kv), Some(head)) => {
+            SessionState::Host { w, kv } => {
                 let last = m.cfg.num_layers;
                 let mut taps = hidden.to_vec();
                 taps.push(last);
                 let vis = Visibility::Tree(tree);
-                let mut out = forward(&HostExec, m, kv, tree.tokens(), &positions, self.len, vis, &taps, 0)?;
+                let mut out = forward(&HostExec, m, w, kv, tree.tokens(), &positions, self.len, vis, &taps, 0)?;
                 let normed = out.hidden.pop().expect("the final norm was tapped");
                 let first = tree.likely_subtree(0, crate::output::HEAD_BATCH);
-                Output::deferred(head, normed, out.hidden, &first).counted(&self.read_back)
+                Output::deferred(w.lm_head.packed(), normed, out.hidden, &first).counted(&self.read_back)
             }
-            _ => self.forward(tree.tokens(), &positions, Visibility::Tree(tree), hidden, true)?,
+            SessionState::Device { .. } => {
+                self.forward(tree.tokens(), &positions, Visibility::Tree(tree), hidden, true)?
+            }
         };
         self.pending = Some(tree.len());
         Ok(out)
@@ -268,7 +293,10 @@ impl<'m> Session<'m> {
         if accepted.windows(2).any(|w| w[0] >= w[1]) {
             return Err(ModelError::Shape(format!("accepted indices {accepted:?} are not a root-to-node path")));
         }
-        self.cache.commit_path(self.len, accepted);
+        match &mut self.state {
+            SessionState::Host { kv, .. } => SessionCache::commit_path(kv, self.len, accepted),
+            SessionState::Device { kv, .. } => kv.commit_path(self.len, accepted),
+        }
         self.len += accepted.len();
         self.pending = None;
         Ok(())
@@ -286,7 +314,7 @@ impl<'m> Session<'m> {
         self.check_idle()?;
         Ok(Session {
             model: self.model,
-            cache: self.cache.clone(),
+            state: self.state.clone(),
             len: self.len,
             pending: None,
             read_back: ReadBack::default(),
@@ -318,15 +346,17 @@ impl<'m> Session<'m> {
     ) -> Result<Output> {
         let m = self.model;
         let rows = if all_logits { tokens.len() } else { 1 };
-        let out = match &mut self.cache {
-            SessionKv::Host(kv) => {
-                Output::from_host(forward(&HostExec, m, kv, tokens, positions, self.len, vis, hidden, rows)?)
+        let past = self.len;
+        let out = match &mut self.state {
+            SessionState::Host { w, kv } => {
+                Output::from_host(forward(&HostExec, m, w, kv, tokens, positions, past, vis, hidden, rows)?)
             }
-            SessionKv::Burn(kv) if m.tree_kernel => {
-                forward(&CubeExec(BurnExec(&m.placer.device)), m, kv, tokens, positions, self.len, vis, hidden, rows)?
+            // The kernels with the tree-attention kernel, Burn's ops in the dense mode.
+            SessionState::Device { w, kv } if m.tree_kernel => {
+                forward(&CubeExec(BurnExec(&m.placer.device)), m, w, kv, tokens, positions, past, vis, hidden, rows)?
             }
-            SessionKv::Burn(kv) => {
-                forward(&BurnExec(&m.placer.device), m, kv, tokens, positions, self.len, vis, hidden, rows)?
+            SessionState::Device { w, kv } => {
+                forward(&BurnExec(&m.placer.device), m, w, kv, tokens, positions, past, vis, hidden, rows)?
             }
         };
         Ok(out.counted(&self.read_back))
