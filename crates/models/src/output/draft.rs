@@ -46,6 +46,13 @@ impl From<Vec<f32>> for ContextFeatures {
     }
 }
 
+impl From<Tensor<2>> for ContextFeatures {
+    /// A device tensor `[n, K·H]`.
+    fn from(values: Tensor<2>) -> Self {
+        ContextFeatures(Feats::Device(Box::new(values)))
+    }
+}
+
 impl From<&[f32]> for ContextFeatures {
     /// Row-major `[n, K·H]` host values.
     fn from(values: &[f32]) -> Self {
@@ -148,73 +155,110 @@ fn upload(values: Vec<f32>, like: &Tensor<2>) -> Tensor<2> {
 /// a non-finite value (a row with NaN or +inf) is refused as
 /// [`TreeError::NonFinite`]; unlike the host, a −inf logit outside the
 /// returned top-k is accepted.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct DraftOutput {
-    logits: DraftLogits,
+    logits: Box<dyn BlockLogits>,
     read_back: ReadBack,
 }
 
-#[derive(Debug, Clone)]
-enum DraftLogits {
-    /// Row-major `[depth, vocab]` in host memory.
-    Host { values: Vec<f32>, depth: usize, vocab: usize },
-    /// A device tensor `[depth, vocab]`.
-    Device(Box<Tensor<2>>),
+impl Clone for DraftOutput {
+    fn clone(&self) -> Self {
+        Self { logits: self.logits.clone_box(), read_back: self.read_back.clone() }
+    }
 }
 
-impl DraftOutput {
-    /// Row-major host logits `[depth, vocab]`, with their own read-back counter.
-    ///
-    /// # Errors
-    /// [`ModelError::Shape`] when `values` does not hold `depth · vocab` values.
-    pub fn from_host(values: Vec<f32>, depth: usize, vocab: usize) -> Result<Self> {
-        if vocab == 0 || values.len() != depth * vocab {
-            return Err(ModelError::Shape(format!(
-                "draft logits: {} values for [depth, vocab] = [{depth}, {vocab}]",
-                values.len()
-            )));
-        }
-        Ok(Self { logits: DraftLogits::Host { values, depth, vocab }, read_back: ReadBack::default() })
-    }
-
-    /// Device logits `[depth, vocab]`, with their own read-back counter.
-    pub fn from_device(logits: Tensor<2>) -> Self {
-        Self { logits: DraftLogits::Device(Box::new(logits)), read_back: ReadBack::default() }
-    }
-
-    /// These logits counting their read-back bytes on `read_back` (their session's).
-    pub(crate) fn counted(mut self, read_back: &ReadBack) -> Self {
-        self.read_back = read_back.clone();
-        self
-    }
-
-    /// Bytes read back by the outputs of this output's session so far.
-    pub fn read_back_bytes(&self) -> u64 {
-        self.read_back.get()
-    }
-
-    /// The logits row-major in host memory (read back from a device, counted).
-    ///
-    /// # Errors
-    /// [`ModelError::Device`] / [`ModelError::ReadBack`] when the device's data cannot be read.
-    pub fn to_host(&self) -> Result<Vec<f32>> {
-        match &self.logits {
-            DraftLogits::Host { values, .. } => Ok(values.clone()),
-            DraftLogits::Device(t) => self.read_back.f32s((**t).clone()),
-        }
-    }
-
-    /// [`DraftRows::top_k_ranks`] on the device: `log_softmax`, top-`k`,
-    /// ranks `from..k` sliced there, only they read back.
-    fn device_ranks(
+/// A drafted block's logits `[depth, vocab]`, implemented once per place
+/// they were computed: host rows ([`HostBlockLogits`]) or a device tensor
+/// ([`DeviceBlockLogits`]).
+trait BlockLogits: std::fmt::Debug + Send + Sync {
+    fn depth(&self) -> usize;
+    fn vocab(&self) -> usize;
+    fn clone_box(&self) -> Box<dyn BlockLogits>;
+    /// The logits row-major in host memory.
+    fn to_host(&self, rb: &ReadBack) -> Result<Vec<f32>>;
+    /// [`DraftRows::top_k_ranks`].
+    fn top_k_ranks(
         &self,
-        logits: &Tensor<2>,
         depths: &[usize],
         from: usize,
         k: usize,
+        rb: &ReadBack,
+    ) -> bastion_tree::Result<Vec<CandidateList>>;
+}
+
+/// Row-major `[depth, vocab]` in host memory.
+#[derive(Debug, Clone)]
+struct HostBlockLogits {
+    values: Vec<f32>,
+    depth: usize,
+    vocab: usize,
+}
+
+impl BlockLogits for HostBlockLogits {
+    fn depth(&self) -> usize {
+        self.depth
+    }
+    fn vocab(&self) -> usize {
+        self.vocab
+    }
+    fn clone_box(&self) -> Box<dyn BlockLogits> {
+        Box::new(self.clone())
+    }
+    fn to_host(&self, _rb: &ReadBack) -> Result<Vec<f32>> {
+        Ok(self.values.clone())
+    }
+    fn top_k_ranks(
+        &self,
+        depths: &[usize],
+        from: usize,
+        k: usize,
+        _rb: &ReadBack,
     ) -> bastion_tree::Result<Vec<CandidateList>> {
+        LogitRows::new(&self.values, self.depth, self.vocab)?.top_k_ranks(depths, from, k)
+    }
+}
+
+/// A device tensor `[depth, vocab]`: `log_softmax` and top-k run there.
+#[derive(Debug, Clone)]
+struct DeviceBlockLogits(Tensor<2>);
+
+impl BlockLogits for DeviceBlockLogits {
+    fn depth(&self) -> usize {
+        self.0.dims()[0]
+    }
+    fn vocab(&self) -> usize {
+        self.0.dims()[1]
+    }
+    fn clone_box(&self) -> Box<dyn BlockLogits> {
+        Box::new(self.clone())
+    }
+    fn to_host(&self, rb: &ReadBack) -> Result<Vec<f32>> {
+        rb.f32s(self.0.clone())
+    }
+    /// Ranks `from..k` sliced on the device, so that only those `k − from`
+    /// pairs per row come back.
+    fn top_k_ranks(
+        &self,
+        depths: &[usize],
+        from: usize,
+        k: usize,
+        rb: &ReadBack,
+    ) -> bastion_tree::Result<Vec<CandidateList>> {
+        let depth = self.depth();
+        if let Some(&bad) = depths.iter().find(|&&d| d == 0 || d > depth) {
+            return Err(TreeError::Shape {
+                what: "draft depth",
+                expected: format!("1..={depth}"),
+                actual: bad.to_string(),
+            });
+        }
+        let k = k.clamp(1, self.vocab());
+        if from >= k {
+            return Ok(vec![Vec::new(); depths.len()]);
+        }
+        let logits = &self.0;
         let n = depths.len();
-        let rows = if n == self.depth() {
+        let rows = if n == depth {
             logits.clone()
         } else {
             let idx: Vec<i64> = depths.iter().map(|&d| d as i64 - 1).collect();
@@ -227,8 +271,8 @@ impl DraftOutput {
         }
         let k = k - from;
         let source = |e: ModelError| TreeError::Source(e.to_string());
-        let values = self.read_back.f32s(values).map_err(source)?;
-        let columns = self.read_back.ids(columns).map_err(source)?;
+        let values = rb.f32s(values).map_err(source)?;
+        let columns = rb.ids(columns).map_err(source)?;
         depths
             .iter()
             .enumerate()
@@ -247,19 +291,53 @@ impl DraftOutput {
     }
 }
 
+impl DraftOutput {
+    /// Row-major host logits `[depth, vocab]`, with their own read-back counter.
+    ///
+    /// # Errors
+    /// [`ModelError::Shape`] when `values` does not hold `depth · vocab` values.
+    pub fn from_host(values: Vec<f32>, depth: usize, vocab: usize) -> Result<Self> {
+        if vocab == 0 || values.len() != depth * vocab {
+            return Err(ModelError::Shape(format!(
+                "draft logits: {} values for [depth, vocab] = [{depth}, {vocab}]",
+                values.len()
+            )));
+        }
+        Ok(Self { logits: Box::new(HostBlockLogits { values, depth, vocab }), read_back: ReadBack::default() })
+    }
+
+    /// Device logits `[depth, vocab]`, with their own read-back counter.
+    pub fn from_device(logits: Tensor<2>) -> Self {
+        Self { logits: Box::new(DeviceBlockLogits(logits)), read_back: ReadBack::default() }
+    }
+
+    /// These logits counting their read-back bytes on `read_back` (their session's).
+    pub(crate) fn counted(mut self, read_back: &ReadBack) -> Self {
+        self.read_back = read_back.clone();
+        self
+    }
+
+    /// Bytes read back by the outputs of this output's session so far.
+    pub fn read_back_bytes(&self) -> u64 {
+        self.read_back.get()
+    }
+
+    /// The logits row-major in host memory (read back from a device, counted).
+    ///
+    /// # Errors
+    /// [`ModelError::Device`] / [`ModelError::ReadBack`] when the device's data cannot be read.
+    pub fn to_host(&self) -> Result<Vec<f32>> {
+        self.logits.to_host(&self.read_back)
+    }
+}
+
 impl DraftRows for DraftOutput {
     fn depth(&self) -> usize {
-        match &self.logits {
-            DraftLogits::Host { depth, .. } => *depth,
-            DraftLogits::Device(t) => t.dims()[0],
-        }
+        self.logits.depth()
     }
 
     fn vocab(&self) -> usize {
-        match &self.logits {
-            DraftLogits::Host { vocab, .. } => *vocab,
-            DraftLogits::Device(t) => t.dims()[1],
-        }
+        self.logits.vocab()
     }
 
     fn top_k(&self, depths: &[usize], k: usize) -> bastion_tree::Result<Vec<CandidateList>> {
@@ -269,25 +347,6 @@ impl DraftRows for DraftOutput {
     /// Ranks `from..k` of each row's top-`k`; on a device sliced there, so
     /// that only those `k − from` pairs per row come back.
     fn top_k_ranks(&self, depths: &[usize], from: usize, k: usize) -> bastion_tree::Result<Vec<CandidateList>> {
-        match &self.logits {
-            DraftLogits::Host { values, depth, vocab } => {
-                LogitRows::new(values, *depth, *vocab)?.top_k_ranks(depths, from, k)
-            }
-            DraftLogits::Device(t) => {
-                let depth = self.depth();
-                if let Some(&bad) = depths.iter().find(|&&d| d == 0 || d > depth) {
-                    return Err(TreeError::Shape {
-                        what: "draft depth",
-                        expected: format!("1..={depth}"),
-                        actual: bad.to_string(),
-                    });
-                }
-                let k = k.clamp(1, self.vocab());
-                if from >= k {
-                    return Ok(vec![Vec::new(); depths.len()]);
-                }
-                self.device_ranks(t, depths, from, k)
-            }
-        }
+        self.logits.top_k_ranks(depths, from, k, &self.read_back)
     }
 }

@@ -36,7 +36,6 @@ mod draft;
 
 use deferred::DeferredHead;
 pub use deferred::HEAD_BATCH;
-use draft::Feats;
 pub use draft::{ContextFeatures, DraftOutput};
 
 /// Bytes read back from a device, shared by a session and every output it
@@ -76,30 +75,60 @@ const PARALLEL_ROWS: usize = 8;
 
 /// A forward pass's logits `[rows, vocab]` and requested hidden states
 /// `[tokens, hidden]` (Hugging Face `hidden_states` indices, in the order
-/// requested), where they were computed.
-#[derive(Debug, Clone)]
+/// requested), where they were computed: host rows ([`ForwardOutput`]),
+/// host rows with the LM head deferred (a verification on `flex`), or device
+/// tensors. Each kind is its own type answering every question its own way
+/// ([`Computed`]); the caller sees one `Output`.
+#[derive(Debug)]
 pub struct Output {
-    computed: Computed,
+    computed: Box<dyn Computed>,
     read_back: ReadBack,
 }
 
-#[derive(Debug, Clone)]
-enum Computed {
-    /// In host memory (`flex`).
-    Host(ForwardOutput),
-    /// In host memory, each logit row computed when first read (a
-    /// verification on `flex`).
-    Deferred(DeferredHead),
-    /// Device tensors (the Burn backends).
-    Device(DeviceOutput),
+impl Clone for Output {
+    fn clone(&self) -> Self {
+        Self { computed: self.computed.clone_box(), read_back: self.read_back.clone() }
+    }
 }
 
-/// One logit row, where it was computed ([`Output::row_at`]).
-enum RowAt<'a> {
-    /// `[vocab]` in host memory.
-    Host(&'a [f32]),
-    /// `[1, vocab]` on the device.
-    Device(Box<Tensor<2>>),
+/// What an [`Output`] answers, implemented once per place the logits were
+/// computed. Row indices are checked by [`Output`] (`i < rows`), as are the
+/// uniforms (one per row) and the temperature (> 0 where a method draws).
+trait Computed: std::fmt::Debug + Send + Sync {
+    /// Logit rows.
+    fn rows(&self) -> usize;
+    /// Logit rows computed so far.
+    fn computed_rows(&self) -> usize {
+        self.rows()
+    }
+    /// Whether the logits and hidden states are device tensors.
+    fn is_on_device(&self) -> bool {
+        false
+    }
+    fn clone_box(&self) -> Box<dyn Computed>;
+    /// Everything in host memory.
+    fn into_host(self: Box<Self>, rb: &ReadBack) -> Result<ForwardOutput>;
+    /// Logit row `i` in host memory.
+    fn row(&self, i: usize, rb: &ReadBack) -> Result<Cow<'_, [f32]>>;
+    /// The argmax of every row.
+    fn argmax(&self, rb: &ReadBack) -> Result<Vec<u32>>;
+    /// The argmax of row `i`.
+    fn argmax_row(&self, i: usize, rb: &ReadBack) -> Result<u32>;
+    /// One draw per row with `uniforms[r]` at `temperature` > 0.
+    fn sample(&self, temperature: f64, uniforms: &[f64], rb: &ReadBack) -> Result<Vec<u32>>;
+    /// One draw from row `i` at `temperature` > 0.
+    fn sample_row(&self, i: usize, temperature: f64, uniform: f64, rb: &ReadBack) -> Result<u32>;
+    /// The verification walk ([`Output::walk`]): every row's sample at once.
+    fn walk(&self, tree: &DraftTree, temperature: f64, uniforms: Option<&[f64]>, rb: &ReadBack) -> Result<Acceptance> {
+        // A temperature ≤ 0 or NaN takes the argmax, as `Output::sample` does.
+        let posterior = match uniforms {
+            Some(u) if temperature > 0.0 => self.sample(temperature, u, rb)?,
+            _ => self.argmax(rb)?,
+        };
+        walk(tree, &posterior).map_err(|e| ModelError::Shape(e.to_string()))
+    }
+    /// The drafter's context features of `rows` (all when `None`).
+    fn features(&self, hidden_size: usize, rows: Option<&[usize]>) -> Result<ContextFeatures>;
 }
 
 /// Device tensors of a forward pass.
@@ -118,7 +147,7 @@ impl Output {
     /// An output in host memory (what a `flex` forward returns), with its
     /// own read-back counter.
     pub fn from_host(out: ForwardOutput) -> Self {
-        Self { computed: Computed::Host(out), read_back: ReadBack::default() }
+        Self { computed: Box::new(out), read_back: ReadBack::default() }
     }
 
     /// An output of device tensors: logits `[rows, vocab]` as consecutive
@@ -126,7 +155,7 @@ impl Output {
     /// read-back counter.
     pub fn from_device(logits: Vec<Tensor<2>>, hidden: Vec<Tensor<2>>) -> Self {
         let rows = logits.iter().map(|p| p.dims()[0]).sum();
-        Self { computed: Computed::Device(DeviceOutput { logits, rows, hidden }), read_back: ReadBack::default() }
+        Self { computed: Box::new(DeviceOutput { logits, rows, hidden }), read_back: ReadBack::default() }
     }
 
     /// A verification's output on the host with the LM head `head`
@@ -142,16 +171,13 @@ impl Output {
         let rows = normed.len() / h;
         let d = DeferredHead { head, normed, logits: (0..rows).map(|_| OnceLock::new()).collect(), hidden };
         d.compute(first);
-        Self { computed: Computed::Deferred(d), read_back: ReadBack::default() }
+        Self { computed: Box::new(d), read_back: ReadBack::default() }
     }
 
     /// Logit rows computed so far: all of them, except on a verification
     /// whose LM head is deferred (see [`HEAD_BATCH`]).
     pub fn computed_rows(&self) -> usize {
-        match &self.computed {
-            Computed::Deferred(d) => d.computed_rows(),
-            _ => self.rows(),
-        }
+        self.computed.computed_rows()
     }
 
     /// This output counting its read-back bytes on `read_back` (its session's).
@@ -162,16 +188,12 @@ impl Output {
 
     /// Logit rows.
     pub fn rows(&self) -> usize {
-        match &self.computed {
-            Computed::Host(o) => o.rows,
-            Computed::Deferred(d) => d.logits.len(),
-            Computed::Device(o) => o.rows,
-        }
+        self.computed.rows()
     }
 
     /// Whether the logits and hidden states are device tensors.
     pub fn is_on_device(&self) -> bool {
-        matches!(self.computed, Computed::Device(_))
+        self.computed.is_on_device()
     }
 
     /// Bytes read back by the outputs of this output's session so far.
@@ -185,18 +207,7 @@ impl Output {
     /// # Errors
     /// [`ModelError::Device`] / [`ModelError::ReadBack`] when the device's data cannot be read.
     pub fn into_host(self) -> Result<ForwardOutput> {
-        match self.computed {
-            Computed::Host(o) => Ok(o),
-            Computed::Deferred(d) => Ok(d.all()),
-            Computed::Device(o) => {
-                let mut logits = Vec::new();
-                for part in o.logits {
-                    logits.extend(self.read_back.f32s(part)?);
-                }
-                let hidden = o.hidden.into_iter().map(|h| self.read_back.f32s(h)).collect::<Result<_>>()?;
-                Ok(ForwardOutput { logits, rows: o.rows, hidden })
-            }
-        }
+        self.computed.into_host(&self.read_back)
     }
 
     /// Logit row `i` (`[vocab]`) in host memory.
@@ -205,10 +216,8 @@ impl Output {
     /// [`ModelError::Shape`] for `i ≥ rows`; [`ModelError::Device`] /
     /// [`ModelError::ReadBack`] when the device's data cannot be read.
     pub fn row(&self, i: usize) -> Result<Cow<'_, [f32]>> {
-        match self.row_at(i)? {
-            RowAt::Host(row) => Ok(Cow::Borrowed(row)),
-            RowAt::Device(row) => Ok(Cow::Owned(self.read_back.f32s(*row)?)),
-        }
+        self.check_row(i)?;
+        self.computed.row(i, &self.read_back)
     }
 
     /// The index of the largest logit of every row (`[rows]`), the first on
@@ -219,34 +228,7 @@ impl Output {
     /// # Errors
     /// [`ModelError::Device`] / [`ModelError::ReadBack`] when the device's data cannot be read.
     pub fn argmax(&self) -> Result<Vec<u32>> {
-        match &self.computed {
-            Computed::Host(o) => {
-                let vocab = o.logits.len() / o.rows.max(1);
-                if o.rows >= PARALLEL_ROWS && vocab > 0 {
-                    use rayon::prelude::*;
-                    return Ok(o.logits[..o.rows * vocab]
-                        .par_chunks_exact(vocab)
-                        .map(bastion_kernels::argmax)
-                        .collect());
-                }
-                Ok((0..o.rows).map(|i| bastion_kernels::argmax(o.row(i))).collect())
-            }
-            Computed::Deferred(d) => {
-                let rows = d.logits.len();
-                d.compute(&(0..rows).collect::<Vec<_>>());
-                Ok((0..rows).map(|i| bastion_kernels::argmax(d.row(i))).collect())
-            }
-            Computed::Device(o) => {
-                let mut ids = Vec::with_capacity(o.rows);
-                for part in &o.logits {
-                    let vocab = part.dims()[1] as u32;
-                    // A row without a number gives `vocab`: 0, as on the host.
-                    let part_ids = self.read_back.ids(bastion_kernels::argmax_rows(part.clone()))?;
-                    ids.extend(part_ids.into_iter().map(|i| if i >= vocab { 0 } else { i }));
-                }
-                Ok(ids)
-            }
-        }
+        self.computed.argmax(&self.read_back)
     }
 
     /// [`Output::argmax`] of row `i` alone.
@@ -255,19 +237,8 @@ impl Output {
     /// [`ModelError::Shape`] for `i ≥ rows`; [`ModelError::Device`] /
     /// [`ModelError::ReadBack`] when the device's data cannot be read.
     pub fn argmax_row(&self, i: usize) -> Result<u32> {
-        self.argmax_of(self.row_at(i)?)
-    }
-
-    /// The argmax of one row where it is.
-    fn argmax_of(&self, row: RowAt<'_>) -> Result<u32> {
-        match row {
-            RowAt::Host(row) => Ok(bastion_kernels::argmax(row)),
-            RowAt::Device(row) => {
-                let vocab = row.dims()[1] as u32;
-                let id = self.read_back.ids(bastion_kernels::argmax_rows(*row))?[0];
-                Ok(if id >= vocab { 0 } else { id })
-            }
-        }
+        self.check_row(i)?;
+        self.computed.argmax_row(i, &self.read_back)
     }
 
     /// One token per row drawn from `softmax(logits / temperature)` with
@@ -291,24 +262,7 @@ impl Output {
         if temperature.is_nan() || temperature <= 0.0 {
             return self.argmax();
         }
-        match &self.computed {
-            Computed::Host(o) => {
-                Ok(uniforms.iter().enumerate().map(|(i, &u)| draw(o.row(i), temperature, u)).collect())
-            }
-            Computed::Deferred(d) => {
-                d.compute(&(0..uniforms.len()).collect::<Vec<_>>());
-                Ok(uniforms.iter().enumerate().map(|(i, &u)| draw(d.row(i), temperature, u)).collect())
-            }
-            Computed::Device(o) => {
-                let (mut ids, mut first) = (Vec::with_capacity(o.rows), 0);
-                for part in &o.logits {
-                    let n = part.dims()[0];
-                    ids.extend(self.sample_device(part.clone(), temperature, &uniforms[first..first + n])?);
-                    first += n;
-                }
-                Ok(ids)
-            }
-        }
+        self.computed.sample(temperature, uniforms, &self.read_back)
     }
 
     /// [`Output::sample`] for row `i` alone, with one uniform.
@@ -317,14 +271,11 @@ impl Output {
     /// [`ModelError::Shape`] for `i ≥ rows`; [`ModelError::Device`] /
     /// [`ModelError::ReadBack`] when the device's data cannot be read.
     pub fn sample_row(&self, i: usize, temperature: f64, uniform: f64) -> Result<u32> {
-        let row = self.row_at(i)?;
+        self.check_row(i)?;
         if temperature.is_nan() || temperature <= 0.0 {
-            return self.argmax_of(row);
+            return self.computed.argmax_row(i, &self.read_back);
         }
-        match row {
-            RowAt::Host(row) => Ok(draw(row, temperature, uniform)),
-            RowAt::Device(row) => Ok(self.sample_device(*row, temperature, &[uniform])?[0]),
-        }
+        self.computed.sample_row(i, temperature, uniform, &self.read_back)
     }
 
     /// The verification walk over `tree` ([`bastion_tree::walk`]) with the
@@ -347,57 +298,15 @@ impl Output {
                 tree.len()
             )));
         }
-        match (&self.computed, uniforms) {
-            (Computed::Deferred(d), _) => walk_with(tree, |i| {
-                if d.logits[i].get().is_none() {
-                    d.compute(&tree.likely_subtree(i, HEAD_BATCH));
-                }
-                match uniforms {
-                    None => Ok(bastion_kernels::argmax(d.row(i))),
-                    Some(u) => Ok(draw(d.row(i), temperature, u[i])),
-                }
-            }),
-            (_, u) => {
-                let posterior = match u {
-                    None => self.argmax()?,
-                    Some(u) => self.sample(temperature, u)?,
-                };
-                walk(tree, &posterior).map_err(|e| ModelError::Shape(e.to_string()))
-            }
-        }
+        self.computed.walk(tree, temperature, uniforms, &self.read_back)
     }
 
-    /// Logit row `i` where it is: a host slice, or a device tensor `[1, vocab]`.
-    fn row_at(&self, i: usize) -> Result<RowAt<'_>> {
+    /// [`ModelError::Shape`] unless `i` is a row.
+    fn check_row(&self, i: usize) -> Result<()> {
         if i >= self.rows() {
             return Err(ModelError::Shape(format!("logit row {i} of {}", self.rows())));
         }
-        Ok(match &self.computed {
-            Computed::Host(o) => RowAt::Host(o.row(i)),
-            Computed::Deferred(d) => RowAt::Host(d.row(i)),
-            Computed::Device(o) => {
-                let (part, r) = o.locate(i);
-                RowAt::Device(Box::new(part.clone().narrow(0, r, 1)))
-            }
-        })
-    }
-
-    /// [`draw`]'s rule over the rows of device logits `[rows, vocab]`.
-    fn sample_device(&self, logits: Tensor<2>, temperature: f64, uniforms: &[f64]) -> Result<Vec<u32>> {
-        let [rows, vocab] = logits.dims();
-        let device = logits.device();
-        let max = logits.clone().max_dim(1);
-        let weights = (logits - max).mul_scalar(1.0 / temperature).exp();
-        let running = weights.cumsum(1);
-        let total = running.clone().narrow(1, vocab - 1, 1);
-        // The largest f32 below 1: a uniform that rounds up to 1 would put the
-        // threshold at the total and draw past the last token of positive weight.
-        let below_one = f32::from_bits(0x3f7f_ffff);
-        let u: Vec<f32> = uniforms.iter().map(|&u| (u as f32).min(below_one)).collect();
-        let threshold = total * Tensor::<2>::from_data(TensorData::new(u, [rows, 1]), &device);
-        // Tokens whose running weight is ≤ the threshold come before the draw.
-        let before = running.lower_equal(threshold.expand([rows, vocab])).int().sum_dim(1);
-        self.read_back.ids(before.clamp_max(vocab as i64 - 1))
+        Ok(())
     }
 
     /// The drafter's context features `[n, K·H]` of the given rows (all
@@ -408,45 +317,198 @@ impl Output {
     /// # Errors
     /// [`ModelError::Shape`] when no hidden states were requested or a row is out of range.
     pub fn features(&self, hidden_size: usize, rows: Option<&[usize]>) -> Result<ContextFeatures> {
-        match &self.computed {
-            Computed::Host(o) => Ok(ContextFeatures::from(crate::context_features(o, hidden_size, rows)?)),
-            Computed::Deferred(d) => {
-                Ok(ContextFeatures::from(crate::drafter::features_of(&d.hidden, hidden_size, rows)?))
-            }
-            Computed::Device(o) => o.features(rows).map(|t| ContextFeatures(Feats::Device(Box::new(t)))),
-        }
+        self.computed.features(hidden_size, rows)
     }
 }
 
-impl DeviceOutput {
-    /// The part holding row `i < rows` and the row's index in it.
-    fn locate(&self, i: usize) -> (&Tensor<2>, usize) {
-        let mut first = 0;
+/// Host rows: every logit computed by the forward.
+impl Computed for ForwardOutput {
+    fn rows(&self) -> usize {
+        self.rows
+    }
+    fn clone_box(&self) -> Box<dyn Computed> {
+        Box::new(self.clone())
+    }
+    fn into_host(self: Box<Self>, _rb: &ReadBack) -> Result<ForwardOutput> {
+        Ok(*self)
+    }
+    fn row(&self, i: usize, _rb: &ReadBack) -> Result<Cow<'_, [f32]>> {
+        Ok(Cow::Borrowed(ForwardOutput::row(self, i)))
+    }
+    fn argmax(&self, _rb: &ReadBack) -> Result<Vec<u32>> {
+        let vocab = self.logits.len() / self.rows.max(1);
+        if self.rows >= PARALLEL_ROWS && vocab > 0 {
+            use rayon::prelude::*;
+            return Ok(self.logits[..self.rows * vocab].par_chunks_exact(vocab).map(bastion_kernels::argmax).collect());
+        }
+        Ok((0..self.rows).map(|i| bastion_kernels::argmax(ForwardOutput::row(self, i))).collect())
+    }
+    fn argmax_row(&self, i: usize, _rb: &ReadBack) -> Result<u32> {
+        Ok(bastion_kernels::argmax(ForwardOutput::row(self, i)))
+    }
+    fn sample(&self, temperature: f64, uniforms: &[f64], _rb: &ReadBack) -> Result<Vec<u32>> {
+        Ok(uniforms.iter().enumerate().map(|(i, &u)| draw(ForwardOutput::row(self, i), temperature, u)).collect())
+    }
+    fn sample_row(&self, i: usize, temperature: f64, uniform: f64, _rb: &ReadBack) -> Result<u32> {
+        Ok(draw(ForwardOutput::row(self, i), temperature, uniform))
+    }
+    fn features(&self, hidden_size: usize, rows: Option<&[usize]>) -> Result<ContextFeatures> {
+        Ok(ContextFeatures::from(crate::context_features(self, hidden_size, rows)?))
+    }
+}
+
+/// Host rows with the LM head deferred: each row computed when first read,
+/// the walk computing [`HEAD_BATCH`] likely rows at a time.
+impl Computed for DeferredHead {
+    fn rows(&self) -> usize {
+        self.logits.len()
+    }
+    fn computed_rows(&self) -> usize {
+        DeferredHead::computed_rows(self)
+    }
+    fn clone_box(&self) -> Box<dyn Computed> {
+        Box::new(self.clone())
+    }
+    fn into_host(self: Box<Self>, _rb: &ReadBack) -> Result<ForwardOutput> {
+        Ok(self.all())
+    }
+    fn row(&self, i: usize, _rb: &ReadBack) -> Result<Cow<'_, [f32]>> {
+        Ok(Cow::Borrowed(DeferredHead::row(self, i)))
+    }
+    fn argmax(&self, _rb: &ReadBack) -> Result<Vec<u32>> {
+        let rows = self.logits.len();
+        self.compute(&(0..rows).collect::<Vec<_>>());
+        Ok((0..rows).map(|i| bastion_kernels::argmax(DeferredHead::row(self, i))).collect())
+    }
+    fn argmax_row(&self, i: usize, _rb: &ReadBack) -> Result<u32> {
+        Ok(bastion_kernels::argmax(DeferredHead::row(self, i)))
+    }
+    fn sample(&self, temperature: f64, uniforms: &[f64], _rb: &ReadBack) -> Result<Vec<u32>> {
+        self.compute(&(0..uniforms.len()).collect::<Vec<_>>());
+        Ok(uniforms.iter().enumerate().map(|(i, &u)| draw(DeferredHead::row(self, i), temperature, u)).collect())
+    }
+    fn sample_row(&self, i: usize, temperature: f64, uniform: f64, _rb: &ReadBack) -> Result<u32> {
+        Ok(draw(DeferredHead::row(self, i), temperature, uniform))
+    }
+    /// Only the rows the walk visits are computed, [`HEAD_BATCH`] at a time.
+    fn walk(&self, tree: &DraftTree, temperature: f64, uniforms: Option<&[f64]>, _rb: &ReadBack) -> Result<Acceptance> {
+        walk_with(tree, |i| {
+            if self.logits[i].get().is_none() {
+                self.compute(&tree.likely_subtree(i, HEAD_BATCH));
+            }
+            match uniforms {
+                None => Ok(bastion_kernels::argmax(DeferredHead::row(self, i))),
+                Some(u) => Ok(draw(DeferredHead::row(self, i), temperature, u[i])),
+            }
+        })
+    }
+    fn features(&self, hidden_size: usize, rows: Option<&[usize]>) -> Result<ContextFeatures> {
+        Ok(ContextFeatures::from(crate::drafter::features_of(&self.hidden, hidden_size, rows)?))
+    }
+}
+
+/// Device tensors: argmax and draws run on the device, one id per row read back.
+impl Computed for DeviceOutput {
+    fn rows(&self) -> usize {
+        self.rows
+    }
+    fn is_on_device(&self) -> bool {
+        true
+    }
+    fn clone_box(&self) -> Box<dyn Computed> {
+        Box::new(self.clone())
+    }
+    fn into_host(self: Box<Self>, rb: &ReadBack) -> Result<ForwardOutput> {
+        let mut logits = Vec::new();
+        for part in self.logits {
+            logits.extend(rb.f32s(part)?);
+        }
+        let hidden = self.hidden.into_iter().map(|h| rb.f32s(h)).collect::<Result<_>>()?;
+        Ok(ForwardOutput { logits, rows: self.rows, hidden })
+    }
+    fn row(&self, i: usize, rb: &ReadBack) -> Result<Cow<'_, [f32]>> {
+        Ok(Cow::Owned(rb.f32s(self.row_tensor(i))?))
+    }
+    fn argmax(&self, rb: &ReadBack) -> Result<Vec<u32>> {
+        let mut ids = Vec::with_capacity(self.rows);
+        for part in &self.logits {
+            ids.extend(argmax_device(part.clone(), rb)?);
+        }
+        Ok(ids)
+    }
+    fn argmax_row(&self, i: usize, rb: &ReadBack) -> Result<u32> {
+        Ok(argmax_device(self.row_tensor(i), rb)?[0])
+    }
+    fn sample(&self, temperature: f64, uniforms: &[f64], rb: &ReadBack) -> Result<Vec<u32>> {
+        let (mut ids, mut first) = (Vec::with_capacity(self.rows), 0);
         for part in &self.logits {
             let n = part.dims()[0];
-            if i < first + n {
-                return (part, i - first);
-            }
+            ids.extend(sample_device(part.clone(), temperature, &uniforms[first..first + n], rb)?);
             first += n;
         }
-        unreachable!("row {i} < rows = {} lies in a part", self.rows)
+        Ok(ids)
     }
-
-    /// The drafter's context features `[n, K·H]` of rows `rows` (all when `None`).
-    fn features(&self, rows: Option<&[usize]>) -> Result<Tensor<2>> {
+    fn sample_row(&self, i: usize, temperature: f64, uniform: f64, rb: &ReadBack) -> Result<u32> {
+        Ok(sample_device(self.row_tensor(i), temperature, &[uniform], rb)?[0])
+    }
+    fn features(&self, _hidden_size: usize, rows: Option<&[usize]>) -> Result<ContextFeatures> {
         let Some(first) = self.hidden.first() else {
             return Err(ModelError::Shape("the target forward returned no hidden states for the drafter".into()));
         };
         let total = first.dims()[0];
         let all = Tensor::cat(self.hidden.clone(), 1);
-        let Some(rows) = rows else { return Ok(all) };
+        let Some(rows) = rows else { return Ok(ContextFeatures::from(all)) };
         if let Some(bad) = rows.iter().find(|&&r| r >= total) {
             return Err(ModelError::Shape(format!("context feature row {bad} outside the {total} rows returned")));
         }
         let idx: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
         let n = idx.len();
-        Ok(all.select(0, Tensor::<1, Int>::from_data(TensorData::new(idx, [n]), &first.device())))
+        Ok(ContextFeatures::from(
+            all.select(0, Tensor::<1, Int>::from_data(TensorData::new(idx, [n]), &first.device())),
+        ))
     }
+}
+
+impl DeviceOutput {
+    /// Logit row `i < rows` as a tensor `[1, vocab]` (from the part holding it).
+    fn row_tensor(&self, i: usize) -> Tensor<2> {
+        let mut first = 0;
+        for part in &self.logits {
+            let n = part.dims()[0];
+            if i < first + n {
+                return part.clone().narrow(0, i - first, 1);
+            }
+            first += n;
+        }
+        panic!("row {i} ≥ rows = {} (checked by Output)", self.rows)
+    }
+}
+
+/// The argmax of each row of device logits `[rows, vocab]`, one id per row
+/// read back; a row without a number gives 0, as on the host.
+fn argmax_device(logits: Tensor<2>, rb: &ReadBack) -> Result<Vec<u32>> {
+    let vocab = logits.dims()[1] as u32;
+    let ids = rb.ids(bastion_kernels::argmax_rows(logits))?;
+    Ok(ids.into_iter().map(|i| if i >= vocab { 0 } else { i }).collect())
+}
+
+/// [`draw`]'s rule over the rows of device logits `[rows, vocab]` at
+/// `temperature` > 0, one id per row read back.
+fn sample_device(logits: Tensor<2>, temperature: f64, uniforms: &[f64], rb: &ReadBack) -> Result<Vec<u32>> {
+    let [rows, vocab] = logits.dims();
+    let device = logits.device();
+    let max = logits.clone().max_dim(1);
+    let weights = (logits - max).mul_scalar(1.0 / temperature).exp();
+    let running = weights.cumsum(1);
+    let total = running.clone().narrow(1, vocab - 1, 1);
+    // The largest f32 below 1: a uniform that rounds up to 1 would put the
+    // threshold at the total and draw past the last token of positive weight.
+    let below_one = f32::from_bits(0x3f7f_ffff);
+    let u: Vec<f32> = uniforms.iter().map(|&u| (u as f32).min(below_one)).collect();
+    let threshold = total * Tensor::<2>::from_data(TensorData::new(u, [rows, 1]), &device);
+    // Tokens whose running weight is ≤ the threshold come before the draw.
+    let before = running.lower_equal(threshold.expand([rows, vocab])).int().sum_dim(1);
+    rb.ids(before.clamp_max(vocab as i64 - 1))
 }
 
 /// One token from the logit row `row` `[vocab]` at `temperature` > 0 with
