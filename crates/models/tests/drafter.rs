@@ -264,3 +264,21 @@ fn device_context_cache_grows_and_drafts_what_the_host_cache_drafts() {
         assert!(d < ATOL, "block {i}: the device cache drafts logits {d} away from the host cache's");
     }
 }
+
+#[test]
+fn a_drafter_drafts_only_for_a_target_of_its_placement() {
+    // Weights are held in their placement's types: a drafter loaded for a
+    // host target (packed weights) asked to draft for a device target
+    // (tensors; here the autodiff flex device) is told so, and drafts
+    // nothing; its session is unchanged and drafts for its own target after.
+    let (host_target, drafter, _, feats, root) = fixture_context();
+    let dir = fixture_dir("tiny-qwen3");
+    let cfg = ModelConfig::from_hf_json(dir.join("config.json")).unwrap();
+    let burn_target = Model::load(cfg, &SafetensorsSource::open(&dir).unwrap(), &Device::flex().autodiff()).unwrap();
+    let mut s = drafter.session();
+    let err = s.draft(&burn_target, &feats.as_slice().into(), root, 3, BlockRows::Full).unwrap_err().to_string();
+    assert!(err.contains("placed at Host") && err.contains("placed at Burn"), "{err}");
+    assert_eq!(s.len(), 0, "nothing was cached");
+    let theirs = draft(&mut drafter.session(), &host_target, &feats, root, 3);
+    assert_eq!(draft(&mut s, &host_target, &feats, root, 3), theirs);
+}
