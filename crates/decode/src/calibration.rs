@@ -194,6 +194,17 @@ pub struct DrafterRecord {
     pub non_verify_runs: Vec<f64>,
     /// Tree size of the probe rounds (tokens, root included).
     pub probe_tree_tokens: usize,
+    /// Median drafter forward per round when only the root and `d` block
+    /// rows run through the drafter's layers (`block_rows = "drafted"`,
+    /// [`bastion_models::BlockRows::Drafted`]), at index `d − 1` for
+    /// `d = 1 … B − 1` (s): the cost-aware methods drafting so price a round
+    /// with it. Empty in files written before it was measured.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drafted_seconds: Vec<f64>,
+    /// Every measured round's drafter forward behind each of
+    /// `drafted_seconds` (s).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drafted_runs: Vec<Vec<f64>>,
     /// The pruned draft vocabulary the probe drafted over (tokens;
     /// `bastion draft-vocab`), `None` for the full vocabulary. The draft LM
     /// head's cost scales with it, so `T_d` measured over one size is wrong
@@ -579,6 +590,7 @@ impl Calibration {
         Ok(PolicyInputs {
             cost_model: Some(self.cost_model()?),
             bastion: Some(self.bastion_setup(rule)?),
+            drafted_seconds: self.drafter_record()?.drafted_seconds.clone(),
             online,
             rule,
         })

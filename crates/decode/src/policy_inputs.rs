@@ -84,6 +84,11 @@ pub struct PolicyInputs {
     pub cost_model: Option<ConvexCostModel>,
     /// BASTION's calibration.
     pub bastion: Option<BastionSetup>,
+    /// The draft time of a round that drafts only the root and `d` block
+    /// rows (`block_rows = "drafted"`), at index `d − 1` (s;
+    /// [`crate::DrafterRecord::drafted_seconds`]): what a cost-aware method
+    /// drafting so prices a round with, in place of the whole block's `T_d`.
+    pub drafted_seconds: Vec<f64>,
     /// Forgetting of `bastion-online`'s online calibration (`bastion` keeps it
     /// fixed); the `online_forgetting` knob overrides it.
     pub online: OnlineConfig,

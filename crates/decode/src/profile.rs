@@ -22,7 +22,8 @@ use crate::generate::{generate_resolved, GenerateConfig};
 use crate::method::Method;
 use crate::pair::LoadedPair;
 use crate::policy_inputs::{PolicyInputs, CADDTREE_MAX_BUDGET};
-use crate::spec::MethodSpec;
+use crate::spec::{MethodParams, MethodSpec};
+use bastion_models::BlockRows;
 
 pub(crate) fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
@@ -208,6 +209,26 @@ fn probe_drafter(
     let non_verify_runs: Vec<f64> = rounds.iter().map(|r| r.build_s + r.commit_s).collect();
     let (draft_seconds, non_verify_seconds) = (median(&draft_runs), median(&non_verify_runs));
     on_event(&ProfileEvent::Drafter { draft_seconds, non_verify_seconds, rounds: rounds.len() });
+    // Drafting only the root and `d` rows (`block_rows = "drafted"`): DDTree
+    // with a budget of `d` drafts exactly `d` rows a round.
+    let mut drafted_runs = Vec::with_capacity(budget);
+    for d in 1..=budget {
+        let params = MethodParams { block_rows: Some(BlockRows::Drafted), ..MethodParams::default() };
+        let probe = MethodSpec::new(Method::DDTree { budget: d }, params);
+        let mut resolved = probe.resolve(&PolicyInputs::default(), block)?;
+        generate_resolved(target, Some(drafter), &mut resolved, &prompt, &warm)?;
+        let gen = generate_resolved(target, Some(drafter), &mut resolved, &prompt, &cfg)?;
+        let runs: Vec<f64> = gen.rounds.get(1..).unwrap_or_default().iter().map(|r| r.draft_s).collect();
+        if runs.is_empty() {
+            return Err(DecodeError::Usage(format!(
+                "drafter probe of {d} drafted rows: {} new tokens gave a single round; raise the probe's new \
+                 tokens (probe_new_tokens)",
+                options.probe_new_tokens
+            )));
+        }
+        drafted_runs.push(runs);
+    }
+    let drafted_seconds: Vec<f64> = drafted_runs.iter().map(|r| median(r)).collect();
     let dc = drafter.config();
     Ok(DrafterRecord {
         path: path.display().to_string(),
@@ -219,6 +240,8 @@ fn probe_drafter(
         non_verify_seconds,
         non_verify_runs,
         probe_tree_tokens: budget + 1,
+        drafted_seconds,
+        drafted_runs,
         draft_vocab: drafter.draft_vocab().map(<[u32]>::len),
     })
 }

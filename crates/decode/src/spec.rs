@@ -436,7 +436,27 @@ impl MethodSpec {
             .check(method, Some(block_size), inputs.rule)
             .map_err(|(knob, why)| DecodeError::Usage(format!("method {self}, `{knob}`: {why}")))?;
         let draft_depth = params.draft_depth.unwrap_or(block_size.saturating_sub(1));
+        let block_rows = params.block_rows.unwrap_or_default();
         let calibration = || DecodeError::NoCalibration { method };
+        // A cost-aware method's draft cost: the calibration's whole-block `T_d`,
+        // or, drafting only the rows its trees reach (at most `draft_depth`
+        // and its cap), the measured time of that many rows.
+        let draft_cost = |full: f64, cap: usize| -> Result<f64> {
+            match block_rows {
+                BlockRows::Full => Ok(full),
+                BlockRows::Drafted => {
+                    let depth = draft_depth.min(cap).clamp(1, block_size.saturating_sub(1).max(1));
+                    inputs.drafted_seconds.get(depth - 1).copied().ok_or_else(|| {
+                        DecodeError::Calibration(format!(
+                            "method {self} drafts {depth} block rows (`block_rows = \"drafted\"`), but the \
+                             calibration has no draft time for them (field drafter.drafted_seconds, {} entries): \
+                             rerun `bastion profile` with the drafter",
+                            inputs.drafted_seconds.len()
+                        ))
+                    })
+                }
+            }
+        };
         let policy: Option<Box<dyn BudgetPolicy>> = match method {
             Method::Ar => None,
             Method::DFlash => Some(Box::new(FixedBudget::chain(draft_depth))),
@@ -448,21 +468,22 @@ impl MethodSpec {
                 match params.cost_model.unwrap_or(CostSource::Measured) {
                     CostSource::Measured => {
                         let cost = inputs.cost_model.clone().ok_or_else(calibration)?;
+                        let cost = cost.clone().with_draft_seconds(draft_cost(cost.draft_seconds(), cap)?)?;
                         Some(Box::new(CaddTree::new(cost, cap)))
                     }
                     CostSource::Roofline => {
                         let setup = inputs.bastion.as_ref().ok_or_else(calibration)?;
-                        let cost = RooflineCost { roofline: setup.roofline, draft_seconds: setup.config.draft_seconds };
+                        let draft_seconds = draft_cost(setup.config.draft_seconds, cap)?;
+                        let cost = RooflineCost { roofline: setup.roofline, draft_seconds };
                         Some(Box::new(CaddTree::new(cost, cap)))
                     }
                 }
             }
             Method::BastionOnline | Method::Bastion => {
                 let setup = inputs.bastion.as_ref().ok_or_else(calibration)?;
-                let base = params
-                    .rule
-                    .unwrap_or(inputs.rule)
-                    .config(setup.config.draft_seconds, setup.config.non_verify_seconds);
+                let cap = params.cap.unwrap_or(usize::MAX);
+                let draft_seconds = draft_cost(setup.config.draft_seconds, cap)?;
+                let base = params.rule.unwrap_or(inputs.rule).config(draft_seconds, setup.config.non_verify_seconds);
                 let config = BastionConfig {
                     min_tree_size: params.floor.unwrap_or(base.min_tree_size),
                     max_tree_size: params.cap.unwrap_or(base.max_tree_size),
@@ -488,7 +509,7 @@ impl MethodSpec {
             policy,
             accept: params.accept.unwrap_or_default(),
             draft_depth,
-            block_rows: params.block_rows.unwrap_or_default(),
+            block_rows,
             skip: self.skips_draft().then(SkipGate::new),
         })
     }

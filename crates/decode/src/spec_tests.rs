@@ -19,6 +19,7 @@ fn inputs() -> PolicyInputs {
     PolicyInputs {
         cost_model: Some(cost),
         bastion: Some(BastionSetup { roofline, config: BastionConfig::paper(0.003, 0.0005) }),
+        drafted_seconds: Vec::new(),
         online: bastion_tree::OnlineConfig::default(),
         rule: BastionRule::Paper,
     }
@@ -161,6 +162,51 @@ fn only_bastion_online_learns_from_observed_rounds() {
     assert_eq!(fixed_before, online_before, "{sizes:?}");
     assert_eq!(fixed_after, fixed_before, "{sizes:?}");
     assert!(online_after > online_before, "{sizes:?}");
+}
+
+/// A cost-aware method drafting only the rows it reaches
+/// (`block_rows = "drafted"`) prices a round with the calibration's draft
+/// time of that many rows, not the whole block's: a dearer draft makes
+/// larger trees pay, for CaDDTree (measured and roofline costs) and BASTION.
+/// Without that measurement it says which field is missing.
+#[test]
+fn drafted_block_rows_price_a_round_with_their_draft_time() {
+    let grown = |method: Method, params: MethodParams, inputs: &PolicyInputs| {
+        let mut p = resolve(method, params, inputs).unwrap().policy.unwrap();
+        p.begin_round(64);
+        let mut n = 0;
+        while n < p.max_nodes() && p.admit(n, 0.9f64.powi(n as i32 + 1)) {
+            n += 1;
+        }
+        p.finish(n)
+    };
+    // Block 16: depth 3 (index 2) is dear, the other depths cost about the whole block's time.
+    let mut dear = inputs();
+    dear.drafted_seconds = (1..16).map(|d| if d == 3 { 0.5 } else { 0.004 }).collect();
+    let raw = Some(BastionRule::Raw);
+    for (method, cost_model, rule) in [
+        (Method::CaddTree, None, None),
+        (Method::CaddTree, Some(CostSource::Roofline), None),
+        (Method::Bastion, None, raw),
+    ] {
+        let at = |rows: BlockRows, depth: usize| MethodParams {
+            block_rows: Some(rows),
+            draft_depth: Some(depth),
+            cost_model,
+            rule,
+            ..Default::default()
+        };
+        let full = grown(method, at(BlockRows::Full, 3), &dear);
+        let drafted = grown(method, at(BlockRows::Drafted, 3), &dear);
+        let other_depth = grown(method, at(BlockRows::Drafted, 4), &dear);
+        assert!(
+            drafted > full,
+            "{method} {cost_model:?}: {drafted} nodes with a dear drafted round, {full} with the block's"
+        );
+        assert!(drafted > other_depth, "{method} {cost_model:?}: depth 4 is priced at its own, cheaper time");
+        let e = resolve(method, at(BlockRows::Drafted, 3), &inputs()).err().unwrap().to_string();
+        assert!(e.contains("drafter.drafted_seconds") && e.contains("drafts 3 block rows"), "{e}");
+    }
 }
 
 #[test]

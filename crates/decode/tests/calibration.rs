@@ -72,6 +72,14 @@ fn profile_measures_the_grid_and_fits_both_cost_models() {
     let d = cal.drafter.as_ref().unwrap();
     assert_eq!((d.block_size, d.probe_tree_tokens), (drafter.block_size(), drafter.block_size()));
     assert!(d.draft_seconds > 0.0 && d.non_verify_seconds > 0.0);
+    // The draft time of a round drafting only the root and d rows, d = 1 … B − 1, each from its own rounds.
+    assert_eq!(d.drafted_seconds.len(), drafter.block_size() - 1);
+    assert_eq!(d.drafted_runs.len(), d.drafted_seconds.len());
+    for (t, runs) in d.drafted_seconds.iter().zip(&d.drafted_runs) {
+        assert!(*t > 0.0 && !runs.is_empty() && runs.iter().all(|r| *r > 0.0), "{t} from {runs:?}");
+    }
+    let inputs = cal.policy_inputs(BastionRule::Raw, Default::default()).unwrap();
+    assert_eq!(inputs.drafted_seconds, d.drafted_seconds);
     assert!(!d.draft_runs.is_empty() && d.draft_runs.len() == d.non_verify_runs.len());
     assert!(cal.device.peak.peak_flops > 0.0 && cal.device.peak.bandwidth > 0.0);
 

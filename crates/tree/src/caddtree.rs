@@ -133,6 +133,16 @@ impl TryFrom<RawConvexCostModel> for ConvexCostModel {
 }
 
 impl ConvexCostModel {
+    /// The same curves with the draft cost `draft_seconds` (a round that
+    /// drafts fewer block rows costs less to draft; the verify curves are
+    /// the target's and do not change).
+    ///
+    /// # Errors
+    /// [`TreeError::Calibration`] for a negative or non-finite time.
+    pub fn with_draft_seconds(self, draft_seconds: f64) -> Result<Self> {
+        Self::from_curves(draft_seconds, self.contexts, self.curves)
+    }
+
     /// Fits one curve per profile ([`fit_convex_monotone`] on the samples with
     /// `n ≤ max_nodes`, then linear interpolation onto every integer `n` from 0
     /// to the largest measured count, constant below the first one), with

@@ -50,6 +50,15 @@ impl Calibration {
                 d.draft_seconds * 1e3,
                 d.non_verify_seconds * 1e3
             );
+            if !d.drafted_seconds.is_empty() {
+                let times: Vec<String> = d.drafted_seconds.iter().map(|t| format!("{:.2}", t * 1e3)).collect();
+                let _ = writeln!(
+                    out,
+                    "drafting only the root and d = 1 … {} rows: T_d {} ms",
+                    times.len(),
+                    times.join(" / ")
+                );
+            }
         }
         Ok(out)
     }
