@@ -137,7 +137,7 @@ method_knobs! {
     /// the rows drafted.
     block_rows: BlockRows,
     read_by: |m| m.needs_drafter(),
-    values: "`full` (default: the whole block, as the drafter was trained) or `drafted` (only the root and the rows drafted: a tree of depth d pays for 1 + d rows of the drafter's layers; drafts different candidates, still lossless)",
+    values: "`full` (default: the whole block, as the drafter was trained) or `drafted` (only the root and the rows drafted: a tree of depth d pays for 1 + d rows of the drafter's layers; drafts different candidates, still lossless; the cost-aware methods price a round with the calibration's time of that many rows, `drafter.drafted_seconds`)",
     check: any;
 
     /// Candidates per depth (`ddtree`: default = the budget; `bastion`,
