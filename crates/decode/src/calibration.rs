@@ -497,8 +497,11 @@ impl Calibration {
     /// Whether the drafter's round constants were measured for a drafter
     /// shaped like the one at `drafter` (a folder or a GGUF file: block size,
     /// layers, target layers) drafting over `draft_vocab` tokens (`None`: the
-    /// full vocabulary), as [`Calibration::check_drafter`] will require.
-    /// `bastion reproduce` measures the calibration again when not.
+    /// full vocabulary), as [`Calibration::check_drafter`] will require,
+    /// with the draft time of every number of drafted rows
+    /// ([`DrafterRecord::drafted_seconds`], which files written before it
+    /// existed lack). `bastion reproduce` measures the calibration again when
+    /// not.
     ///
     /// # Errors
     /// The drafter's configuration cannot be read.
@@ -507,6 +510,7 @@ impl Calibration {
         Ok(self.drafter.as_ref().is_some_and(|d| {
             (d.block_size, d.layers, &d.target_layer_ids, d.draft_vocab)
                 == (cfg.block_size, cfg.model.num_layers, &cfg.target_layer_ids, draft_vocab)
+                && d.drafted_seconds.len() + 1 == d.block_size
         }))
     }
 

@@ -242,6 +242,9 @@ fn calibrations_of_other_setups_and_broken_files_are_refused() {
     let dflash = fixture_dir("tiny-dflash");
     assert!(cal.measured_with(&dflash, None).unwrap());
     assert!(!cal.measured_with(&dflash, Some(8)).unwrap(), "another draft vocabulary");
+    let mut older = cal.clone();
+    older.drafter.as_mut().unwrap().drafted_seconds.clear();
+    assert!(!older.measured_with(&dflash, None).unwrap(), "a file without the drafted rows' draft times");
     let mut other = cal.clone();
     other.drafter.as_mut().unwrap().block_size += 1;
     assert!(!other.measured_with(&dflash, None).unwrap());
