@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::config::{cfg_err, Arch, ModelConfig};
 use crate::cube_exec::CubeExec;
-use crate::device_weights::{LinearDims, OnDevice, OnHost, Placed, Placement, Placer};
+use crate::device_weights::{LinearDims, OnDevice, OnHost, Placed, Placer};
 use crate::error::{ModelError, Result};
 use crate::forward::{draft_block, BurnExec, DraftWeights, HostExec};
 use crate::inference_layer::HostRows;
@@ -366,9 +366,9 @@ impl Drafter {
         let at = target.placer.clone();
         let log = crate::weights::ReadLog::new(src);
         let src = Prefixed(&log);
-        let stack = match at.placement {
-            Placement::Host => DrafterStack::Host(DrafterWeights::load(&cfg, &src, &at)?),
-            Placement::Cube | Placement::Burn => DrafterStack::Device(Box::new(DrafterWeights::load(&cfg, &src, &at)?)),
+        let stack = match &target.stack {
+            TargetStack::Host(_) => DrafterStack::Host(DrafterWeights::load(&cfg, &src, &at)?),
+            TargetStack::Device(_) => DrafterStack::Device(Box::new(DrafterWeights::load(&cfg, &src, &at)?)),
         };
         log.check_all_read(&format!(
             "a DFlash drafter with num_layers = {} (it drafts with its target's embedding and LM head)",
@@ -509,7 +509,7 @@ enum DraftState<'d> {
 /// A drafted block's output states `[block rows, hidden]` (after the final
 /// norm) with the LM head that reads them (the pruned one when set, else the
 /// target's), in one placement's types.
-enum Block<'a> {
+enum DraftedBlock<'a> {
     /// Host rows and a packed head.
     Host(Vec<f32>, &'a crate::device_weights::HostLinear),
     /// A device tensor and a device head.
@@ -555,7 +555,9 @@ impl<'d> DraftSession<'d> {
     ///
     /// # Errors
     /// [`ModelError::Shape`] when `features` is not a whole number of
-    /// `K·H` rows; [`ModelError::Usage`] when `root` is outside the vocabulary.
+    /// `K·H` rows; [`ModelError::Usage`] when `root` is outside the vocabulary
+    /// or `target` is placed elsewhere (another placement or device) than the
+    /// target the drafter was loaded for.
     pub fn draft(
         &mut self,
         target: &Model,
@@ -570,12 +572,12 @@ impl<'d> DraftSession<'d> {
             BlockRows::Full => b,
             BlockRows::Drafted => 1 + rows,
         };
-        let out = match self.run_block(target, features, root, block_rows, true)? {
-            Block::Host(out, head) => {
+        let out = match self.run_block(target, features, root, block_rows, HeadVocab::Draft)? {
+            DraftedBlock::Host(out, head) => {
                 let h = self.drafter.cfg.model.hidden_size;
                 DraftOutput::from_host(head.matmul(&out[h..(1 + rows) * h], rows), rows, head.out_features())?
             }
-            Block::Device(out, head) => DraftOutput::from_device(head.forward(out.narrow(0, 1, rows))),
+            DraftedBlock::Device(out, head) => DraftOutput::from_device(head.forward(out.narrow(0, 1, rows))),
         };
         Ok(out.counted(&self.read_back))
     }
@@ -587,13 +589,13 @@ impl<'d> DraftSession<'d> {
     /// As [`DraftSession::draft`].
     pub fn draft_with_hidden(&mut self, target: &Model, features: &[f32], root: u32) -> Result<(Vec<f32>, Vec<f32>)> {
         let b = self.drafter.cfg.block_size;
-        match self.run_block(target, &ContextFeatures::from(features), root, b, false)? {
-            Block::Host(out, head) => {
+        match self.run_block(target, &ContextFeatures::from(features), root, b, HeadVocab::Full)? {
+            DraftedBlock::Host(out, head) => {
                 let h = self.drafter.cfg.model.hidden_size;
                 let logits = head.matmul(&out[h..], b - 1);
                 Ok((out, logits))
             }
-            Block::Device(out, head) => {
+            DraftedBlock::Device(out, head) => {
                 let logits = head.forward(out.clone().narrow(0, 1, b - 1));
                 Ok((host(*out)?, host(logits)?))
             }
@@ -602,7 +604,7 @@ impl<'d> DraftSession<'d> {
 
     /// One block ([`draft_block`]) of `rows` rows (root, then masks) on this
     /// session's execution and cache, with the LM head to read it (the
-    /// pruned draft head when `pruned` and one is set, else the target's).
+    /// pruned draft head for [`HeadVocab::Draft`] when one is set, else the target's).
     ///
     /// # Errors
     /// As [`DraftSession::draft`]; [`ModelError::Usage`] when `target` is
@@ -613,8 +615,8 @@ impl<'d> DraftSession<'d> {
         features: &ContextFeatures,
         root: u32,
         rows: usize,
-        pruned: bool,
-    ) -> Result<Block<'t>>
+        vocab: HeadVocab,
+    ) -> Result<DraftedBlock<'t>>
     where
         'd: 't,
     {
@@ -626,13 +628,17 @@ impl<'d> DraftSession<'d> {
         block[0] = root;
         let shape = LayerShape::of(m);
         let len = self.len;
+        // The drafter's weights are laid out for its target's placement and device.
+        if (d.at.placement, &d.at.device) != (target.placement(), target.device()) {
+            return Err(misplaced(&d.at, target));
+        }
         let out = match (&mut self.state, &target.stack) {
             (DraftState::Host { w, kv }, TargetStack::Host(t)) => {
                 let w: &'d DrafterWeights<OnHost> = w;
                 let feats = if n == 0 { None } else { Some(HostRows::new(features.to_host()?, width)) };
                 let dw = w.draft_weights(&d.inv_freq, shape);
                 let out = draft_block(&HostExec, &dw, target, kv, feats, len, n, &block)?.into_vec();
-                Block::Host(out, head_of(w, t, pruned))
+                DraftedBlock::Host(out, head_of(w, t, vocab))
             }
             (DraftState::Device { w, kv }, TargetStack::Device(t)) => {
                 let w: &'d DrafterWeights<OnDevice> = w;
@@ -645,27 +651,42 @@ impl<'d> DraftSession<'d> {
                 } else {
                     draft_block(&exec, &dw, target, kv, feats, len, n, &block)?
                 };
-                Block::Device(Box::new(out), head_of(w, t, pruned))
+                DraftedBlock::Device(Box::new(out), head_of(w, t, vocab))
             }
-            _ => {
-                return Err(ModelError::Usage(format!(
-                    "a drafter loaded for a target placed at {:?} drafts for a target placed at {:?}: load the \
-                     drafter for the target it drafts for",
-                    d.at.placement,
-                    target.placement()
-                )))
-            }
+            _ => return Err(misplaced(&d.at, target)),
         };
         self.len = len + n;
         Ok(out)
     }
 }
 
-/// The LM head a block's rows go through: the drafter's pruned head when
-/// `pruned` and one is set, else the target's.
-fn head_of<'a, P: Placed>(w: &'a DrafterWeights<P>, target: &'a TargetWeights<P>, pruned: bool) -> &'a P::Linear {
+/// The error of a drafter placed by `at` asked to draft for `target`,
+/// placed elsewhere.
+fn misplaced(at: &Placer, target: &Model) -> ModelError {
+    ModelError::Usage(format!(
+        "a drafter loaded for a target placed at {:?} on {:?} drafts for a target placed at {:?} on {:?}: load the \
+         drafter for the target it drafts for",
+        at.placement,
+        at.device,
+        target.placement(),
+        target.device()
+    ))
+}
+
+/// Which vocabulary a drafted block's logits cover.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HeadVocab {
+    /// The pruned draft vocabulary when one is set ([`Drafter::set_draft_vocab`]), else the whole.
+    Draft,
+    /// The target's whole vocabulary.
+    Full,
+}
+
+/// The LM head a block's rows go through: the drafter's pruned head for
+/// [`HeadVocab::Draft`] when one is set, else the target's.
+fn head_of<'a, P: Placed>(w: &'a DrafterWeights<P>, target: &'a TargetWeights<P>, vocab: HeadVocab) -> &'a P::Linear {
     match &w.pruned_head {
-        Some(head) if pruned => head,
+        Some(head) if vocab == HeadVocab::Draft => head,
         _ => &target.lm_head,
     }
 }

@@ -2,7 +2,8 @@
 //! implementation: a pass writes its rows' keys and values and attends with
 //! a [`Visibility`]; a verified tree's accepted path is committed in place;
 //! a failed pass or a drafted block is truncated away; a session forks by
-//! cloning its cache ([`SessionKv`]).
+//! cloning its cache (`SessionState` in `session.rs`, `DraftState` in
+//! `drafter.rs`: a session's weights and cache of one placement).
 //!
 //! Both implementations are preallocated and written in place: rows past
 //! a session's length hold stale keys and values that the next pass

@@ -121,8 +121,10 @@ impl Model {
             return Ok(logits);
         };
         let pasts: Vec<usize> = sessions.iter().map(|s| s.len).collect();
-        // Sessions of a host model hold host caches (checked above: every session is this model's).
-        let kvs = sessions.iter_mut().filter_map(|s| s.state.host_kv()).collect::<Vec<&mut HostKv>>();
+        // Sessions of a host model hold host caches (every session is this model's, checked above).
+        let Some(kvs) = sessions.iter_mut().map(|s| s.state.host_kv()).collect::<Option<Vec<&mut HostKv>>>() else {
+            return Err(ModelError::Usage("a session whose KV cache is not in host memory in the batch".into()));
+        };
         let mut batch = BatchKv { kvs, pasts: pasts.clone() };
         let out = forward(&HostExec, self, w, &mut batch, tokens, &pasts, 0, Visibility::All, &[], tokens.len())?;
         let logits = out.logits;

@@ -282,3 +282,21 @@ fn a_drafter_drafts_only_for_a_target_of_its_placement() {
     let theirs = draft(&mut drafter.session(), &host_target, &feats, root, 3);
     assert_eq!(draft(&mut s, &host_target, &feats, root, 3), theirs);
 }
+
+#[test]
+fn a_device_drafter_refuses_a_host_target_and_the_hidden_states_use_the_full_head() {
+    // The reverse direction: loaded for a device target (autodiff flex), asked for a host one.
+    let (host_target, _, _, feats, root) = fixture_context();
+    let dir = fixture_dir("tiny-qwen3");
+    let cfg = ModelConfig::from_hf_json(dir.join("config.json")).unwrap();
+    let burn_target = Model::load(cfg, &SafetensorsSource::open(&dir).unwrap(), &Device::flex().autodiff()).unwrap();
+    let mut drafter = Drafter::load(fixture_dir("tiny-dflash"), &burn_target).unwrap();
+    let err = drafter.session().draft(&host_target, &feats.as_slice().into(), root, 3, BlockRows::Full).unwrap_err();
+    assert!(err.to_string().contains("placed at Burn") && err.to_string().contains("placed at Host"), "{err}");
+    // `draft_with_hidden` (training, tests) drafts over the whole vocabulary even with a pruned one set.
+    let (_, full) = drafter.session().draft_with_hidden(&burn_target, &feats, root).unwrap();
+    drafter.set_draft_vocab(&burn_target, Some(vec![3, 17, 42])).unwrap();
+    let (_, still) = drafter.session().draft_with_hidden(&burn_target, &feats, root).unwrap();
+    assert_eq!(still.len(), (drafter.block_size() - 1) * burn_target.config().vocab_size);
+    assert_eq!(still, full);
+}

@@ -93,7 +93,8 @@ impl Clone for Output {
 
 /// What an [`Output`] answers, implemented once per place the logits were
 /// computed. Row indices are checked by [`Output`] (`i < rows`), as are the
-/// uniforms (one per row) and the temperature (> 0 where a method draws).
+/// uniforms (one per row) and, for `sample` and `sample_row`, the
+/// temperature (> 0); `walk` takes any temperature (≤ 0 or NaN: the argmax).
 trait Computed: std::fmt::Debug + Send + Sync {
     /// Logit rows.
     fn rows(&self) -> usize;
