@@ -46,15 +46,19 @@ pub fn run(a: Args) -> Result {
         let source = pair.calibration_source(false, Path::new(DEFAULT_CALIBRATION_DIR));
         let path = source.path(&pair.target, exp.backend, pair.dtype, pair.draft_vocab);
         calibrations.push(path.display().to_string());
-        // This machine's calibration of another drafter (or draft vocabulary) is measured
-        // again; a file the experiment names is never overwritten (loading it names the
-        // mismatch).
+        // This machine's calibration of another drafter (or draft vocabulary, or without the
+        // drafted rows' draft times) is measured again; a file the experiment names is never
+        // overwritten (loading it names the mismatch).
         let fits = |c: Calibration| c.measured_with(&pair.drafter, pair.draft_vocab);
         let own = matches!(source, CalibrationSource::Default(_));
         let stale = own && path.is_file() && !Calibration::load(&path).and_then(fits)?;
         if !path.is_file() || stale {
             calibrated_now = true;
-            let why = if stale { "was measured with another drafter" } else { "is missing" };
+            let why = if stale {
+                "was measured with another drafter (or before the drafted rows' draft times were measured)"
+            } else {
+                "is missing"
+            };
             eprintln!("{} {why}: running `bastion profile` for {} first", path.display(), pair.name);
             let target = TargetArgs {
                 model: pair.target.clone(),
