@@ -81,9 +81,9 @@ impl Placer {
 /// holds is chosen once, at load.
 pub(crate) trait Placed {
     /// A linear layer without bias, `[in] → [out]`.
-    type Linear: LinearDims;
+    type Linear: PlacedLinear;
     /// A norm weight `[n]`.
-    type Norm;
+    type Norm: PlacedNorm;
     /// Hugging Face weights `[out_i, in]` as one linear layer whose outputs
     /// are theirs, stacked in order (fused projections), placed by `at`.
     ///
@@ -100,6 +100,84 @@ pub(crate) trait LinearDims {
     fn in_features(&self) -> usize;
     /// `out`.
     fn out_features(&self) -> usize;
+}
+
+/// What a model asks of a linear layer outside its forward (the LM head:
+/// Burn-tensor products, rows of a token subset, the matrix for training,
+/// its buffers and bytes), answered by each placement's type.
+pub(crate) trait PlacedLinear: LinearDims {
+    /// `x · Wᵀ` of a tensor `[rows, in]` on the model's device → `[rows, out]`.
+    fn forward_tensor(&self, x: Tensor<2>) -> Tensor<2>;
+    /// The weights of output features `ids`, `[ids.len(), in]` row-major.
+    ///
+    /// # Errors
+    /// [`crate::ModelError::ReadBack`] when a device weight cannot be read back.
+    fn rows_of(&self, ids: &[u32]) -> Result<HostTensor>;
+    /// The weight as an f32 Burn tensor `[in, out]` on `device`.
+    fn weight_t_on(&self, device: &Device) -> Tensor<2>;
+    /// Device buffers holding the weight (1 when packed in host memory).
+    fn buffers(&self) -> usize;
+    /// Bytes per weight as stored for a model of `dtype`: the dtype's when
+    /// packed or held in a half type, 4 for an f32 tensor.
+    fn stored_bytes_per_weight(&self, dtype: WeightDtype) -> f64;
+}
+
+/// A norm weight `[n]` as a Burn tensor on the model's `device`.
+pub(crate) trait PlacedNorm {
+    /// The weight `[n]` on `device`.
+    fn tensor_on(&self, device: &Device) -> Tensor<1>;
+}
+
+impl PlacedNorm for Vec<f32> {
+    fn tensor_on(&self, device: &Device) -> Tensor<1> {
+        Tensor::from_data(TensorData::new(self.clone(), [self.len()]), device)
+    }
+}
+
+impl PlacedNorm for Tensor<1> {
+    fn tensor_on(&self, _device: &Device) -> Tensor<1> {
+        self.clone()
+    }
+}
+
+impl PlacedLinear for HostLinear {
+    fn forward_tensor(&self, x: Tensor<2>) -> Tensor<2> {
+        self.forward(x)
+    }
+    fn rows_of(&self, ids: &[u32]) -> Result<HostTensor> {
+        Ok(self.rows(ids))
+    }
+    fn weight_t_on(&self, device: &Device) -> Tensor<2> {
+        self.weight_t(device)
+    }
+    fn buffers(&self) -> usize {
+        1
+    }
+    fn stored_bytes_per_weight(&self, dtype: WeightDtype) -> f64 {
+        dtype.bytes_per_weight()
+    }
+}
+
+impl PlacedLinear for DeviceLinear {
+    fn forward_tensor(&self, x: Tensor<2>) -> Tensor<2> {
+        self.forward(x)
+    }
+    fn rows_of(&self, ids: &[u32]) -> Result<HostTensor> {
+        self.rows(ids)
+    }
+    fn weight_t_on(&self, _device: &Device) -> Tensor<2> {
+        self.weight_t()
+    }
+    fn buffers(&self) -> usize {
+        self.parts.len()
+    }
+    fn stored_bytes_per_weight(&self, dtype: WeightDtype) -> f64 {
+        if self.half.is_some() {
+            dtype.bytes_per_weight()
+        } else {
+            4.0
+        }
+    }
 }
 
 /// Weights in host memory for the CPU kernels ([`Placement::Host`]).
@@ -323,16 +401,6 @@ impl DeviceLinear {
             })
             .collect();
         Self { parts, half, layout, in_features, out_features, part_rows }
-    }
-
-    /// Whether the weights are stored in a half type (else f32).
-    pub(crate) fn is_half(&self) -> bool {
-        self.half.is_some()
-    }
-
-    /// Device buffers holding the weight.
-    pub(crate) fn parts(&self) -> usize {
-        self.parts.len()
     }
 
     /// `x · Wᵀ`: `[rows, in]` → `[rows, out]`.

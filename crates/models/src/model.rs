@@ -8,7 +8,9 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 use bastion_kernels::TreeAttentionMode;
 
 use crate::config::ModelConfig;
-use crate::device_weights::{LinearDims, OnDevice, OnHost, Placed, Placement, Placer, MAX_BUFFER_BYTES};
+use crate::device_weights::{
+    LinearDims, OnDevice, OnHost, Placed, PlacedLinear, PlacedNorm, Placement, Placer, MAX_BUFFER_BYTES,
+};
 use crate::error::{ModelError, Result};
 pub(crate) use crate::inference_layer::Layer;
 use crate::weights::{HostTensor, WeightSource};
@@ -51,6 +53,24 @@ pub(crate) enum TargetStack {
     Host(TargetWeights<OnHost>),
     /// Device tensors (boxed: a Burn tensor handle is ~600 bytes).
     Device(Box<TargetWeights<OnDevice>>),
+}
+
+impl TargetStack {
+    /// The LM head `[hidden] → [vocab]`, whichever its placement.
+    fn lm_head(&self) -> &dyn PlacedLinear {
+        match self {
+            TargetStack::Host(w) => &w.lm_head,
+            TargetStack::Device(w) => &w.lm_head,
+        }
+    }
+
+    /// The final norm `[hidden]`, whichever its placement.
+    fn final_norm(&self) -> &dyn PlacedNorm {
+        match self {
+            TargetStack::Host(w) => &w.norm,
+            TargetStack::Device(w) => &w.norm,
+        }
+    }
 }
 
 /// How a model is loaded: its weights' storage, the attention path and the
@@ -269,20 +289,14 @@ impl Model {
     /// The LM head weight as a Burn tensor `[hidden, vocab]` (for training
     /// drafters against the frozen head).
     pub fn lm_head_weight(&self) -> Tensor<2> {
-        match &self.stack {
-            TargetStack::Host(w) => w.lm_head.weight_t(&self.placer.device),
-            TargetStack::Device(w) => w.lm_head.weight_t(),
-        }
+        self.stack.lm_head().weight_t_on(&self.placer.device)
     }
 
     /// The final norm's weight `[hidden]` (`model.norm.weight`), applied
     /// before the LM head. A drafter that shares the LM head can start from
     /// it (`bastion train-drafter --norm-init target`).
     pub fn final_norm_weight(&self) -> Tensor<1> {
-        match &self.stack {
-            TargetStack::Host(w) => Tensor::from_data(TensorData::new(w.norm.clone(), [w.norm.len()]), self.device()),
-            TargetStack::Device(w) => w.norm.clone(),
-        }
+        self.stack.final_norm().tensor_on(&self.placer.device)
     }
 
     /// Device buffers holding the embedding table and the LM head
@@ -290,11 +304,7 @@ impl Model {
     /// [`LoadOptions::max_buffer_bytes`]; the LM head counts 1 on `flex`, where it
     /// is packed in host memory).
     pub fn buffer_parts(&self) -> (usize, usize) {
-        let head = match &self.stack {
-            TargetStack::Host(_) => 1,
-            TargetStack::Device(w) => w.lm_head.parts(),
-        };
-        (self.embed.len(), head)
+        (self.embed.len(), self.stack.lm_head().buffers())
     }
 
     /// The token embedding table `[vocab, hidden]`.
@@ -304,10 +314,7 @@ impl Model {
 
     /// Applies the LM head to `[rows, hidden]` states (already final-normed).
     pub fn lm_head(&self, x: Tensor<2>) -> Tensor<2> {
-        match &self.stack {
-            TargetStack::Host(w) => w.lm_head.forward(x),
-            TargetStack::Device(w) => w.lm_head.forward(x),
-        }
+        self.stack.lm_head().forward_tensor(x)
     }
 
     /// The LM-head rows of tokens `ids`, `[ids.len(), hidden]`.
@@ -319,10 +326,7 @@ impl Model {
         if let Some(bad) = ids.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {
             return Err(ModelError::Usage(format!("token id {bad} ≥ vocabulary size {}", self.cfg.vocab_size)));
         }
-        match &self.stack {
-            TargetStack::Host(w) => Ok(w.lm_head.rows(ids)),
-            TargetStack::Device(w) => w.lm_head.rows(ids),
-        }
+        self.stack.lm_head().rows_of(ids)
     }
 
     /// How the linear layers' weights are stored ([`Model::load_as`]).
@@ -335,10 +339,7 @@ impl Model {
     /// holds bf16 / f16 tensors (`wgpu` f16, `cuda`); 4 where a device
     /// without the half type holds f32 tensors of the rounded values.
     pub fn stored_bytes_per_weight(&self) -> f64 {
-        match &self.stack {
-            TargetStack::Device(w) if !w.lm_head.is_half() => 4.0,
-            TargetStack::Host(_) | TargetStack::Device(_) => self.placer.dtype.bytes_per_weight(),
-        }
+        self.stack.lm_head().stored_bytes_per_weight(self.placer.dtype)
     }
 
     /// The hidden size `H`.
