@@ -78,6 +78,13 @@ declare -A RECIPE=(
   [block8]="--layers 2 --target-layers 2,15,27 --loss-decay 4 --learning-rate 4e-3 --warmup-steps 100 --sampled-vocab-scope step --block-size 8"
   [soft]="--layers 2 --target-layers 2,15,27 --loss-decay 4 --learning-rate 4e-3 --warmup-steps 100 --sampled-vocab-scope step --soft-targets 8 --soft-weight 0.5"
   [today-l3]="--layers 3 --target-layers 2,15,27 --loss-decay 4 --learning-rate 4e-3 --warmup-steps 100 --sampled-vocab-scope step"
+  # The curve's recipe (scripts/drafter-curve.sh: the shipped drafter's) and its capacity lever,
+  # a third layer (warm-started from the target's last three), at equal CPU time on all the data:
+  #   BUDGET=1800 PILOT=40 PER_DOMAIN=16 SEQS=17542 EVAL=100000 VARIANTS="curve curve-l3" \
+  #     OUT=results/drafter-capacity.md scripts/drafter-recipes.sh
+  # judged by held-out τ and by the draft time it costs a round (`bastion profile`'s T_d).
+  [curve]="--layers 2 --target-layers 2,15,27 --loss-decay 4 --learning-rate 4e-3 --warmup-steps 100 --sampled-vocab-scope step --block-size 8 --warm-start last --soft-targets 8 --soft-weight 0.5"
+  [curve-l3]="--layers 3 --target-layers 2,15,27 --loss-decay 4 --learning-rate 4e-3 --warmup-steps 100 --sampled-vocab-scope step --block-size 8 --warm-start last --soft-targets 8 --soft-weight 0.5"
 )
 VARIANTS=${VARIANTS:-"base norm-target layers2 step-vocab anchors8 decay4 layers2-decay4-step lr4e-3 layers3 targets-late l2-d4-step-lr4e-3 l3-d4-step-lr4e-3 layers2-step uniform lr1e-3 targets5"}
 
