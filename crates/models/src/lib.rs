@@ -16,6 +16,7 @@ pub mod config;
 mod cube_exec;
 pub mod draft_vocab;
 pub mod drafter;
+mod drafter_config;
 pub mod drafter_gguf;
 pub mod error;
 pub use bastion_formats::gguf;
