@@ -481,7 +481,8 @@ impl MethodSpec {
             }
             Method::BastionOnline | Method::Bastion => {
                 let setup = inputs.bastion.as_ref().ok_or_else(calibration)?;
-                let cap = params.cap.unwrap_or(usize::MAX);
+                // BASTION's cap counts the root: at most `cap − 1` drafted nodes.
+                let cap = params.cap.map_or(usize::MAX, |c| c.saturating_sub(1));
                 let draft_seconds = draft_cost(setup.config.draft_seconds, cap)?;
                 let base = params.rule.unwrap_or(inputs.rule).config(draft_seconds, setup.config.non_verify_seconds);
                 let config = BastionConfig {
