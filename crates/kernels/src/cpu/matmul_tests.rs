@@ -196,6 +196,44 @@ fn q8_0_weights_multiply_int8_activations_exactly_as_specified() {
     assert_eq!("q8_0".parse::<WeightDtype>(), Ok(WeightDtype::Q8_0));
 }
 
+/// The activations' Q8_0 blocks are the same bits on every kernel (the
+/// AVX2 kernels quantise four vectors at a time, the portable one value by
+/// value; AVX-VNNI's bytes are offset by 128): rounding ties go away from
+/// zero, values just under a tie go down, ±0, tiny ratios, blocks of zeros,
+/// non-finite blocks (scale NaN) and a partial last block.
+#[test]
+fn activation_blocks_quantise_alike_on_every_kernel() {
+    use crate::cpu::matmul_q8::quantize_rows;
+    let k = 3 * Q8_BLOCK + 7;
+    let mut x = values(5 * k, 41);
+    // Row 0, block 0: scale 1 (max 127), exact ties and their neighbours.
+    let ties = [127.0, -127.0, 2.5, -2.5, 0.5, -0.5, 126.5, -126.5, 3.499_999_8, -3.499_999_8, 0.0, -0.0, 1e-30];
+    x[..ties.len()].copy_from_slice(&ties);
+    // Row 1: a block of zeros, then a block with a NaN, then one with an infinity.
+    x[k..k + Q8_BLOCK].fill(0.0);
+    x[k + Q8_BLOCK + 3] = f32::NAN;
+    x[k + 2 * Q8_BLOCK + 31] = f32::NEG_INFINITY;
+    // Row 2: a block whose largest value is tiny (scale near the bottom of f32).
+    for (i, v) in x[2 * k..2 * k + Q8_BLOCK].iter_mut().enumerate() {
+        *v = (i as f32 - 16.0) * 1e-37;
+    }
+    // Rows 3, 4: wide values (x 1e4) and the partial last block at full scale.
+    for v in &mut x[3 * k..] {
+        *v *= 1e4;
+    }
+    let (want_q, want_d) = quantize_rows(Kernel::Portable, &x, 5, k);
+    assert_eq!(want_q[..ties.len()], [127, -127, 3, -3, 1, -1, 127, -127, 3, -3, 0, 0, 0]);
+    assert!(want_d[4] == 0.0 && want_d[5].is_nan() && want_d[6].is_nan() && want_d[7] > 0.0);
+    for kernel in Kernel::available() {
+        let (q, d) = quantize_rows(kernel, &x, 5, k);
+        let offset = if format!("{kernel:?}") == "AvxVnni" { i8::MIN } else { 0 };
+        let q: Vec<i8> = q.iter().map(|&v| v ^ offset).collect();
+        assert_eq!(q, want_q, "{kernel:?}");
+        let bits = |d: &[f32]| d.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&d), bits(&want_d), "{kernel:?}");
+    }
+}
+
 /// Q8_0 activations: a zero row gives zeros; a NaN or an infinity in an
 /// activation block makes that row's outputs NaN (the block has no
 /// scale), and leaves the other rows alone.
