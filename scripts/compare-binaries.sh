@@ -3,7 +3,8 @@
 # run: `bastion tau` with the same settings, the binaries alternating
 # (old, new, then new, old, …) so that drift of a shared machine falls on
 # both. For each setting it prints AR's TPOT and the method's speedup over
-# AR for each binary (medians over ROUNDS runs) and new / old ratios.
+# AR for each binary (medians over ROUNDS runs) and new / old ratios, and the
+# method's draft and verification time per round.
 #
 #   scripts/compare-binaries.sh OLD_BINARY NEW_BINARY > results/…/compare.md
 #   ROUNDS=3 SAMPLES=4 scripts/compare-binaries.sh old new
@@ -62,14 +63,19 @@ for setting in settings:
         ar, sp = [], []
         for run in sorted((Path(tmp) / which / setting).iterdir()):
             recs = [json.loads(l) for l in open(run / "run" / "samples.jsonl")]
-            by = {}
+            by, rounds = {}, []
             for rec in recs:
                 by.setdefault(rec["method"], []).append(rec["tpot_s"])
+                if rec["method"] != "ar":
+                    rounds += rec.get("rounds", [])
             a = statistics.mean(by.pop("ar"))
             (m, t), = by.items()
             ar.append(a)
             sp.append(a / statistics.mean(t))
-            runs.append((setting, which, run.name, a, statistics.mean(t)))
+            # The method's mean draft and verification time per round (all its rounds).
+            draft = statistics.mean(r["draft_s"] for r in rounds) if rounds else float("nan")
+            verify = statistics.mean(r["verify_s"] for r in rounds) if rounds else float("nan")
+            runs.append((setting, which, run.name, a, statistics.mean(t), draft, verify))
         res[which] = (statistics.median(ar), statistics.median(sp))
         per[which] = (ar, sp)
     dtype, method = setting.split("-", 1)
@@ -79,10 +85,20 @@ for setting in settings:
         return f"{statistics.median(r):.3f} [{min(r):.3f}–{max(r):.3f}]"
     print(f"| {dtype} | {method.replace('-', ':', 1)} | {ao*1e3:.2f} | {an*1e3:.2f} | {an/ao:.3f} | {paired(0)} | {so:.3f}× | {sn:.3f}× | {sn/so:.3f} | {paired(1)} |")
 print()
+print("The method's round: draft and verification ms per round (mean over its rounds), medians over the rounds.")
+print()
+print("| dtype | method | draft old ms | draft new ms | new/old | verify old ms | verify new ms | new/old |")
+print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+for setting in settings:
+    dtype, method = setting.split("-", 1)
+    med = lambda which, i: statistics.median(x[i] for x in runs if x[0] == setting and x[1] == which)
+    do, dn, vo, vn = med("old", 5), med("new", 5), med("old", 6), med("new", 6)
+    print(f"| {dtype} | {method.replace('-', ':', 1)} | {do*1e3:.3f} | {dn*1e3:.3f} | {dn/do:.3f} | {vo*1e3:.2f} | {vn*1e3:.2f} | {vn/vo:.3f} |")
+print()
 print("Each run:")
 print()
-print("| setting | round | binary | AR TPOT ms | method TPOT ms |")
-print("| --- | ---: | --- | ---: | ---: |")
-for setting, which, r, a, m in sorted(runs, key=lambda x: (x[0], int(x[2]), x[1])):
-    print(f"| {setting} | {r} | {which} | {a*1e3:.2f} | {m*1e3:.2f} |")
+print("| setting | round | binary | AR TPOT ms | method TPOT ms | draft ms / round | verify ms / round |")
+print("| --- | ---: | --- | ---: | ---: | ---: | ---: |")
+for setting, which, r, a, m, d, v in sorted(runs, key=lambda x: (x[0], int(x[2]), x[1])):
+    print(f"| {setting} | {r} | {which} | {a*1e3:.2f} | {m*1e3:.2f} | {d*1e3:.3f} | {v*1e3:.2f} |")
 EOF

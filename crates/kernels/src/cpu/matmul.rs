@@ -305,8 +305,21 @@ impl PackedMatrix {
     /// # Panics
     /// When `x.len() != m · in`.
     pub fn matmul(&self, x: &[f32], m: usize) -> Vec<f32> {
-        let mut y = vec![0.0f32; m * self.out_features];
-        self.matmul_into(x, m, &mut y);
+        let (n, k) = (self.out_features, self.in_features);
+        assert_eq!(x.len(), m * k, "activations hold {} values, not {m} × {k}", x.len());
+        if m == 0 || n == 0 || k == 0 {
+            return vec![0.0f32; m * n];
+        }
+        // Not zeroed first: the product writes each of the m · n values once
+        // (zeroing them was ~2 % of a verification's instructions, on the
+        // calling thread).
+        let mut y = Vec::with_capacity(m * n);
+        // SAFETY: `y` has room for m · n values, all written by `product_raw`
+        // (m, n, k > 0) before the length is set.
+        unsafe {
+            self.product_raw(x, m, OutPtr(y.as_mut_ptr()));
+            y.set_len(m * n);
+        }
         y
     }
 
@@ -325,11 +338,26 @@ impl PackedMatrix {
             y.fill(0.0);
             return;
         }
-        match &self.data {
-            Store::F32(d) => product(|p| Plain(&d[p * NR * k..(p + 1) * NR * k]), x, m, n, k, y),
-            Store::Bf16(d) => product(|p| Plain(&d[p * NR * k..(p + 1) * NR * k]), x, m, n, k, y),
-            Store::F16(d) => product(|p| Plain(&d[p * NR * k..(p + 1) * NR * k]), x, m, n, k, y),
-            Store::Q8 { q, d } => q8::product(q8::Kernel::for_isa(Isa::get()), q, d, x, m, n, k, y),
+        // SAFETY: `y` holds m · n values (asserted above) and m, n, k > 0.
+        unsafe { self.product_raw(x, m, OutPtr(y.as_mut_ptr())) }
+    }
+
+    /// Writes every one of the `m · out` values of `y = x · Wᵀ` through `y`
+    /// (raw writes, never a read, so the buffer may be uninitialised).
+    ///
+    /// # Safety
+    /// `y` must point to `m · out` writable floats; `x.len() == m · in`, and
+    /// `m`, `out` and `in` are all above 0.
+    unsafe fn product_raw(&self, x: &[f32], m: usize, y: OutPtr) {
+        let (n, k) = (self.out_features, self.in_features);
+        // SAFETY: passed on from the caller.
+        unsafe {
+            match &self.data {
+                Store::F32(d) => product(|p| Plain(&d[p * NR * k..(p + 1) * NR * k]), x, m, n, k, y),
+                Store::Bf16(d) => product(|p| Plain(&d[p * NR * k..(p + 1) * NR * k]), x, m, n, k, y),
+                Store::F16(d) => product(|p| Plain(&d[p * NR * k..(p + 1) * NR * k]), x, m, n, k, y),
+                Store::Q8 { q, d } => q8::product_raw(q8::Kernel::for_isa(Isa::get()), q, d, x, m, n, k, y),
+            }
         }
     }
 }
@@ -394,18 +422,20 @@ impl<E: Element> PanelRead for Plain<'_, E> {
 }
 
 /// `y = x · Wᵀ` over the panels `panel(0..ceil(n / NR))` of any stored
-/// type (see [`PackedMatrix::matmul_into`]; shapes checked there).
-fn product<'a, P: PanelRead + 'a>(
+/// type, every value of `y` written once, none read.
+///
+/// # Safety
+/// As [`PackedMatrix::product_raw`] (`y` `[m, n]`, `x` `[m, k]`).
+unsafe fn product<'a, P: PanelRead + 'a>(
     panel: impl Fn(usize) -> P + Sync,
     x: &[f32],
     m: usize,
     n: usize,
     k: usize,
-    y: &mut [f32],
+    out: OutPtr,
 ) {
     let panels = n.div_ceil(NR);
     let isa = Isa::get();
-    let out = OutPtr(y.as_mut_ptr());
     for_each_panel(panels, m * n * k, |p: usize| {
         let next = (p + 1 < panels).then(|| panel(p + 1));
         let cols = NR.min(n - p * NR);
@@ -503,9 +533,9 @@ unsafe fn panel_product<P: PanelRead>(
             Isa::Portable => block_portable(panel, xs, rows, k, &mut acc),
         }
         for (r, a) in acc.iter().enumerate().take(rows) {
-            // SAFETY: row i + r < m, columns col0 .. col0 + cols < ldy (caller).
-            let dst = unsafe { std::slice::from_raw_parts_mut(y.0.add((i + r) * ldy + col0), cols) };
-            dst.copy_from_slice(&a[..cols]);
+            // SAFETY: row i + r < m, columns col0 .. col0 + cols < ldy (caller);
+            // a raw copy, so `y` may be uninitialised.
+            unsafe { std::ptr::copy_nonoverlapping(a.as_ptr(), y.0.add((i + r) * ldy + col0), cols) };
         }
         i += rows;
     }

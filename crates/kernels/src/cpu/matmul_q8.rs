@@ -244,8 +244,12 @@ fn quantize_block(v: &[f32], q: &mut [i8], offset: i8) -> f32 {
 }
 
 /// `y = x · Wᵀ` for Q8_0 weights `q` (panels in the layout above) and
-/// scales `d` `[panels, blocks, NR]`; `x` `[m, k]`, `y` `[m, n]` (checked
-/// by the caller), with the inner loop of `kernel`.
+/// scales `d` `[panels, blocks, NR]`; `x` `[m, k]`, `y` `[m, n]`, with the
+/// inner loop of `kernel`.
+///
+/// # Panics
+/// When `x` or `y` do not hold `[m, k]` and `[m, n]` values.
+#[cfg(test)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn product(
     kernel: Kernel,
@@ -257,13 +261,33 @@ pub(crate) fn product(
     k: usize,
     y: &mut [f32],
 ) {
+    assert!(y.len() == m * n, "y [{m}, {n}]");
+    // SAFETY: `y` holds m · n values.
+    unsafe { product_raw(kernel, q, d, x, m, n, k, OutPtr(y.as_mut_ptr())) }
+}
+
+/// [`product`] through a raw output pointer: every one of the `m · n`
+/// values written once, none read (the buffer may be uninitialised).
+///
+/// # Safety
+/// `out` must point to `m · n` writable floats.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn product_raw(
+    kernel: Kernel,
+    q: &[i8],
+    d: &[half::f16],
+    x: &[f32],
+    m: usize,
+    n: usize,
+    k: usize,
+    out: OutPtr,
+) {
     let blocks = k.div_ceil(Q8_BLOCK);
     let panels = n.div_ceil(NR);
     // The raw writes below rely on these lengths.
-    assert!(x.len() == m * k && y.len() == m * n, "x [{m}, {k}], y [{m}, {n}]");
+    assert!(x.len() == m * k, "x [{m}, {k}]");
     assert!(q.len() >= panels * blocks * PANEL_BLOCK && d.len() >= panels * blocks * NR, "Q8_0 panels of [{n}, {k}]");
     let (xq, dx) = quantize_rows(kernel, x, m, k);
-    let out = OutPtr(y.as_mut_ptr());
     let panel =
         |p: usize| (&q[p * blocks * PANEL_BLOCK..][..blocks * PANEL_BLOCK], &d[p * blocks * NR..][..blocks * NR]);
     for_each_panel(panels, m * n * k, |p| {
@@ -290,10 +314,10 @@ pub(crate) fn product(
             }
             for (r, a) in acc.iter().enumerate().take(rows) {
                 // SAFETY: panel `p` writes only columns p·NR .. p·NR + cols
-                // of row i + r < m of `y` (`[m, n]`), and each panel index is
-                // visited by exactly one task.
-                let dst = unsafe { std::slice::from_raw_parts_mut(out.0.add((i + r) * n + p * NR), cols) };
-                dst.copy_from_slice(&a[..cols]);
+                // of row i + r < m of `y` (`[m, n]`, the caller's promise), and
+                // each panel index is visited by exactly one task; a raw copy,
+                // so `y` may be uninitialised.
+                unsafe { std::ptr::copy_nonoverlapping(a.as_ptr(), out.0.add((i + r) * n + p * NR), cols) };
             }
             i += rows;
         }

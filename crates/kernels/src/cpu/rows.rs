@@ -111,18 +111,16 @@ pub fn split_heads(
 /// a row's last `f mod 8` values, so every value's bits depend on that value
 /// alone (row invariance) and not on the instruction set.
 pub fn silu_mul(gu: &[f32], f: usize) -> Vec<f32> {
-    let mut out = vec![0.0f32; gu.len() / 2];
+    let mut out = Vec::with_capacity(gu.len() / 2);
     #[cfg(target_arch = "x86_64")]
     if crate::cpu::matmul::Isa::get() != crate::cpu::matmul::Isa::Portable {
         // SAFETY: `Isa::get` reports AVX2 and FMA only where the CPU has them.
         unsafe { silu_mul_avx2(gu, f, &mut out) };
         return out;
     }
-    for (row, dst) in gu.chunks_exact(2 * f).zip(out.chunks_exact_mut(f.max(1))) {
+    for row in gu.chunks_exact(2 * f) {
         let (gate, up) = row.split_at(f);
-        for ((d, &g), &u) in dst.iter_mut().zip(gate).zip(up) {
-            *d = silu_times(g, u);
-        }
+        out.extend(gate.iter().zip(up).map(|(&g, &u)| silu_times(g, u)));
     }
     out
 }
@@ -139,26 +137,26 @@ fn silu_times(g: f32, u: f32) -> f32 {
 /// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn silu_mul_avx2(gu: &[f32], f: usize, out: &mut [f32]) {
+unsafe fn silu_mul_avx2(gu: &[f32], f: usize, out: &mut Vec<f32>) {
     use std::arch::x86_64::*;
     let one = _mm256_set1_ps(1.0);
     let neg = _mm256_set1_ps(-0.0);
-    for (row, dst) in gu.chunks_exact(2 * f).zip(out.chunks_exact_mut(f.max(1))) {
+    let mut eight = [0.0f32; 8];
+    for row in gu.chunks_exact(2 * f) {
         let (gate, up) = row.split_at(f);
         let whole = f - f % 8;
         for j in (0..whole).step_by(8) {
-            // SAFETY: j + 8 ≤ f, the length of `gate`, `up` and `dst`.
+            // SAFETY: j + 8 ≤ f, the length of `gate` and `up`; `eight` holds 8 values.
             unsafe {
                 let g = _mm256_loadu_ps(gate.as_ptr().add(j));
                 let u = _mm256_loadu_ps(up.as_ptr().add(j));
                 let e = exp_f32_avx2(_mm256_xor_ps(g, neg));
                 let s = _mm256_div_ps(one, _mm256_add_ps(one, e));
-                _mm256_storeu_ps(dst.as_mut_ptr().add(j), _mm256_mul_ps(_mm256_mul_ps(g, s), u));
+                _mm256_storeu_ps(eight.as_mut_ptr(), _mm256_mul_ps(_mm256_mul_ps(g, s), u));
             }
+            out.extend_from_slice(&eight);
         }
-        for j in whole..f {
-            dst[j] = silu_times(gate[j], up[j]);
-        }
+        out.extend(gate[whole..].iter().zip(&up[whole..]).map(|(&g, &u)| silu_times(g, u)));
     }
 }
 
