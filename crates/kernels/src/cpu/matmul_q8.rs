@@ -244,30 +244,9 @@ fn quantize_block(v: &[f32], q: &mut [i8], offset: i8) -> f32 {
 }
 
 /// `y = x · Wᵀ` for Q8_0 weights `q` (panels in the layout above) and
-/// scales `d` `[panels, blocks, NR]`; `x` `[m, k]`, `y` `[m, n]`, with the
-/// inner loop of `kernel`.
-///
-/// # Panics
-/// When `x` or `y` do not hold `[m, k]` and `[m, n]` values.
-#[cfg(test)]
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn product(
-    kernel: Kernel,
-    q: &[i8],
-    d: &[half::f16],
-    x: &[f32],
-    m: usize,
-    n: usize,
-    k: usize,
-    y: &mut [f32],
-) {
-    assert!(y.len() == m * n, "y [{m}, {n}]");
-    // SAFETY: `y` holds m · n values.
-    unsafe { product_raw(kernel, q, d, x, m, n, k, OutPtr(y.as_mut_ptr())) }
-}
-
-/// [`product`] through a raw output pointer: every one of the `m · n`
-/// values written once, none read (the buffer may be uninitialised).
+/// scales `d` `[panels, blocks, NR]`; `x` `[m, k]`, `y` `[m, n]` through the
+/// raw pointer `out`, with the inner loop of `kernel`: every one of the
+/// `m · n` values written once, none read (the buffer may be uninitialised).
 ///
 /// # Safety
 /// `out` must point to `m · n` writable floats.

@@ -158,7 +158,8 @@ fn q8_0_weights_multiply_int8_activations_exactly_as_specified() {
         let Store::Q8 { q: qs, d } = &q.data else { unreachable!("packed as Q8_0") };
         for kernel in Kernel::available() {
             let mut yk = vec![0.0f32; m * n];
-            crate::cpu::matmul_q8::product(kernel, qs, d, &x, m, n, k, &mut yk);
+            // SAFETY: `yk` holds m · n values.
+            unsafe { crate::cpu::matmul_q8::product_raw(kernel, qs, d, &x, m, n, k, OutPtr(yk.as_mut_ptr())) };
             assert_eq!(yk, q8_reference(&w, &x, m, n, k, kernel != Kernel::Portable), "{kernel:?} {m}x{n}x{k}");
         }
         for i in 0..m {
@@ -292,7 +293,8 @@ fn q8_0_extreme_int8_operands_do_not_saturate() {
     let x: Vec<f32> = (0..m * k).map(|e| xv(e / k, e % k)).collect();
     for kernel in Kernel::available() {
         let mut y = vec![0.0f32; m * n];
-        crate::cpu::matmul_q8::product(kernel, &q, &d, &x, m, n, k, &mut y);
+        // SAFETY: `y` holds m · n values.
+        unsafe { crate::cpu::matmul_q8::product_raw(kernel, &q, &d, &x, m, n, k, OutPtr(y.as_mut_ptr())) };
         for i in 0..m {
             let dx = xv(i, 0).abs() / 127.0;
             for j in 0..n {
