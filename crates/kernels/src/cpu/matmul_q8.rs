@@ -140,21 +140,11 @@ pub(crate) fn quantize_rows(kernel: Kernel, x: &[f32], m: usize, k: usize) -> (V
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn quantize_rows_avx2(x: &[f32], m: usize, k: usize, offset: i8) -> (Vec<i8>, Vec<f32>) {
-    let blocks = k.div_ceil(Q8_BLOCK);
-    let kp = blocks * Q8_BLOCK;
-    let mut xq = vec![offset; m * kp];
-    let mut dx = vec![0.0f32; m * blocks];
-    for r in 0..m {
-        for (b, v) in x[r * k..(r + 1) * k].chunks(Q8_BLOCK).enumerate() {
-            let q = &mut xq[r * kp + b * Q8_BLOCK..][..Q8_BLOCK];
-            dx[r * blocks + b] = match <&[f32; Q8_BLOCK]>::try_from(v) {
-                // SAFETY: same CPU features as this function.
-                Ok(v) => unsafe { quantize_block_avx2(v, q, offset) },
-                Err(_) => quantize_block(v, &mut q[..v.len()], offset),
-            };
-        }
-    }
-    (xq, dx)
+    quantize_rows_with(x, m, k, offset, |v, q, offset| match <&[f32; Q8_BLOCK]>::try_from(v) {
+        // SAFETY: this function's CPU features.
+        Ok(v) => unsafe { quantize_block_avx2(v, q, offset) },
+        Err(_) => quantize_block(v, &mut q[..v.len()], offset),
+    })
 }
 
 /// [`quantize_block`] of one whole block in AVX2, with the same result bits:
@@ -213,14 +203,27 @@ unsafe fn quantize_block_avx2(v: &[f32; Q8_BLOCK], q: &mut [i8], offset: i8) -> 
 /// AVX-VNNI's `xq + 128`; padding and all-zero blocks hold the offset zero).
 #[inline(always)]
 fn quantize_rows_inline(x: &[f32], m: usize, k: usize, offset: i8) -> (Vec<i8>, Vec<f32>) {
+    quantize_rows_with(x, m, k, offset, |v, q, offset| quantize_block(v, &mut q[..v.len()], offset))
+}
+
+/// The rows' blocks through `block(values, its 32 bytes, offset) → scale`
+/// (a partial last block hands fewer values; its bytes past them stay the
+/// offset zero).
+#[inline(always)]
+fn quantize_rows_with(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    offset: i8,
+    block: impl Fn(&[f32], &mut [i8], i8) -> f32,
+) -> (Vec<i8>, Vec<f32>) {
     let blocks = k.div_ceil(Q8_BLOCK);
     let kp = blocks * Q8_BLOCK;
     let mut xq = vec![offset; m * kp];
     let mut dx = vec![0.0f32; m * blocks];
     for r in 0..m {
         for (b, v) in x[r * k..(r + 1) * k].chunks(Q8_BLOCK).enumerate() {
-            let q = &mut xq[r * kp + b * Q8_BLOCK..][..v.len()];
-            dx[r * blocks + b] = quantize_block(v, q, offset);
+            dx[r * blocks + b] = block(v, &mut xq[r * kp + b * Q8_BLOCK..][..Q8_BLOCK], offset);
         }
     }
     (xq, dx)
