@@ -12,7 +12,12 @@ fn equals_the_naive_product_on_odd_shapes() {
     for (m, n, k) in [(1, 1, 1), (1, 130, 576), (3, 67, 13), (5, 200, 64), (16, 65, 100), (7, 1, 8), (64, 33, 17)] {
         let x = values(m * k, 1);
         let w = values(n * k, 2);
-        let got = PackedMatrix::pack(&w, n, k).matmul(&x, m);
+        let packed = PackedMatrix::pack(&w, n, k);
+        let got = packed.matmul(&x, m);
+        // Every output value is written (the product never reads its output buffer).
+        let mut filled = vec![f32::NAN; m * n];
+        packed.matmul_into(&x, m, &mut filled);
+        assert_eq!(filled, got, "{m}x{n}x{k}");
         for i in 0..m {
             for j in 0..n {
                 let want: f64 = (0..k).map(|t| f64::from(x[i * k + t]) * f64::from(w[j * k + t])).sum();
@@ -155,6 +160,10 @@ fn q8_0_weights_multiply_int8_activations_exactly_as_specified() {
         assert_eq!(q.bytes(), n.div_ceil(NR) * NR * blocks * (Q8_BLOCK + 2));
         let y = q.matmul(&x, m);
         assert_eq!(y, q8_reference(&w, &x, m, n, k, Isa::get() != Isa::Portable), "{m}x{n}x{k}");
+        // Every output value is written (the product never reads its output buffer).
+        let mut filled = vec![f32::NAN; m * n];
+        q.matmul_into(&x, m, &mut filled);
+        assert_eq!(filled, y, "{m}x{n}x{k}");
         let Store::Q8 { q: qs, d } = &q.data else { unreachable!("packed as Q8_0") };
         for kernel in Kernel::available() {
             let mut yk = vec![0.0f32; m * n];
@@ -214,9 +223,9 @@ fn activation_blocks_quantise_alike_on_every_kernel() {
     x[k..k + Q8_BLOCK].fill(0.0);
     x[k + Q8_BLOCK + 3] = f32::NAN;
     x[k + 2 * Q8_BLOCK + 31] = f32::NEG_INFINITY;
-    // Row 2: a block whose largest value is tiny (scale near the bottom of f32).
+    // Row 2: a block whose largest value is tiny (a subnormal scale, 1.6e-38 / 127).
     for (i, v) in x[2 * k..2 * k + Q8_BLOCK].iter_mut().enumerate() {
-        *v = (i as f32 - 16.0) * 1e-37;
+        *v = (i as f32 - 16.0) * 1e-39;
     }
     // Rows 3, 4: wide values (x 1e4) and the partial last block at full scale.
     for v in &mut x[3 * k..] {

@@ -248,7 +248,10 @@ mod tests {
         #[cfg(target_arch = "x86_64")]
         if crate::cpu::matmul::Isa::get() != crate::cpu::matmul::Isa::Portable {
             use std::arch::x86_64::*;
-            xs.extend([f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e6, -1e6]);
+            // Whole vectors only: pad the sweep to a multiple of 8, then one vector of specials.
+            xs.resize(xs.len().next_multiple_of(8), 1.0);
+            xs.extend([f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e6, -1e6, -0.0, 88.5, -87.5]);
+            assert_eq!(xs.len() % 8, 0);
             for chunk in xs.chunks_exact(8) {
                 let mut got = [0.0f32; 8];
                 // SAFETY: the CPU has AVX2 and FMA (checked above); both pointers hold 8 values.
