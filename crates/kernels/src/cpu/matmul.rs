@@ -305,20 +305,16 @@ impl PackedMatrix {
     /// # Panics
     /// When `x.len() != m · in`.
     pub fn matmul(&self, x: &[f32], m: usize) -> Vec<f32> {
-        let (n, k) = (self.out_features, self.in_features);
-        assert_eq!(x.len(), m * k, "activations hold {} values, not {m} × {k}", x.len());
-        if m == 0 || n == 0 || k == 0 {
-            return vec![0.0f32; m * n];
-        }
+        let len = m * self.out_features;
         // Not zeroed first: the product writes each of the m · n values once
         // (zeroing them was ~2 % of a verification's instructions, on the
         // calling thread).
-        let mut y = Vec::with_capacity(m * n);
-        // SAFETY: `y` has room for m · n values, all written by `product_raw`
-        // (m, n, k > 0) before the length is set.
+        let mut y = Vec::with_capacity(len);
+        // SAFETY: `y` has room for m · out values, all written by
+        // `product_raw` before the length is set.
         unsafe {
             self.product_raw(x, m, OutPtr(y.as_mut_ptr()));
-            y.set_len(m * n);
+            y.set_len(len);
         }
         y
     }
@@ -328,29 +324,34 @@ impl PackedMatrix {
     /// # Panics
     /// When `x.len() != m · in` or `y.len() != m · out`.
     pub fn matmul_into(&self, x: &[f32], m: usize, y: &mut [f32]) {
-        let (n, k) = (self.out_features, self.in_features);
-        assert_eq!(x.len(), m * k, "activations hold {} values, not {m} × {k}", x.len());
+        let n = self.out_features;
         assert_eq!(y.len(), m * n, "output holds {} values, not {m} × {n}", y.len());
-        if m == 0 || n == 0 {
-            return;
-        }
-        if k == 0 {
-            y.fill(0.0);
-            return;
-        }
-        // SAFETY: `y` holds m · n values (asserted above) and m, n, k > 0.
+        // SAFETY: `y` holds m · n values (asserted above).
         unsafe { self.product_raw(x, m, OutPtr(y.as_mut_ptr())) }
     }
 
     /// Writes every one of the `m · out` values of `y = x · Wᵀ` through `y`
-    /// (raw writes, never a read, so the buffer may be uninitialised).
+    /// (raw writes, never a read, so the buffer may be uninitialised); zeros
+    /// when `in` is 0.
     ///
     /// # Safety
-    /// `y` must point to `m · out` writable floats; `x.len() == m · in`, and
-    /// `m`, `out` and `in` are all above 0.
+    /// `y` must point to `m · out` writable floats.
+    ///
+    /// # Panics
+    /// When `x.len() != m · in`.
     unsafe fn product_raw(&self, x: &[f32], m: usize, y: OutPtr) {
         let (n, k) = (self.out_features, self.in_features);
-        // SAFETY: passed on from the caller.
+        assert_eq!(x.len(), m * k, "activations hold {} values, not {m} × {k}", x.len());
+        if m == 0 || n == 0 {
+            return;
+        }
+        if k == 0 {
+            // SAFETY: `y` points to m · n writable floats (the caller's promise);
+            // all-zero bytes are 0.0.
+            unsafe { std::ptr::write_bytes(y.0, 0, m * n) };
+            return;
+        }
+        // SAFETY: passed on from the caller, with m, n, k > 0.
         unsafe {
             match &self.data {
                 Store::F32(d) => product(|p| Plain(&d[p * NR * k..(p + 1) * NR * k]), x, m, n, k, y),

@@ -114,18 +114,30 @@ pub(crate) fn index(k: usize, j: usize) -> usize {
     b * PANEL_BLOCK + (t / GROUP) * NR * GROUP + j * GROUP + t % GROUP
 }
 
-/// Activations `x` `[m, k]` as Q8_0 blocks: int8 values `[m, blocks · 32]`
-/// (zero-padded) and f32 scales `[m, blocks]` (see the module doc).
+impl Kernel {
+    /// What [`quantize_rows`] XORs into every activation byte for this
+    /// kernel: `i8::MIN` for AVX-VNNI, whose `xq + 128` is the unsigned byte
+    /// with the top bit flipped (two's complement); 0 for the others.
+    pub(crate) fn activation_offset(self) -> i8 {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Kernel::AvxVnni => i8::MIN,
+            _ => 0,
+        }
+    }
+}
+
+/// Activations `x` `[m, k]` as Q8_0 blocks for `kernel`: int8 values
+/// `[m, blocks · 32]` (zero-padded), each XOR [`Kernel::activation_offset`],
+/// and f32 scales `[m, blocks]` (see the module doc).
 pub(crate) fn quantize_rows(kernel: Kernel, x: &[f32], m: usize, k: usize) -> (Vec<i8>, Vec<f32>) {
+    let offset = kernel.activation_offset();
     #[cfg(target_arch = "x86_64")]
     if kernel != Kernel::Portable {
-        // xq + 128 as unsigned bytes for AVX-VNNI (two's complement: flip the top bit).
-        let offset = if kernel == Kernel::AvxVnni { i8::MIN } else { 0 };
         // SAFETY: the AVX2 kernels are only chosen when the CPU has AVX2, FMA and F16C.
         return unsafe { quantize_rows_avx2(x, m, k, offset) };
     }
-    let _ = kernel;
-    quantize_rows_inline(x, m, k, 0)
+    quantize_rows_with(x, m, k, offset, |v, q, offset| quantize_block(v, &mut q[..v.len()], offset))
 }
 
 /// [`quantize_rows`] in AVX2 vectors, bit for bit the portable result: a
@@ -199,16 +211,9 @@ unsafe fn quantize_block_avx2(v: &[f32; Q8_BLOCK], q: &mut [i8], offset: i8) -> 
     d
 }
 
-/// [`quantize_rows`] with every int8 value XOR `offset` (0, or `i8::MIN` for
-/// AVX-VNNI's `xq + 128`; padding and all-zero blocks hold the offset zero).
-#[inline(always)]
-fn quantize_rows_inline(x: &[f32], m: usize, k: usize, offset: i8) -> (Vec<i8>, Vec<f32>) {
-    quantize_rows_with(x, m, k, offset, |v, q, offset| quantize_block(v, &mut q[..v.len()], offset))
-}
-
-/// The rows' blocks through `block(values, its 32 bytes, offset) → scale`
-/// (a partial last block hands fewer values; its bytes past them stay the
-/// offset zero).
+/// The rows' blocks through `block(values, its 32 bytes, offset) → scale`,
+/// every int8 value XOR `offset` (a partial last block hands fewer values;
+/// its bytes past them, and all-zero blocks, hold the offset zero).
 #[inline(always)]
 fn quantize_rows_with(
     x: &[f32],

@@ -28,6 +28,21 @@ fn equals_the_naive_product_on_odd_shapes() {
     }
 }
 
+/// Degenerate shapes: an empty inner dimension gives zeros in every dtype
+/// (also over a buffer holding NaN), no rows or no outputs an empty result.
+#[test]
+fn empty_shapes_give_zeros_or_nothing() {
+    for dtype in [WeightDtype::F32, WeightDtype::Bf16, WeightDtype::F16, WeightDtype::Q8_0] {
+        let w = PackedMatrix::pack_as(&[], 5, 0, dtype);
+        assert_eq!(w.matmul(&[], 3), vec![0.0; 15], "{dtype:?}");
+        let mut y = vec![f32::NAN; 15];
+        w.matmul_into(&[], 3, &mut y);
+        assert_eq!(y, vec![0.0; 15], "{dtype:?}");
+        let w = PackedMatrix::pack_as(&values(5 * 7, 3), 5, 7, dtype);
+        assert!(w.matmul(&[], 0).is_empty(), "{dtype:?}");
+    }
+}
+
 #[test]
 fn pack_unpack_round_trips_and_stacking_concatenates_outputs() {
     let (a, b) = (values(5 * 7, 3), values(20 * 7, 4));
@@ -236,8 +251,7 @@ fn activation_blocks_quantise_alike_on_every_kernel() {
     assert!(want_d[4] == 0.0 && want_d[5].is_nan() && want_d[6].is_nan() && want_d[7] > 0.0);
     for kernel in Kernel::available() {
         let (q, d) = quantize_rows(kernel, &x, 5, k);
-        let offset = if format!("{kernel:?}") == "AvxVnni" { i8::MIN } else { 0 };
-        let q: Vec<i8> = q.iter().map(|&v| v ^ offset).collect();
+        let q: Vec<i8> = q.iter().map(|&v| v ^ kernel.activation_offset()).collect();
         assert_eq!(q, want_q, "{kernel:?}");
         let bits = |d: &[f32]| d.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&d), bits(&want_d), "{kernel:?}");
