@@ -206,7 +206,8 @@ unsafe fn exp_f32_avx2(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m25
     use std::arch::x86_64::*;
     // max / min return their second operand when either is NaN: a NaN passes through.
     let c = _mm256_max_ps(_mm256_set1_ps(EXP_MIN), _mm256_min_ps(_mm256_set1_ps(EXP_MAX), x));
-    let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(c, _mm256_set1_ps(LOG2E)));
+    let n =
+        _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(c, _mm256_set1_ps(LOG2E)));
     let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_LO), _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_HI), c));
     let mut p = _mm256_set1_ps(EXP_POLY[0]);
     for &k in &EXP_POLY[1..] {
