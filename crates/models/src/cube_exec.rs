@@ -96,6 +96,9 @@ impl LayerExec for CubeLayer<'_> {
     fn add(&self, x: Tensor<2>, y: Tensor<2>) -> Tensor<2> {
         x + y
     }
+    fn rows(&self, x: Tensor<2>, rows: std::ops::Range<usize>) -> Tensor<2> {
+        crate::layer::narrow_rows(x, rows)
+    }
     fn qkv_heads(&self, h: &Tensor<2>) -> [Tensor<3>; 3] {
         let (q, k, v) = self.heads_of(h, true);
         [q.expect("asked for"), k, v]

@@ -269,7 +269,7 @@ enum DraftState<'d> {
     Device { w: &'d DrafterWeights<OnDevice>, kv: BurnKv },
 }
 
-/// A drafted block's output states `[block rows, hidden]` (after the final
+/// A drafted block's output states `[kept rows, hidden]` (after the final
 /// norm) with the LM head that reads them (the pruned one when set, else the
 /// target's), in one placement's types.
 enum DraftedBlock<'a> {
@@ -335,12 +335,12 @@ impl<'d> DraftSession<'d> {
             BlockRows::Full => b,
             BlockRows::Drafted => 1 + rows,
         };
-        let out = match self.run_block(target, features, root, block_rows, HeadVocab::Draft)? {
+        // Only the rows after the root are read: the last layer runs those alone.
+        let out = match self.run_block(target, features, root, block_rows, 1..1 + rows, HeadVocab::Draft)? {
             DraftedBlock::Host(out, head) => {
-                let h = self.drafter.cfg.model.hidden_size;
-                DraftOutput::from_host(head.matmul(&out[h..(1 + rows) * h], rows), rows, head.out_features())?
+                DraftOutput::from_host(head.matmul(&out, rows), rows, head.out_features())?
             }
-            DraftedBlock::Device(out, head) => DraftOutput::from_device(head.forward(out.narrow(0, 1, rows))),
+            DraftedBlock::Device(out, head) => DraftOutput::from_device(head.forward(*out)),
         };
         Ok(out.counted(&self.read_back))
     }
@@ -352,7 +352,7 @@ impl<'d> DraftSession<'d> {
     /// As [`DraftSession::draft`].
     pub fn draft_with_hidden(&mut self, target: &Model, features: &[f32], root: u32) -> Result<(Vec<f32>, Vec<f32>)> {
         let b = self.drafter.cfg.block_size;
-        match self.run_block(target, &ContextFeatures::from(features), root, b, HeadVocab::Full)? {
+        match self.run_block(target, &ContextFeatures::from(features), root, b, 0..b, HeadVocab::Full)? {
             DraftedBlock::Host(out, head) => {
                 let h = self.drafter.cfg.model.hidden_size;
                 let logits = head.matmul(&out[h..], b - 1);
@@ -366,8 +366,9 @@ impl<'d> DraftSession<'d> {
     }
 
     /// One block ([`draft_block`]) of `rows` rows (root, then masks) on this
-    /// session's execution and cache, with the LM head to read it (the
-    /// pruned draft head for [`HeadVocab::Draft`] when one is set, else the target's).
+    /// session's execution and cache, the states of its rows `keep`
+    /// `[keep.len(), hidden]`, with the LM head to read them (the pruned draft
+    /// head for [`HeadVocab::Draft`] when one is set, else the target's).
     ///
     /// # Errors
     /// As [`DraftSession::draft`]; [`ModelError::Usage`] when `target` is
@@ -378,6 +379,7 @@ impl<'d> DraftSession<'d> {
         features: &ContextFeatures,
         root: u32,
         rows: usize,
+        keep: std::ops::Range<usize>,
         vocab: HeadVocab,
     ) -> Result<DraftedBlock<'t>>
     where
@@ -400,7 +402,7 @@ impl<'d> DraftSession<'d> {
                 let w: &'d DrafterWeights<OnHost> = w;
                 let feats = if n == 0 { None } else { Some(HostRows::new(features.to_host()?, width)) };
                 let dw = w.draft_weights(&d.inv_freq, shape);
-                let out = draft_block(&HostExec, &dw, target, kv, feats, len, n, &block)?.into_vec();
+                let out = draft_block(&HostExec, &dw, target, kv, feats, len, n, &block, keep)?.into_vec();
                 DraftedBlock::Host(out, head_of(w, t, vocab))
             }
             (DraftState::Device { w, kv }, TargetStack::Device(t)) => {
@@ -410,9 +412,9 @@ impl<'d> DraftSession<'d> {
                 // The target's mode decides: the kernels with its tree-attention kernel.
                 let exec = BurnExec(&d.at.device);
                 let out = if target.tree_kernel {
-                    draft_block(&CubeExec(exec), &dw, target, kv, feats, len, n, &block)?
+                    draft_block(&CubeExec(exec), &dw, target, kv, feats, len, n, &block, keep)?
                 } else {
-                    draft_block(&exec, &dw, target, kv, feats, len, n, &block)?
+                    draft_block(&exec, &dw, target, kv, feats, len, n, &block, keep)?
                 };
                 DraftedBlock::Device(Box::new(out), head_of(w, t, vocab))
             }

@@ -131,7 +131,7 @@ where
             tap(l, &sum);
         }
         // On an error the cache's rows past `past` are stale: the caller's length is unchanged.
-        let (next, mlp) = layer_deferred(&step, sum, h, |q, k, v| cache.write_attend(l, q, k, v, &prepared))?;
+        let (next, mlp) = layer_deferred(&step, sum, h, None, |q, k, v| cache.write_attend(l, q, k, v, &prepared))?;
         (x, pending) = (next, Some(mlp));
     }
     let normed = exec.final_norm(x, pending, &w.norm, cfg.rms_norm_eps);
@@ -153,8 +153,11 @@ where
 /// the whole context and the whole block; the block's keys and values are
 /// not kept (z-lab `dflash/model.py` crops its cache back after a block):
 /// its rows lie past the session's new length `len + n`, stale, and the
-/// next block overwrites them. Returns the block's states after the final
-/// norm `[block.len(), hidden]`.
+/// next block overwrites them. Returns the states after the final norm of
+/// the block rows `keep` `[keep.len(), hidden]`: the last layer runs its
+/// `o_proj` and MLP over those rows only ([`layer_deferred`]), the others
+/// having given it their keys and values; the kept rows' states are those of
+/// the whole block's.
 ///
 /// # Errors
 /// [`ModelError::Usage`] when `root` is outside the target's vocabulary.
@@ -168,6 +171,7 @@ pub(crate) fn draft_block<X, C>(
     len: usize,
     n: usize,
     block: &[u32],
+    keep: std::ops::Range<usize>,
 ) -> Result<X::Rows>
 where
     X: Exec,
@@ -186,6 +190,7 @@ where
     let prepared = cache.prepare(target, Pass { shape, vis: Visibility::All, past: start, t: b })?;
     let mut x = exec.embed(target, block)?;
     let mut pending = None;
+    let last = d.layers.len().saturating_sub(1);
     for (l, layer) in d.layers.iter().enumerate() {
         if let Some((c, ctx_rope)) = &ctx {
             let [k, v] = layer_key_values(&exec.layer(layer, shape, ctx_rope), c);
@@ -194,7 +199,8 @@ where
         let step = exec.layer(layer, shape, &rope);
         let (sum, h) = layer_input(&step, x, pending.take());
         // On an error nothing of this block stays: the session's length is unchanged.
-        let (next, mlp) = layer_deferred(&step, sum, h, |q, k, v| cache.write_attend(l, q, k, v, &prepared))?;
+        let rows = (l == last).then(|| keep.clone());
+        let (next, mlp) = layer_deferred(&step, sum, h, rows, |q, k, v| cache.write_attend(l, q, k, v, &prepared))?;
         (x, pending) = (next, Some(mlp));
     }
     Ok(exec.final_norm(x, pending, d.norm, shape.eps))

@@ -157,6 +157,16 @@ impl HostRows {
         HostRows::new(out, cols)
     }
 
+    /// Rows `rows` of `self` (itself when they are all of them).
+    pub(crate) fn select_rows(self, rows: std::ops::Range<usize>) -> HostRows {
+        if rows.start == 0 && rows.end == self.rows() {
+            return self;
+        }
+        let (w, c0, n) = (self.width, self.col, self.cols);
+        let out: Vec<f32> = rows.flat_map(|r| self.buf[r * w + c0..r * w + c0 + n].iter().copied()).collect();
+        HostRows::new(out, n)
+    }
+
     /// The rows as an owned contiguous buffer (no copy when unshared and whole).
     pub(crate) fn into_vec(self) -> Vec<f32> {
         if self.is_whole() {
@@ -237,6 +247,9 @@ impl LayerExec for HostLayer<'_> {
     }
     fn add(&self, x: HostRows, y: HostRows) -> HostRows {
         x.add(&y)
+    }
+    fn rows(&self, x: HostRows, rows: std::ops::Range<usize>) -> HostRows {
+        x.select_rows(rows)
     }
 }
 

@@ -16,6 +16,8 @@
 //! fused; training: Burn `Param`s in `bastion-train`), which Burn execution
 //! reads through [`LayerWeights`].
 
+use std::ops::Range;
+
 use burn::tensor::activation::silu;
 use burn::tensor::Tensor;
 
@@ -123,6 +125,9 @@ pub trait LayerExec {
     fn silu_mul(&self, gate: Self::Rows, up: Self::Rows) -> Self::Rows;
     /// The residual add `x + y`.
     fn add(&self, x: Self::Rows, y: Self::Rows) -> Self::Rows;
+    /// Rows `rows` of `x` `[n, width]`: `[rows.len(), width]` (`x` itself
+    /// when `rows` is `0..n`).
+    fn rows(&self, x: Self::Rows, rows: Range<usize>) -> Self::Rows;
 
     /// One projection of the rows `x`.
     fn project(&self, p: Proj, x: &Self::Rows) -> Self::Rows {
@@ -183,7 +188,7 @@ pub fn layer_forward<E: LayerExec, Er>(
     attend: impl FnOnce(E::Heads, E::Heads, E::Heads) -> Result<E::Rows, Er>,
 ) -> Result<E::Rows, Er> {
     let h = e.rms_norm(&x, Norm::Input);
-    let (x, mlp) = layer_deferred(e, x, h, attend)?;
+    let (x, mlp) = layer_deferred(e, x, h, None, attend)?;
     Ok(e.add(x, mlp))
 }
 
@@ -192,16 +197,28 @@ pub fn layer_forward<E: LayerExec, Er>(
 /// the layer's output being their sum. A stack of layers adds it in the
 /// next layer's input norm ([`LayerExec::add_norm`]; one kernel on a GPU).
 ///
+/// `keep`: the rows whose outputs the caller reads (`None`: all). Every row
+/// still gives its keys and values to attention, but only the kept rows are
+/// attended to the output, through `o_proj` and the MLP: the last layer of a
+/// stack whose caller reads a few rows (a drafted block's logit rows) skips
+/// the rest of its products. A row's arithmetic does not depend on the
+/// other rows', so the kept rows' outputs are those of the whole pass.
+///
 /// # Errors
 /// Whatever `attend` returns.
 pub fn layer_deferred<E: LayerExec, Er>(
     e: &E,
     x: E::Rows,
     h: E::Rows,
+    keep: Option<Range<usize>>,
     attend: impl FnOnce(E::Heads, E::Heads, E::Heads) -> Result<E::Rows, Er>,
 ) -> Result<(E::Rows, E::Rows), Er> {
     let [q, k, v] = e.qkv_heads(&h);
     let attended = attend(q, k, v)?;
+    let (x, attended) = match keep {
+        Some(rows) => (e.rows(x, rows.clone()), e.rows(attended, rows)),
+        None => (x, attended),
+    };
     let (x, n) = e.add_norm(x, e.project(Proj::O, &attended), Norm::Post);
     Ok((x, e.mlp(&n)))
 }
@@ -283,6 +300,18 @@ impl<W: LayerWeights + ?Sized> LayerExec for BurnLayer<'_, W> {
     }
     fn add(&self, x: Tensor<2>, y: Tensor<2>) -> Tensor<2> {
         x + y
+    }
+    fn rows(&self, x: Tensor<2>, rows: Range<usize>) -> Tensor<2> {
+        narrow_rows(x, rows)
+    }
+}
+
+/// Rows `rows` of `x` `[n, width]` (`x` itself when they are all of them).
+pub(crate) fn narrow_rows(x: Tensor<2>, rows: Range<usize>) -> Tensor<2> {
+    if rows.start == 0 && rows.end == x.dims()[0] {
+        x
+    } else {
+        x.narrow(0, rows.start, rows.len())
     }
 }
 

@@ -148,6 +148,49 @@ fn drafted_block_rows_run_a_shorter_block() {
     assert_eq!(second(BlockRows::Drafted), second(BlockRows::Full));
 }
 
+/// A block's last layer runs `o_proj` and the MLP over the rows whose logits
+/// are read only (every row still gives its keys and values): the `r` rows
+/// returned equal, bit for bit, the first `r` rows of the whole block's
+/// logits, for every `r` and every weight type, and with the drafted rows
+/// only (`BlockRows::Drafted`) the shorter block's whole logits.
+#[test]
+fn the_rows_drafted_are_those_of_the_whole_block_to_the_bit() {
+    use bastion_models::{LoadOptions, WeightDtype};
+    let (_, _, ctx, _, root) = fixture_context();
+    let dir = fixture_dir("tiny-qwen3");
+    for dtype in [WeightDtype::F32, WeightDtype::Bf16, WeightDtype::Q8_0] {
+        let cfg = ModelConfig::from_hf_json(dir.join("config.json")).unwrap();
+        let src = SafetensorsSource::open(&dir).unwrap();
+        let target = Model::load_with(cfg, &src, &Device::flex(), &LoadOptions::with_dtype(dtype)).unwrap();
+        let drafter = Drafter::load(fixture_dir("tiny-dflash"), &target).unwrap();
+        let out = target.session().prefill(&ctx, &drafter.hidden_indices()).unwrap().into_host().unwrap();
+        let feats = context_features(&out, 64, None).unwrap();
+        let (b, vocab) = (drafter.block_size(), target.config().vocab_size);
+        let (_, whole) = drafter.session().draft_with_hidden(&target, &feats, root).unwrap();
+        assert_eq!(whole.len(), (b - 1) * vocab);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for rows in 1..b {
+            let got = draft(&mut drafter.session(), &target, &feats, root, rows);
+            assert_eq!(bits(&got), bits(&whole[..rows * vocab]), "{dtype}: {rows} rows of a whole block");
+        }
+        // Drafted rows: the block `[root, mask × r]` whole, as a drafter of block size `1 + r` drafts it.
+        for rows in [1, 3] {
+            let mut cfg = DrafterConfig::from_json(fixture_dir("tiny-dflash").join("config.json")).unwrap();
+            cfg.block_size = 1 + rows;
+            let dsrc = SafetensorsSource::open(fixture_dir("tiny-dflash")).unwrap();
+            let short = Drafter::from_source(cfg, &dir, &dsrc, &target).unwrap();
+            let (_, short_whole) = short.session().draft_with_hidden(&target, &feats, root).unwrap();
+            let got = drafter
+                .session()
+                .draft(&target, &feats.as_slice().into(), root, rows, BlockRows::Drafted)
+                .unwrap()
+                .to_host()
+                .unwrap();
+            assert_eq!(bits(&got), bits(&short_whole), "{dtype}: {rows} drafted rows");
+        }
+    }
+}
+
 /// A pruned draft vocabulary gives, column for column, the full draft
 /// logits of its tokens (the same kernel per output, bit for bit); bad
 /// subsets are refused; `None` restores the whole vocabulary.
