@@ -255,6 +255,13 @@ impl HostLinear {
         self.w.matmul(x, rows)
     }
 
+    /// Output features `cols` of `x · Wᵀ`: `[rows, in]` → `[rows, cols.len()]`,
+    /// from the weights of those features only (each value that of
+    /// [`HostLinear::matmul`] to the bit).
+    pub(crate) fn matmul_cols(&self, x: &[f32], rows: usize, cols: std::ops::Range<usize>) -> Vec<f32> {
+        self.w.matmul_cols(x, rows, cols)
+    }
+
     /// `x · Wᵀ` of a `flex` tensor `[rows, in]` → `[rows, out]` (read to the
     /// host and back).
     pub(crate) fn forward(&self, x: Tensor<2>) -> Tensor<2> {

@@ -5,6 +5,7 @@
 //! `flex`). The layer's steps themselves are written once, in
 //! [`crate::layer`].
 
+use std::ops::Range;
 use std::rc::Rc;
 
 use burn::tensor::Tensor;
@@ -158,7 +159,7 @@ impl HostRows {
     }
 
     /// Rows `rows` of `self` (itself when they are all of them).
-    pub(crate) fn select_rows(self, rows: std::ops::Range<usize>) -> HostRows {
+    pub(crate) fn select_rows(self, rows: Range<usize>) -> HostRows {
         if rows.start == 0 && rows.end == self.rows() {
             return self;
         }
@@ -209,21 +210,30 @@ impl LayerExec for HostLayer<'_> {
     fn project_many(&self, ps: &[Proj], x: &HostRows) -> Vec<HostRows> {
         let input = x.contiguous();
         let rows = x.rows();
-        // One product per fused matrix the projections live in, shared by
-        // the column views of its projections.
-        let mut done: Vec<(*const HostLinear, Rc<Vec<f32>>)> = Vec::new();
-        ps.iter()
-            .map(|&p| {
-                let (lin, col, cols) = self.layer.locate(p);
-                let buf = match done.iter().find(|(l, _)| std::ptr::eq(*l, lin)) {
-                    Some((_, b)) => b.clone(),
+        let located: Vec<_> = ps.iter().map(|&p| self.layer.locate(p)).collect();
+        // One product per fused matrix the projections live in, over the
+        // output features they span (the keys and values of `[q; k; v]`
+        // without its queries), shared by their column views.
+        let mut done: Vec<(*const HostLinear, Range<usize>, Rc<Vec<f32>>)> = Vec::new();
+        located
+            .iter()
+            .map(|&(lin, col, cols)| {
+                let (span, buf) = match done.iter().find(|(l, _, _)| std::ptr::eq(*l, lin)) {
+                    Some((_, span, b)) => (span.clone(), b.clone()),
                     None => {
-                        let b = Rc::new(lin.matmul(&input, rows));
-                        done.push((lin, b.clone()));
-                        b
+                        let same = located.iter().filter(|(l, _, _)| std::ptr::eq(*l, lin));
+                        let start = same.clone().map(|&(_, c, _)| c).min().unwrap_or(col);
+                        let end = same.map(|&(_, c, n)| c + n).max().unwrap_or(col + cols);
+                        let b = Rc::new(if start == 0 && end == lin.out_features() {
+                            lin.matmul(&input, rows)
+                        } else {
+                            lin.matmul_cols(&input, rows, start..end)
+                        });
+                        done.push((lin, start..end, b.clone()));
+                        (start..end, b)
                     }
                 };
-                HostRows { buf, width: lin.out_features(), col, cols }
+                HostRows { buf, width: span.len(), col: col - span.start, cols }
             })
             .collect()
     }
@@ -248,7 +258,7 @@ impl LayerExec for HostLayer<'_> {
     fn add(&self, x: HostRows, y: HostRows) -> HostRows {
         x.add(&y)
     }
-    fn rows(&self, x: HostRows, rows: std::ops::Range<usize>) -> HostRows {
+    fn rows(&self, x: HostRows, rows: Range<usize>) -> HostRows {
         x.select_rows(rows)
     }
 }

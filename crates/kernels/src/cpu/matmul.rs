@@ -305,18 +305,38 @@ impl PackedMatrix {
     /// # Panics
     /// When `x.len() != m · in`.
     pub fn matmul(&self, x: &[f32], m: usize) -> Vec<f32> {
-        let len = m * self.out_features;
+        self.matmul_cols(x, m, 0..self.out_features)
+    }
+
+    /// Output features `cols` of `y = x · Wᵀ`: `x` `[m, in]` →
+    /// `[m, cols.len()]`, each value that of [`PackedMatrix::matmul`] to the
+    /// bit, from the panels holding those features only (the keys and values
+    /// of a fused `[q; k; v]` weight without its queries).
+    ///
+    /// # Panics
+    /// When `x.len() != m · in` or `cols` is not within `0..out`.
+    pub fn matmul_cols(&self, x: &[f32], m: usize, cols: std::ops::Range<usize>) -> Vec<f32> {
+        assert!(cols.start <= cols.end && cols.end <= self.out_features, "features {cols:?} of {}", self.out_features);
+        // Products start at a panel: a range starting inside one is read
+        // from the panel's first feature and the leading features dropped.
+        let lead = cols.start % NR;
+        let from = cols.start - lead..cols.end;
+        let len = m * from.len();
         // Not zeroed first: the product writes each of the m · n values once
         // (zeroing them was ~2 % of a verification's instructions, on the
         // calling thread).
         let mut y = Vec::with_capacity(len);
-        // SAFETY: `y` has room for m · out values, all written by
+        // SAFETY: `y` has room for m · from.len() values, all written by
         // `product_raw` before the length is set.
         unsafe {
-            self.product_raw(x, m, OutPtr(y.as_mut_ptr()));
+            self.product_raw(x, m, from.clone(), OutPtr(y.as_mut_ptr()));
             y.set_len(len);
         }
-        y
+        if lead == 0 {
+            y
+        } else {
+            y.chunks_exact(from.len().max(1)).flat_map(|row| row[lead..].iter().copied()).collect()
+        }
     }
 
     /// As [`PackedMatrix::matmul`], writing into `y` `[m, out]`.
@@ -327,20 +347,22 @@ impl PackedMatrix {
         let n = self.out_features;
         assert_eq!(y.len(), m * n, "output holds {} values, not {m} × {n}", y.len());
         // SAFETY: `y` holds m · n values (asserted above).
-        unsafe { self.product_raw(x, m, OutPtr(y.as_mut_ptr())) }
+        unsafe { self.product_raw(x, m, 0..n, OutPtr(y.as_mut_ptr())) }
     }
 
-    /// Writes every one of the `m · out` values of `y = x · Wᵀ` through `y`
-    /// (raw writes, never a read, so the buffer may be uninitialised); zeros
-    /// when `in` is 0.
+    /// Writes every one of the `m · cols.len()` values of output features
+    /// `cols` of `y = x · Wᵀ` through `y` (`[m, cols.len()]`; raw writes, never
+    /// a read, so the buffer may be uninitialised); zeros when `in` is 0.
     ///
     /// # Safety
-    /// `y` must point to `m · out` writable floats.
+    /// `y` must point to `m · cols.len()` writable floats; `cols` lies within
+    /// `0..out` and starts at a panel (`cols.start` a multiple of [`NR`]).
     ///
     /// # Panics
     /// When `x.len() != m · in`.
-    unsafe fn product_raw(&self, x: &[f32], m: usize, y: OutPtr) {
-        let (n, k) = (self.out_features, self.in_features);
+    unsafe fn product_raw(&self, x: &[f32], m: usize, cols: std::ops::Range<usize>, y: OutPtr) {
+        let (n, k) = (cols.len(), self.in_features);
+        debug_assert!(cols.start % NR == 0 && cols.end <= self.out_features);
         assert_eq!(x.len(), m * k, "activations hold {} values, not {m} × {k}", x.len());
         if m == 0 || n == 0 {
             return;
@@ -351,13 +373,20 @@ impl PackedMatrix {
             unsafe { std::ptr::write_bytes(y.0, 0, m * n) };
             return;
         }
+        // The panels from the range's first on: its features are their first n.
+        let p0 = cols.start / NR;
+        let panel = |p: usize| (p0 + p) * NR * k..(p0 + p + 1) * NR * k;
         // SAFETY: passed on from the caller, with m, n, k > 0.
         unsafe {
             match &self.data {
-                Store::F32(d) => product(|p| Plain(&d[p * NR * k..(p + 1) * NR * k]), x, m, n, k, y),
-                Store::Bf16(d) => product(|p| Plain(&d[p * NR * k..(p + 1) * NR * k]), x, m, n, k, y),
-                Store::F16(d) => product(|p| Plain(&d[p * NR * k..(p + 1) * NR * k]), x, m, n, k, y),
-                Store::Q8 { q, d } => q8::product_raw(q8::Kernel::for_isa(Isa::get()), q, d, x, m, n, k, y),
+                Store::F32(d) => product(|p| Plain(&d[panel(p)]), x, m, n, k, y),
+                Store::Bf16(d) => product(|p| Plain(&d[panel(p)]), x, m, n, k, y),
+                Store::F16(d) => product(|p| Plain(&d[panel(p)]), x, m, n, k, y),
+                Store::Q8 { q, d } => {
+                    let blocks = k.div_ceil(Q8_BLOCK);
+                    let (q, d) = (&q[p0 * blocks * q8::PANEL_BLOCK..], &d[p0 * blocks * NR..]);
+                    q8::product_raw(q8::Kernel::for_isa(Isa::get()), q, d, x, m, n, k, y)
+                }
             }
         }
     }

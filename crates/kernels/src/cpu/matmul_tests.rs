@@ -82,6 +82,30 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    /// A range of output features is, bit for bit, those columns of the whole
+    /// product, in every dtype, starting at a panel or inside one.
+    #[test]
+    fn a_range_of_features_is_those_columns_of_the_whole_product(
+        n in 1usize..80, k in 1usize..100, m in 0usize..=9, a in 0usize..80, b in 0usize..80, seed in 0u32..1000,
+    ) {
+        let (start, end) = ((a % (n + 1)).min(b % (n + 1)), (a % (n + 1)).max(b % (n + 1)));
+        let x = values(m * k, seed + 1);
+        for dtype in [WeightDtype::F32, WeightDtype::Bf16, WeightDtype::F16, WeightDtype::Q8_0] {
+            let w = PackedMatrix::pack_as(&values(n * k, seed), n, k, dtype);
+            let all = w.matmul(&x, m);
+            let want: Vec<f32> = (0..m).flat_map(|i| all[i * n + start..i * n + end].to_vec()).collect();
+            let got = w.matmul_cols(&x, m, start..end);
+            prop_assert_eq!(
+                got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "{:?} features {}..{} of {}", dtype, start, end, n
+            );
+        }
+    }
+}
+
 /// A bf16 or f16 weight gives exactly the f32 kernel's result on the
 /// weight rounded to that dtype (the widening is exact), stores half the
 /// bytes, and unpacks to the rounded values.
