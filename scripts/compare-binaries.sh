@@ -10,7 +10,8 @@
 #   ROUNDS=3 SAMPLES=4 scripts/compare-binaries.sh old new
 #
 # Settings (SETTINGS, `;`-separated `dtype method`): by default q8_0
-# ddtree:2 and f32 ddtree:4 on GSM8K. Needs the default model
+# ddtree:2 and f32 ddtree:4 on GSM8K; EXTRA adds `bastion tau` options to
+# every run (e.g. EXTRA="--draft-vocab 1024", the default table's setting). Needs the default model
 # (scripts/fetch-model.sh) and its drafter. Run with nothing else on the
 # machine.
 set -euo pipefail
@@ -21,6 +22,7 @@ ROUNDS=${ROUNDS:-3}
 SAMPLES=${SAMPLES:-4}
 SETS=${SETS:-gsm8k}
 SETTINGS=${SETTINGS:-q8_0 ddtree:2;f32 ddtree:4}
+EXTRA=${EXTRA:-}
 MODEL=${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 DRAFTER=${DRAFTER:-drafters/smollm2-135m-instruct-dflash}
 tmp=$(mktemp -d)
@@ -38,16 +40,17 @@ for r in $(seq 1 "$ROUNDS"); do
       dir="$tmp/$which/${dtype}-${method//:/-}/$r"
       echo "== round $r, $which, $dtype $method" >&2
       "$bin" tau --model "$MODEL" --drafter "$DRAFTER" --dtype "$dtype" --method "$method" \
-        --sets "$SETS" --samples "$SAMPLES" --results "$dir" --name run >/dev/null
+        --sets "$SETS" --samples "$SAMPLES" --results "$dir" --name run $EXTRA >/dev/null
     done
   done
 done
 
-python3 - "$tmp" "$OLD" "$NEW" "$ROUNDS" "$SAMPLES" "$SETS" <<'EOF'
+python3 - "$tmp" "$OLD" "$NEW" "$ROUNDS" "$SAMPLES" "$SETS" "$EXTRA" <<'EOF'
 import json, statistics, sys
 from pathlib import Path
-tmp, old, new, rounds, samples, sets = sys.argv[1:]
-print(f"Old `{old}`, new `{new}`: `bastion tau --sets {sets} --samples {samples}`, {rounds} rounds, binaries alternating.")
+tmp, old, new, rounds, samples, sets, extra = sys.argv[1:]
+extra = f" {extra}" if extra else ""
+print(f"Old `{old}`, new `{new}`: `bastion tau --sets {sets} --samples {samples}{extra}`, {rounds} rounds, binaries alternating.")
 print("TPOT: decode seconds per new token, mean over the samples; speedup: AR's mean TPOT / the method's; medians over the rounds.")
 print()
 print("Paired: the median over rounds of new / old within a round (the two binaries ran back to back, so")
