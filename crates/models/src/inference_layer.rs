@@ -214,26 +214,27 @@ impl LayerExec for HostLayer<'_> {
         // One product per fused matrix the projections live in, over the
         // output features they span (the keys and values of `[q; k; v]`
         // without its queries), shared by their column views.
-        let mut done: Vec<(*const HostLinear, Range<usize>, Rc<Vec<f32>>)> = Vec::new();
+        let mut done: Vec<SpanProduct> = Vec::new();
         located
             .iter()
             .map(|&(lin, col, cols)| {
-                let (span, buf) = match done.iter().find(|(l, _, _)| std::ptr::eq(*l, lin)) {
-                    Some((_, span, b)) => (span.clone(), b.clone()),
+                let product = match done.iter().find(|d| std::ptr::eq(d.lin, lin)) {
+                    Some(d) => d.clone(),
                     None => {
                         let same = located.iter().filter(|(l, _, _)| std::ptr::eq(*l, lin));
                         let start = same.clone().map(|&(_, c, _)| c).min().unwrap_or(col);
                         let end = same.map(|&(_, c, n)| c + n).max().unwrap_or(col + cols);
-                        let b = Rc::new(if start == 0 && end == lin.out_features() {
+                        let buf = Rc::new(if start == 0 && end == lin.out_features() {
                             lin.matmul(&input, rows)
                         } else {
                             lin.matmul_cols(&input, rows, start..end)
                         });
-                        done.push((lin, start..end, b.clone()));
-                        (start..end, b)
+                        let d = SpanProduct { lin, span: start..end, buf };
+                        done.push(d.clone());
+                        d
                     }
                 };
-                HostRows { buf, width: span.len(), col: col - span.start, cols }
+                HostRows { width: product.span.len(), col: col - product.span.start, cols, buf: product.buf }
             })
             .collect()
     }
@@ -261,6 +262,15 @@ impl LayerExec for HostLayer<'_> {
     fn rows(&self, x: HostRows, rows: Range<usize>) -> HostRows {
         x.select_rows(rows)
     }
+}
+
+/// One product of a fused weight in [`HostLayer::project_many`]: output
+/// features `span` of `lin`, `[rows, span.len()]`.
+#[derive(Clone)]
+struct SpanProduct {
+    lin: *const HostLinear,
+    span: Range<usize>,
+    buf: Rc<Vec<f32>>,
 }
 
 impl HostRows {

@@ -362,7 +362,7 @@ impl PackedMatrix {
     /// When `x.len() != m · in`.
     unsafe fn product_raw(&self, x: &[f32], m: usize, cols: std::ops::Range<usize>, y: OutPtr) {
         let (n, k) = (cols.len(), self.in_features);
-        debug_assert!(cols.start % NR == 0 && cols.end <= self.out_features);
+        debug_assert!(cols.start.is_multiple_of(NR) && cols.end <= self.out_features);
         assert_eq!(x.len(), m * k, "activations hold {} values, not {m} × {k}", x.len());
         if m == 0 || n == 0 {
             return;
