@@ -10,8 +10,9 @@
 #   ROUNDS=3 SAMPLES=4 scripts/compare-binaries.sh old new
 #
 # Settings (SETTINGS, `;`-separated `dtype method`): by default q8_0
-# ddtree:2 and f32 ddtree:4 on GSM8K; EXTRA adds `bastion tau` options to
-# every run (e.g. EXTRA="--draft-vocab 1024", the default table's setting). Needs the default model
+# ddtree:2 and f32 ddtree:4 on GSM8K; EXTRA adds `bastion tau` options
+# to every run (e.g. EXTRA="--draft-vocab 1024", the default table's
+# setting). Needs the default model
 # (scripts/fetch-model.sh) and its drafter. Run with nothing else on the
 # machine.
 set -euo pipefail
@@ -39,6 +40,7 @@ for r in $(seq 1 "$ROUNDS"); do
       [ "$which" = new ] && bin=$NEW
       dir="$tmp/$which/${dtype}-${method//:/-}/$r"
       echo "== round $r, $which, $dtype $method" >&2
+      # shellcheck disable=SC2086 # EXTRA holds several options
       "$bin" tau --model "$MODEL" --drafter "$DRAFTER" --dtype "$dtype" --method "$method" \
         --sets "$SETS" --samples "$SAMPLES" --results "$dir" --name run $EXTRA >/dev/null
     done

@@ -256,8 +256,8 @@ impl HostLinear {
     }
 
     /// Output features `cols` of `x · Wᵀ`: `[rows, in]` → `[rows, cols.len()]`,
-    /// from the weights of those features only (each value that of
-    /// [`HostLinear::matmul`] to the bit).
+    /// from the panels of weights holding those features only (each value
+    /// that of [`HostLinear::matmul`] to the bit; `PackedMatrix::matmul_cols`).
     pub(crate) fn matmul_cols(&self, x: &[f32], rows: usize, cols: std::ops::Range<usize>) -> Vec<f32> {
         self.w.matmul_cols(x, rows, cols)
     }

@@ -156,8 +156,9 @@ where
 /// next block overwrites them. Returns the states after the final norm of
 /// the block rows `keep` `[keep.len(), hidden]`: the last layer runs its
 /// `o_proj` and MLP over those rows only ([`layer_deferred`]), the others
-/// having given it their keys and values; the kept rows' states are those of
-/// the whole block's.
+/// having given it their keys and values; with row-independent kernels (the
+/// CPU kernels, Bastion's CubeCL kernels) the kept rows' states are those of
+/// the whole block's to the bit.
 ///
 /// # Errors
 /// [`ModelError::Usage`] when `root` is outside the target's vocabulary.
@@ -190,6 +191,8 @@ where
     let prepared = cache.prepare(target, Pass { shape, vis: Visibility::All, past: start, t: b })?;
     let mut x = exec.embed(target, block)?;
     let mut pending = None;
+    // Configurations have at least one layer (`num_hidden_layers` is checked positive).
+    debug_assert!(!d.layers.is_empty() && keep.start < keep.end && keep.end <= b, "rows {keep:?} of {b}");
     let last = d.layers.len().saturating_sub(1);
     for (l, layer) in d.layers.iter().enumerate() {
         if let Some((c, ctx_rope)) = &ctx {

@@ -222,8 +222,9 @@ impl LayerExec for HostLayer<'_> {
                     Some(d) => d.clone(),
                     None => {
                         let same = located.iter().filter(|(l, _, _)| std::ptr::eq(*l, lin));
-                        let start = same.clone().map(|&(_, c, _)| c).min().unwrap_or(col);
-                        let end = same.map(|&(_, c, n)| c + n).max().unwrap_or(col + cols);
+                        // `same` holds this projection at least.
+                        let start = same.clone().map(|&(_, c, _)| c).min().expect("this projection");
+                        let end = same.map(|&(_, c, n)| c + n).max().expect("this projection");
                         let buf = Rc::new(if start == 0 && end == lin.out_features() {
                             lin.matmul(&input, rows)
                         } else {
@@ -323,5 +324,54 @@ impl LayerWeights for Layer<OnDevice> {
     }
     fn k_norm(&self) -> Option<Tensor<1>> {
         self.k_norm.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Arch;
+    use crate::weights::RandomSource;
+    use bastion_kernels::WeightDtype;
+
+    /// Keys and values computed alone (the drafter's context rows: a product
+    /// over the features of `[k; v]` only) are, bit for bit, those of the
+    /// whole `[q; k; v]` product, also where the keys start inside a panel of
+    /// the packed weight (3 heads × 8: q ends at feature 24, not a multiple of
+    /// 16) and in every dtype.
+    #[test]
+    fn keys_and_values_alone_equal_those_of_the_fused_product() {
+        let cfg = ModelConfig {
+            arch: Arch::Qwen3,
+            vocab_size: 16,
+            hidden_size: 40,
+            intermediate_size: 48,
+            num_layers: 1,
+            num_heads: 3,
+            num_kv_heads: 1,
+            head_dim: 8,
+            rms_norm_eps: 1e-6,
+            rope_theta: 10_000.0,
+            rope_scaling: None,
+            tie_embeddings: true,
+            max_position_embeddings: 64,
+            eos_token_ids: vec![],
+        };
+        let src = RandomSource::new(7, "random");
+        let rows = 5;
+        let x: Vec<f32> = (0..rows * cfg.hidden_size).map(|i| ((i * 37 % 101) as f32 / 50.0) - 1.0).collect();
+        let rope = HostRope::new(&cfg.rope_inv_freq(), &(3..3 + rows).collect::<Vec<_>>());
+        for dtype in [WeightDtype::F32, WeightDtype::Bf16, WeightDtype::Q8_0] {
+            let at = Placer::new(&burn::tensor::Device::flex(), dtype, usize::MAX);
+            let layer = Layer::<OnHost>::load(&src, "layers.0.", &cfg, &at).unwrap();
+            let exec = HostLayer::new(&layer, LayerShape::of(&cfg), &rope);
+            let h = HostRows::new(x.clone(), cfg.hidden_size);
+            let [_, k, v] = exec.qkv_heads(&h);
+            let [k_alone, v_alone] = exec.kv_heads(&h);
+            let bits = |t: &[f32]| t.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(k.len(), rows * 8, "{dtype}");
+            assert_eq!(bits(&k_alone), bits(&k), "{dtype}: keys");
+            assert_eq!(bits(&v_alone), bits(&v), "{dtype}: values");
+        }
     }
 }

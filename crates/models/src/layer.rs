@@ -197,12 +197,15 @@ pub fn layer_forward<E: LayerExec, Er>(
 /// the layer's output being their sum. A stack of layers adds it in the
 /// next layer's input norm ([`LayerExec::add_norm`]; one kernel on a GPU).
 ///
-/// `keep`: the rows whose outputs the caller reads (`None`: all). Every row
-/// still gives its keys and values to attention, but only the kept rows are
-/// attended to the output, through `o_proj` and the MLP: the last layer of a
-/// stack whose caller reads a few rows (a drafted block's logit rows) skips
-/// the rest of its products. A row's arithmetic does not depend on the
-/// other rows', so the kept rows' outputs are those of the whole pass.
+/// `keep`: the rows whose outputs the caller reads (`None`: all). Attention
+/// runs over every row (each gives its keys and values, each query is
+/// attended), and its output is narrowed to the kept rows before `o_proj`,
+/// the residual add and the MLP: the last layer of a stack whose caller reads
+/// a few rows (a drafted block's logit rows) skips the rest of its products.
+/// Then both outputs are `[keep.len(), hidden]`. With kernels whose rows do
+/// not depend on each other (the CPU kernels on `flex`, Bastion's CubeCL
+/// kernels) the kept rows' outputs are those of the whole pass to the bit;
+/// Burn's own matmul may tile another row count otherwise.
 ///
 /// # Errors
 /// Whatever `attend` returns.
