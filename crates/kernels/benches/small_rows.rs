@@ -21,10 +21,19 @@
 //! (`for_each_panel` with nothing to do per panel): what each product pays
 //! to hand its panels to the threads, whatever its size.
 //!
+//! A last table streams the weights from memory as a verification does:
+//! 40 decoder layers' Q8_0 projections (about 150 MB, far beyond the L3
+//! cache), each layer's four products in order, per row count, against the
+//! same products on one layer's weights repeated 40 times (cache-resident).
+//! The difference per extra row is what streaming adds to a row's arithmetic
+//! (on a 2-core AMD EPYC the second row was free in cache and cost 1.5–1.8 ms a
+//! step from DRAM: `results/kernels/rows-in-cache-vs-dram-amd-epyc.md`).
+//!
 //! `cargo bench -p bastion-kernels --bench small_rows`; with
 //! `BASTION_BENCH_OUT=FILE` (relative to the repository root) the tables are
 //! also written there; `BASTION_BENCH_SECONDS` sets the time per point
-//! (default 0.5).
+//! (default 0.5); `BASTION_BENCH_ONLY=stream` times the streaming table only
+//! (a quick A/B of a kernel change).
 
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
@@ -67,6 +76,12 @@ fn main() {
     let device = Device::flex();
     let peak = measure_peak(&device, &PeakOptions::default()).expect("peak microbenchmark").peak();
     let (flops, bw) = (peak.peak_flops, peak.bandwidth);
+    if std::env::var("BASTION_BENCH_ONLY").is_ok_and(|v| v == "stream") {
+        let md = stream_table(budget, bw);
+        print!("{md}");
+        write_out(&md);
+        return;
+    }
     // SmolLM2-135M: hidden 576, 9 heads / 3 KV heads of 64, MLP 1536, vocabulary 49152.
     let shapes: [(&str, usize, usize); 5] = [
         ("q/k/v (fused)", 960, 576),
@@ -157,8 +172,73 @@ fn main() {
         }
     }
     layer_table(&mut md, &rows, &layer);
+    md.push_str(&stream_table(budget, bw));
     print!("{md}");
     write_out(&md);
+}
+
+/// Decoder layers in the streaming table: SmolLM2-135M's projections × 40,
+/// about 150 MB in Q8_0.
+const STREAM_LAYERS: usize = 40;
+
+/// The streaming table (module docs): per row count m, one pass over
+/// [`STREAM_LAYERS`] layers' Q8_0 projections (each layer's q/k/v, o,
+/// gate/up and down in order, a distinct weight each) against the same
+/// products on one layer's weights repeated; `bw` the read roof (bytes/s).
+fn stream_table(budget: Duration, bw: f64) -> String {
+    // (out, in) of SmolLM2-135M's fused q/k/v, o, fused gate/up and down.
+    let shapes = [(960usize, 576usize), (576, 576), (3072, 576), (576, 1536)];
+    let layers: Vec<Vec<PackedMatrix>> = (0..STREAM_LAYERS)
+        .map(|l| {
+            shapes
+                .iter()
+                .enumerate()
+                .map(|(i, &(n, k))| PackedMatrix::pack_as(&values(n * k, (l * 4 + i) as u64), n, k, WeightDtype::Q8_0))
+                .collect()
+        })
+        .collect();
+    let bytes: usize = layers.iter().flatten().map(PackedMatrix::bytes).sum();
+    let pass = |ws: &dyn Fn(usize) -> usize, m: usize| {
+        let xs: Vec<Vec<f32>> = shapes.iter().map(|&(_, k)| values(m * k, m as u64)).collect();
+        let mut ys: Vec<Vec<f32>> = shapes.iter().map(|&(n, _)| vec![0.0f32; m * n]).collect();
+        time(budget, || {
+            for l in 0..STREAM_LAYERS {
+                for (i, w) in layers[ws(l)].iter().enumerate() {
+                    w.matmul_into(&xs[i], m, &mut ys[i]);
+                }
+            }
+        })
+    };
+    let mut md = String::new();
+    writeln!(
+        md,
+        "\nQ8_0 weights streamed from memory: {STREAM_LAYERS} layers' projections ({:.0} MB) in order, against one \
+         layer's repeated {STREAM_LAYERS} times (cache-resident); ms per pass, and the cost of each row beyond the first:\n",
+        bytes as f64 / 1e6
+    )
+    .unwrap();
+    writeln!(md, "| m | streamed ms | GB/s | of read roof | in cache ms | streamed ms per extra row | in cache ms per extra row |").unwrap();
+    writeln!(md, "|---:|---:|---:|---:|---:|---:|---:|").unwrap();
+    let mut first = None;
+    for m in [1usize, 2, 3, 4, 8] {
+        let streamed = pass(&|l| l, m);
+        let cached = pass(&|_| 0, m);
+        let (s1, c1) = *first.get_or_insert((streamed, cached));
+        let extra =
+            |t: f64, t1: f64| if m > 1 { format!("{:.3}", (t - t1) / (m - 1) as f64 * 1e3) } else { "–".into() };
+        writeln!(
+            md,
+            "| {m} | {:.3} | {:.1} | {:.0} % | {:.3} | {} | {} |",
+            streamed * 1e3,
+            bytes as f64 / streamed / 1e9,
+            100.0 * bytes as f64 / bw / streamed,
+            cached * 1e3,
+            extra(streamed, s1),
+            extra(cached, c1),
+        )
+        .unwrap();
+    }
+    md
 }
 
 /// `w` (`[n, k]`, row-major) as Burn's `[k, n]` right operand.
