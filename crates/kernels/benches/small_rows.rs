@@ -25,9 +25,8 @@
 //! 40 decoder layers' Q8_0 projections (about 150 MB, far beyond the L3
 //! cache), each layer's four products in order, per row count, against the
 //! same products on one layer's weights repeated 40 times (cache-resident).
-//! The difference per extra row is what streaming adds to a row's arithmetic
-//! (on a 2-core AMD EPYC the second row was free in cache and cost 1.5–1.8 ms a
-//! step from DRAM: `results/kernels/rows-in-cache-vs-dram-amd-epyc.md`).
+//! The difference per extra row tells whether a row's arithmetic hides under
+//! the streaming of the weights (`results/kernels/rows-in-cache-vs-dram-amd-epyc.md`).
 //!
 //! `cargo bench -p bastion-kernels --bench small_rows`; with
 //! `BASTION_BENCH_OUT=FILE` (relative to the repository root) the tables are
