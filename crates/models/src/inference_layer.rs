@@ -225,11 +225,7 @@ impl LayerExec for HostLayer<'_> {
                         // `same` holds this projection at least.
                         let start = same.clone().map(|&(_, c, _)| c).min().expect("this projection");
                         let end = same.map(|&(_, c, n)| c + n).max().expect("this projection");
-                        let buf = Rc::new(if start == 0 && end == lin.out_features() {
-                            lin.matmul(&input, rows)
-                        } else {
-                            lin.matmul_cols(&input, rows, start..end)
-                        });
+                        let buf = Rc::new(lin.matmul_cols(&input, rows, start..end));
                         let d = SpanProduct { lin, span: start..end, buf };
                         done.push(d.clone());
                         d
