@@ -251,16 +251,16 @@ fn shipped_experiments_validate() {
     assert!(model.is_file(), "{} is missing: run scripts/fetch-model.sh first", model.display());
     let default = Experiment::load(&r.join("experiments/default.toml"), &r).unwrap();
     assert_eq!(default.name, "default");
-    // ar, dflash, ddtree ×5, caddtree, bastion, bastion-online, the three +skip rows, and four
+    // ar, dflash, ddtree ×5, caddtree, bastion, bastion-online, the three +skip rows, and three
     // variants drafting only the rows their trees reach.
-    assert_eq!(default.methods.len(), 17);
+    assert_eq!(default.methods.len(), 16);
     let drafted: Vec<&str> = default
         .methods
         .iter()
         .filter(|m| m.spec.params.block_rows == Some(bastion_models::BlockRows::Drafted))
         .map(|m| m.label.as_str())
         .collect();
-    assert_eq!(drafted, ["ddtree1-drafted", "ddtree2-drafted", "caddtree-d3-drafted", "caddtree+skip-d3-drafted"]);
+    assert_eq!(drafted, ["ddtree2-drafted", "caddtree-d3-drafted", "caddtree+skip-d3-drafted"]);
     assert!(default.methods.iter().any(|m| m.is_plain() && m.spec == "bastion-online+skip".parse().unwrap()));
     assert!(default.methods.iter().any(|m| m.is_plain() && m.spec == "bastion+skip".parse().unwrap()));
     assert_eq!(default.datasets.len(), 4);
