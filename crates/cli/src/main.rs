@@ -45,7 +45,32 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let result = match Cli::parse().command {
+    let command = Cli::parse().command;
+    // The command runs on a worker thread of the pool that the CPU kernels split their
+    // products over (`RAYON_NUM_THREADS`, else one thread per core): a parallel product
+    // then starts on the calling worker and hands the other threads their share through
+    // its queue. Called from the main thread instead, every product is injected into the
+    // pool while the main thread sleeps on a lock until it is done: two thread wake-ups
+    // per product, about five products a decoder layer. On a 2-core VM (AMD EPYC,
+    // 2026-12-07) that made a 256-token AR generation take 1.24× as long, DDTree:2 1.33×
+    // (results/kernels/caller-on-worker-amd-epyc-2026-12-07.md).
+    let result = match rayon::ThreadPoolBuilder::new().build() {
+        // The pool's threads carry no non-`Send` error back: it crosses as text.
+        Ok(pool) => pool.install(|| dispatch(command).map_err(|e| e.to_string())).map_err(Into::into),
+        Err(_) => dispatch(command),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs one subcommand.
+fn dispatch(command: Command) -> cmd::Result {
+    match command {
         Command::Datasets(a) => cmd::datasets::run(a),
         Command::Generate(a) => cmd::generate::run(a),
         Command::Distill(a) => cmd::distill::run(a),
@@ -62,12 +87,5 @@ fn main() -> ExitCode {
         Command::Merge(a) => cmd::tables::merge(a),
         Command::Profile(a) => cmd::profile::run(a),
         Command::BenchTarget(a) => cmd::bench_target::run(a),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
     }
 }
