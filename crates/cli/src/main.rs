@@ -44,6 +44,9 @@ enum Command {
     ExportGguf(cmd::export_gguf::Args),
 }
 
+/// The stack of the pool's threads (Linux's default main-thread stack is 8 MiB).
+const MAIN_STACK_BYTES: usize = 16 << 20;
+
 fn main() -> ExitCode {
     let command = Cli::parse().command;
     // The command runs on a worker thread of the pool that the CPU kernels split their
@@ -54,7 +57,9 @@ fn main() -> ExitCode {
     // per product, about five products a decoder layer. On a 2-core VM (AMD EPYC,
     // 2026-12-07) that made a 256-token AR generation take 1.24× as long, DDTree:2 1.33×
     // (results/kernels/caller-on-worker-amd-epyc-2026-12-07.md).
-    let result = match rayon::ThreadPoolBuilder::new().build() {
+    // The worker gets a main thread's stack, not a spawned thread's 2 MiB: whole commands
+    // (training's autodiff graphs, deep JSON) run on it now.
+    let result = match rayon::ThreadPoolBuilder::new().stack_size(MAIN_STACK_BYTES).build() {
         // The pool's threads carry no non-`Send` error back: it crosses as text.
         Ok(pool) => pool.install(|| dispatch(command).map_err(|e| e.to_string())).map_err(Into::into),
         Err(_) => dispatch(command),
