@@ -1,6 +1,6 @@
 //! `bastion`: the command-line entry point of the harness. Each subcommand
 //! lives in `cmd/<command>.rs` with its flags and its `run()`; this file
-//! only dispatches.
+//! dispatches, on a worker thread of the CPU kernels' pool.
 
 use std::process::ExitCode;
 
@@ -44,8 +44,9 @@ enum Command {
     ExportGguf(cmd::export_gguf::Args),
 }
 
-/// The stack of the pool's threads (Linux's default main-thread stack is 8 MiB).
-const MAIN_STACK_BYTES: usize = 16 << 20;
+/// The stack of the pool's threads: twice Linux's default main-thread stack (8 MiB), since
+/// whole commands (training's autodiff graphs, deep JSON) run on them.
+const WORKER_STACK_BYTES: usize = 16 << 20;
 
 fn main() -> ExitCode {
     let command = Cli::parse().command;
@@ -57,9 +58,9 @@ fn main() -> ExitCode {
     // per product, about five products a decoder layer. On a 2-core VM (AMD EPYC,
     // 2026-12-07) that made a 256-token AR generation take 1.24× as long, DDTree:2 1.33×
     // (results/kernels/caller-on-worker-amd-epyc-2026-12-07.md).
-    // The worker gets a main thread's stack, not a spawned thread's 2 MiB: whole commands
-    // (training's autodiff graphs, deep JSON) run on it now.
-    let result = match rayon::ThreadPoolBuilder::new().stack_size(MAIN_STACK_BYTES).build() {
+    let pool =
+        rayon::ThreadPoolBuilder::new().stack_size(WORKER_STACK_BYTES).thread_name(|i| format!("bastion-{i}")).build();
+    let result = match pool {
         // The pool's threads carry no non-`Send` error back: it crosses as text.
         Ok(pool) => pool.install(|| dispatch(command).map_err(|e| e.to_string())).map_err(Into::into),
         Err(_) => dispatch(command),
