@@ -60,23 +60,16 @@ fn main() -> ExitCode {
     // (results/kernels/caller-on-worker-amd-epyc-2026-12-07.md).
     let pool =
         rayon::ThreadPoolBuilder::new().stack_size(WORKER_STACK_BYTES).thread_name(|i| format!("bastion-{i}")).build();
-    let result = match pool {
-        // The pool's threads carry no non-`Send` error back: it crosses as text.
-        Ok(pool) => pool.install(|| dispatch(command).map_err(|e| e.to_string())).map_err(Into::into),
-        Err(_) => dispatch(command),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
+    match pool {
+        Ok(pool) => pool.install(|| run(command)),
+        // No pool (its threads could not be spawned): the command runs here, as before.
+        Err(_) => run(command),
     }
 }
 
-/// Runs one subcommand.
-fn dispatch(command: Command) -> cmd::Result {
-    match command {
+/// Runs one subcommand; an error is printed and gives a non-zero exit.
+fn run(command: Command) -> ExitCode {
+    let result = match command {
         Command::Datasets(a) => cmd::datasets::run(a),
         Command::Generate(a) => cmd::generate::run(a),
         Command::Distill(a) => cmd::distill::run(a),
@@ -93,5 +86,12 @@ fn dispatch(command: Command) -> cmd::Result {
         Command::Merge(a) => cmd::tables::merge(a),
         Command::Profile(a) => cmd::profile::run(a),
         Command::BenchTarget(a) => cmd::bench_target::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
