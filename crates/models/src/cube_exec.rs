@@ -99,6 +99,9 @@ impl LayerExec for CubeLayer<'_> {
     fn rows(&self, x: Tensor<2>, rows: std::ops::Range<usize>) -> Tensor<2> {
         crate::layer::narrow_rows(x, rows)
     }
+    fn gather_rows(&self, x: Tensor<2>, map: &[usize]) -> Tensor<2> {
+        crate::layer::gather_rows(x, map)
+    }
     fn qkv_heads(&self, h: &Tensor<2>) -> [Tensor<3>; 3] {
         let (q, k, v) = self.heads_of(h, true);
         [q.expect("asked for"), k, v]

@@ -131,7 +131,8 @@ where
             tap(l, &sum);
         }
         // On an error the cache's rows past `past` are stale: the caller's length is unchanged.
-        let (next, mlp) = layer_deferred(&step, sum, h, None, |q, k, v| cache.write_attend(l, q, k, v, &prepared))?;
+        let (next, mlp) =
+            layer_deferred(&step, sum, h, None, None, |q, k, v| cache.write_attend(l, q, k, v, &prepared))?;
         (x, pending) = (next, Some(mlp));
     }
     let normed = exec.final_norm(x, pending, &w.norm, cfg.rms_norm_eps);
@@ -191,6 +192,10 @@ where
     let prepared = cache.prepare(target, Pass { shape, vis: Visibility::All, past: start, t: b })?;
     let mut x = exec.embed(target, block)?;
     let mut pending = None;
+    // Row i of the first layer's projections: the root's (0), else the
+    // first mask row's (1), when the block holds more than one mask row.
+    let mask_spread =
+        (b > 2 && block[1..].iter().all(|&t| t == block[1])).then(|| (0..b).map(|i| i.min(1)).collect::<Vec<usize>>());
     // Configurations have at least one layer (`num_hidden_layers` is checked positive).
     debug_assert!(!d.layers.is_empty() && keep.start < keep.end && keep.end <= b, "rows {keep:?} of {b}");
     let last = d.layers.len().saturating_sub(1);
@@ -201,9 +206,16 @@ where
         }
         let step = exec.layer(layer, shape, &rope);
         let (sum, h) = layer_input(&step, x, pending.take());
+        // The first layer's mask rows are one embedding: their projections
+        // are computed once, for the root's and one mask row's states.
+        let (h, spread) = match &mask_spread {
+            Some(map) if l == 0 => (step.rows(h, 0..2), Some(map.as_slice())),
+            _ => (h, None),
+        };
         // On an error nothing of this block stays: the session's length is unchanged.
         let rows = (l == last).then(|| keep.clone());
-        let (next, mlp) = layer_deferred(&step, sum, h, rows, |q, k, v| cache.write_attend(l, q, k, v, &prepared))?;
+        let (next, mlp) =
+            layer_deferred(&step, sum, h, spread, rows, |q, k, v| cache.write_attend(l, q, k, v, &prepared))?;
         (x, pending) = (next, Some(mlp));
     }
     Ok(exec.final_norm(x, pending, d.norm, shape.eps))

@@ -168,6 +168,13 @@ impl HostRows {
         HostRows::new(out, n)
     }
 
+    /// Rows `map` of `self`, in that order (repeats allowed): `[map.len(), cols]`.
+    pub(crate) fn gather_rows(&self, map: &[usize]) -> HostRows {
+        let (w, c0, n) = (self.width, self.col, self.cols);
+        let out: Vec<f32> = map.iter().flat_map(|&r| self.buf[r * w + c0..r * w + c0 + n].iter().copied()).collect();
+        HostRows::new(out, n)
+    }
+
     /// The rows as an owned contiguous buffer (no copy when unshared and whole).
     pub(crate) fn into_vec(self) -> Vec<f32> {
         if self.is_whole() {
@@ -259,6 +266,9 @@ impl LayerExec for HostLayer<'_> {
     fn rows(&self, x: HostRows, rows: Range<usize>) -> HostRows {
         x.select_rows(rows)
     }
+    fn gather_rows(&self, x: HostRows, map: &[usize]) -> HostRows {
+        x.gather_rows(map)
+    }
 }
 
 /// One product of a fused weight in [`HostLayer::project_many`]: output
@@ -335,9 +345,9 @@ mod tests {
     /// whole `[q; k; v]` product, also where the keys start inside a panel of
     /// the packed weight (3 heads × 8: q ends at feature 24, not a multiple of
     /// 16) and in every dtype.
-    #[test]
-    fn keys_and_values_alone_equal_those_of_the_fused_product() {
-        let cfg = ModelConfig {
+    /// A one-layer Qwen3 configuration with 3 query heads of 8 over 1 KV head.
+    fn small_config() -> ModelConfig {
+        ModelConfig {
             arch: Arch::Qwen3,
             vocab_size: 16,
             hidden_size: 40,
@@ -352,7 +362,12 @@ mod tests {
             tie_embeddings: true,
             max_position_embeddings: 64,
             eos_token_ids: vec![],
-        };
+        }
+    }
+
+    #[test]
+    fn keys_and_values_alone_equal_those_of_the_fused_product() {
+        let cfg = small_config();
         let src = RandomSource::new(7, "random");
         let rows = 5;
         let x: Vec<f32> = (0..rows * cfg.hidden_size).map(|i| ((i * 37 % 101) as f32 / 50.0) - 1.0).collect();
@@ -368,6 +383,37 @@ mod tests {
             assert_eq!(k.len(), rows * 8, "{dtype}");
             assert_eq!(bits(&k_alone), bits(&k), "{dtype}: keys");
             assert_eq!(bits(&v_alone), bits(&v), "{dtype}: values");
+        }
+    }
+
+    /// The drafter's first layer projects the distinct rows of a block whose
+    /// mask rows repeat and spreads the results before the per-head norms
+    /// and RoPE: its queries, keys and values are, bit for bit, those of the
+    /// whole block's rows, at other positions than the distinct rows' own
+    /// and in every dtype.
+    #[test]
+    fn spread_projections_equal_those_of_the_repeated_rows() {
+        let cfg = small_config();
+        let src = RandomSource::new(11, "random");
+        let map = [0, 1, 1, 1, 1, 1];
+        let distinct: Vec<f32> = (0..2 * cfg.hidden_size).map(|i| ((i * 29 % 97) as f32 / 40.0) - 1.2).collect();
+        let h = cfg.hidden_size;
+        let repeated: Vec<f32> = map.iter().flat_map(|&r| distinct[r * h..(r + 1) * h].to_vec()).collect();
+        let rope = HostRope::new(&cfg.rope_inv_freq(), &(9..9 + map.len()).collect::<Vec<_>>());
+        let bits = |t: &[f32]| t.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        for dtype in [WeightDtype::F32, WeightDtype::Bf16, WeightDtype::Q8_0] {
+            let at = Placer::new(&burn::tensor::Device::flex(), dtype, usize::MAX);
+            let layer = Layer::<OnHost>::load(&src, "layers.0.", &cfg, &at).unwrap();
+            let exec = HostLayer::new(&layer, LayerShape::of(&cfg), &rope);
+            let whole = exec.qkv_heads(&HostRows::new(repeated.clone(), h));
+            let spread = exec.qkv_heads_spread(&HostRows::new(distinct.clone(), h), &map);
+            for (name, (a, b)) in ["queries", "keys", "values"].iter().zip(whole.iter().zip(&spread)) {
+                assert_eq!(a.len(), b.len(), "{dtype}: {name}");
+                assert_eq!(bits(a), bits(b), "{dtype}: {name}");
+            }
+            // RoPE makes the repeated rows' queries differ by position.
+            let q = &whole[0];
+            assert_ne!(bits(&q[8..16]), bits(&q[16..24]), "{dtype}: positions 10 and 11 rotate differently");
         }
     }
 }

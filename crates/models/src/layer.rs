@@ -19,7 +19,7 @@
 use std::ops::Range;
 
 use burn::tensor::activation::silu;
-use burn::tensor::Tensor;
+use burn::tensor::{Int, Tensor, TensorData};
 
 use crate::config::ModelConfig;
 use crate::ops::{rms_norm, rms_norm3, rope};
@@ -128,6 +128,9 @@ pub trait LayerExec {
     /// Rows `rows` of `x` `[n, width]`: `[rows.len(), width]` (`x` itself
     /// when `rows` is `0..n`).
     fn rows(&self, x: Self::Rows, rows: Range<usize>) -> Self::Rows;
+    /// Rows `map` of `x` `[n, width]`, in that order and repeated as `map`
+    /// repeats them: `[map.len(), width]`.
+    fn gather_rows(&self, x: Self::Rows, map: &[usize]) -> Self::Rows;
 
     /// One projection of the rows `x`.
     fn project(&self, p: Proj, x: &Self::Rows) -> Self::Rows {
@@ -145,6 +148,23 @@ pub trait LayerExec {
             self.heads(q, s.heads, Some(Norm::Q), true),
             self.heads(k, s.kv_heads, Some(Norm::K), true),
             self.heads(v, s.kv_heads, None, false),
+        ]
+    }
+
+    /// [`LayerExec::qkv_heads`] of the pass whose row `i` is row `map[i]`
+    /// of the distinct normed rows `h` `[distinct, hidden]`: the
+    /// projections run over the distinct rows only, and their results are
+    /// spread to the pass's rows before the per-head norms and RoPE (which
+    /// differ by position). Equal to `qkv_heads` of the spread rows to the
+    /// bit with row-independent products (the CPU kernels, Bastion's CubeCL
+    /// kernels).
+    fn qkv_heads_spread(&self, h: &Self::Rows, map: &[usize]) -> [Self::Heads; 3] {
+        let s = self.shape();
+        let [q, k, v]: [Self::Rows; 3] = take(self.project_many(&[Proj::Q, Proj::K, Proj::V], h));
+        [
+            self.heads(self.gather_rows(q, map), s.heads, Some(Norm::Q), true),
+            self.heads(self.gather_rows(k, map), s.kv_heads, Some(Norm::K), true),
+            self.heads(self.gather_rows(v, map), s.kv_heads, None, false),
         ]
     }
 
@@ -188,7 +208,7 @@ pub fn layer_forward<E: LayerExec, Er>(
     attend: impl FnOnce(E::Heads, E::Heads, E::Heads) -> Result<E::Rows, Er>,
 ) -> Result<E::Rows, Er> {
     let h = e.rms_norm(&x, Norm::Input);
-    let (x, mlp) = layer_deferred(e, x, h, None, attend)?;
+    let (x, mlp) = layer_deferred(e, x, h, None, None, attend)?;
     Ok(e.add(x, mlp))
 }
 
@@ -207,16 +227,26 @@ pub fn layer_forward<E: LayerExec, Er>(
 /// kernels) the kept rows' outputs are those of the whole pass to the bit;
 /// Burn's own matmul may tile another row count otherwise.
 ///
+/// `spread`: `None`, or the map of a pass whose input rows repeat: `h` then
+/// holds the distinct normed rows and row `i` of the pass is `h`'s row
+/// `spread[i]` ([`LayerExec::qkv_heads_spread`]); `x` holds every row. The
+/// drafter's first layer takes it: its block's mask rows share one
+/// embedding, so their queries, keys and values differ by RoPE only.
+///
 /// # Errors
 /// Whatever `attend` returns.
 pub fn layer_deferred<E: LayerExec, Er>(
     e: &E,
     x: E::Rows,
     h: E::Rows,
+    spread: Option<&[usize]>,
     keep: Option<Range<usize>>,
     attend: impl FnOnce(E::Heads, E::Heads, E::Heads) -> Result<E::Rows, Er>,
 ) -> Result<(E::Rows, E::Rows), Er> {
-    let [q, k, v] = e.qkv_heads(&h);
+    let [q, k, v] = match spread {
+        Some(map) => e.qkv_heads_spread(&h, map),
+        None => e.qkv_heads(&h),
+    };
     let attended = attend(q, k, v)?;
     let (x, attended) = match keep {
         Some(rows) => (e.rows(x, rows.clone()), e.rows(attended, rows)),
@@ -307,6 +337,16 @@ impl<W: LayerWeights + ?Sized> LayerExec for BurnLayer<'_, W> {
     fn rows(&self, x: Tensor<2>, rows: Range<usize>) -> Tensor<2> {
         narrow_rows(x, rows)
     }
+    fn gather_rows(&self, x: Tensor<2>, map: &[usize]) -> Tensor<2> {
+        gather_rows(x, map)
+    }
+}
+
+/// Rows `map` of `x` `[n, width]`: `[map.len(), width]`.
+pub(crate) fn gather_rows(x: Tensor<2>, map: &[usize]) -> Tensor<2> {
+    let idx: Vec<i64> = map.iter().map(|&r| r as i64).collect();
+    let idx = Tensor::<1, Int>::from_data(TensorData::new(idx, [map.len()]), &x.device());
+    x.select(0, idx)
 }
 
 /// Rows `rows` of `x` `[n, width]` (`x` itself when they are all of them).
