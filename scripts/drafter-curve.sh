@@ -22,6 +22,11 @@
 #                                            # (their features only), then rerun with more
 #   SEQS=2000 TOTAL=4000 RESTARTS= OUT=results/drafter-curve scripts/drafter-curve.sh
 #                                            # the earlier run: 2,000 sequences, one cosine
+#   INIT_FROM=drafters/smollm2-135m-instruct-dflash STOP=63100 scripts/drafter-curve.sh
+#                                            # a run whose checkpoints are gone (another VM):
+#                                            # go on from the shipped drafter's step (31,000)
+#                                            # with its weights and a fresh optimiser state;
+#                                            # later calls resume this run's checkpoints
 #
 # Needs the release binary, the model (scripts/fetch-model.sh) and the distilled data
 # (scripts/distill-data.sh unpack). The target's features (and top-8) of the SEQS first
@@ -69,12 +74,15 @@ if [ -z "${PLOT_ONLY:-}" ]; then
   echo "$stamp" >"$OUT/run.stamp"
   stop=()
   [ -n "${STOP:-}" ] && stop=(--stop-after "$STOP")
+  # Used only while RUN has no checkpoint to resume.
+  init=()
+  [ -n "${INIT_FROM:-}" ] && init=(--init-from "$INIT_FROM")
   # shellcheck disable=SC2086 # the recipe is a list of arguments
   "$BIN" train-drafter --model "$MODEL" --data "$DATA" "${limits[@]}" --out "$RUN" \
     --mask-token 5 --steps "$TOTAL" --sampled-vocab 2048 --held-out 16 --held-out-per-domain 16 \
     --eval-every "$EVAL" --checkpoint-every 100 --seed 0 --feature-cache "$FEATURES" \
     --keep-best "$RUN/best" --save-dtype bf16 \
-    "${resume[@]}" "${grow[@]}" "${stop[@]}" $RECIPE 2>>"$OUT/run.log" || echo "train-drafter stopped: $OUT/run.log" >&2
+    "${resume[@]}" "${grow[@]}" "${stop[@]}" "${init[@]}" $RECIPE 2>>"$OUT/run.log" || echo "train-drafter stopped: $OUT/run.log" >&2
 fi
 # The log travels with the results (the weights do not).
 cp "$RUN/training_log.jsonl" "$OUT/training_log.jsonl"

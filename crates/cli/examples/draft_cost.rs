@@ -8,7 +8,7 @@
 //! alternate in pairs between a warm cache and one where 160 MB were read
 //! first (what a verification's weight streaming does to the drafter's
 //! weights); prints the 10th–90th percentiles of each. Runs on a rayon pool
-//! worker, as the CLI does. A benchmark of the round's draft stage, not a
+//! worker, as the CLI does (`bastion_models::on_pool_worker`). A benchmark of the round's draft stage, not a
 //! test; `RAYON_NUM_THREADS=1` gives the steadier single-thread figure.
 //!
 //! ```sh
@@ -20,8 +20,7 @@ use std::time::Instant;
 use bastion_models::{load_model_as, BackendKind, BlockRows, ContextFeatures, DraftVocabFile, Drafter, WeightDtype};
 
 fn main() {
-    let pool = rayon::ThreadPoolBuilder::new().stack_size(16 << 20).build().expect("a thread pool");
-    pool.install(run);
+    bastion_models::on_pool_worker(run);
 }
 
 fn env<T: std::str::FromStr>(name: &str, default: T) -> T {

@@ -57,6 +57,11 @@ fn peak_gib() -> f64 {
 }
 
 fn main() {
+    // On a worker of the CPU kernels' pool, as the `bastion` command runs.
+    bastion_models::on_pool_worker(run);
+}
+
+fn run() {
     let args: Vec<String> = std::env::args().collect();
     let name = args.get(1).map_or("qwen3-4b", String::as_str);
     let dir = std::path::PathBuf::from(args.get(2).map_or("/var/tmp/bastion-large-random", String::as_str));

@@ -21,6 +21,11 @@ use bastion_testkit::{write_random_checkpoint, write_random_drafter, RandomDtype
 use bastion_tree::FixedBudget;
 
 fn main() {
+    // On a worker of the CPU kernels' pool, as the `bastion` command runs.
+    bastion_models::on_pool_worker(run);
+}
+
+fn run() {
     let args: Vec<String> = std::env::args().collect();
     let dir = std::path::PathBuf::from(args.get(1).map_or("/var/tmp/bastion-resident", String::as_str));
     let tokens: usize = args.get(2).and_then(|t| t.parse().ok()).unwrap_or(1);

@@ -44,27 +44,11 @@ enum Command {
     ExportGguf(cmd::export_gguf::Args),
 }
 
-/// The stack of the pool's threads: twice Linux's default main-thread stack (8 MiB), since
-/// whole commands (training's autodiff graphs, deep JSON) run on them.
-const WORKER_STACK_BYTES: usize = 16 << 20;
-
 fn main() -> ExitCode {
     let command = Cli::parse().command;
-    // The command runs on a worker thread of the pool that the CPU kernels split their
-    // products over (`RAYON_NUM_THREADS`, else one thread per core): a parallel product
-    // then starts on the calling worker and hands the other threads their share through
-    // its queue. Called from the main thread instead, every product is injected into the
-    // pool while the main thread sleeps on a lock until it is done: two thread wake-ups
-    // per product, about five products a decoder layer. On a 2-core VM (AMD EPYC,
-    // 2026-12-07) that made a 256-token AR generation take 1.24× as long, DDTree:2 1.33×
-    // (results/kernels/caller-on-worker-amd-epyc-2026-12-07.md).
-    let pool =
-        rayon::ThreadPoolBuilder::new().stack_size(WORKER_STACK_BYTES).thread_name(|i| format!("bastion-{i}")).build();
-    match pool {
-        Ok(pool) => pool.install(|| run(command)),
-        // No pool (its threads could not be spawned): the command runs here, as before.
-        Err(_) => run(command),
-    }
+    // On a worker of the CPU kernels' pool: its products then hand work to the other
+    // threads without waking the caller (`on_pool_worker`).
+    bastion_models::on_pool_worker(|| run(command))
 }
 
 /// Runs one subcommand; an error is printed and gives a non-zero exit.

@@ -32,7 +32,12 @@ fn tau_over(rounds: &[bastion_decode::RoundRecord], range: std::ops::Range<usize
     (if n == 0 { 0.0 } else { tokens as f64 / n as f64 }, n)
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    // On a worker of the CPU kernels' pool, as the `bastion` command runs.
+    bastion_models::on_pool_worker(run)
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let tokens: usize = std::env::args().nth(1).map_or(Ok(1000), |a| a.parse())?;
     let calibration = repo_root().join("results/calibration/amd-epyc-2-threads__smollm2-135m-instruct.q4-1__flex.json");
     let spec = PairSpec {

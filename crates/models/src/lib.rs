@@ -37,6 +37,7 @@ pub mod weights;
 
 pub use backend::BackendKind;
 pub use bastion_formats::FormatError;
+pub use bastion_kernels::cpu::on_pool_worker;
 pub use bastion_kernels::WeightDtype;
 pub use bastion_kernels::{kernel_available, TreeAttentionMode};
 pub use bastion_kernels::{measure_peak, LaunchCount, Launches, PeakMeasurement, PeakOptions};

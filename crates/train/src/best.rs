@@ -10,6 +10,72 @@ use crate::held_out::ChainTau;
 use crate::params::DraftParams;
 use crate::trainer::TrainConfig;
 
+/// The run's settings as a kept drafter's `held_out.json` records them
+/// ([`recorded_settings`] without `steps`: a run may go on past the steps it
+/// first asked for), through a JSON write and read so that floats compare
+/// alike with a stored record.
+fn run_settings(cfg: &TrainConfig) -> serde_json::Value {
+    let mut settings = recorded_settings(cfg);
+    settings.as_object_mut().expect("an object").remove("steps");
+    serde_json::from_str(&settings.to_string()).expect("JSON text of a JSON value parses")
+}
+
+/// A drafter kept by a run ([`keep_if_best`]; a shipped drafter's folder
+/// holds the same files) for a run to start from
+/// ([`crate::TrainOptions::init_from`]): its weights, and the step and target
+/// tokens its `held_out.json` records.
+#[derive(Debug, Clone)]
+pub struct InitFrom {
+    /// The folder.
+    pub dir: std::path::PathBuf,
+    /// Its weights by z-lab name (`[out, in]` matrices).
+    pub weights: std::collections::BTreeMap<String, bastion_models::HostTensor>,
+    /// The step it was kept at.
+    pub steps: usize,
+    /// The target tokens predicted up to then.
+    pub tokens: u64,
+}
+
+impl InitFrom {
+    /// Reads `dir` (`model.safetensors`, `held_out.json`) for a run of `cfg`:
+    /// the recipe `held_out.json` records (the drafter's shape included) must
+    /// be the run's, so that the warm-restart schedule and the anchor draws go on
+    /// where that run left off.
+    ///
+    /// # Errors
+    /// [`TrainError::Io`] / [`TrainError::Format`] naming a file that cannot be
+    /// read or a field that is missing; [`TrainError::Usage`] naming the file
+    /// and field when the recipe differs from the run's.
+    pub fn read(dir: &Path, cfg: &TrainConfig) -> Result<Self> {
+        let record = dir.join("held_out.json");
+        let bytes = std::fs::read(&record).map_err(crate::error::io_err(&record))?;
+        let v: serde_json::Value = serde_json::from_slice(&bytes)
+            .map_err(|e| TrainError::Format { path: record.clone(), what: format!("not JSON: {e}") })?;
+        let field = |name: &str| {
+            v.get(name).and_then(serde_json::Value::as_u64).ok_or_else(|| TrainError::Format {
+                path: record.clone(),
+                what: format!("field `{name}`: expected a whole number (`--keep-best` writes it)"),
+            })
+        };
+        let (steps, tokens) = (field("step")? as usize, field("tokens")?);
+        if v.get("settings") != Some(&run_settings(cfg)) {
+            return Err(TrainError::Usage(format!(
+                "{}: field `settings`: the drafter was trained with another recipe than this run's (its schedule \
+                 and anchors would not go on where it left off)",
+                record.display()
+            )));
+        }
+        let src = bastion_models::SafetensorsSource::open(dir)?;
+        let mut weights = std::collections::BTreeMap::new();
+        for name in bastion_models::WeightSource::tensor_names(&src) {
+            if let Some(t) = bastion_models::WeightSource::get(&src, &name)? {
+                weights.insert(name, t);
+            }
+        }
+        Ok(Self { dir: dir.to_path_buf(), weights, steps, tokens })
+    }
+}
+
 /// Saves `params` as the best drafter under `dir` when `tau` beats the τ its
 /// `held_out.json` records (or the folder holds none yet). The record names
 /// the run's settings and data ([`recorded_settings`], the data fingerprint): a
@@ -38,21 +104,17 @@ pub(crate) fn keep_if_best(
         return Ok(());
     }
     let record = dir.join("held_out.json");
-    // The settings without `steps` (a run may go on past the steps it first asked for).
-    let mut settings = recorded_settings(cfg);
-    settings.as_object_mut().expect("an object").remove("steps");
+    let settings = run_settings(cfg);
     let best = match std::fs::read(&record) {
         Ok(bytes) => {
             let v: serde_json::Value = serde_json::from_slice(&bytes)
                 .map_err(|e| TrainError::Format { path: record.clone(), what: format!("not JSON: {e}") })?;
-            // Through the same JSON write and read as the stored value, so floats compare alike.
-            let ours: serde_json::Value =
-                serde_json::from_str(&settings.to_string()).expect("JSON text of a JSON value parses");
+            let ours = &settings;
             // τ compares across runs with the same settings and held-out sequences (the
             // training data may have grown, `grow`).
             let held = |d: &str| d.split_once("; held out ").map(|(_, h)| h.to_string());
             // (A record without them was written before they were kept: taken as this run's.)
-            let other = v.get("settings").is_some_and(|s| *s != ours)
+            let other = v.get("settings").is_some_and(|s| s != ours)
                 || v.get("data").is_some_and(|d| d.as_str().and_then(held) != held(data));
             if other {
                 return Err(TrainError::Usage(format!(

@@ -14,7 +14,7 @@ use crate::error::{Result, TrainError};
 use crate::events::TrainEvent;
 use crate::params::StoreDtype;
 use crate::run_log::{split_held_out, warm_start_layers, TrainingLog};
-use crate::trainer::{default_drafter_config, train, TrainConfig, TrainOptions};
+use crate::trainer::{default_drafter_config, train, InitFrom, TrainConfig, TrainOptions};
 use crate::{DistillRecord, DistillStore};
 
 /// What a run trains on and where it writes, besides its recipe.
@@ -43,6 +43,11 @@ pub struct DrafterRun<'a> {
     pub target_layers: Option<&'a [usize]>,
     /// Warm start: target layer ids, one per draft layer, or `last` ([`warm_start_layers`]).
     pub warm_start: Option<&'a str>,
+    /// Start from this kept drafter (`--keep-best`'s folder, or a shipped
+    /// drafter's) when the run has no checkpoint to resume
+    /// ([`TrainOptions::init_from`]); the run's log then continues its
+    /// `training_log.jsonl`.
+    pub init_from: Option<&'a Path>,
     /// Stop after this step (the checkpoint and drafter are saved there).
     pub stop_after: Option<usize>,
     /// How the drafter's weights are stored.
@@ -120,11 +125,26 @@ pub fn train_drafter(
     });
     // Passes over the training sequences per step (see `TrainingLog`).
     let per_step_epochs = cfg.sequences_per_step as f64 / usable(&records).max(1) as f64;
-    let mut log = TrainingLog::open(run.out, opts.resume, per_step_epochs)?;
+    // A run that starts from a kept drafter continues its log (the lines past its step
+    // are dropped when the run starts), unless a checkpoint of this run is resumed.
+    let checkpointed = opts.resume && opts.checkpoint_dir.as_ref().is_some_and(|d| d.join("latest").exists());
+    if let Some(dir) = run.init_from.filter(|_| !checkpointed) {
+        opts.init_from = Some(InitFrom::read(dir, &cfg)?);
+        let (from, to) = (dir.join("training_log.jsonl"), run.out.join("training_log.jsonl"));
+        std::fs::create_dir_all(run.out).map_err(crate::error::io_err(run.out))?;
+        match std::fs::copy(&from, &to) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::write(&to, "").map_err(crate::error::io_err(&to))?
+            }
+            Err(e) => return Err(crate::error::io_err(&from)(e)),
+        }
+    }
+    let mut log = TrainingLog::open(run.out, opts.resume || opts.init_from.is_some(), per_step_epochs)?;
     let (mut tau, mut at, mut stop, mut log_err) = (None::<f64>, (0, 0), false, None);
     let params = train(&target, &records, &cfg, &opts, |e| {
         let logged = match e {
-            TrainEvent::Resumed { steps, tokens, .. } => {
+            TrainEvent::Resumed { steps, tokens, .. } | TrainEvent::Initialised { steps, tokens, .. } => {
                 stop = run.stop_after.is_some_and(|n| *steps >= n);
                 at = (*steps, *tokens);
                 log.resumed(*steps)

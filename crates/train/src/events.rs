@@ -104,6 +104,16 @@ pub enum TrainEvent<'a> {
         /// The checkpoint.
         dir: &'a Path,
     },
+    /// Starting from a kept drafter's weights ([`crate::TrainOptions::init_from`])
+    /// at the step it was kept at, with a fresh optimiser state.
+    Initialised {
+        /// The step the run goes on from.
+        steps: usize,
+        /// Target tokens predicted up to then.
+        tokens: u64,
+        /// The drafter's folder.
+        dir: &'a Path,
+    },
     /// Context features of `done` of `total` training sequences computed
     /// (with [`TrainOptions::feature_dir`]; the returned flow is ignored).
     Features {

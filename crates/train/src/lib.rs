@@ -37,6 +37,6 @@ pub use self_instruct::{
     SelfInstructConfig, CODE_KINDS, CODE_TOPICS, EVAL_RUN, KINDS, MATH_KINDS, MATH_TOPICS, TOPICS,
 };
 pub use trainer::{
-    chain_acceptance, cycle_end, default_drafter_config, train, ChainTau, HeldOutReport, HeldOutSet, SoftTargets,
-    StepPhases, StepReport, TrainConfig, TrainEvent, TrainOptions,
+    chain_acceptance, cycle_end, default_drafter_config, train, ChainTau, HeldOutReport, HeldOutSet, InitFrom,
+    SoftTargets, StepPhases, StepReport, TrainConfig, TrainEvent, TrainOptions,
 };

@@ -176,6 +176,57 @@ impl DraftParams {
         Ok(())
     }
 
+    /// Takes every weight of a drafter of this shape from `tensors` (z-lab
+    /// names, `[out, in]` matrices, as [`DraftParams::save`] writes them):
+    /// `fc`, `hidden_norm`, `norm` and each layer's (through
+    /// [`DraftParams::warm_start_layer`], its `layers.N.` prefix taken off).
+    /// `origin` names the source in errors.
+    ///
+    /// # Errors
+    /// [`TrainError::Usage`] naming `origin` and the tensor for a missing one
+    /// or a shape that differs from this drafter's.
+    pub fn load_weights(&mut self, tensors: &BTreeMap<String, HostTensor>, origin: &Path) -> Result<()> {
+        let at = |e: TrainError| TrainError::Usage(format!("{}: {e}", origin.display()));
+        let need = |name: &str| {
+            tensors.get(name).ok_or_else(|| TrainError::Usage(format!("{}: no tensor `{name}`", origin.display())))
+        };
+        let fc = need("fc.weight")?;
+        let want = self.fc.val().dims();
+        if fc.shape != [want[1], want[0]] {
+            return Err(TrainError::Usage(format!(
+                "{}: `fc.weight` is {:?}, this drafter's is {:?}",
+                origin.display(),
+                fc.shape,
+                [want[1], want[0]]
+            )));
+        }
+        let device = self.fc.val().device();
+        self.fc = Param::from_tensor(
+            Tensor::<2>::from_data(TensorData::new(fc.data.clone(), [want[1], want[0]]), &device).transpose(),
+        );
+        for (p, name) in [(&mut self.hidden_norm, "hidden_norm.weight"), (&mut self.norm, "norm.weight")] {
+            let t = need(name)?;
+            let want = p.val().dims();
+            if t.shape != want {
+                return Err(TrainError::Usage(format!(
+                    "{}: `{name}` is {:?}, this drafter's is {want:?}",
+                    origin.display(),
+                    t.shape
+                )));
+            }
+            *p = Param::from_tensor(Tensor::from_data(TensorData::new(t.data.clone(), want), &device));
+        }
+        for l in 0..self.layers.len() {
+            let prefix = format!("layers.{l}.");
+            let layer: Vec<(String, HostTensor)> = tensors
+                .iter()
+                .filter_map(|(n, t)| n.strip_prefix(&prefix).map(|short| (short.to_string(), t.clone())))
+                .collect();
+            self.warm_start_layer(l, &layer).map_err(at)?;
+        }
+        Ok(())
+    }
+
     /// Replaces the final norm's weight (`norm.weight`, `[hidden]`) with
     /// `w`: the target's final norm (`model.norm.weight`) puts the drafter's
     /// states at the scale the shared LM head was trained on, which a norm

@@ -21,6 +21,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::best::keep_if_best;
+pub use crate::best::InitFrom;
 use crate::checkpoint::{load_checkpoint, recorded_settings, save_checkpoint, CheckpointState};
 use crate::distill::DistillRecord;
 use crate::error::{Result, TrainError};
@@ -387,6 +388,13 @@ pub struct TrainOptions {
     /// against the same record (also when it grows its data); a folder of
     /// another run (other settings or held-out sequences) is refused.
     pub keep_best: Option<(PathBuf, crate::params::StoreDtype)>,
+    /// Start from a kept drafter ([`InitFrom::read`]) instead of fresh
+    /// weights: its weights, the step and target tokens it was kept at (the
+    /// warm-restart schedule and the anchor draws go on from there), a fresh
+    /// optimiser state (its moments are not kept with a drafter). Used only
+    /// when a run starts: a resumed run takes its checkpoint's state. For
+    /// going on with a run whose checkpoints are gone (a shipped drafter).
+    pub init_from: Option<InitFrom>,
 }
 
 impl TrainOptions {
@@ -430,7 +438,7 @@ pub fn train(
     let lm_head = target.lm_head_weight().autodiff();
     let mut params = init_params(target, cfg, opts, &device)?;
     let mut optim = AdamConfig::new().init();
-    let (mut first, mut tokens) = (0usize, 0u64);
+    let (mut first, mut tokens, mut resumed) = (0usize, 0u64, false);
     let ckpt = opts.checkpoint_dir.as_deref();
     let data = format!("train {}; held out {}", data_fingerprint(records), data_fingerprint(&opts.held_out));
     refuse_an_occupied_folder(ckpt, opts.resume)?;
@@ -442,9 +450,17 @@ pub fn train(
             load_checkpoint(dir, cfg, &data, &prefix_of_ours, params.clone(), optim.clone())?
         {
             (first, tokens, params, optim) = (state.steps, state.tokens, p, o);
+            resumed = true;
             if on_event(&TrainEvent::Resumed { steps: first, tokens, dir: &from }).is_break() {
                 return Ok(params);
             }
+        }
+    }
+    if let (Some(init), false) = (&opts.init_from, resumed) {
+        params.load_weights(&init.weights, &init.dir.join("model.safetensors"))?;
+        (first, tokens) = (init.steps, init.tokens);
+        if on_event(&TrainEvent::Initialised { steps: first, tokens, dir: &init.dir }).is_break() {
+            return Ok(params);
         }
     }
     if first >= cfg.steps {

@@ -10,8 +10,8 @@ use std::io::Write;
 use std::ops::ControlFlow;
 
 use bastion_train::{
-    chain_acceptance, default_drafter_config, train, DistillRecord, FeatureFile, HeldOutSet, StoreDtype, TrainConfig,
-    TrainEvent, TrainOptions,
+    chain_acceptance, default_drafter_config, train, DistillRecord, FeatureFile, HeldOutSet, InitFrom, StoreDtype,
+    TrainConfig, TrainEvent, TrainOptions,
 };
 use bastion_tree::FixedBudget;
 use burn::tensor::Device;
@@ -223,6 +223,68 @@ fn resumed_run_equals_uninterrupted_run() {
         panic!("a fresh run must not mix with a stored one")
     };
     assert!(e.to_string().contains("already holds a run"), "{e}");
+}
+
+/// A run goes on from a drafter another run kept (its `--keep-best` folder,
+/// as a shipped drafter's folder holds): it starts at the kept step and
+/// tokens with the kept weights to the bit, its schedule is the uninterrupted
+/// run's from there, and a run of another recipe is refused, naming the file.
+#[test]
+fn a_run_goes_on_from_a_kept_drafter() {
+    let target = target();
+    let records = distilled(&target, 16, 42);
+    let cfg = TrainConfig { restarts: Some(1), ..small(&target, 7) };
+    let held = TrainOptions { held_out: records[..2].to_vec(), ..TrainOptions::default() };
+    let best = tempfile::tempdir().unwrap();
+    let keep = TrainOptions { keep_best: Some((best.path().to_path_buf(), StoreDtype::F32)), ..held.clone() };
+    let mut rates = std::collections::BTreeMap::new();
+    train(&target, &records[2..], &TrainConfig { steps: 5, ..cfg.clone() }, &keep, |e| {
+        if let TrainEvent::Step(r) = e {
+            rates.insert(r.step, r.learning_rate);
+        }
+        ControlFlow::Continue(())
+    })
+    .unwrap();
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(best.path().join("held_out.json")).unwrap()).unwrap();
+    let (kept_at, kept_tokens) = (record["step"].as_u64().unwrap() as usize, record["tokens"].as_u64().unwrap());
+    assert!(kept_at == 3 || kept_at == 5, "kept at a held-out estimate: {kept_at}");
+
+    let init = InitFrom::read(best.path(), &cfg).unwrap();
+    assert_eq!((init.steps, init.tokens), (kept_at, kept_tokens));
+    let opts = TrainOptions { init_from: Some(init), ..held.clone() };
+    // Stopped as it starts: the weights are the kept ones.
+    let mut started = None;
+    let at_start = train(&target, &records[2..], &cfg, &opts, |e| {
+        if let TrainEvent::Initialised { steps, tokens, .. } = e {
+            started = Some((*steps, *tokens));
+        }
+        ControlFlow::Break(())
+    })
+    .unwrap();
+    assert_eq!(started, Some((kept_at, kept_tokens)));
+    let out = tempfile::tempdir().unwrap();
+    at_start.save(&cfg.drafter, out.path()).unwrap();
+    let read = |d: &std::path::Path| std::fs::read(d.join("model.safetensors")).unwrap();
+    assert!(read(out.path()) == read(best.path()), "the run starts from other weights than the kept drafter's");
+    // Going on: the steps after the kept one, at the uninterrupted schedule's rates.
+    let mut steps = Vec::new();
+    train(&target, &records[2..], &cfg, &opts, |e| {
+        if let TrainEvent::Step(r) = e {
+            steps.push(r.step);
+            if let Some(&lr) = rates.get(&r.step) {
+                assert_eq!(r.learning_rate, lr, "step {}", r.step);
+            }
+        }
+        ControlFlow::Continue(())
+    })
+    .unwrap();
+    assert_eq!(steps, (kept_at..7).collect::<Vec<_>>());
+    // Another recipe is refused, naming the record and its field.
+    let Err(e) = InitFrom::read(best.path(), &TrainConfig { learning_rate: 1e-3, ..cfg.clone() }) else {
+        panic!("a drafter of another recipe must not be gone on from")
+    };
+    assert!(e.to_string().contains("held_out.json") && e.to_string().contains("field `settings`"), "{e}");
 }
 
 /// With warm restarts the schedule does not depend on where a run ends: a run

@@ -117,6 +117,13 @@ pub struct TrainSettings {
     /// resumed runs.
     #[arg(long, value_name = "DIR")]
     pub keep_best: Option<PathBuf>,
+    /// Start from a drafter that a run kept (its --keep-best folder, or a shipped drafter's
+    /// folder: weights and `held_out.json`) when there is no checkpoint to resume: its weights,
+    /// the step and target tokens it was kept at (the warm-restart schedule goes on from there),
+    /// a fresh optimiser state; the run's `training_log.jsonl` continues the drafter's. Its
+    /// recorded recipe must be this run's. For going on with a run whose checkpoints are gone.
+    #[arg(long, value_name = "DIR")]
+    pub init_from: Option<PathBuf>,
     /// Element type of the saved drafter's weights: `f32`, or `bf16` (half the bytes, as the
     /// z-lab drafters ship; training and checkpoints stay f32).
     #[arg(long, value_enum, default_value_t = SaveDtype::F32)]

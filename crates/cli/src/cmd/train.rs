@@ -54,6 +54,7 @@ fn train_drafter(model: &Path, data: &Path, out: &Path, checkpoint_dir: &Path, s
         mask_token: s.mask_token,
         target_layers: s.target_layers.as_deref(),
         warm_start: s.warm_start.as_deref(),
+        init_from: s.init_from.as_deref(),
         stop_after: s.stop_after,
         save_dtype,
     };
@@ -84,6 +85,7 @@ fn train_drafter(model: &Path, data: &Path, out: &Path, checkpoint_dir: &Path, s
         threads: s.threads,
         warm_start: Vec::new(),
         keep_best: s.keep_best.clone().map(|d| (d, save_dtype)),
+        init_from: None,
     };
     let bar = progress_bar(s.steps as u64, "{bar:30} step {pos}/{len}, {msg}, eta {eta}");
     let done = bastion_train::train_drafter(&run, recipe, opts, |note| show(&bar, s.steps, data, note))?;
@@ -119,6 +121,13 @@ fn show(bar: &indicatif::ProgressBar, steps: usize, data: &Path, note: RunNote<'
         TrainEvent::Resumed { steps, tokens, dir } => {
             bar.set_position(*steps as u64);
             say(bar, format!("resumed from {} ({steps} steps, {tokens} tokens)", dir.display()));
+        }
+        TrainEvent::Initialised { steps, tokens, dir } => {
+            bar.set_position(*steps as u64);
+            say(
+                bar,
+                format!("starting from {} ({steps} steps, {tokens} tokens; fresh optimiser state)", dir.display()),
+            );
         }
         TrainEvent::Step(r) => {
             let a = loss.unwrap_or(r.loss);
