@@ -225,6 +225,26 @@ fn resumed_run_equals_uninterrupted_run() {
     assert!(e.to_string().contains("already holds a run"), "{e}");
 }
 
+/// A 7-step run under warm restarts (warm-up 2, cycles 1, 2, 4) on 14 of 16
+/// distilled records, 2 held out, and the same options keeping its best
+/// drafter in a fresh folder.
+struct Restarts {
+    records: Vec<DistillRecord>,
+    cfg: TrainConfig,
+    held: TrainOptions,
+    best: tempfile::TempDir,
+    keep: TrainOptions,
+}
+
+fn restarts(target: &Model) -> Restarts {
+    let records = distilled(target, 16, 42);
+    let cfg = TrainConfig { restarts: Some(1), ..small(target, 7) };
+    let held = TrainOptions { held_out: records[..2].to_vec(), ..TrainOptions::default() };
+    let best = tempfile::tempdir().unwrap();
+    let keep = TrainOptions { keep_best: Some((best.path().to_path_buf(), StoreDtype::F32)), ..held.clone() };
+    Restarts { records, cfg, held, best, keep }
+}
+
 /// A run goes on from a drafter another run kept (its `--keep-best` folder,
 /// as a shipped drafter's folder holds): it starts at the kept step and
 /// tokens with the kept weights to the bit, its schedule is the uninterrupted
@@ -232,11 +252,7 @@ fn resumed_run_equals_uninterrupted_run() {
 #[test]
 fn a_run_goes_on_from_a_kept_drafter() {
     let target = target();
-    let records = distilled(&target, 16, 42);
-    let cfg = TrainConfig { restarts: Some(1), ..small(&target, 7) };
-    let held = TrainOptions { held_out: records[..2].to_vec(), ..TrainOptions::default() };
-    let best = tempfile::tempdir().unwrap();
-    let keep = TrainOptions { keep_best: Some((best.path().to_path_buf(), StoreDtype::F32)), ..held.clone() };
+    let Restarts { records, cfg, held, best, keep } = restarts(&target);
     let mut rates = std::collections::BTreeMap::new();
     train(&target, &records[2..], &TrainConfig { steps: 5, ..cfg.clone() }, &keep, |e| {
         if let TrainEvent::Step(r) = e {
@@ -295,11 +311,7 @@ fn a_run_goes_on_from_a_kept_drafter() {
 #[test]
 fn warm_restarts_resume_with_more_steps() {
     let target = target();
-    let records = distilled(&target, 16, 42);
-    let cfg = TrainConfig { restarts: Some(1), ..small(&target, 7) };
-    let held = TrainOptions { held_out: records[..2].to_vec(), ..TrainOptions::default() };
-    let best = tempfile::tempdir().unwrap();
-    let keep = TrainOptions { keep_best: Some((best.path().to_path_buf(), StoreDtype::F32)), ..held.clone() };
+    let Restarts { records, cfg, held, best, keep } = restarts(&target);
     let (mut evals, mut taus) = (Vec::new(), Vec::new());
     let straight = train(&target, &records[2..], &cfg, &keep, |e| {
         if let TrainEvent::HeldOut(h) = e {
