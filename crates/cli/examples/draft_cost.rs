@@ -1,23 +1,29 @@
 //! The drafter's time per drafted block on the default model, against the
 //! context length, with its weights in cache and evicted: loads the target
-//! (SmolLM2-135M-Instruct, `scripts/fetch-model.sh`) in `DTYPE` (default
-//! q8_0) and the shipped drafter with its 1,024-token draft vocabulary,
-//! caches `CTX` context rows (random features), then drafts `REPS` blocks,
-//! each after `NEW` new context rows (default 2, about a round's accepted
-//! tokens; the context grows, and restarts every 64 blocks). Blocks
-//! alternate in pairs between a warm cache and one where 160 MB were read
-//! first (what a verification's weight streaming does to the drafter's
-//! weights); prints the 10th–90th percentiles of each. Runs on a rayon pool
+//! (SmolLM2-135M-Instruct, `scripts/fetch-model.sh`) with its weights in
+//! `DTYPE` (default q8_0) and the shipped drafter with its 1,024-token draft
+//! vocabulary, caches `CTX` context rows (random features; default 128,384),
+//! then drafts `REPS` blocks (default 600) returning `ROWS` logit rows
+//! (default 7, a whole block's; `drafted` runs only the root and those rows
+//! through the layers), each after `NEW` new context rows (default 2, about
+//! a round's accepted tokens: the context grows by up to 128 rows, then the
+//! session restarts at `CTX`, every 64 blocks). Blocks alternate in pairs
+//! between a warm cache and one where 160 MB were read first (what a
+//! verification's weight streaming does to the drafter's weights); prints
+//! the 10th–90th percentiles of each. The root token is 1000. Runs on a rayon pool
 //! worker, as the CLI does (`bastion_models::on_pool_worker`). A benchmark of the round's draft stage, not a
 //! test; `RAYON_NUM_THREADS=1` gives the steadier single-thread figure.
 //!
 //! ```sh
-//! cargo run --release -p bastion-cli --example draft_cost -- [ROWS] [full|drafted] [q8_0|bf16|f32]
+//! cargo run --release -p bastion-cli --example draft_cost -- [ROWS] [full|drafted] [DTYPE: q8_0|bf16|f32]
 //! ```
 
 use std::time::Instant;
 
 use bastion_models::{load_model_as, BackendKind, BlockRows, ContextFeatures, DraftVocabFile, Drafter, WeightDtype};
+
+/// The block's root token (not the drafter's mask token, 5).
+const ROOT: u32 = 1000;
 
 fn main() {
     bastion_models::on_pool_worker(run);
@@ -68,7 +74,7 @@ fn run() {
         for i in 0..reps {
             if i % 64 == 0 {
                 session = drafter.session();
-                session.draft(&target, &features(ctx), 5, rows, block).expect("draft");
+                session.draft(&target, &features(ctx), ROOT, rows, block).expect("draft");
             }
             let cold = (i / 2) % 2;
             if cold == 1 {
@@ -77,7 +83,7 @@ fn run() {
             }
             let f = features(new);
             let t = Instant::now();
-            session.draft(&target, &f, 5, rows, block).expect("draft");
+            session.draft(&target, &f, ROOT, rows, block).expect("draft");
             times[cold].push(t.elapsed().as_secs_f64() * 1e3);
         }
         for (cold, t) in times.iter_mut().enumerate() {

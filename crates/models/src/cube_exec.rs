@@ -46,8 +46,14 @@ impl CubeLayer<'_> {
     }
 
     /// The heads of the layer's fused `[q; k; v]` product of `x`: `q` (when
-    /// `with_q`), `k`, `v`.
-    fn heads_of(&self, x: &Tensor<2>, with_q: bool) -> (Option<Tensor<3>>, Tensor<3>, Tensor<3>) {
+    /// `with_q`), `k`, `v`; with `spread`, the product's rows `spread` (see
+    /// [`LayerExec::qkv_heads_spread`]) before the heads kernel.
+    fn heads_of(
+        &self,
+        x: &Tensor<2>,
+        with_q: bool,
+        spread: Option<&[usize]>,
+    ) -> (Option<Tensor<3>>, Tensor<3>, Tensor<3>) {
         let s = self.shape;
         let (q_norm, k_norm) = (self.norm(Norm::Q), self.norm(Norm::K));
         let (q_dim, kv_dim) = (s.heads * s.head_dim, s.kv_heads * s.head_dim);
@@ -63,6 +69,10 @@ impl CubeLayer<'_> {
             k_norm,
         };
         let p = self.layer.qkv.forward(x.clone());
+        let p = match spread {
+            Some(map) => crate::layer::gather_rows(p, map),
+            None => p,
+        };
         if with_q {
             let [q, k, v] = layer_ops::qkv_heads(p, &spec, Some(self.rope)).expect(KERNEL);
             (Some(q), k, v)
@@ -103,11 +113,15 @@ impl LayerExec for CubeLayer<'_> {
         crate::layer::gather_rows(x, map)
     }
     fn qkv_heads(&self, h: &Tensor<2>) -> [Tensor<3>; 3] {
-        let (q, k, v) = self.heads_of(h, true);
+        let (q, k, v) = self.heads_of(h, true, None);
+        [q.expect("asked for"), k, v]
+    }
+    fn qkv_heads_spread(&self, h: &Tensor<2>, map: &[usize]) -> [Tensor<3>; 3] {
+        let (q, k, v) = self.heads_of(h, true, Some(map));
         [q.expect("asked for"), k, v]
     }
     fn kv_heads(&self, x: &Tensor<2>) -> [Tensor<3>; 2] {
-        let (_, k, v) = self.heads_of(x, false);
+        let (_, k, v) = self.heads_of(x, false, None);
         [k, v]
     }
     fn add_norm(&self, x: Tensor<2>, y: Tensor<2>, norm: Norm) -> (Tensor<2>, Tensor<2>) {

@@ -159,7 +159,11 @@ where
 /// `o_proj` and MLP over those rows only ([`layer_deferred`]), the others
 /// having given it their keys and values; with row-independent kernels (the
 /// CPU kernels, Bastion's CubeCL kernels) the kept rows' states are those of
-/// the whole block's to the bit.
+/// the whole block's to the bit. The first layer projects the root's and one
+/// mask row's states only (the mask rows share one embedding) and spreads
+/// the results to the block's rows before the q/k norms and RoPE
+/// ([`LayerExec::qkv_heads_spread`]): the same bits, 6 fewer rows of its
+/// `[q; k; v]` product for a block of 8.
 ///
 /// # Errors
 /// [`ModelError::Usage`] when `root` is outside the target's vocabulary.

@@ -155,9 +155,11 @@ pub trait LayerExec {
     /// of the distinct normed rows `h` `[distinct, hidden]`: the
     /// projections run over the distinct rows only, and their results are
     /// spread to the pass's rows before the per-head norms and RoPE (which
-    /// differ by position). Equal to `qkv_heads` of the spread rows to the
-    /// bit with row-independent products (the CPU kernels, Bastion's CubeCL
-    /// kernels).
+    /// differ by position): `q` `[heads, map.len(), head_dim]`, `k`, `v`
+    /// `[kv_heads, map.len(), head_dim]`. Equal to `qkv_heads` of the spread
+    /// rows to the bit with row-independent products (the CPU kernels,
+    /// Bastion's CubeCL kernels, which override it to keep their fused heads
+    /// kernel).
     fn qkv_heads_spread(&self, h: &Self::Rows, map: &[usize]) -> [Self::Heads; 3] {
         let s = self.shape();
         let [q, k, v]: [Self::Rows; 3] = take(self.project_many(&[Proj::Q, Proj::K, Proj::V], h));

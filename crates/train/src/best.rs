@@ -39,13 +39,14 @@ pub struct InitFrom {
 impl InitFrom {
     /// Reads `dir` (`model.safetensors`, `held_out.json`) for a run of `cfg`:
     /// the recipe `held_out.json` records (the drafter's shape included) must
-    /// be the run's, so that the warm-restart schedule and the anchor draws go on
-    /// where that run left off.
+    /// be the run's and use warm restarts, so that the schedule goes on where
+    /// that run left off (and, on the same data, the anchor draws).
     ///
     /// # Errors
     /// [`TrainError::Io`] / [`TrainError::Format`] naming a file that cannot be
     /// read or a field that is missing; [`TrainError::Usage`] naming the file
-    /// and field when the recipe differs from the run's.
+    /// and field when the recipe differs from the run's (and how), or the run
+    /// has no warm restarts.
     pub fn read(dir: &Path, cfg: &TrainConfig) -> Result<Self> {
         let record = dir.join("held_out.json");
         let bytes = std::fs::read(&record).map_err(crate::error::io_err(&record))?;
@@ -58,12 +59,32 @@ impl InitFrom {
             })
         };
         let (steps, tokens) = (field("step")? as usize, field("tokens")?);
-        if v.get("settings") != Some(&run_settings(cfg)) {
+        if cfg.restarts.is_none() {
             return Err(TrainError::Usage(format!(
-                "{}: field `settings`: the drafter was trained with another recipe than this run's (its schedule \
-                 and anchors would not go on where it left off)",
+                "--init-from {}: needs a schedule of warm restarts (--restarts): the single cosine schedule spans \
+                 the --steps its run asked for, which {} does not record",
+                dir.display(),
                 record.display()
             )));
+        }
+        let ours = run_settings(cfg);
+        match v.get("settings") {
+            None => {
+                return Err(TrainError::Format {
+                    path: record.clone(),
+                    what: "no field `settings` (the recipe the drafter was trained with; `--keep-best` writes it)"
+                        .into(),
+                })
+            }
+            Some(theirs) if *theirs != ours => {
+                return Err(TrainError::Usage(format!(
+                    "{}: field `settings`: the drafter was trained with another recipe than this run's ({}); its \
+                     schedule would not go on where it left off",
+                    record.display(),
+                    crate::checkpoint::differences(theirs, &ours)
+                )))
+            }
+            Some(_) => {}
         }
         let src = bastion_models::SafetensorsSource::open(dir)?;
         let mut weights = std::collections::BTreeMap::new();

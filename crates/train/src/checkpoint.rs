@@ -176,7 +176,7 @@ pub(crate) fn recorded_settings(cfg: &TrainConfig) -> serde_json::Value {
 
 /// The fields of two recorded values that differ, as `field: checkpoint →
 /// this run` (at most four).
-fn differences(theirs: &serde_json::Value, ours: &serde_json::Value) -> String {
+pub(crate) fn differences(theirs: &serde_json::Value, ours: &serde_json::Value) -> String {
     fn walk(path: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
         match (a, b) {
             (serde_json::Value::Object(x), serde_json::Value::Object(y)) => {

@@ -46,7 +46,7 @@ pub struct DrafterRun<'a> {
     /// Start from this kept drafter (`--keep-best`'s folder, or a shipped
     /// drafter's) when the run has no checkpoint to resume
     /// ([`TrainOptions::init_from`]); the run's log then continues its
-    /// `training_log.jsonl`.
+    /// `training_log.jsonl` when it holds one ([`TrainingLog::continued_from`]).
     pub init_from: Option<&'a Path>,
     /// Stop after this step (the checkpoint and drafter are saved there).
     pub stop_after: Option<usize>,
@@ -125,29 +125,22 @@ pub fn train_drafter(
     });
     // Passes over the training sequences per step (see `TrainingLog`).
     let per_step_epochs = cfg.sequences_per_step as f64 / usable(&records).max(1) as f64;
-    // A run that starts from a kept drafter continues its log (the lines past its step
-    // are dropped when the run starts), unless a checkpoint of this run is resumed.
-    let checkpointed = opts.resume && opts.checkpoint_dir.as_ref().is_some_and(|d| d.join("latest").exists());
-    if let Some(dir) = run.init_from.filter(|_| !checkpointed) {
-        opts.init_from = Some(InitFrom::read(dir, &cfg)?);
-        let (from, to) = (dir.join("training_log.jsonl"), run.out.join("training_log.jsonl"));
-        std::fs::create_dir_all(run.out).map_err(crate::error::io_err(run.out))?;
-        match std::fs::copy(&from, &to) {
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                std::fs::write(&to, "").map_err(crate::error::io_err(&to))?
-            }
-            Err(e) => return Err(crate::error::io_err(&from)(e)),
-        }
-    }
+    opts.init_from = run.init_from.map(|dir| InitFrom::read(dir, &cfg)).transpose()?;
+    // A run that may start from a kept drafter keeps its log until it does: it then
+    // continues the drafter's (`TrainingLog::continued_from`), or resumes its own.
     let mut log = TrainingLog::open(run.out, opts.resume || opts.init_from.is_some(), per_step_epochs)?;
     let (mut tau, mut at, mut stop, mut log_err) = (None::<f64>, (0, 0), false, None);
     let params = train(&target, &records, &cfg, &opts, |e| {
         let logged = match e {
-            TrainEvent::Resumed { steps, tokens, .. } | TrainEvent::Initialised { steps, tokens, .. } => {
+            TrainEvent::Resumed { steps, tokens, .. } => {
                 stop = run.stop_after.is_some_and(|n| *steps >= n);
                 at = (*steps, *tokens);
                 log.resumed(*steps)
+            }
+            TrainEvent::Initialised { steps, tokens, dir } => {
+                stop = run.stop_after.is_some_and(|n| *steps >= n);
+                at = (*steps, *tokens);
+                log.continued_from(dir, *steps)
             }
             TrainEvent::Step(r) => {
                 stop = run.stop_after.is_some_and(|n| r.step + 1 >= n);

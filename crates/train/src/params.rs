@@ -186,7 +186,6 @@ impl DraftParams {
     /// [`TrainError::Usage`] naming `origin` and the tensor for a missing one
     /// or a shape that differs from this drafter's.
     pub fn load_weights(&mut self, tensors: &BTreeMap<String, HostTensor>, origin: &Path) -> Result<()> {
-        let at = |e: TrainError| TrainError::Usage(format!("{}: {e}", origin.display()));
         let need = |name: &str| {
             tensors.get(name).ok_or_else(|| TrainError::Usage(format!("{}: no tensor `{name}`", origin.display())))
         };
@@ -222,7 +221,11 @@ impl DraftParams {
                 .iter()
                 .filter_map(|(n, t)| n.strip_prefix(&prefix).map(|short| (short.to_string(), t.clone())))
                 .collect();
-            self.warm_start_layer(l, &layer).map_err(at)?;
+            self.warm_start_layer(l, &layer).map_err(|e| {
+                let e = e.to_string();
+                let what = e.strip_prefix("warm start: ").unwrap_or(&e);
+                TrainError::Usage(format!("{}: layer {l} (tensors `{prefix}…`): {what}", origin.display()))
+            })?;
         }
         Ok(())
     }

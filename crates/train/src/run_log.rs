@@ -188,6 +188,27 @@ impl TrainingLog {
         Ok(())
     }
 
+    /// A run that starts from a kept drafter in `dir` at `steps`
+    /// ([`crate::TrainOptions::init_from`]): the log becomes `dir`'s
+    /// `training_log.jsonl` when it holds one (a shipped drafter's; a
+    /// `--keep-best` folder holds none, and this log is then kept), cut at
+    /// `steps` as [`TrainingLog::resumed`] does.
+    ///
+    /// # Errors
+    /// [`TrainError::Io`] naming the file.
+    pub fn continued_from(&mut self, dir: &Path, steps: usize) -> Result<()> {
+        let from = dir.join("training_log.jsonl");
+        let same = match (from.canonicalize(), self.path.canonicalize()) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => false,
+        };
+        if from.is_file() && !same {
+            let text = std::fs::read(&from).map_err(io_err(&from))?;
+            std::fs::write(&self.path, text).map_err(io_err(&self.path))?;
+        }
+        self.resumed(steps)
+    }
+
     /// One step done: updates the EMA loss and the epochs, adds its phases
     /// to the window, and writes a line every [`LOG_EVERY`] steps. Returns
     /// the EMA loss.

@@ -253,14 +253,17 @@ fn restarts(target: &Model) -> Restarts {
 fn a_run_goes_on_from_a_kept_drafter() {
     let target = target();
     let Restarts { records, cfg, held, best, keep } = restarts(&target);
+    // The uninterrupted run's rates, then a run of 5 steps that keeps its best drafter.
     let mut rates = std::collections::BTreeMap::new();
-    train(&target, &records[2..], &TrainConfig { steps: 5, ..cfg.clone() }, &keep, |e| {
+    train(&target, &records[2..], &cfg, &held, |e| {
         if let TrainEvent::Step(r) = e {
             rates.insert(r.step, r.learning_rate);
         }
         ControlFlow::Continue(())
     })
     .unwrap();
+    train(&target, &records[2..], &TrainConfig { steps: 5, ..cfg.clone() }, &keep, |_| ControlFlow::Continue(()))
+        .unwrap();
     let record: serde_json::Value =
         serde_json::from_slice(&std::fs::read(best.path().join("held_out.json")).unwrap()).unwrap();
     let (kept_at, kept_tokens) = (record["step"].as_u64().unwrap() as usize, record["tokens"].as_u64().unwrap());
@@ -288,19 +291,23 @@ fn a_run_goes_on_from_a_kept_drafter() {
     train(&target, &records[2..], &cfg, &opts, |e| {
         if let TrainEvent::Step(r) = e {
             steps.push(r.step);
-            if let Some(&lr) = rates.get(&r.step) {
-                assert_eq!(r.learning_rate, lr, "step {}", r.step);
-            }
+            assert_eq!(Some(&r.learning_rate), rates.get(&r.step), "step {}", r.step);
         }
         ControlFlow::Continue(())
     })
     .unwrap();
     assert_eq!(steps, (kept_at..7).collect::<Vec<_>>());
+    // Without warm restarts the schedule spans the steps asked for, which the record lacks.
+    let Err(e) = InitFrom::read(best.path(), &TrainConfig { restarts: None, ..cfg.clone() }) else {
+        panic!("a single cosine schedule must not be gone on from a kept drafter")
+    };
+    assert!(e.to_string().contains("--restarts"), "{e}");
     // Another recipe is refused, naming the record and its field.
     let Err(e) = InitFrom::read(best.path(), &TrainConfig { learning_rate: 1e-3, ..cfg.clone() }) else {
         panic!("a drafter of another recipe must not be gone on from")
     };
-    assert!(e.to_string().contains("held_out.json") && e.to_string().contains("field `settings`"), "{e}");
+    let e = e.to_string();
+    assert!(e.contains("held_out.json") && e.contains("field `settings`") && e.contains("learning_rate"), "{e}");
 }
 
 /// With warm restarts the schedule does not depend on where a run ends: a run

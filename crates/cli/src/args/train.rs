@@ -120,8 +120,9 @@ pub struct TrainSettings {
     /// Start from a drafter that a run kept (its --keep-best folder, or a shipped drafter's
     /// folder: weights and `held_out.json`) when there is no checkpoint to resume: its weights,
     /// the step and target tokens it was kept at (the warm-restart schedule goes on from there),
-    /// a fresh optimiser state; the run's `training_log.jsonl` continues the drafter's. Its
-    /// recorded recipe must be this run's. For going on with a run whose checkpoints are gone.
+    /// a fresh optimiser state; the run's `training_log.jsonl` continues the folder's when it
+    /// holds one (a shipped drafter's), else the run's own, cut at that step. Its recorded recipe
+    /// must be this run's, with --restarts. For going on with a run whose checkpoints are gone.
     #[arg(long, value_name = "DIR")]
     pub init_from: Option<PathBuf>,
     /// Element type of the saved drafter's weights: `f32`, or `bf16` (half the bytes, as the

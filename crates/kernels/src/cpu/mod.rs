@@ -29,9 +29,10 @@ const WORKER_STACK_BYTES: usize = 16 << 20;
 /// about five products a decoder layer. On a 2-core VM (AMD EPYC,
 /// 2026-12-07) that made a 256-token AR generation take 1.24× as long and
 /// DDTree:2 1.33× (`results/kernels/caller-on-worker-amd-epyc-2026-12-07.md`).
-/// Programs that decode (the `bastion` command, the benchmarks and examples)
-/// run their work through it. When the pool's threads cannot be spawned, `f`
-/// runs on the calling thread.
+/// Programs that decode (the `bastion` command, the examples that decode)
+/// run their work through it, once, around the whole work: each call builds
+/// a pool. When the pool's threads cannot be spawned, `f` runs on the calling
+/// thread.
 pub fn on_pool_worker<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     let pool =
         rayon::ThreadPoolBuilder::new().stack_size(WORKER_STACK_BYTES).thread_name(|i| format!("bastion-{i}")).build();
