@@ -163,9 +163,7 @@ impl HostRows {
         if rows.start == 0 && rows.end == self.rows() {
             return self;
         }
-        let (w, c0, n) = (self.width, self.col, self.cols);
-        let out: Vec<f32> = rows.flat_map(|r| self.buf[r * w + c0..r * w + c0 + n].iter().copied()).collect();
-        HostRows::new(out, n)
+        self.gather_rows(&rows.collect::<Vec<_>>())
     }
 
     /// Rows `map` of `self`, in that order (repeats allowed): `[map.len(), cols]`.
@@ -340,11 +338,6 @@ mod tests {
     use crate::weights::RandomSource;
     use bastion_kernels::WeightDtype;
 
-    /// Keys and values computed alone (the drafter's context rows: a product
-    /// over the features of `[k; v]` only) are, bit for bit, those of the
-    /// whole `[q; k; v]` product, also where the keys start inside a panel of
-    /// the packed weight (3 heads × 8: q ends at feature 24, not a multiple of
-    /// 16) and in every dtype.
     /// A one-layer Qwen3 configuration with 3 query heads of 8 over 1 KV head.
     fn small_config() -> ModelConfig {
         ModelConfig {
@@ -365,6 +358,11 @@ mod tests {
         }
     }
 
+    /// Keys and values computed alone (the drafter's context rows: a product
+    /// over the features of `[k; v]` only) are, bit for bit, those of the
+    /// whole `[q; k; v]` product, also where the keys start inside a panel of
+    /// the packed weight (3 heads × 8: q ends at feature 24, not a multiple of
+    /// 16) and in every dtype.
     #[test]
     fn keys_and_values_alone_equal_those_of_the_fused_product() {
         let cfg = small_config();

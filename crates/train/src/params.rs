@@ -79,6 +79,58 @@ fn normal(rng: &mut ChaCha8Rng, n: usize, std: f32) -> Vec<f32> {
         .collect()
 }
 
+/// `p` (stored `[in, out]`) from `t` (`[out, in]`, Hugging Face / z-lab
+/// layout); the error says how the shapes differ.
+fn set_matrix(p: &mut Param<Tensor<2>>, name: &str, t: &HostTensor) -> std::result::Result<(), String> {
+    let want = p.val().dims();
+    if t.shape != [want[1], want[0]] {
+        return Err(format!("`{name}` is {:?}, the drafter needs {:?}", t.shape, [want[1], want[0]]));
+    }
+    let device = p.val().device();
+    let w = Tensor::<2>::from_data(TensorData::new(t.data.clone(), [want[1], want[0]]), &device).transpose();
+    *p = Param::from_tensor(w);
+    Ok(())
+}
+
+/// `p` from `t` (the same shape); the error says how the shapes differ.
+fn set_vector(p: &mut Param<Tensor<1>>, name: &str, t: &HostTensor) -> std::result::Result<(), String> {
+    let want = p.val().dims();
+    if t.shape != want {
+        return Err(format!("`{name}` is {:?}, the drafter needs {want:?}", t.shape));
+    }
+    *p = Param::from_tensor(Tensor::from_data(TensorData::new(t.data.clone(), want), &p.val().device()));
+    Ok(())
+}
+
+/// A decoder layer's weights from `get` (Hugging Face names within the
+/// layer): projections, input and post-attention norms, and the q/k norms
+/// when `get` has them (they stay as they are otherwise).
+fn set_layer<'t>(
+    l: &mut DraftLayerParams,
+    get: impl Fn(&str) -> Option<&'t HostTensor>,
+) -> std::result::Result<(), String> {
+    let need = |name: &str| get(name).ok_or_else(|| format!("no tensor `{name}`"));
+    for (p, name) in [
+        (&mut l.q, "self_attn.q_proj.weight"),
+        (&mut l.k, "self_attn.k_proj.weight"),
+        (&mut l.v, "self_attn.v_proj.weight"),
+        (&mut l.o, "self_attn.o_proj.weight"),
+        (&mut l.gate, "mlp.gate_proj.weight"),
+        (&mut l.up, "mlp.up_proj.weight"),
+        (&mut l.down, "mlp.down_proj.weight"),
+    ] {
+        set_matrix(p, name, need(name)?)?;
+    }
+    set_vector(&mut l.input_norm, "input_layernorm.weight", need("input_layernorm.weight")?)?;
+    set_vector(&mut l.post_norm, "post_attention_layernorm.weight", need("post_attention_layernorm.weight")?)?;
+    for (p, name) in [(&mut l.q_norm, "self_attn.q_norm.weight"), (&mut l.k_norm, "self_attn.k_norm.weight")] {
+        if let Some(t) = get(name) {
+            set_vector(p, name, t)?;
+        }
+    }
+    Ok(())
+}
+
 impl DraftParams {
     /// Initial weights: projections normal(0, 0.02) (transformers'
     /// `initializer_range`), norms 1.
@@ -128,104 +180,28 @@ impl DraftParams {
             .get_mut(layer)
             .ok_or_else(|| TrainError::Usage(format!("warm start: draft layer {layer}, the drafter has {n}")))?;
         let get = |name: &str| tensors.iter().find(|(n, _)| n == name).map(|(_, t)| t);
-        let need = |name: &str| get(name).ok_or_else(|| TrainError::Usage(format!("warm start: no tensor `{name}`")));
-        fn set2(p: &mut Param<Tensor<2>>, name: &str, t: &HostTensor) -> Result<()> {
-            let want = p.val().dims();
-            // Stored [in, out]; the source is [out, in].
-            if t.shape != [want[1], want[0]] {
-                return Err(TrainError::Usage(format!(
-                    "warm start: `{name}` is {:?}, the drafter's layer needs {:?}",
-                    t.shape,
-                    [want[1], want[0]]
-                )));
-            }
-            let device = p.val().device();
-            let w = Tensor::<2>::from_data(TensorData::new(t.data.clone(), [want[1], want[0]]), &device).transpose();
-            *p = Param::from_tensor(w);
-            Ok(())
-        }
-        fn set1(p: &mut Param<Tensor<1>>, name: &str, t: &HostTensor) -> Result<()> {
-            let want = p.val().dims();
-            if t.shape != want {
-                return Err(TrainError::Usage(format!(
-                    "warm start: `{name}` is {:?}, the drafter's layer needs {want:?}",
-                    t.shape
-                )));
-            }
-            *p = Param::from_tensor(Tensor::from_data(TensorData::new(t.data.clone(), want), &p.val().device()));
-            Ok(())
-        }
-        for (p, name) in [
-            (&mut l.q, "self_attn.q_proj.weight"),
-            (&mut l.k, "self_attn.k_proj.weight"),
-            (&mut l.v, "self_attn.v_proj.weight"),
-            (&mut l.o, "self_attn.o_proj.weight"),
-            (&mut l.gate, "mlp.gate_proj.weight"),
-            (&mut l.up, "mlp.up_proj.weight"),
-            (&mut l.down, "mlp.down_proj.weight"),
-        ] {
-            set2(p, name, need(name)?)?;
-        }
-        set1(&mut l.input_norm, "input_layernorm.weight", need("input_layernorm.weight")?)?;
-        set1(&mut l.post_norm, "post_attention_layernorm.weight", need("post_attention_layernorm.weight")?)?;
-        for (p, name) in [(&mut l.q_norm, "self_attn.q_norm.weight"), (&mut l.k_norm, "self_attn.k_norm.weight")] {
-            if let Some(t) = get(name) {
-                set1(p, name, t)?;
-            }
-        }
-        Ok(())
+        set_layer(l, get).map_err(|e| TrainError::Usage(format!("warm start: {e}")))
     }
 
     /// Takes every weight of a drafter of this shape from `tensors` (z-lab
     /// names, `[out, in]` matrices, as [`DraftParams::save`] writes them):
-    /// `fc`, `hidden_norm`, `norm` and each layer's (through
-    /// [`DraftParams::warm_start_layer`], its `layers.N.` prefix taken off).
+    /// `fc`, `hidden_norm`, `norm` and each layer's (as
+    /// [`DraftParams::warm_start_layer`] takes them, under `layers.N.`).
     /// `origin` names the source in errors.
     ///
     /// # Errors
     /// [`TrainError::Usage`] naming `origin` and the tensor for a missing one
     /// or a shape that differs from this drafter's.
     pub fn load_weights(&mut self, tensors: &BTreeMap<String, HostTensor>, origin: &Path) -> Result<()> {
-        let need = |name: &str| {
-            tensors.get(name).ok_or_else(|| TrainError::Usage(format!("{}: no tensor `{name}`", origin.display())))
-        };
-        let fc = need("fc.weight")?;
-        let want = self.fc.val().dims();
-        if fc.shape != [want[1], want[0]] {
-            return Err(TrainError::Usage(format!(
-                "{}: `fc.weight` is {:?}, this drafter's is {:?}",
-                origin.display(),
-                fc.shape,
-                [want[1], want[0]]
-            )));
-        }
-        let device = self.fc.val().device();
-        self.fc = Param::from_tensor(
-            Tensor::<2>::from_data(TensorData::new(fc.data.clone(), [want[1], want[0]]), &device).transpose(),
-        );
+        let at = |e: String| TrainError::Usage(format!("{}: {e}", origin.display()));
+        let need = |name: &str| tensors.get(name).ok_or_else(|| format!("no tensor `{name}`"));
+        set_matrix(&mut self.fc, "fc.weight", need("fc.weight").map_err(at)?).map_err(at)?;
         for (p, name) in [(&mut self.hidden_norm, "hidden_norm.weight"), (&mut self.norm, "norm.weight")] {
-            let t = need(name)?;
-            let want = p.val().dims();
-            if t.shape != want {
-                return Err(TrainError::Usage(format!(
-                    "{}: `{name}` is {:?}, this drafter's is {want:?}",
-                    origin.display(),
-                    t.shape
-                )));
-            }
-            *p = Param::from_tensor(Tensor::from_data(TensorData::new(t.data.clone(), want), &device));
+            set_vector(p, name, need(name).map_err(at)?).map_err(at)?;
         }
-        for l in 0..self.layers.len() {
-            let prefix = format!("layers.{l}.");
-            let layer: Vec<(String, HostTensor)> = tensors
-                .iter()
-                .filter_map(|(n, t)| n.strip_prefix(&prefix).map(|short| (short.to_string(), t.clone())))
-                .collect();
-            self.warm_start_layer(l, &layer).map_err(|e| {
-                let e = e.to_string();
-                let what = e.strip_prefix("warm start: ").unwrap_or(&e);
-                TrainError::Usage(format!("{}: layer {l} (tensors `{prefix}…`): {what}", origin.display()))
-            })?;
+        for (l, layer) in self.layers.iter_mut().enumerate() {
+            set_layer(layer, |name| tensors.get(&format!("layers.{l}.{name}")))
+                .map_err(|e| at(format!("layer {l}: {e}")))?;
         }
         Ok(())
     }

@@ -198,11 +198,8 @@ impl TrainingLog {
     /// [`TrainError::Io`] naming the file.
     pub fn continued_from(&mut self, dir: &Path, steps: usize) -> Result<()> {
         let from = dir.join("training_log.jsonl");
-        let same = match (from.canonicalize(), self.path.canonicalize()) {
-            (Ok(a), Ok(b)) => a == b,
-            _ => false,
-        };
-        if from.is_file() && !same {
+        // Read whole, then written: `dir` may be the run's own folder.
+        if from.is_file() {
             let text = std::fs::read(&from).map_err(io_err(&from))?;
             std::fs::write(&self.path, text).map_err(io_err(&self.path))?;
         }
@@ -305,6 +302,39 @@ mod tests {
 
     fn lines(log: &TrainingLog) -> Vec<serde_json::Value> {
         std::fs::read_to_string(log.path()).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    }
+
+    /// A run started from a kept drafter at step 20 continues the drafter's
+    /// log when its folder holds one (its lines past 20 dropped), else keeps
+    /// its own, cut the same way; epochs carry on from the last line kept.
+    #[test]
+    fn a_run_from_a_kept_drafter_continues_its_log() {
+        let base = std::env::temp_dir().join(format!("bastion-run-log-init-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let (shipped, out) = (base.join("shipped"), base.join("out"));
+        let mut theirs = TrainingLog::open(&shipped, false, 0.5).unwrap();
+        for i in 0..30 {
+            theirs.step(&step(i, 2.0)).unwrap();
+        }
+        let mut ours = TrainingLog::open(&out, false, 0.25).unwrap();
+        for i in 0..40 {
+            ours.step(&step(i, 3.0)).unwrap();
+        }
+        // The shipped folder's log replaces this run's, cut at step 20.
+        ours.continued_from(&shipped, 20).unwrap();
+        let v = lines(&ours);
+        assert_eq!(v.iter().map(|l| l["step"].as_u64().unwrap()).collect::<Vec<_>>(), [10, 20]);
+        assert_eq!(v[1]["loss_ema"], lines(&theirs)[1]["loss_ema"], "the shipped drafter's lines");
+        ours.step(&step(20, 1.0)).unwrap();
+        assert_eq!(ours.epochs, 10.0 + 0.25, "epochs carry on from step 20's line");
+        // A folder without a log (a `--keep-best` one): this run's own log, cut at 10.
+        let mut own = TrainingLog::open(&shipped, true, 0.5).unwrap();
+        own.continued_from(&base.join("keep-best"), 10).unwrap();
+        assert_eq!(lines(&own).len(), 1);
+        // Its own folder: the log read and written back whole.
+        own.continued_from(&shipped, 10).unwrap();
+        assert_eq!(lines(&own).len(), 1);
+        let _ = std::fs::remove_dir_all(&base);
     }
 
     #[test]
