@@ -446,6 +446,21 @@ fn run<'a>(
     if let Some(g) = method.gate.as_mut() {
         g.begin_generation();
     }
+    // The prefill and every round run with the CPU kernels' threads spinning
+    // between products (a no-op on GPU backends), for AR as for the
+    // speculative methods.
+    target.with_crew(|| decode(target, drafter, method, prompt, cfg))
+}
+
+/// [`run`]'s prefill and rounds, on validated inputs.
+fn decode<'a>(
+    target: &'a Model,
+    drafter: Option<&'a Drafter>,
+    method: MethodRun<'a>,
+    prompt: &[u32],
+    cfg: &GenerateConfig,
+) -> Result<Generation> {
+    let tcfg = target.config();
     let hidden_idx = drafter.map(Drafter::hidden_indices).unwrap_or_default();
     let mut sampler = Sampler::new(cfg.temperature, cfg.seed);
     let mut session = target.session();

@@ -77,54 +77,57 @@ impl VerifyGrid<'_> {
         target: &Model,
         on_point: &mut dyn FnMut(&VerifyPoint, usize, Option<&bastion_models::Launches>),
     ) -> Result<Vec<VerifyPoint>> {
-        let vocab = target.config().vocab_size;
-        let mut verify = Vec::with_capacity(self.contexts.len() * self.tokens.len());
-        let mut session = target.session();
-        for &c in self.contexts {
-            let have = session.len();
-            if c > have {
-                // In chunks of ≤ 512 tokens, so long contexts need little memory.
-                for start in (have..c).step_by(512) {
-                    session.prefill(&filler((c - start).min(512), start, vocab), &[])?;
+        // With the CPU kernels' crew, as a generation's rounds run.
+        target.with_crew(|| {
+            let vocab = target.config().vocab_size;
+            let mut verify = Vec::with_capacity(self.contexts.len() * self.tokens.len());
+            let mut session = target.session();
+            for &c in self.contexts {
+                let have = session.len();
+                if c > have {
+                    // In chunks of ≤ 512 tokens, so long contexts need little memory.
+                    for start in (have..c).step_by(512) {
+                        session.prefill(&filler((c - start).min(512), start, vocab), &[])?;
+                    }
+                }
+                for &s in self.tokens {
+                    let tokens = filler(s, c + 100_003, vocab);
+                    let parents: Vec<i64> = (0..s as i64).map(|i| if i == 0 { -1 } else { (i - 1) / 2 }).collect();
+                    let tree = DraftTree::from_parts(&tokens, &parents, None)?;
+                    // A verification as a round times it: logits and hidden
+                    // states stay where they were computed; the clock stops
+                    // when the device has finished.
+                    let mut verify_once = || -> Result<f64> {
+                        target.sync()?;
+                        let t = Instant::now();
+                        let out = session.verify(&tree, self.hidden)?;
+                        target.sync()?;
+                        let seconds = t.elapsed().as_secs_f64();
+                        drop(out);
+                        session.discard();
+                        Ok(seconds)
+                    };
+                    for _ in 0..self.warmup {
+                        verify_once()?;
+                    }
+                    let mut runs = Vec::with_capacity(self.repeats);
+                    for _ in 0..self.repeats.max(1) {
+                        runs.push(verify_once()?);
+                    }
+                    let launches = if self.count_launches {
+                        let count = bastion_models::LaunchCount::start();
+                        verify_once()?;
+                        Some(count.finish())
+                    } else {
+                        None
+                    };
+                    let point = VerifyPoint { tokens: s, context_len: c, seconds: median(&runs), runs };
+                    verify.push(point.clone());
+                    on_point(&point, verify.len(), launches.as_ref());
                 }
             }
-            for &s in self.tokens {
-                let tokens = filler(s, c + 100_003, vocab);
-                let parents: Vec<i64> = (0..s as i64).map(|i| if i == 0 { -1 } else { (i - 1) / 2 }).collect();
-                let tree = DraftTree::from_parts(&tokens, &parents, None)?;
-                // A verification as a round times it: logits and hidden
-                // states stay where they were computed; the clock stops
-                // when the device has finished.
-                let mut verify_once = || -> Result<f64> {
-                    target.sync()?;
-                    let t = Instant::now();
-                    let out = session.verify(&tree, self.hidden)?;
-                    target.sync()?;
-                    let seconds = t.elapsed().as_secs_f64();
-                    drop(out);
-                    session.discard();
-                    Ok(seconds)
-                };
-                for _ in 0..self.warmup {
-                    verify_once()?;
-                }
-                let mut runs = Vec::with_capacity(self.repeats);
-                for _ in 0..self.repeats.max(1) {
-                    runs.push(verify_once()?);
-                }
-                let launches = if self.count_launches {
-                    let count = bastion_models::LaunchCount::start();
-                    verify_once()?;
-                    Some(count.finish())
-                } else {
-                    None
-                };
-                let point = VerifyPoint { tokens: s, context_len: c, seconds: median(&runs), runs };
-                verify.push(point.clone());
-                on_point(&point, verify.len(), launches.as_ref());
-            }
-        }
-        Ok(verify)
+            Ok(verify)
+        })
     }
 }
 

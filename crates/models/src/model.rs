@@ -219,6 +219,20 @@ impl Model {
         self.placer.placement
     }
 
+    /// Runs `f`, a decoding loop on this model (and drafters on its device),
+    /// with the CPU kernels' crew formed when the model runs on them
+    /// ([`Placement::Host`]): the pool's other threads spin through `f`,
+    /// taking their share of each product without being woken
+    /// ([`bastion_kernels::cpu::with_crew`]). On a GPU placement `f` just
+    /// runs, leaving the cores idle while the device works.
+    pub fn with_crew<R>(&self, f: impl FnOnce() -> R) -> R {
+        if self.placement() == Placement::Host {
+            bastion_kernels::cpu::with_crew(f)
+        } else {
+            f()
+        }
+    }
+
     /// Waits until the device has finished all queued work. CubeCL backends
     /// run asynchronously: wall-clock timings must call this (or read a value
     /// back) before stopping the clock. A no-op cost on CPU backends.

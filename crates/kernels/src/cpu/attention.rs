@@ -29,7 +29,7 @@
 //! same token sees when it is decoded autoregressively, so its attention
 //! output is the same bits either way.
 
-use rayon::prelude::*;
+use std::sync::OnceLock;
 
 use crate::cpu::logits::exp_nonpositive;
 use crate::cpu::matmul::Isa;
@@ -227,7 +227,9 @@ impl HostKv {
         let parts: Vec<Vec<f32>> = if work <= SERIAL_WORK {
             pairs.iter().copied().map(task).collect()
         } else {
-            pairs.par_iter().copied().map(task).collect()
+            let slots: Vec<OnceLock<Vec<f32>>> = pairs.iter().map(|_| OnceLock::new()).collect();
+            crate::cpu::parallel_for(pairs.len(), |p| _ = slots[p].set(task(pairs[p])));
+            slots.into_iter().map(|s| s.into_inner().expect("every pair's task ran")).collect()
         };
         let mut out = vec![0.0f32; t * heads * hd];
         for ((i, g), part) in pairs.into_iter().zip(parts) {

@@ -478,7 +478,8 @@ unsafe fn product<'a, P: PanelRead + 'a>(
 
 /// Runs `run(p)` once for every panel `p < panels`: on the calling thread
 /// when the product is small (`work` multiply-adds ≤ `SERIAL_WORK`), else split
-/// across rayon's threads, a few contiguous runs of panels per thread.
+/// across the threads (rayon's, or the caller's crew inside
+/// [`crate::cpu::with_crew`]), a few contiguous runs of panels per thread.
 /// Every product goes through it, so a call with a no-op `run` (and a large
 /// `work`) measures what a product pays to hand its panels to the threads.
 pub fn for_each_panel(panels: usize, work: usize, run: impl Fn(usize) + Sync) {
@@ -487,7 +488,7 @@ pub fn for_each_panel(panels: usize, work: usize, run: impl Fn(usize) + Sync) {
     } else {
         // A few tasks per thread: even split, little scheduling.
         let per_task = panels.div_ceil(rayon::current_num_threads() * 4).max(1);
-        (0..panels.div_ceil(per_task)).into_par_iter().for_each(|t| {
+        crate::cpu::parallel_for(panels.div_ceil(per_task), |t| {
             (t * per_task..((t + 1) * per_task).min(panels)).for_each(&run);
         });
     }

@@ -9,10 +9,13 @@
 //! which keeps greedy speculative decoding token-for-token equal to AR.
 
 pub mod attention;
+pub mod crew;
 pub mod logits;
 pub mod matmul;
 mod matmul_q8;
 pub mod rows;
+
+pub use crew::{parallel_for, with_crew};
 
 /// The stack of [`on_pool_worker`]'s threads: twice Linux's default
 /// main-thread stack (8 MiB), since whole commands (training's autodiff
