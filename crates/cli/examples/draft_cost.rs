@@ -11,7 +11,8 @@
 //! between a warm cache and one where 160 MB were read first (what a
 //! verification's weight streaming does to the drafter's weights); prints
 //! the 10th–90th percentiles of each. The root token is 1000. Runs on a rayon pool
-//! worker, as the CLI does (`bastion_models::on_pool_worker`). A benchmark of the round's draft stage, not a
+//! worker, as the CLI does (`bastion_models::on_pool_worker`), inside the CPU kernels'
+//! crew, as a generation does (`Model::with_crew`). A benchmark of the round's draft stage, not a
 //! test; `RAYON_NUM_THREADS=1` gives the steadier single-thread figure.
 //!
 //! ```sh
