@@ -20,31 +20,35 @@
 //! thread back to rayon, and the next posted job spawns it again: a process
 //! that pauses (loading, tokenizing, waiting on a file) or shares its cores
 //! with others does not keep them spinning. While it spins, a helper also
-//! runs the pool's other pending jobs ([`rayon::yield_now`]), so rayon work
-//! of the caller, or of another thread's crew, never waits on it.
+//! runs the pool's other pending jobs, one at each yield ([`rayon::yield_now`]),
+//! so rayon work of the caller, or of another thread, waits at most a yield's
+//! spins for it rather than for the crew's end. A thread already in a crew
+//! (its owner, or a helper) never becomes a helper of another, so a rayon
+//! join waiting on that thread is never held up by a helper's loop.
 //!
-//! Only the thread that formed the crew posts to it; parallel calls from any
-//! other thread, and calls nested inside a task, go through rayon as before.
+//! Only the thread that formed the crew posts to it (also from rayon jobs it
+//! runs while it waits inside a join); parallel calls from any other thread,
+//! and calls nested inside a crew task, go through rayon as before.
 //! A crew changes no arithmetic: every task runs the same code on the same
 //! data, whichever thread claims it.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
-/// Spins between two yields (to rayon's pending jobs, else to the OS
-/// scheduler) while a thread waits: a helper answers a posted job within a
-/// microsecond, and an oversubscribed core still runs whatever else wants it
-/// every few microseconds.
+/// Spins (`PAUSE` on x86, roughly 10–140 cycles each depending on the CPU,
+/// so about 5–50 µs in all) between two yields, to rayon's pending jobs or
+/// else to the OS scheduler, while a thread waits. A spinning helper sees a
+/// posted job at its next spin.
 const SPINS_PER_YIELD: u32 = 1 << 10;
 
 /// How long a helper spins without a task before it leaves the crew: longer
 /// than the serial steps between the products of a decoding round (tens of
 /// microseconds: norms, sampling, tree building), short enough that a pause
-/// of the caller frees the cores almost at once.
+/// of the caller frees the cores almost at once. Checked at each yield, so a
+/// helper leaves up to a yield's spins later.
 const IDLE_EXIT: Duration = Duration::from_micros(500);
 
 /// Bits of a job's task count, and of its next task, in [`Crew::claim`];
@@ -77,10 +81,9 @@ struct Job<'a> {
 /// (The count is in the word because a count read apart from it could be
 /// the next job's, letting a stale claim take a task of the wrong job.)
 struct Crew {
-    owner: ThreadId,
-    /// Helpers wanted (the pool's other threads) and helpers spawned and not
-    /// yet left.
+    /// Helpers wanted: the pool's other threads.
     wanted: usize,
+    /// Helpers spawned and not yet left (those still queued in rayon included).
     active: AtomicUsize,
     claim: AtomicU64,
     job: AtomicPtr<Job<'static>>,
@@ -92,27 +95,29 @@ struct Crew {
 
 thread_local! {
     /// The crew this thread formed, while [`with_crew`] runs; `None`
-    /// otherwise and while the thread runs a crew job (so nested calls use
-    /// rayon).
+    /// otherwise and while the thread runs one of its jobs (so calls nested
+    /// in a task use rayon).
     static CURRENT: RefCell<Option<Arc<Crew>>> = const { RefCell::new(None) };
+    /// Whether this thread is in a crew, as its owner or a helper: such a
+    /// thread neither forms another crew nor helps one.
+    static IN_CREW: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Runs `f` with the other threads of the current rayon pool (one per core
 /// by default, `RAYON_NUM_THREADS`) spinning beside it, ready for every
 /// [`parallel_for`] that `f` calls on this thread, and returns its result.
 /// The helpers stop when `f` returns (or unwinds). With a one-thread pool,
-/// or when already inside a crew, `f` just runs.
+/// or on a thread already in a crew (its owner or a helper), `f` just runs.
 ///
 /// The helpers keep their cores busy for all of `f`, serial steps
 /// included: meant for a decoding loop on the CPU kernels, not around work
 /// on a GPU backend or idle waits.
 pub fn with_crew<R>(f: impl FnOnce() -> R) -> R {
     let helpers = rayon::current_num_threads().saturating_sub(1);
-    if helpers == 0 || CURRENT.with_borrow(Option::is_some) {
+    if helpers == 0 || IN_CREW.get() {
         return f();
     }
     let crew = Arc::new(Crew {
-        owner: std::thread::current().id(),
         wanted: helpers,
         active: AtomicUsize::new(0),
         claim: AtomicU64::new(0),
@@ -128,8 +133,10 @@ pub fn with_crew<R>(f: impl FnOnce() -> R) -> R {
         fn drop(&mut self) {
             self.0.stop.store(true, Ordering::Release);
             CURRENT.set(None);
+            IN_CREW.set(false);
         }
     }
+    IN_CREW.set(true);
     CURRENT.set(Some(Arc::clone(&crew)));
     let _disband = Disband(crew);
     f()
@@ -217,9 +224,10 @@ impl Crew {
     }
 
     /// A helper's loop: claim and run tasks until the crew stops or no task
-    /// came for [`IDLE_EXIT`]. A helper that rayon hands to the crew's own
-    /// thread (which may run queued jobs while it waits inside a rayon call)
-    /// leaves at once.
+    /// came for [`IDLE_EXIT`]. A helper that rayon hands to a thread already
+    /// in a crew (the owner, which may run queued jobs while it waits inside
+    /// a rayon join, or a helper running pending jobs) leaves at once: a
+    /// join waiting on that thread would otherwise wait for this crew's end.
     fn help(&self) {
         /// Counts the helper out of the crew however it leaves.
         struct Leave<'a>(&'a AtomicUsize);
@@ -228,10 +236,19 @@ impl Crew {
                 self.0.fetch_sub(1, Ordering::AcqRel);
             }
         }
+        /// Marks the thread as in a crew while it helps.
+        struct Member;
+        impl Drop for Member {
+            fn drop(&mut self) {
+                IN_CREW.set(false);
+            }
+        }
         let _leave = Leave(&self.active);
-        if std::thread::current().id() == self.owner {
+        if IN_CREW.get() {
             return;
         }
+        IN_CREW.set(true);
+        let _member = Member;
         let (mut spins, mut idle_since) = (0u32, Instant::now());
         while !self.stop.load(Ordering::Acquire) {
             let Some(t) = self.take() else {
@@ -293,6 +310,12 @@ mod tests {
                         let tasks = 1 + job % 37;
                         let counts: Vec<AtomicU32> = (0..tasks).map(|_| AtomicU32::new(0)).collect();
                         parallel_for(tasks, |t| {
+                            // Every third job's tasks take a few µs, so that
+                            // the helpers claim some of them.
+                            let t0 = Instant::now();
+                            while job % 3 == 0 && t0.elapsed() < Duration::from_micros(3) {
+                                std::hint::spin_loop();
+                            }
                             counts[t].fetch_add(1 + (job * t) as u32 % 3, Ordering::Relaxed);
                         });
                         for (t, c) in counts.iter().enumerate() {
@@ -401,8 +424,14 @@ mod tests {
         });
     }
 
-    /// A panicking task is re-raised on the caller after the job ends, and
-    /// the crew goes on serving later jobs.
+    /// The text of a panic's payload.
+    fn panic_text(p: &(dyn std::any::Any + Send)) -> Option<&str> {
+        p.downcast_ref::<&str>().copied().or(p.downcast_ref::<String>().map(String::as_str))
+    }
+
+    /// A panicking task, on the caller's thread or a helper's, is re-raised on
+    /// the caller after the job ends, and the crew goes on serving later jobs
+    /// with its helpers.
     #[test]
     fn a_task_panic_reaches_the_caller() {
         pool(2).install(|| {
@@ -410,12 +439,66 @@ mod tests {
                 let r = catch_unwind(AssertUnwindSafe(|| {
                     parallel_for(16, |t| assert!(t != 11, "task eleven fails"));
                 }));
-                let msg = r.expect_err("the panic is re-raised");
-                let text = msg.downcast_ref::<&str>().copied().or(msg.downcast_ref::<String>().map(String::as_str));
-                assert_eq!(text, Some("task eleven fails"));
+                assert_eq!(panic_text(&*r.expect_err("the panic is re-raised")), Some("task eleven fails"));
+                let me = std::thread::current().id();
+                let helper_panicked = (0..2000).any(|_| {
+                    catch_unwind(AssertUnwindSafe(|| {
+                        parallel_for(8, |_| {
+                            let t = Instant::now();
+                            while t.elapsed() < Duration::from_micros(20) {
+                                std::hint::spin_loop();
+                            }
+                            assert!(std::thread::current().id() == me, "a helper's task fails");
+                        });
+                    }))
+                    .is_err_and(|p| panic_text(&*p) == Some("a helper's task fails"))
+                });
+                assert!(helper_panicked, "no helper's panic reached the caller");
+                assert!(CURRENT.with_borrow(Option::is_some), "the crew is back on its thread");
                 let total = AtomicUsize::new(0);
                 parallel_for(16, |t| _ = total.fetch_add(t, Ordering::Relaxed));
                 assert_eq!(total.load(Ordering::Relaxed), (0..16).sum::<usize>());
+                assert!(a_task_runs_elsewhere(), "the helpers still take tasks");
+            });
+        });
+    }
+
+    /// A closure that unwinds out of `with_crew` leaves the thread out of any
+    /// crew and the crew's helpers stopped.
+    #[test]
+    fn an_unwinding_closure_disbands_the_crew() {
+        pool(2).install(|| {
+            let mut crew = None;
+            let r = catch_unwind(AssertUnwindSafe(|| {
+                with_crew(|| {
+                    crew = CURRENT.with_borrow(Clone::clone);
+                    parallel_for(8, |_| ());
+                    panic!("the closure fails");
+                })
+            }));
+            assert_eq!(panic_text(&*r.expect_err("the panic goes through")), Some("the closure fails"));
+            assert!(CURRENT.with_borrow(Option::is_none) && !IN_CREW.get(), "the thread left the crew");
+            let crew = crew.expect("a crew was formed");
+            assert!(crew.stop.load(Ordering::Acquire), "the crew was told to stop");
+            let start = Instant::now();
+            while crew.active.load(Ordering::Acquire) > 0 {
+                assert!(start.elapsed() < Duration::from_secs(10), "a helper never left");
+                std::thread::yield_now();
+            }
+        });
+    }
+
+    /// The largest job a crew takes, and the next size up (through rayon),
+    /// run every task once.
+    #[test]
+    fn jobs_at_the_task_limit_run_every_task() {
+        pool(2).install(|| {
+            with_crew(|| {
+                for tasks in [MAX_TASKS, MAX_TASKS + 1] {
+                    let counts: Vec<AtomicU32> = (0..tasks).map(|_| AtomicU32::new(0)).collect();
+                    parallel_for(tasks, |t| _ = counts[t].fetch_add(1, Ordering::Relaxed));
+                    assert!(counts.iter().all(|c| c.load(Ordering::Relaxed) == 1), "{tasks} tasks");
+                }
             });
         });
     }
