@@ -29,10 +29,8 @@
 //! same token sees when it is decoded autoregressively, so its attention
 //! output is the same bits either way.
 
-use std::sync::OnceLock;
-
 use crate::cpu::logits::exp_nonpositive;
-use crate::cpu::matmul::Isa;
+use crate::cpu::matmul::{Isa, OutPtr};
 use crate::AncestorMask;
 
 /// Rows allocated on the first write (then doubled as needed).
@@ -196,47 +194,57 @@ impl HostKv {
         assert!(heads.is_multiple_of(nkv) && q.len() == heads * t * hd && past + t <= self.capacity);
         let group = heads / nkv;
         let isa = Isa::get();
-        let task = |(i, g): (usize, usize)| -> Vec<f32> {
-            let rows: Vec<usize> = (0..past).chain((0..t).filter(|&r| vis.sees(i, r)).map(|r| past + r)).collect();
+        // The rows each query row sees, once per query row (its KV heads share them).
+        let visible: Vec<Vec<usize>> =
+            (0..t).map(|i| (0..past).chain((0..t).filter(|&r| vis.sees(i, r)).map(|r| past + r)).collect()).collect();
+        let mut out = vec![0.0f32; t * heads * hd];
+        let dst = OutPtr(out.as_mut_ptr());
+        let task = |p: usize| {
+            // Capture the whole `OutPtr` (which is Sync), not its raw field.
+            let dst = &dst;
+            let (i, g) = (p / nkv, p % nkv);
+            let rows = &visible[i];
             // Scores of every key up to the last visible one (the blocks hold
             // whole groups of KB; keys not visible are computed and skipped).
             let blocks = (rows.last().map_or(0, |&r| r + 1)).div_ceil(KB);
             let head = g * self.capacity * hd..(g + 1) * self.capacity * hd;
             let (keys, values) = (&self.keys[layer][head.clone()], &self.values[layer][head]);
-            let mut out = vec![0.0f32; group * hd];
+            // SAFETY: pair (i, g) writes only its own heads' `group · hd`
+            // outputs of row i, inside `out` (`[t, heads · hd]`); every pair
+            // runs once, and `out` outlives the tasks.
+            let o = unsafe { std::slice::from_raw_parts_mut(dst.0.add((i * heads + g * group) * hd), group * hd) };
             let n = group.min(MAX_G);
-            let mut scores = vec![0.0f32; n * blocks * KB];
-            let mut weights = vec![0.0f32; n * rows.len()];
-            // The group's query heads share this row's keys and values: up
-            // to MAX_G of them per pass over the key and value blocks.
-            for (c, o) in out.chunks_mut(MAX_G * hd).enumerate() {
-                let heads = o.len() / hd;
-                let qs: Vec<&[f32]> = (0..heads)
-                    .map(|a| {
-                        let h = g * group + c * MAX_G + a;
+            SCRATCH.with_borrow_mut(|(scores, weights)| {
+                scores.resize(n * blocks * KB, 0.0);
+                weights.resize(n * rows.len(), 0.0);
+                // The group's query heads share this row's keys and values: up
+                // to MAX_G of them per pass over the key and value blocks.
+                for (c, o) in o.chunks_mut(MAX_G * hd).enumerate() {
+                    let heads = o.len() / hd;
+                    let qs: [&[f32]; MAX_G] = std::array::from_fn(|a| {
+                        let h = g * group + c * MAX_G + a.min(heads - 1);
                         &q[(h * t + i) * hd..(h * t + i + 1) * hd]
-                    })
-                    .collect();
-                let (s, w) = (&mut scores[..heads * blocks * KB], &mut weights[..heads * rows.len()]);
-                attend_heads(isa, &qs, &keys[..blocks * KB * hd], values, hd, &rows, s, w, o);
-            }
-            out
+                    });
+                    let (s, w) = (&mut scores[..heads * blocks * KB], &mut weights[..heads * rows.len()]);
+                    attend_heads(isa, &qs[..heads], &keys[..blocks * KB * hd], values, hd, rows, s, w, o);
+                }
+            });
         };
-        let pairs: Vec<(usize, usize)> = (0..t).flat_map(|i| (0..nkv).map(move |g| (i, g))).collect();
+        let pairs = t * nkv;
         let work = t * (past + t) * heads * hd;
-        let parts: Vec<Vec<f32>> = if work <= SERIAL_WORK {
-            pairs.iter().copied().map(task).collect()
+        if work <= SERIAL_WORK {
+            (0..pairs).for_each(task);
         } else {
-            let slots: Vec<OnceLock<Vec<f32>>> = pairs.iter().map(|_| OnceLock::new()).collect();
-            crate::cpu::parallel_for(pairs.len(), |p| _ = slots[p].set(task(pairs[p])));
-            slots.into_iter().map(|s| s.into_inner().expect("every pair's task ran")).collect()
-        };
-        let mut out = vec![0.0f32; t * heads * hd];
-        for ((i, g), part) in pairs.into_iter().zip(parts) {
-            out[(i * heads + g * group) * hd..(i * heads + (g + 1) * group) * hd].copy_from_slice(&part);
+            crate::cpu::parallel_for(pairs, task);
         }
         out
     }
+}
+
+thread_local! {
+    /// A thread's scratch for [`HostKv::attend`]'s pairs: scores and softmax
+    /// weights (every element read is written first), kept between calls.
+    static SCRATCH: std::cell::RefCell<(Vec<f32>, Vec<f32>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
 /// Query heads of one KV group taken together by [`attend_heads`] (their
@@ -570,7 +578,15 @@ mod tests {
 
     #[test]
     fn tree_attention_equals_softmax_over_prefix_and_ancestors() {
-        let (heads, nkv, hd, past) = (6, 2, 20, 9);
+        // Small (on the calling thread), then large enough for the parallel
+        // path with a KV group wider than MAX_G, through rayon and a crew.
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("a rayon pool");
+        tree_attention_case(6, 2, 20, 9);
+        pool.install(|| tree_attention_case(12, 2, 64, 300));
+        pool.install(|| crate::cpu::with_crew(|| tree_attention_case(12, 2, 64, 300)));
+    }
+
+    fn tree_attention_case(heads: usize, nkv: usize, hd: usize, past: usize) {
         let parents = [None, Some(0), Some(0), Some(1), Some(3)];
         let mask = AncestorMask::from_parents(parents.len(), |i| parents[i]);
         let t = mask.len();

@@ -12,8 +12,8 @@
 //! [`with_crew`], the pool's other threads instead spin on a shared slot for
 //! as long as the closure runs, and every parallel kernel call of the calling
 //! thread ([`parallel_for`]) posts its tasks there: helpers and caller claim
-//! them with one compare-and-swap each, and the caller waits (spinning) for
-//! the tasks the helpers took. llama.cpp's CPU thread pool polls for work the
+//! runs of them with one compare-and-swap each, shrinking runs as the job
+//! empties, and the caller waits (spinning) for the tasks the helpers took. llama.cpp's CPU thread pool polls for work the
 //! same way between the operations of a graph (`ggml-cpu`'s `--poll`).
 //!
 //! A helper that finds no task for [`IDLE_EXIT`] leaves the crew, handing its
@@ -73,9 +73,10 @@ struct Job<'a> {
 /// The state shared by the calling thread and its helpers.
 ///
 /// `claim` packs the epoch (one per posted job), the job's task count and the
-/// next unclaimed task into one word ([`pack`]). A thread takes task `i` only
-/// by a compare-and-swap of `(epoch, tasks, i)` to `(epoch, tasks, i + 1)`
-/// with `i < tasks`, and reads the job only after that: the caller posts the
+/// next unclaimed task into one word ([`pack`]). A thread takes tasks
+/// `i .. i + run` only by a compare-and-swap of `(epoch, tasks, i)` to
+/// `(epoch, tasks, i + run)` with `i < tasks` ([`Crew::take`]), and reads the
+/// job only after that: the caller posts the
 /// next job only once every task of the current one is done, which needs
 /// every task claimed, so a successful swap proves its job is still posted.
 /// (The count is in the word because a count read apart from it could be
@@ -146,11 +147,17 @@ pub fn with_crew<R>(f: impl FnOnce() -> R) -> R {
 /// when all have run: through the calling thread's crew when it has one
 /// ([`with_crew`]), else through rayon. A panic of a task is re-raised here
 /// once every task has ended.
+///
+/// Tasks may be small (one weight panel of a product): a crew's threads
+/// claim them in runs of consecutive tasks that shrink as the job empties
+/// ([`Crew::take`]); rayon gets them in runs of at least a quarter of an even
+/// share per thread.
 pub fn parallel_for(tasks: usize, run: impl Fn(usize) + Sync) {
     let crew = if tasks <= 1 || tasks > MAX_TASKS { None } else { CURRENT.take() };
     let Some(crew) = crew else {
         use rayon::prelude::*;
-        (0..tasks).into_par_iter().for_each(&run);
+        let min_len = tasks / (4 * rayon::current_num_threads());
+        (0..tasks).into_par_iter().with_min_len(min_len.max(1)).for_each(&run);
         return;
     };
     /// Gives the crew back to the thread however the job ends.
@@ -191,11 +198,14 @@ impl Crew {
         let epoch = (self.claim.load(Ordering::Relaxed) >> (2 * TASK_BITS)) + 1;
         self.claim.store(pack(epoch, tasks, 0), Ordering::Release);
         let mut own_panic = None;
-        while let Some(t) = self.take() {
-            if let Err(p) = catch_unwind(AssertUnwindSafe(|| run(t))) {
-                own_panic.get_or_insert(p);
+        while let Some(ts) = self.take() {
+            let n = ts.len();
+            for t in ts {
+                if let Err(p) = catch_unwind(AssertUnwindSafe(|| run(t))) {
+                    own_panic.get_or_insert(p);
+                }
             }
-            self.done.fetch_add(1, Ordering::Release);
+            self.done.fetch_add(n, Ordering::Release);
         }
         let mut spins = 0u32;
         while self.done.load(Ordering::Acquire) < tasks {
@@ -208,16 +218,24 @@ impl Crew {
         }
     }
 
-    /// Claims the next task of the current job, if one is left.
-    fn take(&self) -> Option<usize> {
+    /// Claims the next run of tasks of the current job, if any is left: a
+    /// share `1 / (2 · threads)` of the tasks not yet claimed, at least one
+    /// (guided self-scheduling, Polychronopoulos & Kuck, IEEE Trans.
+    /// Computers 36(12), 1987). Large runs first keep the claims few and a
+    /// thread's tasks consecutive (a panel's next panel, which it prefetches,
+    /// is usually its own); single tasks at the end keep the wait for the
+    /// last task short.
+    fn take(&self) -> Option<std::ops::Range<usize>> {
+        let threads = self.wanted as u64 + 1;
         let mut cur = self.claim.load(Ordering::Acquire);
         loop {
             let (tasks, next) = ((cur >> TASK_BITS) & TASK_MASK, cur & TASK_MASK);
             if next >= tasks {
                 return None;
             }
-            match self.claim.compare_exchange_weak(cur, cur + 1, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return Some(next as usize),
+            let run = ((tasks - next) / (2 * threads)).max(1);
+            match self.claim.compare_exchange_weak(cur, cur + run, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Some(next as usize..(next + run) as usize),
                 Err(now) => cur = now,
             }
         }
@@ -251,7 +269,7 @@ impl Crew {
         let _member = Member;
         let (mut spins, mut idle_since) = (0u32, Instant::now());
         while !self.stop.load(Ordering::Acquire) {
-            let Some(t) = self.take() else {
+            let Some(ts) = self.take() else {
                 spins = pause(spins, true);
                 if spins == 0 && idle_since.elapsed() > IDLE_EXIT {
                     return;
@@ -259,16 +277,19 @@ impl Crew {
                 continue;
             };
             spins = 0;
-            // SAFETY: task `t` of the current epoch is claimed and not yet
-            // counted done, so the owner is still inside `run`, whose `job`
+            // SAFETY: the tasks `ts` of the current epoch are claimed and not
+            // yet counted done, so the owner is still inside `run`, whose `job`
             // this points to (stored before the epoch was published).
             let job = unsafe { &*self.job.load(Ordering::Acquire) };
-            if let Err(p) = catch_unwind(AssertUnwindSafe(|| (job.run)(t))) {
-                if let Ok(mut slot) = self.panic.lock() {
-                    slot.get_or_insert(p);
+            let n = ts.len();
+            for t in ts {
+                if let Err(p) = catch_unwind(AssertUnwindSafe(|| (job.run)(t))) {
+                    if let Ok(mut slot) = self.panic.lock() {
+                        slot.get_or_insert(p);
+                    }
                 }
             }
-            self.done.fetch_add(1, Ordering::Release);
+            self.done.fetch_add(n, Ordering::Release);
             idle_since = Instant::now();
         }
     }
@@ -347,6 +368,28 @@ mod tests {
             }
         }
         false
+    }
+
+    /// Claims are guided: each takes a quarter (two threads) of the tasks
+    /// left, at least one, so the runs cover the job in order without gaps,
+    /// never grow, and end in single tasks.
+    #[test]
+    fn claims_take_shrinking_runs_that_cover_the_job() {
+        let crew = Crew {
+            wanted: 1,
+            active: AtomicUsize::new(0),
+            claim: AtomicU64::new(pack(7, 100, 0)),
+            job: AtomicPtr::new(std::ptr::null_mut()),
+            done: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+            panic: Mutex::new(None),
+        };
+        let runs: Vec<std::ops::Range<usize>> = std::iter::from_fn(|| crew.take()).collect();
+        assert_eq!(runs[..4], [0..25, 25..43, 43..57, 57..67]);
+        assert!(runs.windows(2).all(|w| w[0].end == w[1].start && w[1].len() <= w[0].len()), "{runs:?}");
+        assert_eq!(runs.last(), Some(&(99..100)));
+        assert!(runs.iter().rev().take(3).all(|r| r.len() == 1), "{runs:?}");
+        assert!(crew.take().is_none(), "every task claimed");
     }
 
     /// The helpers take part: with two threads, some tasks run on a thread

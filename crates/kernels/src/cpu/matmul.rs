@@ -479,18 +479,16 @@ unsafe fn product<'a, P: PanelRead + 'a>(
 /// Runs `run(p)` once for every panel `p < panels`: on the calling thread
 /// when the product is small (`work` multiply-adds ≤ `SERIAL_WORK`), else split
 /// across the threads (rayon's, or the caller's crew inside
-/// [`crate::cpu::with_crew`]), a few contiguous runs of panels per thread.
+/// [`crate::cpu::with_crew`]) in runs of consecutive panels
+/// ([`crate::cpu::parallel_for`]).
 /// Every product goes through it, so a call with a no-op `run` (and a large
 /// `work`) measures what a product pays to hand its panels to the threads.
 pub fn for_each_panel(panels: usize, work: usize, run: impl Fn(usize) + Sync) {
     if work <= SERIAL_WORK || rayon::current_num_threads() == 1 {
         (0..panels).for_each(run);
     } else {
-        // A few tasks per thread: even split, little scheduling.
-        let per_task = panels.div_ceil(rayon::current_num_threads() * 4).max(1);
-        crate::cpu::parallel_for(panels.div_ceil(per_task), |t| {
-            (t * per_task..((t + 1) * per_task).min(panels)).for_each(&run);
-        });
+        // One task a panel: the crew and rayon take them in runs (`parallel_for`).
+        crate::cpu::parallel_for(panels, run);
     }
 }
 
