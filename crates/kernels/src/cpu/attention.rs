@@ -194,19 +194,12 @@ impl HostKv {
         assert!(heads.is_multiple_of(nkv) && q.len() == heads * t * hd && past + t <= self.capacity);
         let group = heads / nkv;
         let isa = Isa::get();
-        // The rows each query row sees, once per query row (its KV heads share them).
-        let visible: Vec<Vec<usize>> =
-            (0..t).map(|i| (0..past).chain((0..t).filter(|&r| vis.sees(i, r)).map(|r| past + r)).collect()).collect();
         let mut out = vec![0.0f32; t * heads * hd];
         let dst = OutPtr(out.as_mut_ptr());
         let task = |p: usize| {
             // Capture the whole `OutPtr` (which is Sync), not its raw field.
             let dst = &dst;
             let (i, g) = (p / nkv, p % nkv);
-            let rows = &visible[i];
-            // Scores of every key up to the last visible one (the blocks hold
-            // whole groups of KB; keys not visible are computed and skipped).
-            let blocks = (rows.last().map_or(0, |&r| r + 1)).div_ceil(KB);
             let head = g * self.capacity * hd..(g + 1) * self.capacity * hd;
             let (keys, values) = (&self.keys[layer][head.clone()], &self.values[layer][head]);
             // SAFETY: pair (i, g) writes only its own heads' `group · hd`
@@ -214,7 +207,14 @@ impl HostKv {
             // runs once, and `out` outlives the tasks.
             let o = unsafe { std::slice::from_raw_parts_mut(dst.0.add((i * heads + g * group) * hd), group * hd) };
             let n = group.min(MAX_G);
-            SCRATCH.with_borrow_mut(|(scores, weights)| {
+            SCRATCH.with_borrow_mut(|Scratch { rows, scores, weights }| {
+                // The rows query row i sees, in position order.
+                rows.clear();
+                rows.extend((0..past).chain((0..t).filter(|&r| vis.sees(i, r)).map(|r| past + r)));
+                let rows = &rows[..];
+                // Scores of every key up to the last visible one (the blocks hold
+                // whole groups of KB; keys not visible are computed and skipped).
+                let blocks = (rows.last().map_or(0, |&r| r + 1)).div_ceil(KB);
                 scores.resize(n * blocks * KB, 0.0);
                 weights.resize(n * rows.len(), 0.0);
                 // The group's query heads share this row's keys and values: up
@@ -241,10 +241,19 @@ impl HostKv {
     }
 }
 
+/// A thread's scratch for [`HostKv::attend`]'s pairs, kept between calls:
+/// the rows a query row sees, its scores and softmax weights (every element
+/// read is written first). Borrowed only around the arithmetic of one pair,
+/// which neither yields to rayon nor calls back into attention.
+#[derive(Default)]
+struct Scratch {
+    rows: Vec<usize>,
+    scores: Vec<f32>,
+    weights: Vec<f32>,
+}
+
 thread_local! {
-    /// A thread's scratch for [`HostKv::attend`]'s pairs: scores and softmax
-    /// weights (every element read is written first), kept between calls.
-    static SCRATCH: std::cell::RefCell<(Vec<f32>, Vec<f32>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::default();
 }
 
 /// Query heads of one KV group taken together by [`attend_heads`] (their
@@ -582,6 +591,7 @@ mod tests {
         // path with a KV group wider than MAX_G, through rayon and a crew.
         let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("a rayon pool");
         tree_attention_case(6, 2, 20, 9);
+        assert!(5 * (300 + 5) * 12 * 64 > SERIAL_WORK, "large enough for the parallel path");
         pool.install(|| tree_attention_case(12, 2, 64, 300));
         pool.install(|| crate::cpu::with_crew(|| tree_attention_case(12, 2, 64, 300)));
     }

@@ -12,9 +12,10 @@
 //! [`with_crew`], the pool's other threads instead spin on a shared slot for
 //! as long as the closure runs, and every parallel kernel call of the calling
 //! thread ([`parallel_for`]) posts its tasks there: helpers and caller claim
-//! runs of them with one compare-and-swap each, shrinking runs as the job
-//! empties, and the caller waits (spinning) for the tasks the helpers took. llama.cpp's CPU thread pool polls for work the
-//! same way between the operations of a graph (`ggml-cpu`'s `--poll`).
+//! runs of them with one compare-and-swap each, shorter runs as the job
+//! empties, and the caller waits (spinning) for the tasks the helpers took.
+//! llama.cpp's CPU thread pool polls for work the same way between the
+//! operations of a graph (`ggml-cpu`'s `--poll`).
 //!
 //! A helper that finds no task for [`IDLE_EXIT`] leaves the crew, handing its
 //! thread back to rayon, and the next posted job spawns it again: a process
@@ -150,8 +151,8 @@ pub fn with_crew<R>(f: impl FnOnce() -> R) -> R {
 ///
 /// Tasks may be small (one weight panel of a product): a crew's threads
 /// claim them in runs of consecutive tasks that shrink as the job empties
-/// ([`Crew::take`]); rayon gets them in runs of at least a quarter of an even
-/// share per thread.
+/// ([`Crew::take`]); rayon gets them in runs of about a quarter of an even
+/// share per thread, or more.
 pub fn parallel_for(tasks: usize, run: impl Fn(usize) + Sync) {
     let crew = if tasks <= 1 || tasks > MAX_TASKS { None } else { CURRENT.take() };
     let Some(crew) = crew else {
@@ -479,10 +480,15 @@ mod tests {
     fn a_task_panic_reaches_the_caller() {
         pool(2).install(|| {
             with_crew(|| {
+                let ran = AtomicUsize::new(0);
                 let r = catch_unwind(AssertUnwindSafe(|| {
-                    parallel_for(16, |t| assert!(t != 11, "task eleven fails"));
+                    parallel_for(16, |t| {
+                        assert!(t != 11, "task eleven fails");
+                        ran.fetch_add(1, Ordering::Relaxed);
+                    });
                 }));
                 assert_eq!(panic_text(&*r.expect_err("the panic is re-raised")), Some("task eleven fails"));
+                assert_eq!(ran.load(Ordering::Relaxed), 15, "the other tasks of its run ran too");
                 let me = std::thread::current().id();
                 let helper_panicked = (0..2000).any(|_| {
                     catch_unwind(AssertUnwindSafe(|| {

@@ -495,7 +495,8 @@ pub fn for_each_panel(panels: usize, work: usize, run: impl Fn(usize) + Sync) {
 /// The output buffer, shared by the panel tasks (each writes its own columns).
 #[derive(Clone, Copy)]
 pub(crate) struct OutPtr(pub(crate) *mut f32);
-// SAFETY: tasks write disjoint elements (see `matmul_into`).
+// SAFETY: every user's tasks write disjoint elements (`matmul_into`, the
+// Q8_0 product, `HostKv::attend`).
 unsafe impl Send for OutPtr {}
 // SAFETY: as above.
 unsafe impl Sync for OutPtr {}
