@@ -91,7 +91,7 @@ struct Crew {
     job: AtomicPtr<Job<'static>>,
     done: AtomicUsize,
     stop: AtomicBool,
-    /// The first panic of a helper's task, re-raised on the caller.
+    /// The first panic of the current job's tasks (the owner's or a helper's), re-raised on the owner.
     panic: Mutex<Option<Box<dyn std::any::Any + Send>>>,
 }
 
@@ -198,25 +198,31 @@ impl Crew {
         self.job.store(std::ptr::from_ref(&job).cast_mut().cast(), Ordering::Relaxed);
         let epoch = (self.claim.load(Ordering::Relaxed) >> (2 * TASK_BITS)) + 1;
         self.claim.store(pack(epoch, tasks, 0), Ordering::Release);
-        let mut own_panic = None;
         while let Some(ts) = self.take() {
-            let n = ts.len();
-            for t in ts {
-                if let Err(p) = catch_unwind(AssertUnwindSafe(|| run(t))) {
-                    own_panic.get_or_insert(p);
-                }
-            }
-            self.done.fetch_add(n, Ordering::Release);
+            self.run_claimed(ts, run);
         }
         let mut spins = 0u32;
         while self.done.load(Ordering::Acquire) < tasks {
             spins = pause(spins, false);
         }
         self.job.store(std::ptr::null_mut(), Ordering::Relaxed);
-        let helper_panic = self.panic.lock().map(|mut p| p.take()).unwrap_or(None);
-        if let Some(p) = own_panic.or(helper_panic) {
+        if let Some(p) = self.panic.lock().map(|mut p| p.take()).unwrap_or(None) {
             resume_unwind(p);
         }
+    }
+
+    /// Runs the claimed tasks `ts` of the current job, keeping the job's
+    /// first panic for the owner, and counts them done.
+    fn run_claimed(&self, ts: std::ops::Range<usize>, run: &(dyn Fn(usize) + Sync)) {
+        let n = ts.len();
+        for t in ts {
+            if let Err(p) = catch_unwind(AssertUnwindSafe(|| run(t))) {
+                if let Ok(mut slot) = self.panic.lock() {
+                    slot.get_or_insert(p);
+                }
+            }
+        }
+        self.done.fetch_add(n, Ordering::Release);
     }
 
     /// Claims the next run of tasks of the current job, if any is left: a
@@ -282,15 +288,7 @@ impl Crew {
             // yet counted done, so the owner is still inside `run`, whose `job`
             // this points to (stored before the epoch was published).
             let job = unsafe { &*self.job.load(Ordering::Acquire) };
-            let n = ts.len();
-            for t in ts {
-                if let Err(p) = catch_unwind(AssertUnwindSafe(|| (job.run)(t))) {
-                    if let Ok(mut slot) = self.panic.lock() {
-                        slot.get_or_insert(p);
-                    }
-                }
-            }
-            self.done.fetch_add(n, Ordering::Release);
+            self.run_claimed(ts, job.run);
             idle_since = Instant::now();
         }
     }
