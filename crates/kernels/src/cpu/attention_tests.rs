@@ -21,7 +21,7 @@ fn tree_attention_equals_softmax_over_prefix_and_ancestors() {
     // path with a KV group wider than MAX_G, through rayon and a crew.
     let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("a rayon pool");
     tree_attention_case(6, 2, 20, 9);
-    assert!(5 * (300 + 5) * 12 * 64 > SERIAL_WORK, "large enough for the parallel path");
+    const { assert!(5 * (300 + 5) * 12 * 64 > SERIAL_WORK, "large enough for the parallel path") };
     pool.install(|| tree_attention_case(12, 2, 64, 300));
     pool.install(|| crate::cpu::with_crew(|| tree_attention_case(12, 2, 64, 300)));
 }
