@@ -1,6 +1,7 @@
 //! `bastion train-drafter`: train a DFlash drafter on distilled data.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use bastion_train::{RunNote, StoreDtype, TrainEvent};
 
@@ -88,7 +89,8 @@ fn train_drafter(model: &Path, data: &Path, out: &Path, checkpoint_dir: &Path, s
         init_from: None,
     };
     let bar = progress_bar(s.steps as u64, "{bar:30} step {pos}/{len}, {msg}, eta {eta}");
-    let done = bastion_train::train_drafter(&run, recipe, opts, |note| show(&bar, s.steps, data, note))?;
+    let mut build = None;
+    let done = bastion_train::train_drafter(&run, recipe, opts, |note| show(&bar, s.steps, data, &mut build, note))?;
     bar.finish();
     let figure = |x: Option<f64>| x.map_or("-".into(), |a| format!("{a:.3}"));
     eprintln!(
@@ -102,8 +104,22 @@ fn train_drafter(model: &Path, data: &Path, out: &Path, checkpoint_dir: &Path, s
     Ok(())
 }
 
-/// Shows a run's progress on `bar` (a plain line every 5 % of `steps` when there is no terminal).
-fn show(bar: &indicatif::ProgressBar, steps: usize, data: &Path, note: RunNote<'_>) {
+/// When the feature build was first reported, and how many sequences were built then.
+type BuildStart = Option<(Instant, usize)>;
+
+/// `", about T left"` for a build at `done` of `total` sequences that went
+/// from `start`'s count to `done` in `elapsed` (empty before it has a rate).
+fn time_left(start: usize, done: usize, total: usize, elapsed: Duration) -> String {
+    if done <= start || done >= total {
+        return String::new();
+    }
+    let left = elapsed.mul_f64((total - done) as f64 / (done - start) as f64);
+    format!(", about {} left", indicatif::HumanDuration(left))
+}
+
+/// Shows a run's progress on `bar` (a plain line every 5 % of `steps`, and
+/// every 500 sequences of a feature build, when there is no terminal).
+fn show(bar: &indicatif::ProgressBar, steps: usize, data: &Path, build: &mut BuildStart, note: RunNote<'_>) {
     let (e, loss, tau) = match note {
         RunNote::Loaded { sequences, held_out, target_layers, short } => {
             let d = data.display();
@@ -147,10 +163,26 @@ fn show(bar: &indicatif::ProgressBar, steps: usize, data: &Path, note: RunNote<'
         ),
         TrainEvent::Checkpoint { .. } => {}
         TrainEvent::Features { done, total } => {
-            bar.set_message(format!("target features {done}/{total} sequences"));
+            let (since, first) = *build.get_or_insert((Instant::now(), *done));
+            let left = time_left(first, *done, *total, since.elapsed());
+            bar.set_message(format!("target features {done}/{total} sequences{left}"));
             if bar.is_hidden() && (done % 500 == 0 || done == total) {
-                eprintln!("target features: {done}/{total} sequences");
+                eprintln!("target features: {done}/{total} sequences{left}");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_left_scales_the_rate_so_far() {
+        // 100 sequences in 10 minutes, 300 to go: 30 minutes.
+        assert_eq!(time_left(400, 500, 800, Duration::from_secs(600)), ", about 30 minutes left");
+        // No rate yet, or nothing left.
+        assert_eq!(time_left(500, 500, 800, Duration::from_secs(5)), "");
+        assert_eq!(time_left(0, 800, 800, Duration::from_secs(5)), "");
     }
 }
