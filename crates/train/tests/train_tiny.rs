@@ -794,6 +794,37 @@ fn step_scoped_sampled_softmax_resumes_exactly() {
     assert!(e.to_string().contains("sampled_vocab_scope"), "{e}");
 }
 
+/// Sequences that start alike (a chat template's system turn) have their
+/// common tokens prefilled once and the rest from a fork: the file holds the
+/// same bits, features and top-k, as one built a sequence at a time (where
+/// nothing is shared), also when a build resumes part way.
+#[test]
+fn a_shared_prefix_gives_the_bits_of_whole_prefills() {
+    let target = target();
+    let records = distilled(&target, 5, 31);
+    let cfg = small(&target, 2);
+    let system = [7u32, 11, 13, 17, 19, 23];
+    let seqs: Vec<Vec<u32>> = whole_sequences(&records).into_iter().map(|s| [system.as_slice(), &s].concat()).collect();
+    let k = 3;
+    let one_by_one = tempfile::tempdir().unwrap();
+    for n in 1..=seqs.len() {
+        let mut built = Vec::new();
+        FeatureFile::build_with_top_k(&target, &cfg.drafter, &seqs[..n], one_by_one.path(), k, |d, _| built.push(d))
+            .unwrap();
+        assert_eq!(built, [n], "one new sequence a call");
+    }
+    let want =
+        FeatureFile::build_with_top_k(&target, &cfg.drafter, &seqs, one_by_one.path(), k, |_, _| panic!()).unwrap();
+    let at_once = tempfile::tempdir().unwrap();
+    // Two sequences first (sharing the prefix), then the other three (sharing it again).
+    FeatureFile::build_with_top_k(&target, &cfg.drafter, &seqs[..2], at_once.path(), k, |_, _| {}).unwrap();
+    let got = FeatureFile::build_with_top_k(&target, &cfg.drafter, &seqs, at_once.path(), k, |_, _| {}).unwrap();
+    for (i, s) in seqs.iter().enumerate() {
+        assert!(got.rows(i, s.len()).unwrap() == want.rows(i, s.len()).unwrap(), "features of sequence {i}");
+        assert!(got.top_k_rows(i, s.len()).unwrap() == want.top_k_rows(i, s.len()).unwrap(), "top-k of sequence {i}");
+    }
+}
+
 /// The feature cache can keep the target's top-k next-token distribution:
 /// ids and log-probabilities equal those of the target's own logits, a
 /// reopened file reads the same, and a file without it says so.

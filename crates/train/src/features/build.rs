@@ -3,6 +3,7 @@
 //! past it.
 
 use super::*;
+use bastion_models::Session;
 
 /// The index a build continues from, cut to the sequences this data shares
 /// with it (all of it, when the data on disk is shorter than it claims), and
@@ -84,6 +85,10 @@ pub(super) struct BuildFiles<'a> {
 /// Appends the features (and top-`top_k` rows) of the sequences past
 /// `index.rows.len()`: one target prefill each, written in order, the data
 /// synced before the index claims it (every 16,384 tokens and at the end).
+/// The tokens that all of those sequences start with (distilled data's chat
+/// template: 24 tokens for SmolLM2, 9 % of its tokens) run once, and each
+/// sequence's prefill goes on from a fork of that session, which gives the
+/// bits of a whole prefill ([`bastion_models::Session::fork`]).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn append_features(
     target: &Model,
@@ -106,27 +111,45 @@ pub(super) fn append_features(
             0 => None,
             _ => Some(BufWriter::new(OpenOptions::new().append(true).open(top_path).map_err(io_err(top_path))?)),
         };
+        // The rows of `tokens` prefilled into `session`: features `[T, width]` and top-k.
+        let rows_of = |session: &mut Session<'_>, tokens: &[u32]| -> std::result::Result<Rows, String> {
+            let fwd =
+                if top_k > 0 { session.prefill_all_logits(tokens, &hidden) } else { session.prefill(tokens, &hidden) }
+                    .and_then(bastion_models::Output::into_host)
+                    .map_err(|e| e.to_string())?;
+            let top = match top_k {
+                0 => (Vec::new(), Vec::new()),
+                _ => top_k_of(&fwd.logits, tokens.len(), vocab, top_k)?,
+            };
+            let feats = context_features(&fwd, target.config().hidden_size, None).map_err(|e| e.to_string())?;
+            Ok(Rows { feats, top })
+        };
+        let first = index.rows.len();
+        let todo = &sequences[first..];
+        let shared = if todo.len() > 1 { shared_prefix(todo) } else { 0 };
+        let mut base = target.session();
+        let pre = match shared {
+            0 => Rows::default(),
+            _ => rows_of(&mut base, &todo[0][..shared])
+                .map_err(|e| TrainError::Usage(format!("features of training sequence {first}: {e}")))?,
+        };
         let mut since_sync = 0usize;
-        for (i, tokens) in sequences.iter().enumerate().skip(index.rows.len()) {
+        for (i, tokens) in sequences.iter().enumerate().skip(first) {
             let bad = |e: String| TrainError::Usage(format!("features of training sequence {i}: {e}"));
-            let fwd = if top_k > 0 {
-                target.session().prefill_all_logits(tokens, &hidden)
-            } else {
-                target.session().prefill(tokens, &hidden)
+            let own = match shared {
+                0 => rows_of(&mut target.session(), tokens),
+                _ => rows_of(&mut base.fork().map_err(|e| bad(e.to_string()))?, &tokens[shared..]),
             }
-            .and_then(bastion_models::Output::into_host)
-            .map_err(|e| bad(e.to_string()))?;
+            .map_err(bad)?;
             if let Some(top_out) = &mut top_out {
-                let rows = top_k_of(&fwd.logits, tokens.len(), vocab, top_k).map_err(bad)?;
-                let bytes: Vec<u8> = rows
-                    .0
-                    .iter()
-                    .zip(&rows.1)
+                let bytes: Vec<u8> = [&pre.top, &own.top]
+                    .into_iter()
+                    .flat_map(|(ids, lps)| ids.iter().zip(lps))
                     .flat_map(|(id, lp)| id.to_le_bytes().into_iter().chain(lp.to_le_bytes()))
                     .collect();
                 top_out.write_all(&bytes).map_err(io_err(top_path))?;
             }
-            let feats = context_features(&fwd, target.config().hidden_size, None).map_err(|e| bad(e.to_string()))?;
+            let feats = [pre.feats.as_slice(), &own.feats].concat();
             let halves: Vec<f16> = feats.iter().map(|&v| f16::from_f32(v)).collect();
             if let Some(j) = halves.iter().position(|h| !h.is_finite()) {
                 return Err(bad(format!(
@@ -157,4 +180,36 @@ pub(super) fn append_features(
         }
     }
     Ok(())
+}
+
+/// A sequence's rows in a feature build: features `[T, width]` and, with
+/// top-k, `(ids, log-probabilities)` `[T, k]`.
+#[derive(Default)]
+struct Rows {
+    feats: Vec<f32>,
+    top: (Vec<u32>, Vec<f32>),
+}
+
+/// How many tokens every one of `sequences` starts with, leaving each at
+/// least one of its own (0 for none).
+fn shared_prefix(sequences: &[Vec<u32>]) -> usize {
+    let Some((first, rest)) = sequences.split_first() else { return 0 };
+    let shortest = sequences.iter().map(Vec::len).min().unwrap_or(0);
+    let common = rest.iter().fold(first.len(), |n, s| first.iter().zip(s).take(n).take_while(|(a, b)| a == b).count());
+    common.min(shortest.saturating_sub(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shared_prefix;
+
+    #[test]
+    fn the_shared_prefix_leaves_every_sequence_a_token() {
+        let s = |v: &[u32]| v.to_vec();
+        assert_eq!(shared_prefix(&[s(&[1, 2, 3, 4]), s(&[1, 2, 3, 9]), s(&[1, 2, 7])]), 2);
+        assert_eq!(shared_prefix(&[s(&[1, 2, 3]), s(&[1, 2, 3, 4])]), 2, "the shorter keeps one token");
+        assert_eq!(shared_prefix(&[s(&[5, 2]), s(&[1, 2])]), 0);
+        assert_eq!(shared_prefix(&[s(&[1, 2, 3])]), 2);
+        assert_eq!(shared_prefix(&[]), 0);
+    }
 }
