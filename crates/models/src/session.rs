@@ -306,9 +306,10 @@ impl<'m> Session<'m> {
 
     /// An independent copy of this session's committed cache: prompts that
     /// share a prefix (a chat template's system turn) prefill it once and
-    /// fork. Prefilling the rest in the fork gives the same bits as
+    /// fork. On `flex`, prefilling the rest in the fork gives the same bits as
     /// prefilling the whole prompt in one call (every row's projections and
-    /// attention are computed the same way whatever else is in the call).
+    /// attention are computed the same way whatever else is in the call); on
+    /// a GPU backend the results agree to rounding.
     ///
     /// # Errors
     /// [`ModelError::Usage`] when a verified tree is pending.

@@ -326,3 +326,17 @@ pub fn distill_batched(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::shared_head;
+
+    #[test]
+    fn the_shared_head_leaves_every_sequence_a_token() {
+        assert_eq!(shared_head(&[&[1, 2, 3, 4], &[1, 2, 3, 9], &[1, 2, 7]]), 2);
+        assert_eq!(shared_head(&[&[1, 2, 3], &[1, 2, 3, 4]]), 2, "the shorter keeps one token");
+        assert_eq!(shared_head(&[&[5, 2], &[1, 2]]), 0);
+        assert_eq!(shared_head(&[&[1, 2, 3]]), 2);
+        assert_eq!(shared_head(&[]), 0);
+    }
+}

@@ -102,6 +102,8 @@ pub struct FeatureFile {
     top_k: Option<(File, PathBuf, usize)>,
     /// The lock file, held shared while this is open: no other run rewrites the data.
     _lock: File,
+    /// Tokens this call's build prefilled once for all the sequences it built.
+    shared: usize,
 }
 
 mod build;
@@ -218,7 +220,7 @@ impl FeatureFile {
                 top_k == 0 || std::fs::metadata(&top_path).is_ok_and(|m| m.len() >= top_k_bytes(&index.rows, top_k));
             if let (Some(spans), Ok(Some(file)), true) = (spans_for(&index, sequences, &prefix), file, top_ok) {
                 let top_k = open_top(top_k_bytes(&index.rows, top_k))?;
-                return Ok(Self { path, file, width, spans, top_k, _lock: lock });
+                return Ok(Self { path, file, width, spans, top_k, _lock: lock, shared: 0 });
             }
         }
 
@@ -235,7 +237,7 @@ impl FeatureFile {
         locked(true)?;
         let files = BuildFiles { data: &path, top: &top_path, index: &index_path };
         let (mut index, file) = prepare_build(dir, &expected, files, sequences, &prefix)?;
-        append_features(target, cfg, sequences, &prefix, &mut index, files, top_k, &mut on_progress)?;
+        let shared = append_features(target, cfg, sequences, &prefix, &mut index, files, top_k, &mut on_progress)?;
         // Readers may share the file from here on. Between the two locks another run may
         // have rewritten it: then its index no longer covers this data.
         lock.unlock().map_err(io_err(&lock_path))?;
@@ -246,7 +248,7 @@ impl FeatureFile {
             .ok_or_else(|| TrainError::Usage(format!("feature file {}: rewritten by another run", path.display())))?;
         let need = spans.iter().map(|&(_, r)| (r * top_k) as u64 * 8).sum();
         let top_k = open_top(need)?;
-        Ok(Self { path, file, width, spans, top_k, _lock: lock })
+        Ok(Self { path, file, width, spans, top_k, _lock: lock, shared })
     }
 
     /// The features of `sequences` from a complete file of the same stem built with
@@ -284,9 +286,16 @@ impl FeatureFile {
             if lock.try_lock_shared().is_err() {
                 continue;
             }
-            return Ok(Some(Self { path, file, width: expected.width, spans, top_k: None, _lock: lock }));
+            return Ok(Some(Self { path, file, width: expected.width, spans, top_k: None, _lock: lock, shared: 0 }));
         }
         Ok(None)
+    }
+
+    /// How many tokens the build that opened this file prefilled once for all
+    /// the sequences it built (the ones they all start with; 0 when it built
+    /// nothing or they share none).
+    pub fn shared_by_build(&self) -> usize {
+        self.shared
     }
 
     /// Number of sequences.

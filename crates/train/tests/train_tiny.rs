@@ -796,32 +796,47 @@ fn step_scoped_sampled_softmax_resumes_exactly() {
 
 /// Sequences that start alike (a chat template's system turn) have their
 /// common tokens prefilled once and the rest from a fork: the file holds the
-/// same bits, features and top-k, as one built a sequence at a time (where
-/// nothing is shared), also when a build resumes part way.
+/// same bits, features and top-k (f32: rounding the features to f16 could
+/// hide a difference), as one built a sequence at a time (where nothing is
+/// shared), with and without top-k, also when a build resumes part way with
+/// a longer shared head and a sequence left one token of its own.
 #[test]
 fn a_shared_prefix_gives_the_bits_of_whole_prefills() {
     let target = target();
     let records = distilled(&target, 5, 31);
     let cfg = small(&target, 2);
     let system = [7u32, 11, 13, 17, 19, 23];
-    let seqs: Vec<Vec<u32>> = whole_sequences(&records).into_iter().map(|s| [system.as_slice(), &s].concat()).collect();
-    let k = 3;
-    let one_by_one = tempfile::tempdir().unwrap();
-    for n in 1..=seqs.len() {
-        let mut built = Vec::new();
-        FeatureFile::build_with_top_k(&target, &cfg.drafter, &seqs[..n], one_by_one.path(), k, |d, _| built.push(d))
-            .unwrap();
-        assert_eq!(built, [n], "one new sequence a call");
-    }
-    let want =
-        FeatureFile::build_with_top_k(&target, &cfg.drafter, &seqs, one_by_one.path(), k, |_, _| panic!()).unwrap();
-    let at_once = tempfile::tempdir().unwrap();
-    // Two sequences first (sharing the prefix), then the other three (sharing it again).
-    FeatureFile::build_with_top_k(&target, &cfg.drafter, &seqs[..2], at_once.path(), k, |_, _| {}).unwrap();
-    let got = FeatureFile::build_with_top_k(&target, &cfg.drafter, &seqs, at_once.path(), k, |_, _| {}).unwrap();
-    for (i, s) in seqs.iter().enumerate() {
-        assert!(got.rows(i, s.len()).unwrap() == want.rows(i, s.len()).unwrap(), "features of sequence {i}");
-        assert!(got.top_k_rows(i, s.len()).unwrap() == want.top_k_rows(i, s.len()).unwrap(), "top-k of sequence {i}");
+    let mut seqs: Vec<Vec<u32>> = whole_sequences(&records)
+        .into_iter()
+        .enumerate()
+        .map(|(i, s)| if i < 2 { [&system[..], &s].concat() } else { [&system[..], &[29], &s].concat() })
+        .collect();
+    // Shares the first 7 tokens with the last three, keeping one of its own.
+    seqs.push([&system[..], &[29, 31]].concat());
+    for k in [0, 3] {
+        let build = |s: &[Vec<u32>], dir: &std::path::Path| {
+            FeatureFile::build_with_top_k(&target, &cfg.drafter, s, dir, k, |_, _| {}).unwrap()
+        };
+        let one_by_one = tempfile::tempdir().unwrap();
+        for n in 1..=seqs.len() {
+            assert_eq!(
+                build(&seqs[..n], one_by_one.path()).shared_by_build(),
+                0,
+                "one sequence a build shares nothing"
+            );
+        }
+        let want = build(&seqs, one_by_one.path());
+        let at_once = tempfile::tempdir().unwrap();
+        // Two sequences first (sharing the system turn), then the other four (sharing it and one more token).
+        assert_eq!(build(&seqs[..2], at_once.path()).shared_by_build(), 6, "k = {k}");
+        let got = build(&seqs, at_once.path());
+        assert_eq!(got.shared_by_build(), 7, "k = {k}");
+        for (i, s) in seqs.iter().enumerate() {
+            assert!(got.rows(i, s.len()).unwrap() == want.rows(i, s.len()).unwrap(), "k = {k}: features of {i}");
+            if k > 0 {
+                assert!(got.top_k_rows(i, s.len()).unwrap() == want.top_k_rows(i, s.len()).unwrap(), "top-k of {i}");
+            }
+        }
     }
 }
 

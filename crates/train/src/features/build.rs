@@ -83,12 +83,12 @@ pub(super) struct BuildFiles<'a> {
 }
 
 /// Appends the features (and top-`top_k` rows) of the sequences past
-/// `index.rows.len()`: one target prefill each, written in order, the data
-/// synced before the index claims it (every 16,384 tokens and at the end).
-/// The tokens that all of those sequences start with (distilled data's chat
-/// template: 24 tokens for SmolLM2, 9 % of its tokens) run once, and each
-/// sequence's prefill goes on from a fork of that session, which gives the
-/// bits of a whole prefill ([`bastion_models::Session::fork`]).
+/// `index.rows.len()`, written in order, the data synced before the index
+/// claims it (every 16,384 tokens and at the end). The tokens that all of
+/// those sequences start with (distilled data's chat template) are prefilled
+/// once, and each sequence's own tokens in a fork of that session: on `flex`
+/// the same bits as a whole prefill ([`bastion_models::Session::fork`]).
+/// Returns how many tokens were shared that way (0: none, or nothing to build).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn append_features(
     target: &Model,
@@ -99,12 +99,13 @@ pub(super) fn append_features(
     files: BuildFiles<'_>,
     top_k: usize,
     on_progress: &mut impl FnMut(usize, usize),
-) -> Result<()> {
+) -> Result<usize> {
     let (path, top_path, index_path) = (files.data, files.top, files.index);
     let width = index.width;
     let hidden = cfg.hidden_indices();
     let vocab = target.config().vocab_size;
     let total = sequences.len();
+    let mut shared = 0;
     if index.rows.len() < total {
         let mut out = BufWriter::new(OpenOptions::new().append(true).open(path).map_err(io_err(path))?);
         let mut top_out = match top_k {
@@ -126,12 +127,16 @@ pub(super) fn append_features(
         };
         let first = index.rows.len();
         let todo = &sequences[first..];
-        let shared = if todo.len() > 1 { shared_prefix(todo) } else { 0 };
+        let heads: Vec<&[u32]> = todo.iter().map(Vec::as_slice).collect();
+        shared = if todo.len() > 1 { crate::distill::shared_head(&heads) } else { 0 };
         let mut base = target.session();
         let pre = match shared {
             0 => Rows::default(),
-            _ => rows_of(&mut base, &todo[0][..shared])
-                .map_err(|e| TrainError::Usage(format!("features of training sequence {first}: {e}")))?,
+            _ => rows_of(&mut base, &todo[0][..shared]).map_err(|e| {
+                TrainError::Usage(format!(
+                    "features of the {shared} tokens training sequences {first}.. start with: {e}"
+                ))
+            })?,
         };
         let mut since_sync = 0usize;
         for (i, tokens) in sequences.iter().enumerate().skip(first) {
@@ -179,7 +184,7 @@ pub(super) fn append_features(
             on_progress(index.rows.len(), total);
         }
     }
-    Ok(())
+    Ok(shared)
 }
 
 /// A sequence's rows in a feature build: features `[T, width]` and, with
@@ -188,28 +193,4 @@ pub(super) fn append_features(
 struct Rows {
     feats: Vec<f32>,
     top: (Vec<u32>, Vec<f32>),
-}
-
-/// How many tokens every one of `sequences` starts with, leaving each at
-/// least one of its own (0 for none).
-fn shared_prefix(sequences: &[Vec<u32>]) -> usize {
-    let Some((first, rest)) = sequences.split_first() else { return 0 };
-    let shortest = sequences.iter().map(Vec::len).min().unwrap_or(0);
-    let common = rest.iter().fold(first.len(), |n, s| first.iter().zip(s).take(n).take_while(|(a, b)| a == b).count());
-    common.min(shortest.saturating_sub(1))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::shared_prefix;
-
-    #[test]
-    fn the_shared_prefix_leaves_every_sequence_a_token() {
-        let s = |v: &[u32]| v.to_vec();
-        assert_eq!(shared_prefix(&[s(&[1, 2, 3, 4]), s(&[1, 2, 3, 9]), s(&[1, 2, 7])]), 2);
-        assert_eq!(shared_prefix(&[s(&[1, 2, 3]), s(&[1, 2, 3, 4])]), 2, "the shorter keeps one token");
-        assert_eq!(shared_prefix(&[s(&[5, 2]), s(&[1, 2])]), 0);
-        assert_eq!(shared_prefix(&[s(&[1, 2, 3])]), 2);
-        assert_eq!(shared_prefix(&[]), 0);
-    }
 }
