@@ -483,14 +483,24 @@ fn deserialize(loc: &Locator<'_>) -> Result<RawExperiment, SpecError> {
         let upto = &text
             [..text.len().min(text[span.start.min(text.len())..].find('\n').map_or(text.len(), |i| span.start + i))];
         let header = upto.lines().map(str::trim).rfind(|l| l.starts_with('['));
-        let prefix = match header {
-            Some(h) if h.starts_with("[[") => {
+        // A table header that is itself the unknown field (`[experiment]`,
+        // `[datasets.extra]`) lies in its parent table: `experiment`,
+        // `datasets.extra`, not `experiment.experiment`.
+        let parent = header.filter(|_| {
+            message.starts_with("unknown field") && upto.lines().last().is_some_and(|l| l.trim_start().starts_with('['))
+        });
+        let prefix = match (header, parent) {
+            (_, Some(h)) => {
+                let path = h.trim_matches(|c| c == '[' || c == ']').trim();
+                path.rsplit_once('.').map_or(String::new(), |(up, _)| format!("{up}."))
+            }
+            (Some(h), None) if h.starts_with("[[") => {
                 let name = h.trim_matches(|c| c == '[' || c == ']').trim();
                 let index = upto.lines().filter(|l| l.trim() == h).count().saturating_sub(1);
                 format!("{name}[{index}].")
             }
-            Some(h) => format!("{}.", h.trim_matches(|c| c == '[' || c == ']').trim()),
-            None => String::new(),
+            (Some(h), None) => format!("{}.", h.trim_matches(|c| c == '[' || c == ']').trim()),
+            (None, None) => String::new(),
         };
         loc.at(span, format!("{prefix}{field}"), message)
     })

@@ -197,6 +197,17 @@ fn mistakes_name_the_file_line_and_field() {
         ),
         (with("\"dflash\", \"ddtree\"", "\"dflash+skip\", \"ddtree\""), "6:12: methods[0]", "only the cost-aware"),
         (with("max_samples = 2", "max_samples = 2\nshuffle = true"), "17:1: datasets.shuffle", "unknown field"),
+        // A misnamed table: the header is the unknown field, in its parent table.
+        (
+            with("[datasets]", "[experiment]\n\n[datasets]"),
+            "14:2: experiment: unknown field",
+            "unknown field `experiment`",
+        ),
+        (
+            with("max_samples = 2", "max_samples = 2\n[datasets.extra]"),
+            "17:11: datasets.extra",
+            "unknown field `extra`",
+        ),
         (with("max_samples = 2", "max_samples = 2\nper_group = 0"), "17:13: datasets.per_group", "integer ≥ 1"),
         (
             with("max_samples = 2", "max_samples = 2\nper_group = 3"),
