@@ -21,7 +21,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use bastion_data::{Datasets, Prompt};
+use bastion_data::Prompt;
 use bastion_decode::{ChatEncoder, GenerateConfig, LoadedPair, Method, PairSpec, Speculator, Variant};
 
 use crate::spec::{Experiment, ModelPair};
@@ -201,10 +201,9 @@ pub enum RunEvent<'a> {
 /// # Errors
 /// [`RunError::Data`] when a dataset fails to load.
 pub fn plan(exp: &Experiment, datasets_dir: &Path, shard: Shard) -> Result<Vec<Sample>, RunError> {
-    let data = Datasets::open(datasets_dir)?;
     let mut prompts: Vec<Prompt> = Vec::new();
     for d in &exp.datasets {
-        prompts.extend(exp.prompts(&data, d)?);
+        prompts.extend(exp.prompts(datasets_dir, d)?);
     }
     let mine: Vec<&Prompt> =
         prompts.iter().enumerate().filter(|(k, _)| k % shard.count == shard.index).map(|(_, p)| p).collect();

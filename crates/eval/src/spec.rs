@@ -147,18 +147,20 @@ pub struct Experiment {
 
 impl Experiment {
     /// The prompts of dataset `name`: from its `[[datasets.files]]` file, or
-    /// the built-in set under `data`.
+    /// the built-in set in the folder `datasets_dir` (opened only then: an
+    /// experiment over files of its own runs from anywhere).
     ///
     /// # Errors
-    /// The dataset's load error (file, line, field).
+    /// The dataset's load error (file, line, field); a missing folder when a
+    /// built-in set is read.
     pub fn prompts(
         &self,
-        data: &bastion_data::Datasets,
+        datasets_dir: &std::path::Path,
         name: &DatasetName,
     ) -> Result<Vec<bastion_data::Prompt>, bastion_data::DataError> {
         match self.dataset_files.iter().find(|f| f.name == *name) {
             Some(f) => f.load(&self.selection),
-            None => data.load(name, &self.selection),
+            None => bastion_data::Datasets::open(datasets_dir)?.load(name, &self.selection),
         }
     }
 

@@ -580,6 +580,13 @@ fn a_users_files_are_read_and_their_mistakes_named() {
     // Only files, no names.
     let only = with_file("mine", mine).replace("names = [\"gsm8k\", \"mt-bench\"]\n", "");
     assert_eq!(parse(&only).unwrap().datasets.len(), 1);
+    // A sweep over files only needs no dataset folder; one naming a built-in set says which
+    // folder it lacks.
+    let nowhere = root().join("no-such-datasets");
+    let plan = bastion_eval::plan(&parse(&only).unwrap(), &nowhere, bastion_eval::Shard::default()).unwrap();
+    assert!(!plan.is_empty() && plan.iter().all(|s| s.prompt.dataset.as_str() == "mine"));
+    let e = bastion_eval::plan(&e, &nowhere, bastion_eval::Shard::default()).unwrap_err().to_string();
+    assert!(e.contains("no-such-datasets") && e.contains("dataset folder not found"), "{e}");
     let cases: Vec<(String, &str, &str)> = vec![
         (
             with_file("mine", "path = \"no/such.jsonl\"\nprompt = \"question\""),

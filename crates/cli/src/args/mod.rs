@@ -184,6 +184,18 @@ pub fn method_arg(name: &str) -> std::result::Result<MethodSpec, String> {
     Ok(spec)
 }
 
+/// `--temperature`'s value parser: a finite number ≥ 0 (0 = greedy), as an
+/// experiment file's `temperatures` asks.
+///
+/// # Errors
+/// A value that is not a number, negative, or not finite.
+pub fn temperature_arg(value: &str) -> std::result::Result<f64, String> {
+    match value.trim().parse::<f64>() {
+        Ok(t) if t.is_finite() && t >= 0.0 => Ok(t),
+        _ => Err(format!("{value}: expected a temperature ≥ 0 (0 = greedy)")),
+    }
+}
+
 /// How the cost-aware methods get their cost models.
 #[derive(clap::Args, Debug, Clone)]
 pub struct CostArgs {
@@ -254,4 +266,17 @@ pub fn run_options(exp: &Experiment, results: &Path, datasets: &Path, shard: Sha
         pinned_calibration: false,
         load: load_options(bastion_models::WeightDtype::F32)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_temperature_is_a_finite_number_at_least_zero() {
+        assert_eq!(super::temperature_arg("0"), Ok(0.0));
+        assert_eq!(super::temperature_arg("0.7"), Ok(0.7));
+        for bad in ["-1", "-0.5", "nan", "inf", "warm", ""] {
+            let e = super::temperature_arg(bad).unwrap_err();
+            assert!(e.contains("expected a temperature ≥ 0"), "{bad}: {e}");
+        }
+    }
 }

@@ -38,7 +38,7 @@ pub struct Args {
     #[arg(long, default_value = "ar", value_parser = super::method_arg)]
     method: MethodSpec,
     /// Sampling temperature (0 = greedy).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = super::temperature_arg)]
     temperature: f64,
     /// Seed of the sampler (T > 0).
     #[arg(long, default_value_t = 0)]

@@ -36,7 +36,7 @@ pub struct Args {
     #[arg(long, default_value_t = 12_000)]
     max_attempts: usize,
     /// Sampling temperature.
-    #[arg(long, default_value_t = 0.7)]
+    #[arg(long, default_value_t = 0.7, value_parser = super::temperature_arg)]
     temperature: f64,
     /// Seed (candidate i uses seed + i).
     #[arg(long, default_value_t = 0)]
