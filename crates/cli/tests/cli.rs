@@ -74,6 +74,45 @@ fn bad_input_fails_with_a_clear_message() {
     let (ok, _, err) = bastion(&["datasets", "--dir", "no/such/dir", "verify"]);
     assert!(!ok);
     assert!(err.contains("no/such/dir"), "{err}");
+    // Flags out of range are refused before anything loads.
+    let base = ["generate", "--model", "tests/fixtures/tiny-qwen3", "--prompt-ids", "5,6,7"];
+    for (extra, want) in [
+        (["--temperature=-1"], "expected a temperature ≥ 0"),
+        (["--temperature=nan"], "expected a temperature ≥ 0"),
+        (["--max-new-tokens=0"], "0 is not in 1.."),
+    ] {
+        let (ok, _, err) = bastion(&[&base[..], &extra[..]].concat());
+        assert!(!ok && err.contains(want), "{extra:?}: {err}");
+    }
+    // Outside the repository's root, `reproduce` names the folder it looked in (and fetches
+    // nothing).
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, _, err) = bastion_in(dir.path(), &["reproduce"]);
+    assert!(!ok && err.contains("experiments/default.toml: no such experiment file under"), "{err}");
+    assert!(!dir.path().join("models").exists());
+    let (ok, _, err) = bastion_in(dir.path(), &["check"]);
+    assert!(!ok && err.contains("experiments/check.toml: no such experiment file under"), "{err}");
+}
+
+/// An experiment over a dataset file of its own runs from any folder: it needs no
+/// `datasets/` there.
+#[test]
+fn an_experiment_over_its_own_files_runs_outside_the_repository() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("q.jsonl"), "{\"q\": \"What is 2 + 3?\"}\n").unwrap();
+    let text = tiny_experiment("own-outside", r#""dflash""#, "", 1)
+        .replace("tests/fixtures/", &format!("{ROOT}/tests/fixtures/"))
+        .replace("names = []\n", "")
+        + "\n[[datasets.files]]\nname = \"mine\"\npath = \"q.jsonl\"\nprompt = \"q\"\n";
+    std::fs::write(dir.path().join("own.toml"), text).unwrap();
+    let (ok, out, err) = bastion_in(dir.path(), &["run", "own.toml"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("2 records in"), "{out}");
+    let lines = std::fs::read_to_string(dir.path().join("results/own-outside/samples.jsonl")).unwrap();
+    assert_eq!(lines.lines().count(), 2);
+    // Its tables, from the built-in templates (there is no paper_tables/templates/ here).
+    let md = std::fs::read_to_string(dir.path().join("paper_tables/own-outside.md")).unwrap();
+    assert!(md.contains("| dflash |") && md.contains("mine"), "{md}");
 }
 
 #[test]

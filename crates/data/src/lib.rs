@@ -280,7 +280,7 @@ impl Datasets {
         if !root.is_dir() {
             return Err(DataError::Io {
                 path: root,
-                source: std::io::Error::new(std::io::ErrorKind::NotFound, "dataset folder not found (the built-in evaluation sets are the repository's `datasets/`: run from the repository's root, or name that folder)"),
+                source: std::io::Error::new(std::io::ErrorKind::NotFound, "dataset folder not found (the repository's `datasets/`, looked for relative to the current folder: run from the repository's root or pass its path)"),
             });
         }
         let expected = SHA256SUMS

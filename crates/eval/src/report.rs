@@ -14,6 +14,35 @@ use crate::{figures, tables};
 /// Where the table templates live, relative to the working directory.
 pub const DEFAULT_TEMPLATES: &str = "paper_tables/templates";
 
+/// The shipped templates (`paper_tables/templates/`), built into the binary: a
+/// run outside the repository, where [`DEFAULT_TEMPLATES`] does not exist,
+/// still writes its tables. A folder named on purpose is never replaced.
+const BUILT_IN_TEMPLATES: [(&str, &str); 4] = [
+    ("results.md.j2", include_str!("../../../paper_tables/templates/results.md.j2")),
+    ("results.tex.j2", include_str!("../../../paper_tables/templates/results.tex.j2")),
+    ("spec-bench.md.j2", include_str!("../../../paper_tables/templates/spec-bench.md.j2")),
+    ("spec-bench.tex.j2", include_str!("../../../paper_tables/templates/spec-bench.tex.j2")),
+];
+
+/// The text of the template at `path`: the file, or, when `path` is one of the
+/// default folder's templates and that folder is not under the working
+/// directory, its built-in copy.
+///
+/// # Errors
+/// [`OutputError::Io`] naming `path` when it cannot be read and has no
+/// built-in copy.
+pub fn read_template(path: &Path) -> Result<String, OutputError> {
+    std::fs::read_to_string(path).or_else(|e| {
+        let default = path.parent() == Some(Path::new(DEFAULT_TEMPLATES)) && !Path::new(DEFAULT_TEMPLATES).exists();
+        let name = path.file_name().and_then(|n| n.to_str());
+        BUILT_IN_TEMPLATES
+            .iter()
+            .find(|(n, _)| default && Some(*n) == name)
+            .map(|(_, text)| text.to_string())
+            .ok_or_else(|| OutputError::io(path)(e))
+    })
+}
+
 /// What [`write_tables`] wrote.
 #[derive(Debug)]
 pub struct Report {

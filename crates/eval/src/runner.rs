@@ -139,7 +139,8 @@ impl Shard {
 pub struct RunOptions {
     /// The experiment's results folder (`results/<name>`).
     pub results_dir: PathBuf,
-    /// The evaluation sets (`datasets/`).
+    /// The built-in evaluation sets (`datasets/`), read only when the
+    /// experiment names one.
     pub datasets_dir: PathBuf,
     /// Where default calibrations live (`results/calibration`).
     pub calibration_dir: PathBuf,

@@ -40,8 +40,9 @@
 //! `methods` may be left out when `[[variants]]` name every method to run
 //! (AR still runs first); see [`crate::variants`] for the knobs.
 //!
-//! Paths are relative to the directory the experiment is run from (the
-//! repository root). Every mistake is an [`SpecError`] naming the file, the
+//! Paths are relative to the directory the experiment is run from (normally
+//! the repository's root; an experiment over its own `[[datasets.files]]`
+//! needs no `datasets/` there). Every mistake is an [`SpecError`] naming the file, the
 //! line and column, and the field.
 
 use std::collections::HashSet;
@@ -481,31 +482,56 @@ fn deserialize(loc: &Locator<'_>) -> Result<RawExperiment, SpecError> {
             line.split_once('=').map(|(k, _)| k.trim().to_string()).filter(|k| !k.is_empty() && !k.starts_with('['))
         };
         let field = named.map(str::to_string).or_else(line_key).unwrap_or_else(|| "(syntax)".into());
-        // Inside a table, prefix its path: `datasets.`, `models[1].`.
-        let upto = &text
-            [..text.len().min(text[span.start.min(text.len())..].find('\n').map_or(text.len(), |i| span.start + i))];
-        let header = upto.lines().map(str::trim).rfind(|l| l.starts_with('['));
-        // A table header that is itself the unknown field (`[experiment]`,
-        // `[datasets.extra]`) lies in its parent table: `experiment`,
-        // `datasets.extra`, not `experiment.experiment`.
-        let parent = header.filter(|_| {
-            message.starts_with("unknown field") && upto.lines().last().is_some_and(|l| l.trim_start().starts_with('['))
-        });
-        let prefix = match (header, parent) {
-            (_, Some(h)) => {
-                let path = h.trim_matches(|c| c == '[' || c == ']').trim();
-                path.rsplit_once('.').map_or(String::new(), |(up, _)| format!("{up}."))
-            }
-            (Some(h), None) if h.starts_with("[[") => {
-                let name = h.trim_matches(|c| c == '[' || c == ']').trim();
-                let index = upto.lines().filter(|l| l.trim() == h).count().saturating_sub(1);
-                format!("{name}[{index}].")
-            }
-            (Some(h), None) => format!("{}.", h.trim_matches(|c| c == '[' || c == ']').trim()),
-            (None, None) => String::new(),
-        };
+        let prefix = table_prefix(text, span.start, message.starts_with("unknown field"));
         loc.at(span, format!("{prefix}{field}"), message)
     })
+}
+
+/// The path of the table an error at byte `at` of `text` lies in, as a field
+/// prefix: `datasets.`, `models[1].`, or nothing at the top level. A header
+/// line's own unknown key (`[experiment]`, `[datasets.extra]`, `[[dataset.files]]`)
+/// lies in the table the header names before that key: the top level,
+/// `datasets`, the top level. Other errors lie in the table of the last header
+/// at or above their line (a missing field: the header's own table).
+fn table_prefix(text: &str, at: usize, unknown: bool) -> String {
+    let at = at.min(text.len());
+    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[at..].find('\n').map_or(text.len(), |i| at + i);
+    // A header's dotted name, without brackets, spaces around dots or a comment.
+    let name = |h: &str| -> String {
+        let inner = h.trim_start().trim_start_matches('[');
+        let inner = inner.split(']').next().unwrap_or("");
+        inner.split('.').map(str::trim).collect::<Vec<_>>().join(".")
+    };
+    let headers = |upto: &str| -> Vec<(bool, String)> {
+        upto.lines()
+            .map(str::trim_start)
+            .filter(|l| l.starts_with('['))
+            .map(|l| (l.starts_with("[["), name(l)))
+            .collect()
+    };
+    // An array of tables' path takes the index of its last element so far.
+    let indexed = |path: String, above: &[(bool, String)]| -> String {
+        let n = above.iter().filter(|(array, p)| *array && *p == path).count();
+        if n > 0 {
+            format!("{path}[{}].", n - 1)
+        } else if path.is_empty() {
+            path
+        } else {
+            format!("{path}.")
+        }
+    };
+    if unknown && text[line_start..].trim_start().starts_with('[') {
+        let parent = text[line_start..at].trim_start().trim_start_matches('[');
+        let parent = parent.trim_end_matches(|c: char| c == '.' || c.is_whitespace());
+        let parent = parent.split('.').map(str::trim).collect::<Vec<_>>().join(".");
+        return indexed(parent, &headers(&text[..line_start]));
+    }
+    let above = headers(&text[..line_end]);
+    match above.last() {
+        Some((_, path)) => indexed(path.clone(), &above),
+        None => String::new(),
+    }
 }
 
 /// The text of an experiment file, or an error naming it.

@@ -602,7 +602,7 @@ pub fn tables(summary: &DataFrame) -> PolarsResult<Vec<Table>> {
 /// # Errors
 /// [`OutputError`] naming the template for unreadable or invalid templates.
 pub fn render<T: Serialize>(template: &Path, experiment: &str, tables: &[T]) -> Result<String, OutputError> {
-    let source = std::fs::read_to_string(template).map_err(OutputError::io(template))?;
+    let source = crate::report::read_template(template)?;
     let err = |source| OutputError::Template { path: template.into(), source };
     let mut env = minijinja::Environment::new();
     let syntax = minijinja::syntax::SyntaxConfig::builder()

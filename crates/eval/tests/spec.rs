@@ -205,8 +205,24 @@ fn mistakes_name_the_file_line_and_field() {
         ),
         (
             with("max_samples = 2", "max_samples = 2\n[datasets.extra]"),
-            "17:11: datasets.extra",
+            "17:11: datasets.extra: unknown field",
             "unknown field `extra`",
+        ),
+        (
+            with("max_samples = 2", "max_samples = 2\n\n[[dataset.files]]\nname = \"x\""),
+            "18:3: dataset: unknown field",
+            "unknown field `dataset`",
+        ),
+        (
+            with("tiny-dflash\"", "tiny-dflash\"\n[ models . extra ]  # a comment. With a dot"),
+            "13:12: models[0].extra: unknown field",
+            "unknown field `extra`",
+        ),
+        // A comment after the header is not part of the table's name.
+        (
+            with("max_samples = 2", "max_samples = 2\nshuffle = true").replace("[datasets]", "[datasets]  # v1.2"),
+            "17:1: datasets.shuffle: unknown field",
+            "unknown field `shuffle`",
         ),
         (with("max_samples = 2", "max_samples = 2\nper_group = 0"), "17:13: datasets.per_group", "integer ≥ 1"),
         (

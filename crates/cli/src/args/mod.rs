@@ -162,11 +162,37 @@ impl PairArgs {
 /// # Errors
 /// The file's first mistake ([`bastion_eval::SpecError`]: file, line, field).
 pub fn load_experiment(file: &Path) -> Result<bastion_eval::Experiment> {
+    experiment_file(file)?;
     let exp = bastion_eval::Experiment::load(file, Path::new("."))?;
     for note in &exp.notes {
         eprintln!("note: {note}");
     }
     Ok(exp)
+}
+
+/// Checks that the experiment file `file` exists. The commands' default files
+/// (`experiments/default.toml`, `experiments/check.toml`) are relative to the
+/// repository's root, so a relative path that is missing outside it (no
+/// `experiments/` here) names the folder it was looked for in.
+///
+/// # Errors
+/// A message naming the file (and the current folder, for a relative path).
+pub fn experiment_file(file: &Path) -> Result {
+    if file.exists() {
+        return Ok(());
+    }
+    let here = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_else(|_| ".".into());
+    // Outside the repository's root, its relative paths lead nowhere: say where we are.
+    Err(if file.is_absolute() || Path::new("experiments").is_dir() {
+        format!("{}: no such experiment file", file.display())
+    } else {
+        format!(
+            "{}: no such experiment file under {here} (the repository's experiments, datasets and drafters are \
+             found from its root: run from there, or give the file's full path)",
+            file.display()
+        )
+    }
+    .into())
 }
 
 /// `--method`: a method name, parsed as [`MethodSpec`]; a name whose meaning
@@ -191,8 +217,9 @@ pub fn method_arg(name: &str) -> std::result::Result<MethodSpec, String> {
 /// A value that is not a number, negative, or not finite.
 pub fn temperature_arg(value: &str) -> std::result::Result<f64, String> {
     match value.trim().parse::<f64>() {
-        Ok(t) if t.is_finite() && t >= 0.0 => Ok(t),
-        _ => Err(format!("{value}: expected a temperature ≥ 0 (0 = greedy)")),
+        // `-0` is 0 (as in an experiment file's `temperatures`).
+        Ok(t) if t.is_finite() && t >= 0.0 => Ok(t + 0.0),
+        _ => Err("expected a temperature ≥ 0 (0 = greedy)".into()),
     }
 }
 
@@ -274,9 +301,21 @@ mod tests {
     fn a_temperature_is_a_finite_number_at_least_zero() {
         assert_eq!(super::temperature_arg("0"), Ok(0.0));
         assert_eq!(super::temperature_arg("0.7"), Ok(0.7));
+        assert!(super::temperature_arg("-0").unwrap().is_sign_positive());
         for bad in ["-1", "-0.5", "nan", "inf", "warm", ""] {
             let e = super::temperature_arg(bad).unwrap_err();
             assert!(e.contains("expected a temperature ≥ 0"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn a_missing_experiment_file_names_where_it_was_looked_for() {
+        use std::path::Path;
+        assert!(super::experiment_file(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))).is_ok());
+        let e = super::experiment_file(Path::new("no/such.toml")).unwrap_err().to_string();
+        let here = std::env::current_dir().unwrap().display().to_string();
+        assert!(e.starts_with("no/such.toml: no such experiment file under") && e.contains(&here), "{e}");
+        let e = super::experiment_file(Path::new("/no/such.toml")).unwrap_err().to_string();
+        assert_eq!(e, "/no/such.toml: no such experiment file");
     }
 }

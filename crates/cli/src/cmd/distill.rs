@@ -23,7 +23,7 @@ pub struct Args {
     #[arg(long)]
     limit: Option<usize>,
     /// Longest response (tokens).
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     max_new_tokens: usize,
     /// The dataset folder.
     #[arg(long, default_value = "datasets")]

@@ -31,6 +31,8 @@ pub struct Args {
 
 /// Runs `bastion reproduce`: fetch the default model and calibrate if needed, then run.
 pub fn run(a: Args) -> Result {
+    // Outside the repository's root, say so before fetching anything.
+    super::experiment_file(&a.experiment)?;
     if !Path::new(DEFAULT_MODEL).is_file() {
         eprintln!("{DEFAULT_MODEL} is missing: fetching it (scripts/fetch-model.sh)");
         let status = std::process::Command::new("bash").arg("scripts/fetch-model.sh").status()?;
