@@ -10,8 +10,8 @@ use super::{progress_bar, PairArgs, Result};
 /// Distil drafter training data: the target's greedy responses to training prompts.
 ///
 /// Self-distillation data for drafter training: the target's greedy
-/// responses to the training prompts (GSM8K train + MBPP non-test, never
-/// evaluation prompts), appended to a JSON-lines file; rerun to resume.
+/// responses to the training prompts (GSM8K train, MBPP non-test and the
+/// self-instruct chat, math and code prompts; never evaluation prompts), appended to a JSON-lines file; rerun to resume.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     #[command(flatten)]

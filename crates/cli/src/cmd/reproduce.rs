@@ -13,8 +13,8 @@ use crate::display;
 ///
 /// The main job: runs `experiments/default.toml` (SmolLM2 + the shipped drafter
 /// in q8_0 with its 1,024-token draft vocabulary, 8 prompts each of GSM8K,
-/// MATH-500, HumanEval, MT-Bench, every method, T = 0; 16 min measured on 2 CPU
-/// cores) and prints and writes its tables. Fetches the default model first if it is
+/// MATH-500, HumanEval, MT-Bench, every method, T = 0; 12-13 min measured on 2
+/// CPU cores) and prints and writes its tables. Fetches the default model first if it is
 /// missing and calibrates this machine (`bastion profile`) if it has no calibration.
 /// Resumable like `run`.
 #[derive(clap::Args, Debug)]

@@ -47,8 +47,8 @@ pub struct Args {
     #[arg(long)]
     out: Option<PathBuf>,
     /// The experiment's name, [a-z0-9_-]+ [default: tau-<model>-<method>, e.g.
-    /// tau-smollm2-135m-instruct-q4_1-ddtree-8; the model with a -bf16 / -f16 suffix in those
-    /// dtypes].
+    /// tau-smollm2-135m-instruct-q4_1-ddtree-8; the model with a -bf16 / -f16 / -q8_0 suffix in
+    /// those dtypes].
     #[arg(long)]
     name: Option<String>,
     /// The results root (the run writes to RESULTS/<name>/).
