@@ -9,6 +9,14 @@ fn bastion(args: &[&str]) -> (bool, String, String) {
     bastion_in(std::path::Path::new(ROOT), args)
 }
 
+/// The rounds and τ a `generate` summary line reports ("… | 64 tokens in 12 rounds, τ 5.25, …").
+fn rounds_and_tau(summary: &str) -> (usize, f64) {
+    let after = |key: &str| summary.split(key).nth(1).and_then(|s| s.split([' ', ',']).find(|w| !w.is_empty()));
+    let rounds = summary.split(" rounds").next().and_then(|s| s.rsplit(' ').next()).and_then(|n| n.parse().ok());
+    let tau = after("τ ").and_then(|t| t.parse().ok());
+    (rounds.unwrap_or_else(|| panic!("no rounds in {summary}")), tau.unwrap_or_else(|| panic!("no τ in {summary}")))
+}
+
 /// The default model's path (asserts that it was fetched).
 fn smollm2() -> String {
     bastion_testkit::smollm2_gguf().to_str().unwrap().to_string()
@@ -193,6 +201,9 @@ fn shipped_drafter_generates_ar_text_and_tau_reports() {
     assert!(ok, "{err}");
     assert_eq!(out.strip_suffix('\n').unwrap(), case["greedy_text"].as_str().unwrap());
     assert!(err.starts_with("dflash |") && err.contains("64 tokens in"), "{err}");
+    // It speculates: the shipped drafter's chain commits well over a token a round here.
+    let (rounds, tau) = rounds_and_tau(&err);
+    assert!(rounds < 40 && tau > 1.6, "{err}");
 
     // `tau` is a preset over the runner: its experiment, records and tables land in
     // RESULTS/<name>/, and `bastion tables` reads them.
@@ -298,6 +309,9 @@ fn generate_speculates_with_the_tiny_pair() {
         let got: Vec<u32> = out.split_whitespace().map(|t| t.parse().unwrap()).collect();
         assert_eq!(got, want, "{method}");
         assert!(err.starts_with(method) && err.contains("64 tokens in"), "{err}");
+        // AR: one token a round after the prefill's; the tiny drafter's methods far fewer rounds.
+        let (rounds, tau) = rounds_and_tau(&err);
+        assert!(if method == "ar" { rounds == 63 && tau == 1.0 } else { rounds < 32 && tau > 2.0 }, "{method}: {err}");
     }
     let mut args = base.to_vec();
     args.extend(["--method", "dflash", "--drafter", "tests/fixtures/tiny-dflash"]);

@@ -157,7 +157,8 @@ fn calibration_file_round_trips_and_drives_lossless_policies() {
         let mut resolved = MethodSpec::from(m).resolve(&inputs, drafter.block_size()).unwrap();
         let gen = generate_resolved(&target, Some(&drafter), &mut resolved, &prompt, &cfg).unwrap();
         assert_eq!(gen.tokens, ar, "{m}");
-        assert!(gen.rounds.iter().all(|r| r.tree_size >= 1));
+        // The loaded calibration drives real trees, not root-only AR steps.
+        assert!(gen.rounds.iter().any(|r| r.tree_size > 1), "{m}: never drafted");
     }
 }
 

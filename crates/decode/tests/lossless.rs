@@ -243,6 +243,9 @@ fn long_generations_reach_the_context_limit() {
         let g = run_generation(&target, &drafter, m, &prompt, &cfg);
         assert_eq!(g.tokens, ar, "{m}");
         assert_accounting(&g, m);
+        // Each method speculates here (an AR fallback would also equal AR): some round
+        // commits drafted tokens.
+        assert!(g.rounds.iter().any(|r| r.drafted && r.accepted > 1), "{m}: no drafted token accepted");
     }
 }
 
@@ -276,8 +279,17 @@ fn pruned_draft_vocabulary_is_lossless() {
         for m in ["dflash", "ddtree:16", "caddtree", "bastion-online+skip"] {
             let g = run_generation(&target, &drafter, m, prompt, &trace);
             assert_eq!(g.tokens, ar, "{m}");
+            // Draft logits `[depth, subset]`: rows of 128 columns, never the full 256 (which
+            // would also split into 128s, as twice the rows); DFlash drafts the whole block.
+            let drafted: Vec<_> = g.trace.iter().filter(|r| !r.draft_logits.is_empty()).collect();
+            assert!(!drafted.is_empty(), "{m}: no round drafted");
             for round in &g.trace {
-                assert!(round.draft_logits.len().is_multiple_of(subset.len()), "{m}: logits over the subset");
+                let rows = round.draft_logits.len() / subset.len();
+                assert_eq!(round.draft_logits.len(), rows * subset.len(), "{m}: logits over the subset");
+                assert!(rows < drafter.block_size(), "{m}: {rows} rows of draft logits");
+                if m == "dflash" {
+                    assert_eq!(rows, drafter.block_size() - 1, "{m}: the whole block");
+                }
                 assert!(
                     round.tree.tokens()[1..].iter().all(|t| subset.contains(t)),
                     "{m}: a drafted token outside the subset"

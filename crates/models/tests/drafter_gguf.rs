@@ -143,6 +143,15 @@ fn an_exported_drafter_loads_back_and_drafts_the_same() {
         assert_eq!(got.len(), want.len(), "{dtype}");
         if exact {
             assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "f32 drafts differ");
+        } else {
+            // The q8_0 weights are used (the logits move) and draft nearly the same tokens.
+            let vocab = target.config().vocab_size;
+            assert_eq!(got.len(), 7 * vocab, "rows clamped to the block's 7");
+            let argmax = |row: &[f32]| row.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0;
+            let same = got.chunks(vocab).zip(want.chunks(vocab)).filter(|(a, b)| argmax(a) == argmax(b)).count();
+            let d = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+            eprintln!("q8_0 drafter: {same} of 7 rows' argmax equal, max |Δ logit| {d}");
+            assert!(d > 0.0 && d < 1.0 && same >= 6, "q8_0 drafts: {same} of 7 rows' argmax equal, max |Δ logit| {d}");
         }
     }
 }

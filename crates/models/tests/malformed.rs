@@ -206,7 +206,8 @@ fn bad_chat_template_is_a_config_error() {
 
 /// A chat template is code that arrives with a model: one that loops without
 /// end, builds a gigantic string, recurses or reaches for other files fails
-/// with an error naming its file, quickly and within bounded memory.
+/// with an error naming its file and the limit that stopped it (minijinja's
+/// fuel, its recursion limit), within bounded work and memory.
 #[test]
 fn hostile_chat_templates_are_stopped() {
     let origin = Path::new("models/evil/tokenizer_config.json");
@@ -223,18 +224,19 @@ fn hostile_chat_templates_are_stopped() {
             &budget,
         ),
         // One gigantic repetition.
-        ("{{ 'x' * 1000000000 }}", &["models/evil/tokenizer_config.json", "chat_template"]),
+        ("{{ 'x' * 1000000000 }}", &budget),
         // Unbounded recursion.
-        ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", &["models/evil/tokenizer_config.json", "chat_template"]),
+        (
+            "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+            &["models/evil/tokenizer_config.json", "chat_template", "recursion limit exceeded"],
+        ),
         // No file outside the render context.
         ("{% include '/etc/passwd' %}", &["models/evil/tokenizer_config.json", "chat_template", "not found"]),
     ];
     for (source, parts) in cases {
         let t = ChatTemplate::new(source, "", "", origin).unwrap();
-        let started = std::time::Instant::now();
         let e = err_of(t.render(&msg, true));
         assert_has(&e, parts);
-        assert!(started.elapsed().as_secs() < 20, "{source}: stopped only after {:?}", started.elapsed());
     }
 }
 

@@ -93,6 +93,7 @@ proptest! {
         let refs: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
         let stop = [steps[0][0]];
         let batched = model.greedy_batch(&refs, 12, &stop).unwrap();
+        prop_assert_eq!(batched.len(), prompts.len());
         for (p, got) in prompts.iter().zip(&batched) {
             prop_assert_eq!(got, &model.greedy(p, 12, &stop).unwrap());
         }

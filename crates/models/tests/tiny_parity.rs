@@ -33,6 +33,7 @@ fn check_forward(name: &str) {
     let d = max_abs_diff(&out.logits, &want.data);
     assert!(d < ATOL, "{name}: logits differ by {d}");
     let hs = fx.f32("hidden_states");
+    assert_eq!((out.hidden.len(), hs.shape[0]), (layers + 1, layers + 1), "{name}: every layer's hidden states");
     for (i, h) in out.hidden.iter().enumerate() {
         let d = max_abs_diff(h, hs.slice(i));
         assert!(d < ATOL, "{name}: hidden_states[{i}] differ by {d}");
@@ -74,6 +75,7 @@ fn check_tree(name: &str) {
     let d = max_abs_diff(&out.logits, &fx.f32("tree_logits").data);
     assert!(d < ATOL, "{name}: tree logits differ by {d}");
     let hs = fx.f32("tree_hidden_states");
+    assert_eq!((out.hidden.len(), hs.shape[0]), (layers + 1, layers + 1), "{name}: every layer's hidden states");
     for (i, h) in out.hidden.iter().enumerate() {
         let d = max_abs_diff(h, hs.slice(i));
         assert!(d < ATOL, "{name}: tree hidden_states[{i}] differ by {d}");

@@ -638,6 +638,14 @@ fn feature_file_stores_f16_features_and_resumes_its_build() {
     b.save(&cfg.drafter, db.path()).unwrap();
     let read = |d: &std::path::Path| std::fs::read(d.join("model.safetensors")).unwrap();
     assert!(read(da.path()) == read(db.path()));
+    let init = tempfile::tempdir().unwrap();
+    bastion_train::DraftParams::init(&cfg.drafter, cfg.seed, &Device::flex()).save(&cfg.drafter, init.path()).unwrap();
+    assert!(read(da.path()) != read(init.path()), "training from the file moved no weight");
+    let bytes = read(da.path());
+    let tensors = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    for (name, t) in tensors.tensors() {
+        assert!(t.data().chunks(4).all(|b| f32::from_le_bytes(b.try_into().unwrap()).is_finite()), "{name}");
+    }
 }
 
 /// One feature file serves all data that shares a prefix with it: grown
