@@ -136,6 +136,16 @@ pub(crate) fn shard_step(params: &DraftParams, part: &[(usize, Vec<usize>)], s: 
     Ok(ShardOut { loss: value, grads, phases })
 }
 
+/// DFlash's loss decay: the weight of slot `k = 1..B−1` of a block is
+/// `exp(−(k−1)/γ)` (`γ = loss_decay`; `γ ≤ 0`: every slot weighs 1), so the
+/// slots nearest the anchor, which decide how much of a draft is accepted,
+/// count most (the DFlash paper's position-dependent loss decay).
+pub(crate) fn slot_weights(block_size: usize, loss_decay: f64) -> Vec<f32> {
+    (1..block_size)
+        .map(|k| if loss_decay > 0.0 { (-((k - 1) as f64) / loss_decay).exp() as f32 } else { 1.0 })
+        .collect()
+}
+
 /// Rows of the target's top-k a sequence of `n` tokens needs for blocks at
 /// `anchors`: slot `j` of the block at `a` predicts token `a + j`, whose
 /// distribution is row `a + j − 1`.

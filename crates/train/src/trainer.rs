@@ -30,7 +30,7 @@ pub use crate::held_out::{chain_acceptance, ChainTau, HeldOutSet};
 use crate::params::DraftParams;
 pub use crate::schedule::cycle_end;
 pub(crate) use crate::schedule::schedule;
-use crate::shard::{shard_step, soft_rows, ShardInputs, ShardOut, SHARDS};
+use crate::shard::{shard_step, slot_weights, soft_rows, ShardInputs, ShardOut, SHARDS};
 
 /// Settings of a training run.
 #[derive(Debug, Clone, PartialEq)]
@@ -476,10 +476,7 @@ pub fn train(
     let held_out = HeldOutSet::new(target, &cfg.drafter, &opts.held_out)?;
     let b = cfg.drafter.block_size;
     let width = cfg.drafter.target_layer_ids.len() * target.config().hidden_size;
-    // DFlash's loss decay: slot k of the block weighs exp(−(k−1)/γ).
-    let slot_weight: Vec<f32> = (1..b)
-        .map(|k| if cfg.loss_decay > 0.0 { (-((k - 1) as f64) / cfg.loss_decay).exp() as f32 } else { 1.0 })
-        .collect();
+    let slot_weight = slot_weights(b, cfg.loss_decay);
     let observed = train_data.observed_tokens(target.config().vocab_size);
     for step in first..cfg.steps {
         let lr = schedule(cfg, step);

@@ -165,3 +165,112 @@ fn warm_restarts_double_each_cycle_and_ignore_the_run_length() {
 fn full_block(drafter: &Drafter, target: &Model, features: &[f32]) -> Vec<f32> {
     drafter.session().draft(target, &features.into(), 7, usize::MAX, BlockRows::Full).unwrap().to_host().unwrap()
 }
+
+/// The step's loss, recomputed on the host from the same forward's output
+/// states: Σ over the drafted slots k = 1..B−1 with a target of
+/// w_k · −[(1 − λ) · log q(y) + λ · Σ_i p̂_i log q(t_i)] over the step's Σ w,
+/// w_k = exp(−(k−1)/γ), y the next token, t_i and p̂ the target's top-k
+/// renormalised (λ = 0 without soft targets); slots past a sequence's end
+/// count nothing.
+#[test]
+fn the_step_loss_is_the_decayed_mixed_cross_entropy() {
+    let device = Device::flex();
+    let target = load_model(bastion_testkit::fixture_dir("tiny-qwen3"), &device).unwrap();
+    let (b, k) = (4usize, 3usize);
+    let drafter = default_drafter_config(target.config(), 1, b, 3);
+    let (h, vocab) = (target.config().hidden_size, target.config().vocab_size);
+    let width = drafter.target_layer_ids.len() * h;
+    assert_eq!(slot_weights(b, 0.0), [1.0; 3]);
+    let decayed = slot_weights(b, 4.0);
+    for (got, want) in decayed.iter().zip([1.0f64, (-0.25f64).exp(), (-0.5f64).exp()]) {
+        assert!((f64::from(*got) - want).abs() < 1e-6, "{decayed:?}");
+    }
+    // Two sequences with made-up features and top-k; anchor 7 of the 10-token one has a
+    // slot past the end (position 10).
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    let seqs: Vec<(Vec<u32>, usize)> =
+        [10usize, 6].iter().map(|&n| ((0..n).map(|_| rng.random_range(1..vocab as u32)).collect(), 2)).collect();
+    let feats: Vec<Vec<f32>> =
+        seqs.iter().map(|(t, _)| (0..t.len() * width).map(|_| rng.random_range(-1.0f32..1.0)).collect()).collect();
+    let tops: Vec<Option<(Vec<u32>, Vec<f32>)>> = seqs
+        .iter()
+        .map(|(t, _)| {
+            let ids = (0..t.len() * k).map(|_| rng.random_range(0..vocab as u32)).collect();
+            Some((ids, (0..t.len() * k).map(|_| rng.random_range(-6.0f32..0.0)).collect()))
+        })
+        .collect();
+    let data = TrainingData { seqs: seqs.clone(), features: FeatureSource::Memory(feats.clone(), tops.clone()) };
+    let part = vec![(0usize, vec![2usize, 7]), (1, vec![3])];
+    let (embed, head) = (target.embedding_table(), target.lm_head_weight().autodiff());
+    let head_host = target.lm_head_weight().into_data().try_into_vec::<f32>().unwrap();
+    let column: Vec<u32> = (0..vocab as u32).collect();
+    let params = DraftParams::init(&drafter, 5, &device.clone().autodiff());
+    for (gamma, soft) in [(0.0, None), (4.0, None), (4.0, Some(SoftTargets { top_k: k, weight: 0.3 }))] {
+        let cfg = TrainConfig {
+            drafter: drafter.clone(),
+            steps: 1,
+            sequences_per_step: 2,
+            anchors_per_sequence: 2,
+            learning_rate: 1e-3,
+            warmup_steps: 0,
+            seed: 0,
+            loss_decay: gamma,
+            sampled_vocab: None,
+            norm_from_target: false,
+            step_vocab: false,
+            soft_targets: soft,
+            warm_start_layers: Vec::new(),
+            restarts: None,
+        };
+        let slot_weight = slot_weights(b, gamma);
+        let (step_weight, _) = data.step_weight(&part, &slot_weight);
+        let inputs = ShardInputs {
+            cfg: &cfg,
+            data: &data,
+            width,
+            embed: &embed,
+            head: &head,
+            column: &column,
+            slot_weight: &slot_weight,
+            step_weight,
+        };
+        let got = shard_step(&params, &part, &inputs).unwrap().loss;
+        let (mut sum, mut weights) = (0.0f64, 0.0f64);
+        for (i, anchors) in &part {
+            let (ids, n) = (&seqs[*i].0, seqs[*i].0.len());
+            let t = *anchors.iter().max().unwrap();
+            let f = Tensor::<2>::from_data(TensorData::new(feats[*i][..t * width].to_vec(), [t, width]), &device);
+            let block: Vec<u32> = anchors
+                .iter()
+                .flat_map(|&a| std::iter::once(ids[a]).chain(std::iter::repeat_n(drafter.mask_token_id, b - 1)))
+                .collect();
+            let out = params.forward(&drafter, f.autodiff(), target.embed(&block).unwrap().autodiff(), anchors);
+            let out = out.into_data().try_into_vec::<f32>().unwrap();
+            for (m, &a) in anchors.iter().enumerate() {
+                for j in (1..b).filter(|j| a + j < n) {
+                    let row = &out[(m * b + j) * h..(m * b + j + 1) * h];
+                    let logits: Vec<f64> = (0..vocab)
+                        .map(|v| (0..h).map(|x| f64::from(row[x]) * f64::from(head_host[x * vocab + v])).sum())
+                        .collect();
+                    let top = logits.iter().fold(f64::NEG_INFINITY, |x, &y| x.max(y));
+                    let lse = top + logits.iter().map(|l| (l - top).exp()).sum::<f64>().ln();
+                    let logq = |v: u32| logits[v as usize] - lse;
+                    let mut term = logq(ids[a + j]);
+                    if let Some(s) = soft {
+                        let (tid, tlp) = tops[*i].as_ref().unwrap();
+                        let r = (a + j - 1) * k;
+                        let z: f64 = tlp[r..r + k].iter().map(|&x| f64::from(x).exp()).sum();
+                        let soft_term: f64 = (0..k).map(|c| f64::from(tlp[r + c]).exp() / z * logq(tid[r + c])).sum();
+                        term = (1.0 - s.weight) * term + s.weight * soft_term;
+                    }
+                    let w = if gamma > 0.0 { (-((j - 1) as f64) / gamma).exp() } else { 1.0 };
+                    sum -= w * term;
+                    weights += w;
+                }
+            }
+        }
+        assert!((f64::from(step_weight) - weights).abs() < 1e-5, "Σ w {step_weight} vs {weights}");
+        let want = sum / weights;
+        assert!((got - want).abs() <= 1e-4 * want.abs().max(1.0), "γ {gamma}, {soft:?}: loss {got} vs {want}");
+    }
+}
