@@ -87,7 +87,11 @@ fn chat_ids(tok: &Tokenizer, question: &str) -> Vec<u32> {
 /// The first two GSM8K prompts of the papers' subset.
 fn gsm8k_prompts() -> Vec<Prompt> {
     let sets = Datasets::open(repo_root().join("datasets")).unwrap();
-    sets.load(&DatasetName::Gsm8k, &Selection { paper_subset: true, max_samples: Some(2), per_group: None }).unwrap()
+    let prompts = sets
+        .load(&DatasetName::Gsm8k, &Selection { paper_subset: true, max_samples: Some(2), per_group: None })
+        .unwrap();
+    assert_eq!(prompts.len(), 2, "the tests below loop over these");
+    prompts
 }
 
 /// The drafter's stress prompt: an answer that repeats one line.
