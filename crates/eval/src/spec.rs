@@ -481,9 +481,16 @@ fn deserialize(loc: &Locator<'_>) -> Result<RawExperiment, SpecError> {
             let line = text[start..].lines().next().unwrap_or("");
             line.split_once('=').map(|(k, _)| k.trim().to_string()).filter(|k| !k.is_empty() && !k.starts_with('['))
         };
-        let field = named.map(str::to_string).or_else(line_key).unwrap_or_else(|| "(syntax)".into());
         let prefix = table_prefix(text, span.start, message.starts_with("unknown field"));
-        loc.at(span, format!("{prefix}{field}"), message)
+        let start = text[..span.start.min(text.len())].rfind('\n').map_or(0, |i| i + 1);
+        let field = match named.map(str::to_string).or_else(line_key) {
+            Some(field) => format!("{prefix}{field}"),
+            // A table header the file's shape does not allow (`[name]`, a table where a
+            // string goes): the field is the header's own path.
+            None if text[start..].trim_start().starts_with('[') => prefix.trim_end_matches('.').to_string(),
+            None => format!("{prefix}(syntax)"),
+        };
+        loc.at(span, field, message)
     })
 }
 

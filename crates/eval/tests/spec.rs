@@ -218,6 +218,8 @@ fn mistakes_name_the_file_line_and_field() {
             "13:12: models[0].extra: unknown field",
             "unknown field `extra`",
         ),
+        // A table where a value goes is named by its header's path.
+        (with("max_samples = 2", "max_samples = 2\n\n[backend]"), "18:1: backend: invalid type", "invalid type"),
         // A comment after the header is not part of the table's name.
         (
             with("max_samples = 2", "max_samples = 2\nshuffle = true").replace("[datasets]", "[datasets]  # v1.2"),
