@@ -157,8 +157,9 @@ fn calibration_file_round_trips_and_drives_lossless_policies() {
         let mut resolved = MethodSpec::from(m).resolve(&inputs, drafter.block_size()).unwrap();
         let gen = generate_resolved(&target, Some(&drafter), &mut resolved, &prompt, &cfg).unwrap();
         assert_eq!(gen.tokens, ar, "{m}");
-        // The loaded calibration drives real trees, not root-only AR steps.
-        assert!(gen.rounds.iter().any(|r| r.tree_size > 1), "{m}: never drafted");
+        // The tree sizes follow this machine's measured timings: only losslessness is
+        // asserted here (the policies' choices are tested on fixed cost models in
+        // crates/tree).
     }
 }
 

@@ -16,7 +16,8 @@ pub const DEFAULT_TEMPLATES: &str = "paper_tables/templates";
 
 /// The shipped templates (`paper_tables/templates/`), built into the binary: a
 /// run outside the repository, where [`DEFAULT_TEMPLATES`] does not exist,
-/// still writes its tables. A folder named on purpose is never replaced.
+/// still writes its tables. Any other folder (or an unreadable default one)
+/// is never replaced.
 const BUILT_IN_TEMPLATES: [(&str, &str); 4] = [
     ("results.md.j2", include_str!("../../../paper_tables/templates/results.md.j2")),
     ("results.tex.j2", include_str!("../../../paper_tables/templates/results.tex.j2")),
@@ -33,7 +34,11 @@ const BUILT_IN_TEMPLATES: [(&str, &str); 4] = [
 /// built-in copy.
 pub fn read_template(path: &Path) -> Result<String, OutputError> {
     std::fs::read_to_string(path).or_else(|e| {
-        let default = path.parent() == Some(Path::new(DEFAULT_TEMPLATES)) && !Path::new(DEFAULT_TEMPLATES).exists();
+        // Only a default folder that is not there at all; an unreadable one is an error.
+        let absent = e.kind() == std::io::ErrorKind::NotFound
+            && matches!(Path::new(DEFAULT_TEMPLATES).try_exists(), Ok(false))
+            && std::fs::symlink_metadata(DEFAULT_TEMPLATES).is_err();
+        let default = path.parent() == Some(Path::new(DEFAULT_TEMPLATES)) && absent;
         let name = path.file_name().and_then(|n| n.to_str());
         BUILT_IN_TEMPLATES
             .iter()

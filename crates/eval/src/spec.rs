@@ -481,7 +481,10 @@ fn deserialize(loc: &Locator<'_>) -> Result<RawExperiment, SpecError> {
             let line = text[start..].lines().next().unwrap_or("");
             line.split_once('=').map(|(k, _)| k.trim().to_string()).filter(|k| !k.is_empty() && !k.starts_with('['))
         };
-        let prefix = table_prefix(text, span.start, message.starts_with("unknown field"));
+        // A field the top level lacks has the empty span at 0, whatever line 1 holds.
+        let root = span.is_empty() && span.start == 0 && named.is_some();
+        let prefix =
+            if root { String::new() } else { table_prefix(text, span.start, message.starts_with("unknown field")) };
         let start = text[..span.start.min(text.len())].rfind('\n').map_or(0, |i| i + 1);
         let field = match named.map(str::to_string).or_else(line_key) {
             Some(field) => format!("{prefix}{field}"),

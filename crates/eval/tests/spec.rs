@@ -218,6 +218,8 @@ fn mistakes_name_the_file_line_and_field() {
             "13:12: models[0].extra: unknown field",
             "unknown field `extra`",
         ),
+        // A file opening with a table still names a missing top-level field as such.
+        (GOOD[GOOD.find("[[models]]").unwrap()..].to_string(), "1:1: name: missing field `name`", "missing field"),
         // A table where a value goes is named by its header's path.
         (with("max_samples = 2", "max_samples = 2\n\n[backend]"), "18:1: backend: invalid type", "invalid type"),
         // A comment after the header is not part of the table's name.
