@@ -170,8 +170,10 @@ fn full_block(drafter: &Drafter, target: &Model, features: &[f32]) -> Vec<f32> {
 /// states: Σ over the drafted slots k = 1..B−1 with a target of
 /// w_k · −[(1 − λ) · log q(y) + λ · Σ_i p̂_i log q(t_i)] over the step's Σ w,
 /// w_k = exp(−(k−1)/γ), y the next token, t_i and p̂ the target's top-k
-/// renormalised (λ = 0 without soft targets); slots past a sequence's end
-/// count nothing.
+/// renormalised (λ = 0 without soft targets), the softmax over the whole
+/// vocabulary or a sampled set of columns (each token's column looked up);
+/// slots past a sequence's end count nothing. The drafter's forward and the
+/// block layout are the shard's own (tested against inference above).
 #[test]
 fn the_step_loss_is_the_decayed_mixed_cross_entropy() {
     let device = Device::flex();
@@ -201,11 +203,30 @@ fn the_step_loss_is_the_decayed_mixed_cross_entropy() {
         .collect();
     let data = TrainingData { seqs: seqs.clone(), features: FeatureSource::Memory(feats.clone(), tops.clone()) };
     let part = vec![(0usize, vec![2usize, 7]), (1, vec![3])];
-    let (embed, head) = (target.embedding_table(), target.lm_head_weight().autodiff());
+    let embed = target.embedding_table();
     let head_host = target.lm_head_weight().into_data().try_into_vec::<f32>().unwrap();
-    let column: Vec<u32> = (0..vocab as u32).collect();
+    // A sampled softmax's columns: every target and top-k token plus a few others, in
+    // descending order (column c is token sampled[c]); other tokens have none.
+    let mut sampled: Vec<u32> = seqs.iter().flat_map(|(t, _)| t.iter().copied()).collect();
+    sampled.extend(tops.iter().flat_map(|t| t.as_ref().unwrap().0.iter().copied()));
+    sampled.extend([1, 2, vocab as u32 - 1]);
+    sampled.sort_unstable_by(|a, b| b.cmp(a));
+    sampled.dedup();
+    assert!(sampled.len() < vocab);
     let params = DraftParams::init(&drafter, 5, &device.clone().autodiff());
-    for (gamma, soft) in [(0.0, None), (4.0, None), (4.0, Some(SoftTargets { top_k: k, weight: 0.3 }))] {
+    let mix = Some(SoftTargets { top_k: k, weight: 0.3 });
+    for (gamma, soft, sampled_vocab) in [(0.0, None, false), (4.0, None, false), (4.0, mix, false), (4.0, mix, true)] {
+        // The softmax's columns: the whole vocabulary, or the sampled ones.
+        let cols: Vec<u32> = if sampled_vocab { sampled.clone() } else { (0..vocab as u32).collect() };
+        let mut column = vec![u32::MAX; vocab];
+        for (c, &t) in cols.iter().enumerate() {
+            column[t as usize] = c as u32;
+        }
+        let index = Tensor::<1, Int>::from_data(
+            TensorData::new(cols.iter().map(|&c| i64::from(c)).collect::<Vec<_>>(), [cols.len()]),
+            &device,
+        );
+        let head = target.lm_head_weight().select(1, index).autodiff();
         let cfg = TrainConfig {
             drafter: drafter.clone(),
             steps: 1,
@@ -249,12 +270,15 @@ fn the_step_loss_is_the_decayed_mixed_cross_entropy() {
             for (m, &a) in anchors.iter().enumerate() {
                 for j in (1..b).filter(|j| a + j < n) {
                     let row = &out[(m * b + j) * h..(m * b + j + 1) * h];
-                    let logits: Vec<f64> = (0..vocab)
-                        .map(|v| (0..h).map(|x| f64::from(row[x]) * f64::from(head_host[x * vocab + v])).sum())
+                    let logits: Vec<f64> = cols
+                        .iter()
+                        .map(|&v| {
+                            (0..h).map(|x| f64::from(row[x]) * f64::from(head_host[x * vocab + v as usize])).sum()
+                        })
                         .collect();
                     let top = logits.iter().fold(f64::NEG_INFINITY, |x, &y| x.max(y));
                     let lse = top + logits.iter().map(|l| (l - top).exp()).sum::<f64>().ln();
-                    let logq = |v: u32| logits[v as usize] - lse;
+                    let logq = |v: u32| logits[cols.iter().position(|&c| c == v).unwrap()] - lse;
                     let mut term = logq(ids[a + j]);
                     if let Some(s) = soft {
                         let (tid, tlp) = tops[*i].as_ref().unwrap();
@@ -271,6 +295,9 @@ fn the_step_loss_is_the_decayed_mixed_cross_entropy() {
         }
         assert!((f64::from(step_weight) - weights).abs() < 1e-5, "Σ w {step_weight} vs {weights}");
         let want = sum / weights;
-        assert!((got - want).abs() <= 1e-4 * want.abs().max(1.0), "γ {gamma}, {soft:?}: loss {got} vs {want}");
+        assert!(
+            (got - want).abs() <= 1e-4 * want.abs().max(1.0),
+            "γ {gamma}, {soft:?}, sampled {sampled_vocab}: loss {got} vs {want}"
+        );
     }
 }
