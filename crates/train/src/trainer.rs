@@ -99,8 +99,9 @@ pub struct TrainConfig {
 /// The soft-target part of the loss ([`TrainConfig::soft_targets`]).
 ///
 /// Each drafted slot's loss becomes `(1 − weight) · (−log q(y)) + weight ·
-/// (−Σ_i p̂_i log q(t_i))`, where `y` is the target's greedy token, `t_1..t_k`
-/// the target's top-k tokens at that position and `p̂` their probabilities
+/// (−Σ_i p̂_i log q(t_i))`, where `y` is the training sequence's next token
+/// (the target's greedy token in self-distilled data), `t_1..t_k` the
+/// target's top-k tokens at that position and `p̂` their probabilities
 /// renormalised over the k (the cross entropy to the truncated target
 /// distribution, which is its KL divergence up to a constant). The target's
 /// top-k comes from the feature cache ([`FeatureFile::build_with_top_k`]) or,
