@@ -33,16 +33,17 @@ const BUILT_IN_TEMPLATES: [(&str, &str); 4] = [
 /// [`OutputError::Io`] naming `path` when it cannot be read and has no
 /// built-in copy.
 pub fn read_template(path: &Path) -> Result<String, OutputError> {
+    let not_found = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
     std::fs::read_to_string(path).or_else(|e| {
-        // Only a default folder that is not there at all; an unreadable one is an error.
-        let absent = e.kind() == std::io::ErrorKind::NotFound
-            && matches!(Path::new(DEFAULT_TEMPLATES).try_exists(), Ok(false))
-            && std::fs::symlink_metadata(DEFAULT_TEMPLATES).is_err();
-        let default = path.parent() == Some(Path::new(DEFAULT_TEMPLATES)) && absent;
+        // Only when the default folder is not there at all (no entry, not even a dangling
+        // link): an unreadable one is an error.
+        let absent = not_found(&e)
+            && path.parent() == Some(Path::new(DEFAULT_TEMPLATES))
+            && std::fs::symlink_metadata(DEFAULT_TEMPLATES).is_err_and(|m| not_found(&m));
         let name = path.file_name().and_then(|n| n.to_str());
         BUILT_IN_TEMPLATES
             .iter()
-            .find(|(n, _)| default && Some(*n) == name)
+            .find(|(n, _)| absent && Some(*n) == name)
             .map(|(_, text)| text.to_string())
             .ok_or_else(|| OutputError::io(path)(e))
     })

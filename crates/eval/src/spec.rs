@@ -476,21 +476,19 @@ fn deserialize(loc: &Locator<'_>) -> Result<RawExperiment, SpecError> {
             .split('`')
             .nth(1)
             .filter(|_| message.starts_with("unknown field") || message.starts_with("missing field"));
-        let line_key = || {
-            let start = text[..span.start.min(text.len())].rfind('\n').map_or(0, |i| i + 1);
-            let line = text[start..].lines().next().unwrap_or("");
-            line.split_once('=').map(|(k, _)| k.trim().to_string()).filter(|k| !k.is_empty() && !k.starts_with('['))
-        };
+        let start = text[..span.start.min(text.len())].rfind('\n').map_or(0, |i| i + 1);
+        let line = text[start..].lines().next().unwrap_or("");
+        let line_key =
+            || line.split_once('=').map(|(k, _)| k.trim().to_string()).filter(|k| !k.is_empty() && !k.starts_with('['));
         // A field the top level lacks has the empty span at 0, whatever line 1 holds.
         let root = span.is_empty() && span.start == 0 && named.is_some();
         let prefix =
             if root { String::new() } else { table_prefix(text, span.start, message.starts_with("unknown field")) };
-        let start = text[..span.start.min(text.len())].rfind('\n').map_or(0, |i| i + 1);
         let field = match named.map(str::to_string).or_else(line_key) {
             Some(field) => format!("{prefix}{field}"),
             // A table header the file's shape does not allow (`[name]`, a table where a
             // string goes): the field is the header's own path.
-            None if text[start..].trim_start().starts_with('[') => prefix.trim_end_matches('.').to_string(),
+            None if line.trim_start().starts_with('[') => prefix.trim_end_matches('.').to_string(),
             None => format!("{prefix}(syntax)"),
         };
         loc.at(span, field, message)
@@ -507,12 +505,10 @@ fn table_prefix(text: &str, at: usize, unknown: bool) -> String {
     let at = at.min(text.len());
     let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
     let line_end = text[at..].find('\n').map_or(text.len(), |i| at + i);
-    // A header's dotted name, without brackets, spaces around dots or a comment.
-    let name = |h: &str| -> String {
-        let inner = h.trim_start().trim_start_matches('[');
-        let inner = inner.split(']').next().unwrap_or("");
-        inner.split('.').map(str::trim).collect::<Vec<_>>().join(".")
-    };
+    // A dotted name without spaces around its dots.
+    let dotted = |s: &str| s.split('.').map(str::trim).collect::<Vec<_>>().join(".");
+    // A header's dotted name, without brackets or a comment.
+    let name = |h: &str| dotted(h.trim_start().trim_start_matches('[').split(']').next().unwrap_or(""));
     let headers = |upto: &str| -> Vec<(bool, String)> {
         upto.lines()
             .map(str::trim_start)
@@ -533,8 +529,7 @@ fn table_prefix(text: &str, at: usize, unknown: bool) -> String {
     };
     if unknown && text[line_start..].trim_start().starts_with('[') {
         let parent = text[line_start..at].trim_start().trim_start_matches('[');
-        let parent = parent.trim_end_matches(|c: char| c == '.' || c.is_whitespace());
-        let parent = parent.split('.').map(str::trim).collect::<Vec<_>>().join(".");
+        let parent = dotted(parent.trim_end_matches(|c: char| c == '.' || c.is_whitespace()));
         return indexed(parent, &headers(&text[..line_start]));
     }
     let above = headers(&text[..line_end]);

@@ -278,7 +278,7 @@ fn the_step_loss_is_the_decayed_mixed_cross_entropy() {
                         .collect();
                     let top = logits.iter().fold(f64::NEG_INFINITY, |x, &y| x.max(y));
                     let lse = top + logits.iter().map(|l| (l - top).exp()).sum::<f64>().ln();
-                    let logq = |v: u32| logits[cols.iter().position(|&c| c == v).unwrap()] - lse;
+                    let logq = |v: u32| logits[column[v as usize] as usize] - lse;
                     let mut term = logq(ids[a + j]);
                     if let Some(s) = soft {
                         let (tid, tlp) = tops[*i].as_ref().unwrap();

@@ -223,6 +223,11 @@ pub fn temperature_arg(value: &str) -> std::result::Result<f64, String> {
     }
 }
 
+/// The value parser of a count that must be at least 1 (`--max-new-tokens`).
+pub fn at_least_one() -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::new().range(1..)
+}
+
 /// How the cost-aware methods get their cost models.
 #[derive(clap::Args, Debug, Clone)]
 pub struct CostArgs {

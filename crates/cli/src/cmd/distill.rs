@@ -11,7 +11,8 @@ use super::{progress_bar, PairArgs, Result};
 ///
 /// Self-distillation data for drafter training: the target's greedy
 /// responses to the training prompts (GSM8K train, MBPP non-test and the
-/// self-instruct chat, math and code prompts; never evaluation prompts), appended to a JSON-lines file; rerun to resume.
+/// self-instruct chat, math and code prompts; never evaluation prompts),
+/// appended to a JSON-lines file; rerun to resume.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     #[command(flatten)]
@@ -23,7 +24,7 @@ pub struct Args {
     #[arg(long)]
     limit: Option<usize>,
     /// Longest response (tokens).
-    #[arg(long, default_value_t = 256, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    #[arg(long, default_value_t = 256, value_parser = super::at_least_one())]
     max_new_tokens: usize,
     /// The dataset folder.
     #[arg(long, default_value = "datasets")]

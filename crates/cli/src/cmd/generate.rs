@@ -32,7 +32,7 @@ pub struct Args {
     #[arg(long, conflicts_with = "prompt_ids")]
     chat: bool,
     /// Stop after this many new tokens.
-    #[arg(long, default_value_t = 128, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    #[arg(long, default_value_t = 128, value_parser = super::at_least_one())]
     max_new_tokens: usize,
     /// Decoding method: ar, dflash, ddtree:N, caddtree, bastion or bastion-online.
     #[arg(long, default_value = "ar", value_parser = super::method_arg)]

@@ -35,7 +35,7 @@ pub struct Args {
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..))]
     samples: u64,
     /// Stop after this many new tokens.
-    #[arg(long, default_value_t = 128, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    #[arg(long, default_value_t = 128, value_parser = super::at_least_one())]
     max_new_tokens: usize,
     /// The dataset folder.
     #[arg(long, default_value = "datasets")]
