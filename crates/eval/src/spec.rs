@@ -310,6 +310,8 @@ impl std::str::FromStr for Turns {
 
 #[path = "spec_sections.rs"]
 mod sections;
+#[path = "spec_path.rs"]
+mod spec_path;
 use sections::{datasets, methods, models, seeds, temperatures, variants};
 
 /// Builds errors that point into one file.
@@ -464,79 +466,30 @@ fn deprecations(loc: &Locator<'_>, raw: &RawExperiment) -> Vec<String> {
 
 /// The file as the raw tables, every scalar typed (`backend`, `dtype`,
 /// `rule`, `subset`, `turns` through their parsers); a mistake names its
-/// position and field (`datasets.subset`, `models[1].dtype`).
+/// position and field (`datasets.subset`, `models[1].dtype`,
+/// `variants[0].sweep.top_k`), placed by [`spec_path::place`].
 fn deserialize(loc: &Locator<'_>) -> Result<RawExperiment, SpecError> {
     let text = loc.text;
     toml::from_str(text).map_err(|e| {
         let message = e.message().trim().to_string();
         let span = e.span().unwrap_or(0..0);
-        // Unknown / missing fields name themselves; otherwise the key on
-        // the offending line, if there is one.
-        let named = message
-            .split('`')
-            .nth(1)
-            .filter(|_| message.starts_with("unknown field") || message.starts_with("missing field"));
-        let start = text[..span.start.min(text.len())].rfind('\n').map_or(0, |i| i + 1);
-        let line = text[start..].lines().next().unwrap_or("");
-        let line_key =
-            || line.split_once('=').map(|(k, _)| k.trim().to_string()).filter(|k| !k.is_empty() && !k.starts_with('['));
-        // A field the top level lacks has the empty span at 0, whatever line 1 holds.
-        let root = span.is_empty() && span.start == 0 && named.is_some();
-        let prefix =
-            if root { String::new() } else { table_prefix(text, span.start, message.starts_with("unknown field")) };
-        let field = match named.map(str::to_string).or_else(line_key) {
-            Some(field) => format!("{prefix}{field}"),
-            // A table header the file's shape does not allow (`[name]`, a table where a
-            // string goes): the field is the header's own path.
-            None if line.trim_start().starts_with('[') => prefix.trim_end_matches('.').to_string(),
-            None => format!("{prefix}(syntax)"),
+        let named = |kind: &str| message.strip_prefix(kind).and_then(|m| m.split('`').nth(1));
+        let place = spec_path::place(text, &span);
+        let join =
+            |table: &str, field: &str| if table.is_empty() { field.to_string() } else { format!("{table}.{field}") };
+        let field = match (named("unknown field"), named("missing field")) {
+            // The span is the unknown key's own.
+            (Some(key), _) => place.key.unwrap_or_else(|| join(&place.table, key)),
+            // A field the top level lacks has the empty span at 0, whatever line 1 holds;
+            // elsewhere the span is the table's (its header, or an inline table).
+            (_, Some(key)) if span.is_empty() && span.start == 0 => key.to_string(),
+            (_, Some(key)) => join(place.node.as_deref().unwrap_or(&place.table), key),
+            // A value of the wrong type or form: its key (a table where a value goes is
+            // named by its header); text that does not parse: the table it lies in.
+            _ => place.node.unwrap_or_else(|| join(&place.table, "(syntax)")),
         };
         loc.at(span, field, message)
     })
-}
-
-/// The path of the table an error at byte `at` of `text` lies in, as a field
-/// prefix: `datasets.`, `models[1].`, or nothing at the top level. A header
-/// line's own unknown key (`[experiment]`, `[datasets.extra]`, `[[dataset.files]]`)
-/// lies in the table the header names before that key: the top level,
-/// `datasets`, the top level. Other errors lie in the table of the last header
-/// at or above their line (a missing field: the header's own table).
-fn table_prefix(text: &str, at: usize, unknown: bool) -> String {
-    let at = at.min(text.len());
-    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
-    let line_end = text[at..].find('\n').map_or(text.len(), |i| at + i);
-    // A dotted name without spaces around its dots.
-    let dotted = |s: &str| s.split('.').map(str::trim).collect::<Vec<_>>().join(".");
-    // A header's dotted name, without brackets or a comment.
-    let name = |h: &str| dotted(h.trim_start().trim_start_matches('[').split(']').next().unwrap_or(""));
-    let headers = |upto: &str| -> Vec<(bool, String)> {
-        upto.lines()
-            .map(str::trim_start)
-            .filter(|l| l.starts_with('['))
-            .map(|l| (l.starts_with("[["), name(l)))
-            .collect()
-    };
-    // An array of tables' path takes the index of its last element so far.
-    let indexed = |path: String, above: &[(bool, String)]| -> String {
-        let n = above.iter().filter(|(array, p)| *array && *p == path).count();
-        if n > 0 {
-            format!("{path}[{}].", n - 1)
-        } else if path.is_empty() {
-            path
-        } else {
-            format!("{path}.")
-        }
-    };
-    if unknown && text[line_start..].trim_start().starts_with('[') {
-        let parent = text[line_start..at].trim_start().trim_start_matches('[');
-        let parent = dotted(parent.trim_end_matches(|c: char| c == '.' || c.is_whitespace()));
-        return indexed(parent, &headers(&text[..line_start]));
-    }
-    let above = headers(&text[..line_end]);
-    match above.last() {
-        Some((_, path)) => indexed(path.clone(), &above),
-        None => String::new(),
-    }
 }
 
 /// The text of an experiment file, or an error naming it.

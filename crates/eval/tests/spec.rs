@@ -240,6 +240,13 @@ fn mistakes_name_the_file_line_and_field() {
         (with("name = \"tiny\"", "name = \"Tiny Run\""), "1:8: name", "[a-z0-9_-]+"),
         (with("ddtree\", \"caddtree", "caddtree"), "7:18: ddtree_budgets", "set but unused"),
         (with("max_new_tokens = 16", "max_new_tokens = \"16\""), "3:18: max_new_tokens", "invalid type"),
+        // A line starting with `[` inside a multi-line string is not a header.
+        (
+            with("description = \"tiny pair\"", "description = \"\"\"\n[datasets]\n\"\"\"\nshuffle = true"),
+            "5:1: shuffle: unknown field",
+            "unknown field `shuffle`",
+        ),
+        (with("max_samples = 2", "max_samples = 2\nsubset = [\"paper\"]"), "17:10: datasets.subset:", "invalid type"),
         (with("names = [\"gsm8k\", \"mt-bench\"]", "names = []"), "15:9: datasets.names", "at least one"),
         (with("seeds = [0, 1]", "seeds = [0, -1]"), "5:13: seeds[1]", "expected a seed ≥ 0"),
         (with("name = \"tiny-qwen3\"\n", ""), "9:1: models[0].name", "missing field `name`"),
@@ -549,7 +556,14 @@ fn malformed_variants_name_the_file_line_and_field() {
         (v("name = \"x\"\nmethod = \"ddtree:8\"\nsweep.top_k = []\n"), "25:15: variants[0].sweep.top_k", "at least one value"),
         (v("name = \"x\"\nmethod = \"bastion-online\"\nsweep.online_forgetting = [0.5, 1.0]\n"), "25:33: variants[0].sweep.online_forgetting[1]", "[0, 1)"),
         (v("name = \"x\"\nmethod = \"bastion-online\"\nsweep.online_forgetting = [0.5, 0.5]\n"), "23:8: variants[0].name", "label `x[online_forgetting=0.5]` is used twice"),
-        (v("name = \"x\"\nmethod = \"bastion\"\nsweep.lambda = [0.5]\n"), "25:7: variants[0]", "unknown field `lambda`"),
+        (v("name = \"x\"\nmethod = \"bastion\"\nsweep.lambda = [0.5]\n"), "25:7: variants[0].sweep.lambda:", "unknown field `lambda`"),
+        // Dotted keys, inline tables and sub-tables of an element are placed as TOML reads them.
+        (v("name = \"x\"\nmethod = \"bastion\"\nsweep = { cap = [64], lambda = [0.5] }\n"), "25:23: variants[0].sweep.lambda:", "unknown field `lambda`"),
+        (v("name = \"x\"\nmethod = \"bastion\"\n[variants.sweep]\nlambda = [0.5]\n"), "26:1: variants[0].sweep.lambda:", "unknown field `lambda`"),
+        (v("name = \"x\"\nmethod = \"ddtree:8\"\nsweep.top_k = [1, \"2\"]\n"), "25:19: variants[0].sweep.top_k[1]:", "invalid type"),
+        (v("name = \"x\"\nmethod = \"ddtree:8\"\ntop_k = 2\n\n[[variants]]\nname = \"y\"\nmethod = \"ddtree:8\"\n[variants.sweep]\ntop_k = \"2\"\n"), "31:9: variants[1].sweep.top_k:", "invalid type"),
+        // Text that does not parse is named in the table it lies in.
+        (v("name = \"x\"\nmethod = \"ddtree:8\"\ntop k = 2\n"), "variants[0].(syntax)", "key"),
         (
             v("name = \"x\"\nmethod = \"ddtree:8\"\ntop_k = 2\n\n[[variants]]\nname = \"x\"\nmethod = \"ddtree:16\"\ntop_k = 2\n"),
             "28:8: variants[1].name",
