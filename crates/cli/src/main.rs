@@ -46,9 +46,25 @@ enum Command {
 
 fn main() -> ExitCode {
     let command = Cli::parse().command;
+    if matches!(command, Command::TrainDrafter(_)) {
+        keep_burns_default_device_on_the_cpu();
+    }
     // On a worker of the CPU kernels' pool: its products then hand work to the other
     // threads without waking the caller (`on_pool_worker`).
     bastion_models::on_pool_worker(|| run(command))
+}
+
+/// Drafter training runs on Flex, but Burn materialises a resumed optimiser's
+/// state on its default device (burn-optim `ModuleOptimizer::load_record`), the
+/// first GPU runtime compiled in (`wgpu`, `cuda`): a `--resume` would open a GPU
+/// (and print its driver's complaints into the run's log) only to copy the Adam
+/// moments back to the CPU at the first step. `BURN_DEVICE` is Burn's own
+/// override of that default; a user's value is kept. Called before any thread
+/// exists, as setting the environment requires.
+fn keep_burns_default_device_on_the_cpu() {
+    if std::env::var_os("BURN_DEVICE").is_none() {
+        std::env::set_var("BURN_DEVICE", "flex");
+    }
 }
 
 /// Runs one subcommand; an error is printed and gives a non-zero exit.

@@ -516,8 +516,18 @@ fn train_drafter_saves_a_loadable_drafter() {
     assert_eq!(std::fs::read_to_string(format!("{part}/checkpoints/latest")).unwrap(), "step-0000003");
     let mut rest: Vec<&str> = early[..early.len() - 2].to_vec();
     rest.extend(["--resume", "--save-dtype", "bf16"]);
-    let (ok, _, err) = bastion(&rest);
-    assert!(ok && err.contains("(3 steps") && err.contains("after 5 steps"), "{err}");
+    // The resumed Adam state is loaded on the CPU: no GPU runtime opens (were one to,
+    // Mesa's Vulkan driver would complain here of the unset XDG_RUNTIME_DIR).
+    let resumed = Command::new(env!("CARGO_BIN_EXE_bastion"))
+        .args(&rest)
+        .current_dir(ROOT)
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("BURN_DEVICE")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&resumed.stderr);
+    assert!(resumed.status.success() && err.contains("(3 steps") && err.contains("after 5 steps"), "{err}");
+    assert!(!err.contains("XDG_RUNTIME_DIR"), "a GPU runtime opened: {err}");
     // Saved as bf16: every tensor, and the config says so.
     let dtypes = safetensors_dtypes(&format!("{part}/model.safetensors"));
     assert!(!dtypes.is_empty() && dtypes.iter().all(|d| *d == "BF16"), "{dtypes:?}");
