@@ -56,7 +56,8 @@ fn main() -> ExitCode {
 
 /// Drafter training runs on Flex, but Burn materialises a resumed optimiser's
 /// state on its default device (burn-optim `ModuleOptimizer::load_record`), the
-/// first GPU runtime compiled in (`wgpu`, `cuda`): a `--resume` would open a GPU
+/// first GPU runtime compiled in (burn-dispatch prefers `cuda`, then `wgpu`):
+/// a `--resume` would open a GPU
 /// (and print its driver's complaints into the run's log) only to copy the Adam
 /// moments back to the CPU at the first step. `BURN_DEVICE` is Burn's own
 /// override of that default; a user's value is kept. Called before any thread

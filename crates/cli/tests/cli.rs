@@ -517,7 +517,8 @@ fn train_drafter_saves_a_loadable_drafter() {
     let mut rest: Vec<&str> = early[..early.len() - 2].to_vec();
     rest.extend(["--resume", "--save-dtype", "bf16"]);
     // The resumed Adam state is loaded on the CPU: no GPU runtime opens (were one to,
-    // Mesa's Vulkan driver would complain here of the unset XDG_RUNTIME_DIR).
+    // Mesa's Vulkan driver, CI's lavapipe included, would complain here of the unset
+    // XDG_RUNTIME_DIR; checked by mutation).
     let resumed = Command::new(env!("CARGO_BIN_EXE_bastion"))
         .args(&rest)
         .current_dir(ROOT)

@@ -467,28 +467,12 @@ fn deprecations(loc: &Locator<'_>, raw: &RawExperiment) -> Vec<String> {
 /// The file as the raw tables, every scalar typed (`backend`, `dtype`,
 /// `rule`, `subset`, `turns` through their parsers); a mistake names its
 /// position and field (`datasets.subset`, `models[1].dtype`,
-/// `variants[0].sweep.top_k`), placed by [`spec_path::place`].
+/// `variants[0].sweep.top_k`: [`spec_path::field`]).
 fn deserialize(loc: &Locator<'_>) -> Result<RawExperiment, SpecError> {
-    let text = loc.text;
-    toml::from_str(text).map_err(|e| {
-        let message = e.message().trim().to_string();
+    toml::from_str(loc.text).map_err(|e| {
+        let message = e.message().trim();
         let span = e.span().unwrap_or(0..0);
-        let named = |kind: &str| message.strip_prefix(kind).and_then(|m| m.split('`').nth(1));
-        let place = spec_path::place(text, &span);
-        let join =
-            |table: &str, field: &str| if table.is_empty() { field.to_string() } else { format!("{table}.{field}") };
-        let field = match (named("unknown field"), named("missing field")) {
-            // The span is the unknown key's own.
-            (Some(key), _) => place.key.unwrap_or_else(|| join(&place.table, key)),
-            // A field the top level lacks has the empty span at 0, whatever line 1 holds;
-            // elsewhere the span is the table's (its header, or an inline table).
-            (_, Some(key)) if span.is_empty() && span.start == 0 => key.to_string(),
-            (_, Some(key)) => join(place.node.as_deref().unwrap_or(&place.table), key),
-            // A value of the wrong type or form: its key (a table where a value goes is
-            // named by its header); text that does not parse: the table it lies in.
-            _ => place.node.unwrap_or_else(|| join(&place.table, "(syntax)")),
-        };
-        loc.at(span, field, message)
+        loc.at(span.clone(), spec_path::field(loc.text, &span, message), message)
     })
 }
 

@@ -9,12 +9,55 @@ use std::ops::Range;
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
+/// The field an error of `toml::from_str` at byte range `at` of `text` with
+/// `message` is about (`variants[0].sweep.top_k`, `models[1].name`,
+/// `datasets.(syntax)`):
+/// - an unknown field: the key the span points at;
+/// - a missing field: the table the span is (its header, an inline table, or
+///   the top level's empty span at 0) and the field's name;
+/// - a duplicate key: the key the recovering parser kept in its place, else
+///   the key as written in its inline table, under its table's header, or a
+///   header's own path;
+/// - a value of the wrong type or form: its key or value (a table where a
+///   value goes is named by its header);
+/// - text that does not parse: the table it lies in, then `(syntax)`.
+pub(super) fn field(text: &str, at: &Range<usize>, message: &str) -> String {
+    let named = |kind: &str| message.strip_prefix(kind).and_then(|m| m.split('`').nth(1));
+    let place = place(text, at);
+    let join = |table: &str, field: &str| if table.is_empty() { field.to_string() } else { format!("{table}.{field}") };
+    let line_start = text.get(..at.start).and_then(|t| t.rfind('\n')).map_or(0, |i| i + 1);
+    // A key spans only itself, so a key holding the span is what the error is about
+    // (an implicit table such as `models` in `[models.tiny]` included).
+    let here = place.key.clone().or_else(|| place.node.clone());
+    match (named("unknown field"), named("missing field")) {
+        (Some(key), _) => here.unwrap_or_else(|| join(&place.table, key)),
+        (_, Some(key)) if at.is_empty() && at.start == 0 => key.to_string(),
+        (_, Some(key)) => join(here.as_deref().unwrap_or(&place.table), key),
+        _ if message.starts_with("duplicate key") => {
+            let written = text.get(line_start..at.end).unwrap_or("").trim_start();
+            match (&place.key, &place.node, written.strip_prefix('[')) {
+                (Some(key), _, _) => key.clone(),
+                (None, _, Some(header)) => dotted(header.trim_start_matches('[')),
+                (None, Some(inline), None) => join(inline, text.get(at.clone()).unwrap_or("")),
+                (None, None, None) => join(&place.table, &dotted(written)),
+            }
+        }
+        _ => here.unwrap_or_else(|| join(&place.table, "(syntax)")),
+    }
+}
+
+/// A dotted key as written (`x . y`), without the spaces around its dots.
+fn dotted(key: &str) -> String {
+    key.split('.').map(str::trim).collect::<Vec<_>>().join(".")
+}
+
 /// Where byte range `at` of `text` lies in the document.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(super) struct Place {
     /// The path of the deepest key or value whose span holds `at`
     /// (`variants[0].sweep.top_k`, `models[1]`, `datasets.names[0]`); `None`
-    /// where no parsed key or value holds it (the text does not parse there).
+    /// where none does: between entries, past the last, in a key the parser
+    /// rejected (a duplicate) or in text that does not parse.
     pub node: Option<String>,
     /// The path of the deepest key whose span holds `at` (a header's keys
     /// included: `dataset` in `[[dataset.files]]`, whose node is
@@ -30,10 +73,8 @@ pub(super) struct Place {
 /// the tables above a syntax error are still known.
 pub(super) fn place(text: &str, at: &Range<usize>) -> Place {
     let (doc, _errors) = DeTable::parse_recoverable(text);
-    let mut walk = Walk { text, at: at.clone(), node: None, key: None, table: None };
-    for (key, value) in doc.get_ref() {
-        walk.entry("", 0, key, value);
-    }
+    let mut walk = Walk { text, at: at.clone(), path: Vec::new(), node: None, key: None, table: None };
+    walk.table(doc.get_ref());
     Place {
         node: walk.node.map(|(_, p)| p),
         key: walk.key.map(|(_, p)| p),
@@ -41,11 +82,21 @@ pub(super) fn place(text: &str, at: &Range<usize>) -> Place {
     }
 }
 
+/// One segment of a path: a key, or an index into an array.
+enum Segment<'t> {
+    Key(&'t str),
+    Index(usize),
+}
+
 /// A search of the whole document (a header table's keys lie outside the
-/// header's span, so every table is entered whatever its own span).
+/// header's span, so every table is entered whatever its own span). It
+/// recurses once per level; the parser keeps at most 80 (deeper text is a
+/// "recursion limit" error and is not in the tree).
 struct Walk<'t> {
     text: &'t str,
     at: Range<usize>,
+    /// The segments from the top level to the node being visited.
+    path: Vec<Segment<'t>>,
     /// (depth, path) of the deepest node holding `at` so far.
     node: Option<(usize, String)>,
     /// (depth, path) of the deepest key holding `at` so far.
@@ -54,28 +105,28 @@ struct Walk<'t> {
     table: Option<(usize, usize, String)>,
 }
 
-impl Walk<'_> {
-    /// One key of a table at `path` (empty: the top level) and its value.
-    fn entry(
-        &mut self,
-        path: &str,
-        depth: usize,
-        key: &Spanned<std::borrow::Cow<'_, str>>,
-        value: &Spanned<DeValue<'_>>,
-    ) {
-        let path = if path.is_empty() { key.get_ref().to_string() } else { format!("{path}.{}", key.get_ref()) };
-        if holds(&key.span(), &self.at) {
-            deepest(&mut self.key, depth + 1, &path);
-            deepest(&mut self.node, depth + 1, &path);
+impl<'t> Walk<'t> {
+    /// The entries of a table at the current path.
+    fn table(&mut self, table: &'t DeTable<'t>) {
+        for (key, value) in table {
+            self.path.push(Segment::Key(key.get_ref()));
+            if holds(&key.span(), &self.at) {
+                let (depth, path) = (self.path.len(), self.path_text());
+                deepest(&mut self.key, depth, &path);
+                deepest(&mut self.node, depth, &path);
+            }
+            self.value(value);
+            self.path.pop();
         }
-        self.value(&path, depth + 1, value);
     }
 
-    /// A value at `path`, `depth` segments deep, and everything inside it.
-    fn value(&mut self, path: &str, depth: usize, value: &Spanned<DeValue<'_>>) {
+    /// The value at the current path, and everything inside it.
+    fn value(&mut self, value: &'t Spanned<DeValue<'t>>) {
         let span = value.span();
+        let depth = self.path.len();
         if holds(&span, &self.at) {
-            deepest(&mut self.node, depth, path);
+            let path = self.path_text();
+            deepest(&mut self.node, depth, &path);
         }
         match value.get_ref() {
             DeValue::Table(table) => {
@@ -84,19 +135,35 @@ impl Walk<'_> {
                 let header = self.text.get(span.start..).is_some_and(|t| t.starts_with('['));
                 let later = self.table.as_ref().is_none_or(|(s, d, _)| (span.start, depth) > (*s, *d));
                 if header && span.start <= self.at.start && later {
-                    self.table = Some((span.start, depth, path.to_string()));
+                    self.table = Some((span.start, depth, self.path_text()));
                 }
-                for (key, value) in table {
-                    self.entry(path, depth, key, value);
-                }
+                self.table(table);
             }
             DeValue::Array(items) => {
                 for (i, item) in items.iter().enumerate() {
-                    self.value(&format!("{path}[{i}]"), depth + 1, item);
+                    self.path.push(Segment::Index(i));
+                    self.value(item);
+                    self.path.pop();
                 }
             }
             _ => {}
         }
+    }
+
+    /// The current path as text: `variants[0].sweep.top_k`.
+    fn path_text(&self) -> String {
+        let mut out = String::new();
+        for segment in &self.path {
+            match segment {
+                Segment::Key(k) if out.is_empty() => out.push_str(k),
+                Segment::Key(k) => {
+                    out.push('.');
+                    out.push_str(k);
+                }
+                Segment::Index(i) => out.push_str(&format!("[{i}]")),
+            }
+        }
+        out
     }
 }
 
@@ -118,69 +185,5 @@ fn holds(span: &Range<usize>, at: &Range<usize>) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The [`Place`] of the position where `needle` first starts in `text`.
-    fn at(text: &str, needle: &str) -> Place {
-        let i = text.find(needle).expect(needle);
-        place(text, &(i..i))
-    }
-
-    const DOC: &str = "name = \"x\"\n\n[datasets]\nnames = [\"gsm8k\"]\nsweep.topk = 3\n\n\
-        [[variants]]\nmethod = \"ddtree\"\nsweep = { topk = [1, 2], budget = 4 }\n\n\
-        [[variants]]\nmethod = \"y\"\n[variants.sub]\na = 1\ns = \"\"\"\n[not.a.header]\nb = 2\n\"\"\"\nc = 3\n";
-
-    #[test]
-    fn keys_and_values_are_named_by_their_full_path() {
-        let cases = [
-            ("\"x\"", "name", ""),
-            ("\"gsm8k\"", "datasets.names[0]", "datasets"),
-            ("topk = 3", "datasets.sweep.topk", "datasets"),
-            ("3\n", "datasets.sweep.topk", "datasets"),
-            ("\"ddtree\"", "variants[0].method", "variants[0]"),
-            ("budget", "variants[0].sweep.budget", "variants[0]"),
-            ("2]", "variants[0].sweep.topk[1]", "variants[0]"),
-            ("\"y\"", "variants[1].method", "variants[1]"),
-            // A sub-table of an array's element keeps the element's index.
-            ("a = 1", "variants[1].sub.a", "variants[1].sub"),
-            ("sub", "variants[1].sub", "variants[1].sub"),
-            // A header-like line inside a multi-line string is part of the string.
-            ("[not.a.header]", "variants[1].sub.s", "variants[1].sub"),
-            ("c = 3", "variants[1].sub.c", "variants[1].sub"),
-        ];
-        for (needle, node, table) in cases {
-            let got = at(DOC, needle);
-            assert_eq!((got.node.as_deref(), got.table.as_str()), (Some(node), table), "at {needle:?}");
-        }
-    }
-
-    #[test]
-    fn a_header_is_its_tables_node_and_an_empty_range_a_position() {
-        let i = DOC.find("[[variants]]").unwrap();
-        assert_eq!(place(DOC, &(i..i + 12)).node.as_deref(), Some("variants[0]"));
-        let j = DOC.rfind("[[variants]]").unwrap();
-        assert_eq!(place(DOC, &(j..j)).node.as_deref(), Some("variants[1]"));
-        // Between entries nothing holds the position; the table is the last header above.
-        let blank = DOC.find("\n\n[[variants]]").unwrap() + 1;
-        assert_eq!(place(DOC, &(blank..blank)), Place { node: None, key: None, table: "datasets".into() });
-        // A header's own key: its node is the table, its key the key.
-        let files = "[[dataset.files]]\nname = \"x\"\n";
-        let got = at(files, "dataset");
-        assert_eq!((got.node.as_deref(), got.key.as_deref()), (Some("dataset.files[0]"), Some("dataset")));
-        assert_eq!(at(files, "files").key.as_deref(), Some("dataset.files"));
-        // The keys of values are keys too, and a value holds no key.
-        assert_eq!(at(DOC, "budget").key.as_deref(), Some("variants[0].sweep.budget"));
-        assert_eq!(at(DOC, "4 }").key, None);
-    }
-
-    #[test]
-    fn text_that_does_not_parse_is_placed_in_the_table_above() {
-        let text = "name = \"x\"\n[[models]]\nname = \"a\"\n[[models]]\nname = \"b\"\nbad key = 1\n";
-        let got = at(text, "key");
-        assert_eq!(got.table, "models[1]");
-        assert!(got.node.is_none(), "{got:?}");
-        let top = "bad key = 1\n[datasets]\n";
-        assert_eq!(at(top, "key").table, "");
-    }
-}
+#[path = "spec_path_tests.rs"]
+mod tests;

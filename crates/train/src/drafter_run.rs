@@ -85,7 +85,11 @@ pub struct RunSummary {
 }
 
 /// Runs `run`: the recipe is `recipe(drafter shape, warm-start layer ids)`;
-/// `opts`' held-out sequences and warm-start weights are set here.
+/// `opts`' held-out sequences and warm-start weights are set here. Training
+/// runs on Flex; a resumed Adam state is first loaded on Burn's default device
+/// (burn-optim's `load_record`), so a build with a GPU backend sets
+/// `BURN_DEVICE=flex` before any thread starts (as `bastion train-drafter`
+/// does) to keep a resume off the GPU.
 ///
 /// # Errors
 /// A target or data file that cannot be read, a held-out split or warm start
