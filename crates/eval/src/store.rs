@@ -259,7 +259,7 @@ impl SampleStore {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
-        let file = OpenOptions::new().create(true).append(true).open(path).map_err(io)?;
+        let mut file = OpenOptions::new().create(true).append(true).open(path).map_err(io)?;
         match file.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => return Err(StoreError::Busy { path: path.to_path_buf() }),
@@ -274,6 +274,9 @@ impl SampleStore {
             // A torn tail from an interrupted write: cut it off.
             file.set_len(good_len as u64).map_err(io)?;
             file.sync_all().map_err(io)?;
+        } else if text.last().is_some_and(|&b| b != b'\n') {
+            // A whole last record without its newline: the next one starts a line.
+            file.write_all(b"\n").and_then(|()| file.sync_all()).map_err(io)?;
         }
         let done = records.iter().map(|r| r.key.clone()).collect();
         Ok(Self { path: path.to_path_buf(), file, done, records })
@@ -291,7 +294,10 @@ impl SampleStore {
         Ok(Self::parse(path, &text)?.0)
     }
 
-    /// Records and the byte length of the intact prefix.
+    /// Records and the byte length of the intact prefix. A last line that is
+    /// not JSON is a torn write (dropped); one without its newline that is a
+    /// whole record (a file whose last newline an editor or a copy lost) is
+    /// kept.
     fn parse(path: &Path, text: &[u8]) -> Result<(Vec<SampleRecord>, usize), StoreError> {
         let mut records: Vec<SampleRecord> = Vec::new();
         let mut keys = HashSet::new();
@@ -299,9 +305,8 @@ impl SampleStore {
         let mut line_no = 0;
         while pos < text.len() {
             line_no += 1;
-            let Some(end) = text[pos..].iter().position(|&b| b == b'\n').map(|i| pos + i) else {
-                break; // no newline: torn
-            };
+            let newline = text[pos..].iter().position(|&b| b == b'\n').map(|i| pos + i);
+            let end = newline.unwrap_or(text.len());
             match record_from_line(&text[pos..end]) {
                 Ok(r) => {
                     if !keys.insert(r.key.clone()) {
@@ -309,14 +314,14 @@ impl SampleStore {
                     }
                     records.push(r);
                 }
-                // A last line that is not even JSON is a torn write too; a complete
-                // line this release cannot read (another format) is never dropped.
+                // A last line that is not JSON is a torn write; a complete line this
+                // release cannot read (another format) is never dropped.
                 Err(LineError::Syntax(_)) if end + 1 >= text.len() => break,
                 Err(LineError::Syntax(e) | LineError::Invalid(e)) => {
                     return Err(StoreError::Corrupt { path: path.to_path_buf(), line: line_no, reason: e });
                 }
             }
-            pos = end + 1;
+            pos = (end + 1).min(text.len());
         }
         Ok((records, pos))
     }
@@ -562,6 +567,30 @@ mod tests {
         drop(s);
         let s = SampleStore::open(&path).unwrap();
         assert!(s.contains("c") && s.records().len() == 3);
+        drop(s);
+        // A whole last record that lost its newline (an editor, a copy) is kept, read
+        // or opened, and the next append starts a line of its own.
+        let text = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &text[..text.len() - 1]).unwrap();
+        assert_eq!(SampleStore::read(&path).unwrap().len(), 3);
+        let mut s = SampleStore::open(&path).unwrap();
+        assert_eq!(s.records().len(), 3);
+        s.append(record("d")).unwrap();
+        drop(s);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.ends_with('\n') && text.lines().count() == 4, "{text}");
+        let s = SampleStore::open(&path).unwrap();
+        assert!(s.contains("c") && s.contains("d") && s.records().len() == 4);
+        drop(s);
+        // An unterminated last line in another format is named, not dropped.
+        let last = text.lines().last().unwrap();
+        assert!(last.contains(&format!(r#""format":{RECORD_FORMAT}"#)), "{last}");
+        let future = last.replace(&format!(r#""format":{RECORD_FORMAT}"#), r#""format":99"#);
+        std::fs::write(&path, format!("{}\n{future}", text.lines().next().unwrap())).unwrap();
+        let e = SampleStore::open(&path).err().unwrap().to_string();
+        assert!(e.contains(":2: not a sample record"), "{e}");
+        std::fs::write(&path, text.as_bytes()).unwrap();
+        let s = SampleStore::open(&path).unwrap();
         // A second writer is refused while the first holds the file; readers are not.
         let e = SampleStore::open(&path).err().unwrap();
         assert!(matches!(e, StoreError::Busy { .. }), "{e}");

@@ -60,7 +60,7 @@ pub struct DistillStore {
 impl DistillStore {
     /// Opens (or creates) `path`. Records already there are kept and their
     /// ids skipped by [`distill`]; a torn last line (a crash mid-write) is
-    /// cut off.
+    /// cut off, and a whole last record that lost its newline gets it back.
     ///
     /// # Errors
     /// [`TrainError::Io`] naming the file; [`TrainError::Format`] naming the
@@ -72,32 +72,17 @@ impl DistillStore {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
         let mut file = OpenOptions::new().read(true).append(true).create(true).open(&path).map_err(io)?;
-        let mut done = HashSet::new();
-        let mut tokens = 0;
-        let mut good_len = 0u64;
-        let mut reader = BufReader::new(&file);
-        let mut line = Vec::new();
-        let mut n = 0;
-        loop {
-            line.clear();
-            let read = reader.read_until(b'\n', &mut line).map_err(io)?;
-            if read == 0 || line.last() != Some(&b'\n') {
-                break; // end, or a torn last line: dropped below
-            }
-            n += 1;
-            let rec: DistillRecord = serde_json::from_slice(&line).map_err(|e| TrainError::Format {
-                path: path.clone(),
-                what: format!("line {n}: not a distillation record ({e})"),
-            })?;
-            tokens += rec.response_ids.len();
-            done.insert(rec.id);
-            good_len += read as u64;
-        }
-        drop(reader);
-        if file.metadata().map_err(io)?.len() != good_len {
-            file.set_len(good_len).map_err(io)?;
+        let read = read_records(&path, &file)?;
+        let len = file.metadata().map_err(io)?.len();
+        if len != read.good_len {
+            file.set_len(read.good_len).map_err(io)?;
         }
         file.seek(SeekFrom::End(0)).map_err(io)?;
+        if read.unterminated {
+            file.write_all(b"\n").and_then(|()| file.sync_data()).map_err(io)?;
+        }
+        let tokens = read.records.iter().map(|r| r.response_ids.len()).sum();
+        let done = read.records.into_iter().map(|r| r.id).collect();
         Ok(Self { path, file, done, tokens })
     }
 
@@ -135,34 +120,58 @@ impl DistillStore {
         Ok(())
     }
 
-    /// Reads every record of a finished (or partial) file.
+    /// Reads every record of a finished (or partial) file; a torn last line
+    /// is skipped, a whole last record without its newline kept.
     ///
     /// # Errors
     /// As [`DistillStore::open`].
     pub fn read_all(path: impl AsRef<Path>) -> Result<Vec<DistillRecord>> {
         let path = path.as_ref();
         let file = File::open(path).map_err(|e| TrainError::Io { path: path.to_path_buf(), source: e })?;
-        let mut out = Vec::new();
-        let mut reader = BufReader::new(file);
-        let mut line = Vec::new();
-        let mut n = 0;
-        loop {
-            line.clear();
-            let read = reader
-                .read_until(b'\n', &mut line)
-                .map_err(|e| TrainError::Io { path: path.to_path_buf(), source: e })?;
-            // End of file, or a torn last line (tolerated, as by `open`).
-            if read == 0 || line.last() != Some(&b'\n') {
-                break;
-            }
-            n += 1;
-            out.push(serde_json::from_slice(&line).map_err(|e| TrainError::Format {
-                path: path.to_path_buf(),
-                what: format!("line {n}: not a distillation record ({e})"),
-            })?);
-        }
-        Ok(out)
+        Ok(read_records(path, &file)?.records)
     }
+}
+
+/// The records of a distillation file, as [`read_records`] finds them.
+struct ReadRecords {
+    records: Vec<DistillRecord>,
+    /// Bytes of the intact prefix: whole lines, and a whole last record.
+    good_len: u64,
+    /// Whether the last record lacks its newline.
+    unterminated: bool,
+}
+
+/// Reads `file` (named `path` in errors) line by line. A last line without a
+/// newline is a torn write (a crash mid-append), dropped, unless it is a
+/// whole record (a file whose last newline an editor or a copy lost): that
+/// one is kept, never silently lost.
+fn read_records(path: &Path, file: &File) -> Result<ReadRecords> {
+    let io = |e| TrainError::Io { path: path.to_path_buf(), source: e };
+    let mut out = ReadRecords { records: Vec::new(), good_len: 0, unterminated: false };
+    let mut reader = BufReader::new(file);
+    let mut line = Vec::new();
+    for n in 1.. {
+        line.clear();
+        let read = reader.read_until(b'\n', &mut line).map_err(io)?;
+        if read == 0 {
+            break;
+        }
+        let parsed = serde_json::from_slice::<DistillRecord>(&line);
+        if line.last() != Some(&b'\n') {
+            if let Ok(rec) = parsed {
+                out.records.push(rec);
+                out.good_len += read as u64;
+                out.unterminated = true;
+            }
+            break;
+        }
+        out.records.push(parsed.map_err(|e| TrainError::Format {
+            path: path.to_path_buf(),
+            what: format!("line {n}: not a distillation record ({e})"),
+        })?);
+        out.good_len += read as u64;
+    }
+    Ok(out)
 }
 
 /// Generates the target's greedy response (`cfg.temperature` is forced to

@@ -53,6 +53,21 @@ fn records_are_greedy_outputs_and_runs_resume() {
     assert_eq!(distill(&pair, &mut ar, &all, &mut store, &cfg, |_, _| {}).unwrap(), 0);
     let e = store.append(&recs[0]).unwrap_err().to_string();
     assert!(e.contains("`p0` is already stored"), "{e}");
+    drop(store);
+    // A whole last record that lost its newline (an editor, a copy) is kept, and the
+    // next record starts a line of its own.
+    let len = std::fs::metadata(&path).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(len - 1).unwrap();
+    assert_eq!(DistillStore::read_all(&path).unwrap(), recs);
+    let mut store = DistillStore::open(&path).unwrap();
+    assert_eq!((store.done().len(), store.tokens()), (3, recs.iter().map(|r| r.response_ids.len()).sum()));
+    let extra = bastion_train::DistillRecord { id: "p9".into(), ..recs[0].clone() };
+    store.append(&extra).unwrap();
+    drop(store);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(text.lines().count(), 4);
+    assert!(text.ends_with('\n'));
+    assert_eq!(DistillStore::read_all(&path).unwrap().last(), Some(&extra));
 }
 
 #[test]
