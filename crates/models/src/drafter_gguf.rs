@@ -180,6 +180,12 @@ pub struct GgufExport {
     pub bytes: usize,
 }
 
+/// Whether `a` and `b` name one existing file (through symbolic links and
+/// `..` too).
+fn same_file(a: &Path, b: &Path) -> bool {
+    matches!((std::fs::canonicalize(a), std::fs::canonicalize(b)), (Ok(x), Ok(y)) if x == y)
+}
+
 /// Writes the drafter in `drafter_dir` as llama.cpp's `dflash` GGUF at
 /// `out`, for the target GGUF `target` (its tokenizer is copied in), with
 /// the linear layers' weights in `dtype` (f32, f16 or q8_0; norms stay f32).
@@ -191,7 +197,8 @@ pub struct GgufExport {
 /// target (hidden size, …); [`ModelError::File`] (`Format`) for a target that is not
 /// a GGUF file with a tokenizer, or a dtype the export does not write;
 /// [`ModelError::File`] (`Tensor`) for a tensor llama.cpp's `dflash` architecture has
-/// no name for; I/O errors naming the file.
+/// no name for; [`ModelError::File`] (`Format`) naming `out` when it is the target
+/// or the drafter's `config.json` / `model.safetensors`; I/O errors naming the file.
 pub fn export_drafter_gguf(drafter_dir: &Path, target: &Path, out: &Path, dtype: WeightDtype) -> Result<GgufExport> {
     let linear_type = match dtype {
         WeightDtype::F32 => tensor_type::F32,
@@ -208,6 +215,14 @@ pub fn export_drafter_gguf(drafter_dir: &Path, target: &Path, out: &Path, dtype:
         return Err(ModelError::File(bastion_formats::FormatError::Format {
             path: target.to_path_buf(),
             what: "expected the target's .gguf file: the drafter GGUF carries its tokenizer".into(),
+        }));
+    }
+    // The file is written in place of `out`: never over one the export reads.
+    let inputs = [target.to_path_buf(), drafter_dir.join("config.json"), drafter_dir.join("model.safetensors")];
+    if let Some(input) = inputs.iter().find(|i| same_file(out, i)) {
+        return Err(ModelError::File(bastion_formats::FormatError::Format {
+            path: out.to_path_buf(),
+            what: format!("is {}, an input of the export: write the drafter GGUF elsewhere", input.display()),
         }));
     }
     let target_file = GgufFile::open(target)?;

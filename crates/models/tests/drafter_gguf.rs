@@ -114,6 +114,20 @@ fn drafters_llama_cpp_cannot_run_are_refused_by_field() {
         .to_string();
     assert!(e.contains("expected the target's .gguf file"), "{e}");
     assert!(!out.exists(), "nothing written on a refusal");
+    // Never written over an input: the target (here through a link, so that a
+    // failing check replaces the link, not the model) or the drafter's own files.
+    let link = dir.path().join("target-link.gguf");
+    std::os::unix::fs::symlink(smollm2_gguf(), &link).unwrap();
+    let e =
+        export_drafter_gguf(&smollm2_drafter_dir(), &smollm2_gguf(), &link, WeightDtype::F16).unwrap_err().to_string();
+    assert!(e.contains("target-link.gguf") && e.contains("an input of the export"), "{e}");
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    let copy = edited(dir.path(), |_| {});
+    let weights = copy.join("model.safetensors");
+    let before = std::fs::metadata(&weights).unwrap().len();
+    let e = export_drafter_gguf(&copy, &smollm2_gguf(), &weights, WeightDtype::F16).unwrap_err().to_string();
+    assert!(e.contains("model.safetensors, an input of the export"), "{e}");
+    assert_eq!(std::fs::metadata(&weights).unwrap().len(), before);
 }
 
 /// The exported file loads back as a drafter: in f32 its drafts equal the
