@@ -44,6 +44,20 @@ pub enum Method {
 }
 
 impl Method {
+    /// DDTree with a fixed budget of `budget` drafted nodes (root excluded).
+    ///
+    /// # Errors
+    /// What was expected (`expected 1 … 8191 drafted nodes …`) for a budget
+    /// outside 1 ..= [`bastion_tree::MAX_TREE_SIZE`] − 1.
+    pub fn ddtree(budget: usize) -> Result<Method, String> {
+        let most = bastion_tree::MAX_TREE_SIZE - 1;
+        if (1..=most).contains(&budget) {
+            Ok(Method::DDTree { budget })
+        } else {
+            Err(format!("expected 1 … {most} drafted nodes (the largest draft tree is {} tokens)", most + 1))
+        }
+    }
+
     /// Whether the method drafts with a DFlash drafter.
     pub fn needs_drafter(self) -> bool {
         self != Method::Ar
@@ -126,8 +140,8 @@ impl fmt::Display for Method {
 }
 
 /// What every method name parser says it expects.
-pub(crate) const EXPECTED_METHODS: &str = "expected ar, dflash, ddtree:N (N ≥ 1 drafted nodes), caddtree, bastion or \
-                                           bastion-online (the last three also as caddtree+skip, …)";
+pub(crate) const EXPECTED_METHODS: &str = "expected ar, dflash, ddtree:N (1 ≤ N ≤ 8191 drafted nodes), caddtree, \
+                                           bastion or bastion-online (the last three also as caddtree+skip, …)";
 
 /// Method names of an earlier release that still parse, each with the name
 /// it stands for now: `bastion-paper` was the paper's BASTION, now `bastion`
@@ -163,10 +177,8 @@ impl FromStr for Method {
             other => {
                 let n = other.strip_prefix("ddtree:").ok_or_else(bad)?;
                 let budget: usize = n.parse().map_err(|_| bad())?;
-                if budget == 0 {
-                    return Err(bad());
-                }
-                Method::DDTree { budget }
+                Method::ddtree(budget)
+                    .map_err(|why| DecodeError::Usage(format!("method `{s}`: budget {budget}: {why}")))?
             }
         })
     }
@@ -219,9 +231,15 @@ mod tests {
         for current in ["bastion-online", "bastion-online+skip", "caddtree+skip", "eagle"] {
             assert_eq!(Method::deprecation(current), None, "{current}");
         }
-        for bad in ["ddtree:0", "ddtree:x", "eagle", "", "bastion+skip"] {
+        for bad in ["ddtree:x", "eagle", "", "bastion+skip"] {
             let e = bad.parse::<Method>().unwrap_err().to_string();
             assert!(e.contains("unknown method") && e.contains("ddtree:N"), "{e}");
+        }
+        // A budget from 1 up to the largest tree's 8191 drafted nodes.
+        assert_eq!("ddtree:8191".parse::<Method>().unwrap(), Method::DDTree { budget: 8191 });
+        for (bad, n) in [("ddtree:0", 0), ("ddtree:8192", 8192), ("ddtree:100000", 100_000)] {
+            let e = bad.parse::<Method>().unwrap_err().to_string();
+            assert!(e.contains(&format!("`{bad}`: budget {n}: expected 1 … 8191 drafted nodes")), "{e}");
         }
         // Bare `ddtree` (an experiment file's budget grid) asks for one budget.
         let e = "ddtree".parse::<Method>().unwrap_err().to_string();

@@ -180,6 +180,11 @@ method_knobs! {
         if c < 1 {
             return Err("0: expected ≥ 1".into());
         }
+        // BASTION's cap counts the root; CaDDTree's, drafted nodes.
+        let most = bastion_tree::MAX_TREE_SIZE - usize::from(!at.method.is_bastion());
+        if c > most {
+            return Err(format!("{c}: expected at most {most} (the largest draft tree is {} tokens)", bastion_tree::MAX_TREE_SIZE));
+        }
         if at.method.is_bastion() {
             let r = at.params.rule.unwrap_or(at.rule);
             let f = at.params.floor.unwrap_or(r.config(0.0, 0.0).min_tree_size);
@@ -531,7 +536,7 @@ impl fmt::Display for MethodSpec {
 impl FromStr for MethodSpec {
     type Err = DecodeError;
 
-    /// Parses a method name (any case): `ar`, `dflash`, `ddtree:N` (N ≥ 1),
+    /// Parses a method name (any case): `ar`, `dflash`, `ddtree:N` (1 ≤ N ≤ 8191),
     /// `caddtree`, `bastion`, `bastion-online` (or a deprecated name,
     /// [`crate::DEPRECATED_NAMES`]); the cost-aware three also
     /// with the suffix `+skip` (the `skip` knob).

@@ -241,7 +241,7 @@ fn knobs_reach_the_policy() {
 
 #[test]
 fn knobs_a_method_does_not_read_or_out_of_range_are_named() {
-    let cases: [(Method, MethodParams, &str, &str); 12] = [
+    let cases: [(Method, MethodParams, &str, &str); 14] = [
         (
             Method::DDTree { budget: 4 },
             MethodParams { skip: Some(true), ..Default::default() },
@@ -294,6 +294,14 @@ fn knobs_a_method_does_not_read_or_out_of_range_are_named() {
             "cap",
             "below floor = 64",
         ),
+        // The largest tree: 8192 tokens with the root (BASTION), 8191 drafted nodes (CaDDTree).
+        (Method::Bastion, MethodParams { cap: Some(8193), ..Default::default() }, "cap", "8193: expected at most 8192"),
+        (
+            Method::CaddTree,
+            MethodParams { cap: Some(8192), ..Default::default() },
+            "cap",
+            "8192: expected at most 8191",
+        ),
     ];
     for (method, params, knob, message) in cases {
         let (k, why) = params.check(method, Some(16), BastionRule::Raw).unwrap_err();
@@ -302,6 +310,11 @@ fn knobs_a_method_does_not_read_or_out_of_range_are_named() {
         let raw = PolicyInputs { rule: BastionRule::Raw, ..inputs() };
         let e = resolve(method, params, &raw).err().unwrap().to_string();
         assert!(e.contains(knob), "{e}");
+    }
+    for (method, cap) in [(Method::Bastion, 8192), (Method::CaddTree, 8191)] {
+        assert!(MethodParams { cap: Some(cap), ..Default::default() }
+            .check(method, Some(16), BastionRule::Raw)
+            .is_ok());
     }
     assert!(MethodParams { top_k: Some(0), ..Default::default() }
         .check(Method::DDTree { budget: 4 }, None, BastionRule::Raw)

@@ -95,14 +95,9 @@ pub(super) fn methods(loc: &Locator<'_>, raw: &RawExperiment, ar_baseline: bool)
             let mut out = Vec::new();
             for (j, b) in grid.get_ref().iter().enumerate() {
                 let v = *b.get_ref();
-                if v < 1 {
-                    return Err(loc.at(
-                        b.span(),
-                        format!("ddtree_budgets[{j}]"),
-                        format!("budget {v}: expected ≥ 1 drafted node"),
-                    ));
-                }
-                out.push(Method::DDTree { budget: v as usize }.into());
+                let method = Method::ddtree(usize::try_from(v).unwrap_or(0))
+                    .map_err(|why| loc.at(b.span(), format!("ddtree_budgets[{j}]"), format!("budget {v}: {why}")))?;
+                out.push(method.into());
             }
             out
         } else {

@@ -166,7 +166,9 @@ fn mistakes_name_the_file_line_and_field() {
         // (file text, "line:column: field", message part)
         (with("\"gsm8k\", ", "\"gsm9k\", "), "15:10: datasets.names[0]", "gsm9k"),
         (with("\"dflash\", \"ddtree\"", "\"dflash\", \"eagle\""), "6:22: methods[1]", "unknown method `eagle`"),
-        (with("[4, 16]", "[4, 0]"), "7:22: ddtree_budgets[1]", "budget 0: expected ≥ 1"),
+        (with("[4, 16]", "[4, 0]"), "7:22: ddtree_budgets[1]", "budget 0: expected 1 … 8191 drafted nodes"),
+        (with("[4, 16]", "[-4, 16]"), "7:19: ddtree_budgets[0]", "budget -4: expected 1 … 8191"),
+        (with("[4, 16]", "[4, 100000]"), "7:22: ddtree_budgets[1]", "budget 100000: expected 1 … 8191"),
         (with("[0.0, 1.0]", "[0.0, -1.0]"), "4:22: temperatures[1]", "expected a temperature ≥ 0"),
         (with("max_new_tokens = 16", "max_new_tokens = 0"), "3:18: max_new_tokens", "expected an integer ≥ 1"),
         // The tiny target has 1024 positions.

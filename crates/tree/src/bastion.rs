@@ -24,6 +24,12 @@ pub enum BucketMode {
     Doubling,
 }
 
+/// The largest draft tree any method builds, in tokens verified with the
+/// root: BASTION's release cap (`max_tree_size`), and the bound on a DDTree
+/// budget and a `cap` knob (larger trees verify thousands of rows a round and
+/// their ancestor masks alone take gigabytes).
+pub const MAX_TREE_SIZE: usize = 8192;
+
 /// Settings of BASTION's stop rule. Sizes count tokens verified, **root included**.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct BastionConfig {
@@ -48,7 +54,7 @@ impl BastionConfig {
             draft_seconds,
             non_verify_seconds,
             min_tree_size: 32,
-            max_tree_size: 8192,
+            max_tree_size: MAX_TREE_SIZE,
             bucket: BucketMode::FixedInterval { step: 32 },
             top_k: 128,
         }

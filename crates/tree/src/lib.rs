@@ -53,7 +53,7 @@ mod topk;
 mod tree;
 mod walk;
 
-pub use bastion::{Bastion, BastionConfig, BucketMode};
+pub use bastion::{Bastion, BastionConfig, BucketMode, MAX_TREE_SIZE};
 pub use bastion_kernels::{AncestorMask, DevicePeak};
 pub use builder::{build_tree, build_tree_from_draft_logits, build_tree_from_logits, FIRST_TOP_K};
 pub use caddtree::{CaddTree, ConvexCostModel, RoundCostModel, VerifyProfile};
