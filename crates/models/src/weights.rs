@@ -443,10 +443,27 @@ impl RandomSource {
     }
 
     /// `shape` values for `name`, drawn from the tensor's own stream.
-    pub fn draw(&self, name: &str, shape: &[usize]) -> HostTensor {
-        let count: usize = shape.iter().product();
+    ///
+    /// # Errors
+    /// [`bastion_formats::FormatError::Tensor`] naming the config (`label`)
+    /// and the tensor when its f32 values do not fit in memory (a config of
+    /// a size no machine holds, or a typo in it).
+    pub fn draw(&self, name: &str, shape: &[usize]) -> Result<HostTensor> {
+        let too_big = |why: String| {
+            crate::ModelError::File(bastion_formats::FormatError::Tensor {
+                path: self.label.clone(),
+                tensor: name.to_string(),
+                what: format!("shape {shape:?} drawn as random weights: {why}"),
+            })
+        };
+        let count =
+            shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)).ok_or_else(|| too_big("too many values".into()))?;
+        let mut data = Vec::new();
+        data.try_reserve_exact(count)
+            .map_err(|_| too_big(format!("{:.1} GB of f32 values do not fit in memory", count as f64 * 4e-9)))?;
         let data = if name.ends_with("norm.weight") {
-            vec![1.0; count]
+            data.resize(count, 1.0);
+            data
         } else {
             let scale = if name.contains("embed_tokens") {
                 0.05
@@ -460,7 +477,7 @@ impl RandomSource {
             let h =
                 name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
             let base = h ^ self.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-            let mut data = vec![0.0f32; count];
+            data.resize(count, 0.0f32);
             data.par_chunks_mut(1 << 16).enumerate().for_each(|(c, chunk)| {
                 let mut s = (base ^ (c as u64 + 1).wrapping_mul(0xD6E8_FEB8_6659_FD93)) | 1;
                 for v in chunk {
@@ -472,7 +489,7 @@ impl RandomSource {
             });
             data
         };
-        HostTensor { shape: shape.to_vec(), data }
+        Ok(HostTensor { shape: shape.to_vec(), data })
     }
 }
 
@@ -492,6 +509,6 @@ impl WeightSource for RandomSource {
 
     /// Every required tensor exists, drawn at the requested shape.
     fn require(&self, name: &str, shape: &[usize]) -> Result<HostTensor> {
-        Ok(self.draw(name, shape))
+        self.draw(name, shape)
     }
 }

@@ -53,4 +53,10 @@ fn drawn_tensors_follow_their_kind_and_do_not_depend_on_threads() {
     assert_eq!(three.data, w.data);
     // Different tensors get different streams.
     assert_ne!(src.require("model.layers.2.mlp.down_proj.weight", &shape).unwrap().data, w.data);
+    // A shape no memory holds is an error naming the config and the tensor, not an abort.
+    for huge in [[1usize << 40, 1 << 10], [usize::MAX, 2]] {
+        let e = src.require(name, &huge).unwrap_err().to_string();
+        assert!(e.starts_with("shape.json: tensor `model.layers.1.mlp.down_proj.weight`: shape"), "{e}");
+        assert!(e.contains("do not fit in memory") || e.contains("too many values"), "{e}");
+    }
 }
