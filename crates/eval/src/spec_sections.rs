@@ -179,6 +179,12 @@ pub(super) fn models(
         )?;
         let calibration =
             m.calibration.as_ref().map(|c| path(c, "calibration", "a file from `bastion profile`")).transpose()?;
+        // Read now, so that a bad file stops the sweep before any model runs (whether it
+        // fits this pair and device is checked when the pair loads).
+        if let (Some(c), Some(file)) = (&m.calibration, &calibration) {
+            bastion_decode::Calibration::load(file)
+                .map_err(|e| loc.at(c.span(), format!("models[{i}].calibration"), e.to_string()))?;
+        }
         let tcfg =
             load_config(&target).map_err(|e| loc.at(m.target.span(), format!("models[{i}].target"), e.to_string()))?;
         let dcfg = DrafterConfig::read(&drafter, tcfg.num_layers)

@@ -279,6 +279,21 @@ fn mistakes_name_the_file_line_and_field() {
     // An unreadable file is named too.
     let e = Experiment::load(Path::new("experiments/none.toml"), &root()).unwrap_err().to_string();
     assert!(e.starts_with("experiments/none.toml:1:1: (file): cannot read"), "{e}");
+    // A calibration that is no calibration stops the file's validation, before any model runs.
+    let dir = tempfile::tempdir().unwrap();
+    let shipped = root().join("results/calibration/amd-epyc-2-threads__smollm2-135m-instruct.q4-1__flex.json");
+    let mut cal: serde_json::Value = serde_json::from_slice(&std::fs::read(shipped).unwrap()).unwrap();
+    cal.as_object_mut().unwrap().remove("fit");
+    for (name, body, msg) in [
+        ("empty.json", String::new(), "not a valid calibration"),
+        ("nofit.json", cal.to_string(), "missing field `fit`"),
+    ] {
+        let file = dir.path().join(name);
+        std::fs::write(&file, body).unwrap();
+        let text = with("tiny-dflash\"", &format!("tiny-dflash\"\ncalibration = \"{}\"", file.display()));
+        let e = parse(&text).unwrap_err();
+        assert!(e.contains("13:15: models[0].calibration") && e.contains(name) && e.contains(msg), "{e}");
+    }
 }
 
 /// The shipped experiment files validate: `default.toml` (the main job) and
