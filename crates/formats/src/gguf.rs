@@ -269,9 +269,49 @@ impl Header {
             Some(GgufValue::UInt(a)) if *a > 0 => *a as usize,
             _ => 32,
         };
+        check_layout(path, &tensors, align as u64)?;
         let data_start = r.pos.div_ceil(align) * align;
         Ok(Header { version, metadata, raw, tensors, data_start })
     }
+}
+
+/// The GGUF layout's rules for the tensor directory: every tensor's data
+/// starts at a multiple of `general.alignment` (`align`) and no two overlap.
+/// A directory that breaks them (a corrupt or hand-edited file) would load
+/// other bytes than its tensors' as weights.
+fn check_layout(path: &Path, tensors: &BTreeMap<String, GgufTensorInfo>, align: u64) -> Result<()> {
+    let bad = |what: String| FormatError::Format { path: path.to_path_buf(), what };
+    let mut extents = Vec::new();
+    for t in tensors.values() {
+        if t.offset % align != 0 {
+            return Err(bad(format!(
+                "tensor `{}`: data offset {} is not a multiple of general.alignment {align}: a corrupt tensor directory",
+                t.name, t.offset
+            )));
+        }
+        if let Some(len) = tensor_bytes(t) {
+            extents.push((t.offset, t.offset.saturating_add(len as u64), t.name.as_str()));
+        }
+    }
+    extents.sort_unstable();
+    for pair in extents.windows(2) {
+        let ((a_start, a_end, a), (b_start, b_end, b)) = (pair[0], pair[1]);
+        if a_end > b_start {
+            return Err(bad(format!(
+                "tensors `{a}` (data bytes {a_start}..{a_end}) and `{b}` ({b_start}..{b_end}) overlap: a corrupt tensor \
+                 directory (a wrong type or offset)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Bytes of tensor `t`'s data, by its type's block layout (`None` for a type
+/// without one, or a size that overflows).
+fn tensor_bytes(t: &GgufTensorInfo) -> Option<usize> {
+    let (per_block, bytes) = block_layout(t.ggml_type)?;
+    let n: usize = t.shape.iter().product();
+    n.div_ceil(per_block).checked_mul(bytes)
 }
 
 /// What a GGUF file holds, without its tensor data ([`GgufFile::open_header`]).
@@ -342,13 +382,13 @@ impl GgufFile {
         let file = Self { path, version, metadata, raw, tensors, data_start, bytes };
         // Check every tensor's extent now, so a truncated file fails at open.
         for t in file.tensors.values() {
-            if block_layout(t.ggml_type).is_some() && file.byte_len(t).is_none() {
+            if block_layout(t.ggml_type).is_some() && tensor_bytes(t).is_none() {
                 return Err(FormatError::Format {
                     path: file.path.clone(),
                     what: format!("tensor `{}`: size in bytes overflows", t.name),
                 });
             }
-            if let Some(len) = file.byte_len(t) {
+            if let Some(len) = tensor_bytes(t) {
                 let end = (file.data_start as u64).checked_add(t.offset).and_then(|s| s.checked_add(len as u64));
                 if end.is_none_or(|e| e > file.bytes.len() as u64) {
                     return Err(FormatError::Format {
@@ -453,13 +493,6 @@ impl GgufFile {
                 .collect(),
             _ => Err(self.missing(key, "an array of strings")),
         }
-    }
-
-    /// Bytes of a tensor of a supported type (`None` for other types or on overflow).
-    fn byte_len(&self, t: &GgufTensorInfo) -> Option<usize> {
-        let (per_block, bytes) = block_layout(t.ggml_type)?;
-        let n: usize = t.shape.iter().product();
-        n.div_ceil(per_block).checked_mul(bytes)
     }
 
     /// De-quantises tensor `name` to `f32`; returns its row-major shape and values.

@@ -143,3 +143,29 @@ fn gguf_configurations_are_checked_alike() {
     let m = message(ModelConfig::from_gguf(&bad));
     assert!(m.contains("odd.gguf") && m.contains("`llama.attention.key_length`") && m.contains("even"), "{m}");
 }
+
+#[test]
+fn tensor_directories_that_misplace_data_are_refused() {
+    // Two 2-value f32 tensors: `a` at data offset 0, `b` at 32 (the default alignment).
+    let t = |name| (name, vec![2usize], 0u32, vec![0u8; 8]);
+    let good = write_gguf(&[], &[t("a.weight"), t("b.weight")]);
+    let file = GgufFile::parse("good.gguf".into(), good.clone()).expect("a valid layout");
+    assert_eq!(file.tensor_f32("b.weight").unwrap().1, [0.0, 0.0]);
+    // `b`'s offset field: after its name, dimension count, one dimension and type.
+    let name = good.windows(8).position(|w| w == b"b.weight").unwrap();
+    let at = name + 8 + 4 + 8 + 4;
+    assert_eq!(u64::from_le_bytes(good[at..at + 8].try_into().unwrap()), 32);
+    let with_offset = |offset: u64| {
+        let mut bytes = good.clone();
+        bytes[at..at + 8].copy_from_slice(&offset.to_le_bytes());
+        GgufFile::parse("bad.gguf".into(), bytes)
+    };
+    let m = message(with_offset(4));
+    assert!(m.contains("bad.gguf") && m.contains("tensor `b.weight`: data offset 4 is not a multiple of"), "{m}");
+    let m = message(with_offset(0));
+    assert!(m.contains("tensors `a.weight` (data bytes 0..8) and `b.weight` (0..8) overlap"), "{m}");
+    // A type whose data is larger than the gap to the next tensor: `a` as f32 of 16 values.
+    let big = write_gguf(&[], &[("a.weight", vec![16usize], 0u32, vec![0u8; 8]), t("b.weight")]);
+    let m = message(GgufFile::parse("big.gguf".into(), big));
+    assert!(m.contains("`a.weight` (data bytes 0..64) and `b.weight` (32..40) overlap"), "{m}");
+}
