@@ -135,12 +135,19 @@ impl ModelConfig {
             None | Some(Value::Null) => hidden_size / num_heads,
             Some(_) => positive("head_dim")?,
         };
+        // A field the file may leave out (or set to null) takes its default only then:
+        // a value of another type is an error naming it, never the default.
+        let given = |k: &str| v.get(k).filter(|x| !x.is_null());
+        let flag = |k: &str| -> Result<bool> {
+            given(k).map_or(Ok(false), |x| x.as_bool().ok_or_else(|| cfg_err(path, k, "true or false")))
+        };
         let rope = v.get("rope_parameters").filter(|r| r.is_object());
-        let rope_theta = v
-            .get("rope_theta")
-            .and_then(Value::as_f64)
-            .or_else(|| rope.and_then(|r| r.get("rope_theta")).and_then(Value::as_f64))
-            .unwrap_or(10_000.0);
+        let nested_theta = rope.and_then(|r| r.get("rope_theta")).filter(|x| !x.is_null());
+        let rope_theta = match (given("rope_theta"), nested_theta) {
+            (Some(x), _) => x.as_f64().ok_or_else(|| cfg_err(path, "rope_theta", "a number"))?,
+            (None, Some(x)) => x.as_f64().ok_or_else(|| cfg_err(path, "rope_parameters.rope_theta", "a number"))?,
+            (None, None) => 10_000.0,
+        };
         let scaling = v.get("rope_scaling").filter(|r| r.is_object()).or(rope);
         let rope_scaling = match scaling {
             Some(s) => {
@@ -181,7 +188,7 @@ impl ModelConfig {
             Some(Value::Array(a)) => a.iter().map(token_id).collect::<Result<_>>()?,
             Some(one) => vec![token_id(one)?],
         };
-        if v.get("attention_bias").and_then(Value::as_bool) == Some(true) {
+        if flag("attention_bias")? {
             return Err(cfg_err(path, "attention_bias", "false (biased projections are not supported)"));
         }
         let cfg = Self {
@@ -199,8 +206,11 @@ impl ModelConfig {
                 .ok_or_else(|| cfg_err(path, "rms_norm_eps", "a number"))?,
             rope_theta,
             rope_scaling,
-            tie_embeddings: v.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(false),
-            max_position_embeddings: uint("max_position_embeddings").unwrap_or(4096),
+            tie_embeddings: flag("tie_word_embeddings")?,
+            max_position_embeddings: match given("max_position_embeddings") {
+                Some(_) => uint("max_position_embeddings")?,
+                None => 4096,
+            },
             eos_token_ids,
         };
         cfg.validate().map_err(|(field, expected)| cfg_err(path, field, &expected))?;
@@ -322,17 +332,33 @@ impl ModelConfig {
         };
         let key = |k: &str| format!("{arch_name}.{k}");
         let uint = |k: &str| -> Result<usize> { g.get_uint(&key(k)).map(|x| x as usize) };
+        // A key the file may leave out takes its default only when absent: present
+        // with a value of another type, it is an error naming it, never the default.
+        let optional = |k: &str| -> Result<Option<usize>> { g.get(&key(k)).map(|_| uint(k)).transpose() };
         let hidden_size = uint("embedding_length")?;
         let num_heads = uint("attention.head_count")?;
-        let num_kv_heads = uint("attention.head_count_kv").unwrap_or(num_heads);
-        if num_heads == 0 || num_kv_heads == 0 || num_heads % num_kv_heads != 0 {
+        if num_heads == 0 {
+            return Err(cfg_err(&path, &key("attention.head_count"), "a head count ≥ 1"));
+        }
+        let num_kv_heads = optional("attention.head_count_kv")?.unwrap_or(num_heads);
+        if num_kv_heads == 0 || num_heads % num_kv_heads != 0 {
             return Err(cfg_err(&path, &key("attention.head_count_kv"), "a non-zero divisor of the head count"));
         }
-        let head_dim =
-            uint("attention.key_length").or_else(|_| uint("rope.dimension_count")).unwrap_or(hidden_size / num_heads);
-        let vocab_size = match uint("vocab_size") {
-            Ok(v) => v,
-            Err(_) => g.get_str_array("tokenizer.ggml.tokens")?.len(),
+        // The head dimension's source, named if it does not validate.
+        let (head_dim, head_dim_key) = match (optional("attention.key_length")?, optional("rope.dimension_count")?) {
+            (Some(d), _) => (d, key("attention.key_length")),
+            (None, Some(d)) => (d, key("rope.dimension_count")),
+            (None, None) => {
+                (hidden_size / num_heads, format!("{} / {}", key("embedding_length"), key("attention.head_count")))
+            }
+        };
+        let vocab_size = match optional("vocab_size")? {
+            Some(v) => v,
+            None => g.get_str_array("tokenizer.ggml.tokens")?.len(),
+        };
+        let rope_theta = match g.get(&key("rope.freq_base")) {
+            Some(_) => g.get_float(&key("rope.freq_base"))?,
+            None => 10_000.0,
         };
         let eos = match g.get("tokenizer.ggml.eos_token_id") {
             None => vec![],
@@ -352,13 +378,16 @@ impl ModelConfig {
             num_kv_heads,
             head_dim,
             rms_norm_eps: g.get_float(&key("attention.layer_norm_rms_epsilon"))?,
-            rope_theta: g.get_float(&key("rope.freq_base")).unwrap_or(10_000.0),
+            rope_theta,
             rope_scaling: None,
             tie_embeddings: !g.tensors().contains_key("output.weight"),
-            max_position_embeddings: uint("context_length").unwrap_or(4096),
+            max_position_embeddings: optional("context_length")?.unwrap_or(4096),
             eos_token_ids: eos,
         };
-        cfg.validate().map_err(|(field, expected)| cfg_err(&path, &gguf_key(arch_name, field), &expected))?;
+        cfg.validate().map_err(|(field, expected)| {
+            let key = if field == "head_dim" { head_dim_key.clone() } else { gguf_key(arch_name, field) };
+            cfg_err(&path, &key, &expected)
+        })?;
         Ok(cfg)
     }
 

@@ -89,6 +89,13 @@ fn configurations_that_would_size_a_model_from_nonsense_are_refused() {
     let path = Path::new("models/x/config.json");
     let cfg = ModelConfig::from_hf_value(path, &llama_config()).expect("valid");
     assert_eq!((cfg.head_dim, cfg.eos_token_ids.clone()), (8, vec![1, 2]));
+    // Absent or null, they take their defaults.
+    let mut v = llama_config();
+    v.as_object_mut().unwrap().remove("rope_theta");
+    v["max_position_embeddings"] = serde_json::Value::Null;
+    v["rope_parameters"] = serde_json::json!({"rope_theta": 1e6});
+    let cfg = ModelConfig::from_hf_value(path, &v).expect("valid");
+    assert_eq!((cfg.rope_theta, cfg.max_position_embeddings, cfg.tie_embeddings), (1e6, 4096, false));
     // Each edit, the field the message must name, and a word of what was expected.
     let cases: Vec<(serde_json::Value, &str, &str)> = vec![
         // head_dim = hidden / heads = 0 passed the old "even" check.
@@ -109,6 +116,16 @@ fn configurations_that_would_size_a_model_from_nonsense_are_refused() {
             "rope_scaling",
             "high_freq_factor > low_freq_factor",
         ),
+        // A field the file may leave out, given with another type, is no default.
+        (serde_json::json!({"rope_theta": "1e6"}), "rope_theta", "a number"),
+        (
+            serde_json::json!({"rope_theta": null, "rope_parameters": {"rope_theta": "x"}}),
+            "rope_parameters.rope_theta",
+            "a number",
+        ),
+        (serde_json::json!({"max_position_embeddings": "8192"}), "max_position_embeddings", "integer"),
+        (serde_json::json!({"tie_word_embeddings": "true"}), "tie_word_embeddings", "true or false"),
+        (serde_json::json!({"attention_bias": 1}), "attention_bias", "true or false"),
     ];
     for (edit, field, expected) in cases {
         let mut v = llama_config();
@@ -138,10 +155,38 @@ fn gguf_configurations_are_checked_alike() {
     };
     let ok = GgufFile::parse("ok.gguf".into(), write_gguf(&meta(1), &[])).expect("parses");
     assert_eq!(ModelConfig::from_gguf(&ok).expect("valid").head_dim, 2);
-    // Two heads of a 2-wide embedding: head dimension 1, odd.
+    // Two heads of a 2-wide embedding: head dimension 1, odd, named by where it came from.
     let bad = GgufFile::parse("odd.gguf".into(), write_gguf(&meta(2), &[])).expect("parses");
     let m = message(ModelConfig::from_gguf(&bad));
-    assert!(m.contains("odd.gguf") && m.contains("`llama.attention.key_length`") && m.contains("even"), "{m}");
+    assert!(
+        m.contains("odd.gguf")
+            && m.contains("`llama.embedding_length / llama.attention.head_count`")
+            && m.contains("even"),
+        "{m}"
+    );
+    let with = |extra: (&'static str, GgufValue)| {
+        let mut kv = meta(1);
+        kv.retain(|(k, _)| *k != extra.0);
+        kv.push(extra);
+        let g = GgufFile::parse("x.gguf".into(), write_gguf(&kv, &[])).expect("parses");
+        ModelConfig::from_gguf(&g)
+    };
+    // Keys a file may leave out take their defaults only when absent.
+    let text = |s: &str| GgufValue::Str(s.into());
+    for (k, v, expected) in [
+        ("llama.rope.freq_base", text("1e6"), "a number"),
+        ("llama.context_length", text("8192"), "a non-negative integer"),
+        ("llama.attention.head_count_kv", text("1"), "a non-negative integer"),
+        ("llama.attention.key_length", GgufValue::Float(2.0), "a non-negative integer"),
+        ("llama.vocab_size", text("16"), "a non-negative integer"),
+        ("llama.rope.dimension_count", GgufValue::UInt(3), "even"),
+        ("llama.attention.head_count", GgufValue::UInt(0), "a head count ≥ 1"),
+    ] {
+        let m = message(with((k, v)));
+        assert!(m.contains("x.gguf") && m.contains(&format!("`{k}`")) && m.contains(expected), "{k}: {m}");
+    }
+    let rope = with(("llama.rope.freq_base", GgufValue::Float(1e6))).expect("a number");
+    assert_eq!(rope.rope_theta, 1e6);
 }
 
 #[test]
