@@ -535,6 +535,13 @@ fn train_drafter_saves_a_loadable_drafter() {
     let config: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(format!("{part}/config.json")).unwrap()).unwrap();
     assert_eq!(config["torch_dtype"], "bfloat16");
+    // A mask token that a response holds is refused, naming the record.
+    let mut masked = args.to_vec();
+    let i = masked.iter().position(|a| *a == "--mask-token").unwrap();
+    let held = fx.ids("target_greedy_0")[fx.ids("prompt_0").len()].to_string();
+    masked[i + 1] = &held;
+    let (ok, _, err) = bastion(&masked);
+    assert!(!ok && err.contains("record `p0`'s response holds the mask token"), "{err}");
     // Holding out everything leaves nothing to train on.
     let mut all = args.to_vec();
     let i = all.iter().position(|a| *a == "--held-out").unwrap();

@@ -148,6 +148,8 @@ struct ReadRecords {
 fn read_records(path: &Path, file: &File) -> Result<ReadRecords> {
     let io = |e| TrainError::Io { path: path.to_path_buf(), source: e };
     let mut out = ReadRecords { records: Vec::new(), good_len: 0, unterminated: false };
+    // Ids are unique: a second copy of a record could sit on both sides of a held-out split.
+    let mut first_line: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     let mut reader = BufReader::new(file);
     let mut line = Vec::new();
     for n in 1.. {
@@ -157,19 +159,29 @@ fn read_records(path: &Path, file: &File) -> Result<ReadRecords> {
             break;
         }
         let parsed = serde_json::from_slice::<DistillRecord>(&line);
-        if line.last() != Some(&b'\n') {
-            if let Ok(rec) = parsed {
-                out.records.push(rec);
-                out.good_len += read as u64;
-                out.unterminated = true;
+        let unterminated = line.last() != Some(&b'\n');
+        let rec = match parsed {
+            Ok(rec) => rec,
+            Err(_) if unterminated => break,
+            Err(e) => {
+                return Err(TrainError::Format {
+                    path: path.to_path_buf(),
+                    what: format!("line {n}: not a distillation record ({e})"),
+                })
             }
+        };
+        if let Some(first) = first_line.insert(rec.id.clone(), n) {
+            return Err(TrainError::Format {
+                path: path.to_path_buf(),
+                what: format!("line {n}: record `{}` is already on line {first}: ids must be unique", rec.id),
+            });
+        }
+        out.records.push(rec);
+        out.good_len += read as u64;
+        if unterminated {
+            out.unterminated = true;
             break;
         }
-        out.records.push(parsed.map_err(|e| TrainError::Format {
-            path: path.to_path_buf(),
-            what: format!("line {n}: not a distillation record ({e})"),
-        })?);
-        out.good_len += read as u64;
     }
     Ok(out)
 }

@@ -103,6 +103,16 @@ pub fn train_drafter(
 ) -> Result<RunSummary> {
     let target = load_model(run.model, &BackendKind::Flex.device()?)?;
     let mut records = DistillStore::read_all(run.data)?;
+    // The mask fills the block's unknown slots: a response holding it would train the
+    // drafter to predict the mask from the mask.
+    if let Some(r) = records.iter().find(|r| r.response_ids.contains(&run.mask_token)) {
+        return Err(TrainError::Usage(format!(
+            "{}: record `{}`'s response holds the mask token {}: choose a --mask-token that never appears in responses",
+            run.data.display(),
+            r.id,
+            run.mask_token
+        )));
+    }
     records.truncate(run.max_sequences.unwrap_or(usize::MAX));
     let (records, held) = split_held_out(records, run.held_out, run.held_out_per_domain, run.data)?;
     let mut drafter = default_drafter_config(target.config(), run.layers, run.block_size, run.mask_token);

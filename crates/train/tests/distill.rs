@@ -68,6 +68,14 @@ fn records_are_greedy_outputs_and_runs_resume() {
     assert_eq!(text.lines().count(), 4);
     assert!(text.ends_with('\n'));
     assert_eq!(DistillStore::read_all(&path).unwrap().last(), Some(&extra));
+    // A second record with an id already read (a file concatenated twice) is refused: it
+    // could land on both sides of a held-out split.
+    let first = text.lines().next().unwrap();
+    std::fs::write(&path, format!("{text}{first}\n")).unwrap();
+    for e in [DistillStore::read_all(&path).unwrap_err(), DistillStore::open(&path).err().unwrap()] {
+        let e = e.to_string();
+        assert!(e.contains("distill.jsonl") && e.contains("line 5: record `p0` is already on line 1"), "{e}");
+    }
 }
 
 #[test]
