@@ -51,7 +51,9 @@ fn run() {
     let dir = std::path::Path::new("drafters/smollm2-135m-instruct-dflash");
     let mut drafter = Drafter::load(dir, &target).expect("the shipped drafter");
     let file = bastion_models::draft_vocab_path(dir);
-    let vocab = DraftVocabFile::read(&file).and_then(|v| v.top(1024, &file)).expect("its draft vocabulary");
+    let vocab = DraftVocabFile::read(&file)
+        .and_then(|v| v.top(1024, target.config().vocab_size, &file))
+        .expect("its draft vocabulary");
     drafter.set_draft_vocab(&target, Some(vocab)).expect("a draft vocabulary");
     let width = drafter.hidden_indices().len() * target.config().hidden_size;
     let mut seed = 1u64;

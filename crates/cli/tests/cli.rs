@@ -566,6 +566,60 @@ fn train_drafter_saves_a_loadable_drafter() {
     assert!(!ok && err.contains("--mask-token"), "{err}");
 }
 
+#[test]
+fn draft_vocab_counts_responses_and_generate_drafts_over_it() {
+    let fx = bastion_testkit::Fixture::load("tiny-dflash");
+    let tmp = tempfile::tempdir().unwrap();
+    let drafter = tmp.path().join("drafter");
+    std::fs::create_dir(&drafter).unwrap();
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(bastion_testkit::fixture_dir("tiny-dflash").join(f), drafter.join(f)).unwrap();
+    }
+    let p = fx.ids("prompt_0");
+    let all = fx.ids("target_greedy_0");
+    let response = &all[p.len()..];
+    let record = |id: &str, response: &[u32]| {
+        serde_json::json!({"id": id, "prompt_ids": p, "response_ids": response, "stopped": false}).to_string() + "\n"
+    };
+    let data = tmp.path().join("d.jsonl");
+    std::fs::write(&data, record("a", response)).unwrap();
+    let (data, dir) = (data.to_str().unwrap(), drafter.to_str().unwrap());
+    let (ok, out, err) = bastion(&["draft-vocab", "--data", data, "--drafter", dir]);
+    assert!(ok, "{err}");
+    let file: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(drafter.join("draft_vocab.json")).unwrap()).unwrap();
+    let mut want: Vec<(u64, u32)> = Vec::new();
+    for &t in response {
+        match want.iter_mut().find(|(_, id)| *id == t) {
+            Some((n, _)) => *n += 1,
+            None => want.push((1, t)),
+        }
+    }
+    assert_eq!(file["counted_tokens"], response.len(), "{out}");
+    let counts: Vec<u64> = serde_json::from_value(file["counts"].clone()).unwrap();
+    assert!(counts.windows(2).all(|w| w[0] >= w[1]) && counts.iter().sum::<u64>() == response.len() as u64);
+    assert_eq!(counts.len(), want.len(), "one entry per distinct token");
+    // Generation drafts over the two most frequent tokens, losslessly.
+    let prompt = p.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    let gen = ["generate", "--model", "tests/fixtures/tiny-qwen3", "--prompt-ids", &prompt, "--max-new-tokens", "8"];
+    let (ok, ar, err) = bastion(&gen);
+    assert!(ok, "{err}");
+    let mut pruned = gen.to_vec();
+    pruned.extend(["--method", "dflash", "--drafter", dir, "--draft-vocab", "2"]);
+    let (ok, spec, err) = bastion(&pruned);
+    assert!(ok && spec == ar, "{err}");
+    let last = pruned.len() - 1;
+    pruned[last] = "0";
+    let (ok, _, err) = bastion(&pruned);
+    assert!(!ok && err.contains("--draft-vocab"), "{err}");
+    // A response token outside the drafter's vocabulary (256) is data of another model.
+    let bad = tmp.path().join("bad.jsonl");
+    std::fs::write(&bad, record("a", response) + &record("b", &[3, 99_999])).unwrap();
+    let (ok, _, err) = bastion(&["draft-vocab", "--data", bad.to_str().unwrap(), "--drafter", dir]);
+    assert!(!ok && err.contains("bad.jsonl: record `b`: response token 99999 is not below"), "{err}");
+    assert!(err.contains("vocabulary size 256"), "{err}");
+}
+
 /// The element type of every tensor of a safetensors file, from its header.
 fn safetensors_dtypes(path: &str) -> Vec<String> {
     let st = std::fs::read(path).unwrap();

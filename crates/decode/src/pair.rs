@@ -210,7 +210,7 @@ impl LoadedPair {
         let mut drafter = spec.drafter.as_deref().map(|d| Drafter::load(d, &target)).transpose()?;
         if let (Some(n), Some(d), Some(dir)) = (spec.draft_vocab, drafter.as_mut(), spec.drafter.as_deref()) {
             let path = bastion_models::draft_vocab_path(dir);
-            let tokens = DraftVocabFile::read(&path)?.top(n, &path)?;
+            let tokens = DraftVocabFile::read(&path)?.top(n, target.config().vocab_size, &path)?;
             d.set_draft_vocab(&target, Some(tokens))?;
         }
         let tokenizer = match spec.random_weights {

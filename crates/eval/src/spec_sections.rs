@@ -220,7 +220,7 @@ pub(super) fn models(
                     .ok_or_else(|| at(format!("expected a token count ≥ 1, found {}", n.get_ref())))?;
                 let file = bastion_models::draft_vocab_path(&drafter);
                 bastion_models::DraftVocabFile::read(&file)
-                    .and_then(|v| v.top(size, &file))
+                    .and_then(|v| v.top(size, tcfg.vocab_size, &file))
                     .map_err(|e| at(format!("{e} (`bastion draft-vocab` writes the file)")))?;
                 Some(size)
             }

@@ -84,19 +84,33 @@ impl DraftVocabFile {
         std::fs::write(path, text + "\n").map_err(|source| ModelError::Write { path: path.into(), source })
     }
 
-    /// The `n` most frequent tokens. `path` names the file in errors.
+    /// The `n` most frequent tokens, for a target of `vocab_size` tokens.
+    /// `path` names the file in errors.
     ///
     /// # Errors
-    /// [`ModelError::File`] (`Config`) when `n` is 0 or more than the file holds.
-    pub fn top(&self, n: usize, path: &Path) -> Result<Vec<u32>> {
-        if n == 0 || n > self.tokens.len() {
+    /// [`ModelError::File`] (`Config`) when `n` is 0, more than the file
+    /// holds, or one of the `n` ids is not below `vocab_size` (a file of
+    /// another model's tokens).
+    pub fn top(&self, n: usize, vocab_size: usize, path: &Path) -> Result<Vec<u32>> {
+        if n == 0 {
+            return Err(cfg_err(path, "tokens", "a draft vocabulary of at least 1 token (asked for 0)"));
+        }
+        if n > self.tokens.len() {
             return Err(cfg_err(
                 path,
                 "tokens",
                 &format!("at least {n} tokens for a draft vocabulary of {n} (the file holds {})", self.tokens.len()),
             ));
         }
-        Ok(self.tokens[..n].to_vec())
+        let top = &self.tokens[..n];
+        if let Some(bad) = top.iter().find(|&&t| t as usize >= vocab_size) {
+            return Err(cfg_err(
+                path,
+                "tokens",
+                &format!("ids below the target's vocabulary size {vocab_size} (found {bad}: another model's tokens?)"),
+            ));
+        }
+        Ok(top.to_vec())
     }
 
     /// The share of the counted tokens that the first `n` cover.
@@ -123,10 +137,15 @@ mod tests {
         let path = dir.join(DRAFT_VOCAB_FILE);
         f.write(&path).unwrap();
         assert_eq!(DraftVocabFile::read(&path).unwrap(), f);
-        assert_eq!(f.top(3, &path).unwrap(), vec![2, 7, 9]);
-        let e = f.top(5, &path).unwrap_err().to_string();
+        assert_eq!(f.top(3, 10, &path).unwrap(), vec![2, 7, 9]);
+        let e = f.top(5, 10, &path).unwrap_err().to_string();
         assert!(e.contains("draft_vocab.json") && e.contains("holds 4"), "{e}");
-        assert!(f.top(0, &path).is_err());
+        let e = f.top(0, 10, &path).unwrap_err().to_string();
+        assert!(e.contains("at least 1 token (asked for 0)"), "{e}");
+        // Ids of a larger vocabulary than the target's are another model's.
+        let e = f.top(3, 9, &path).unwrap_err().to_string();
+        assert!(e.contains("`tokens`") && e.contains("below the target's vocabulary size 9 (found 9"), "{e}");
+        assert_eq!(f.top(2, 9, &path).unwrap(), vec![2, 7]);
         // Repeated ids are refused, naming the field.
         let bad = DraftVocabFile { tokens: vec![1, 1], counts: vec![2, 2], ..f.clone() };
         bad.write(&path).unwrap();

@@ -87,7 +87,7 @@ pub struct PairArgs {
     pub drafter: Option<PathBuf>,
     /// Draft over the drafter's N most frequent tokens only (its draft_vocab.json, written by
     /// `bastion draft-vocab`); verification still scores every token, so decoding stays lossless.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = at_least_one())]
     pub draft_vocab: Option<usize>,
 }
 

@@ -29,10 +29,22 @@ pub struct Args {
 
 /// Runs `bastion draft-vocab`.
 pub fn run(a: Args) -> Result {
+    // The drafter's vocabulary (its target's): every counted id must lie in it.
+    let vocab = bastion_models::ModelConfig::from_hf_json(a.drafter.join("config.json"))?.vocab_size;
     let mut counts: HashMap<u32, u64> = HashMap::new();
     let mut sequences = 0usize;
     for path in &a.data {
         for rec in DistillStore::read_all(path)? {
+            if let Some(bad) = rec.response_ids.iter().find(|&&t| t as usize >= vocab) {
+                return Err(format!(
+                    "{}: record `{}`: response token {bad} is not below the drafter's vocabulary size {vocab} \
+                     ({}): data distilled from another model?",
+                    path.display(),
+                    rec.id,
+                    a.drafter.join("config.json").display()
+                )
+                .into());
+            }
             sequences += 1;
             for &t in &rec.response_ids {
                 *counts.entry(t).or_default() += 1;
