@@ -23,4 +23,4 @@ pub use composed::{DraftBastion, DraftDatasets, DraftModel, ExperimentDraft};
 pub use error::{FieldError, OutputError};
 pub use runner::{check_lossless, plan, run, RunError, RunEvent, RunOptions, Sample, Shard};
 pub use spec::{Experiment, ModelPair, SpecError};
-pub use store::{merge_shards, SampleRecord, SampleStore, StoreError};
+pub use store::{merge_shards, Merged, SampleRecord, SampleStore, StoreError};

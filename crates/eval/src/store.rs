@@ -372,14 +372,27 @@ impl SampleStore {
     }
 }
 
+/// What [`merge_shards`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Merged {
+    /// Records added to `samples.jsonl` (0 when every one was there).
+    pub added: usize,
+    /// The shard count `N` of the `shard-I-of-N` folders.
+    pub shards: usize,
+    /// Shard indices with no `samples.jsonl` yet (not started, or elsewhere):
+    /// the merge is partial until they are merged too.
+    pub missing: Vec<usize>,
+}
+
 /// Joins the shards of a sweep (`dir/shard-*-of-N/samples.jsonl`, as
-/// written by `--shard i/N`) into `dir/samples.jsonl`; returns how many
-/// records it added. Rerunning after more shards finish adds the rest.
+/// written by `--shard i/N`) into `dir/samples.jsonl`. Rerunning after more
+/// shards finish adds the rest; [`Merged::missing`] names the shards it
+/// could not read yet.
 ///
 /// # Errors
 /// [`StoreError`] from reading or writing; [`StoreError::Io`] when `dir`
-/// has no shard folders or they disagree on `N`.
-pub fn merge_shards(dir: &Path) -> Result<usize, StoreError> {
+/// has no shard folders, they disagree on `N`, or one's index is not below `N`.
+pub fn merge_shards(dir: &Path) -> Result<Merged, StoreError> {
     let io = |source| StoreError::Io { path: dir.to_path_buf(), source };
     let mut shards: Vec<(usize, usize, PathBuf)> = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(io)? {
@@ -396,6 +409,9 @@ pub fn merge_shards(dir: &Path) -> Result<usize, StoreError> {
     if shards.iter().any(|s| s.1 != n) {
         return Err(invalid("shard folders disagree on the number of shards".into()));
     }
+    if let Some((i, _, _)) = shards.iter().find(|s| s.0 >= n) {
+        return Err(invalid(format!("shard-{i}-of-{n}: shard indices run from 0 to {}", n.saturating_sub(1))));
+    }
     shards.sort();
     let mut merged = SampleStore::open(&dir.join("samples.jsonl"))?;
     let mut added = 0;
@@ -408,7 +424,8 @@ pub fn merge_shards(dir: &Path) -> Result<usize, StoreError> {
             }
         }
     }
-    Ok(added)
+    let missing = (0..n).filter(|&i| !shards.iter().any(|s| s.0 == i && s.2.is_file())).collect();
+    Ok(Merged { added, shards: n, missing })
 }
 
 #[cfg(test)]

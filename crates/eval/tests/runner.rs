@@ -159,8 +159,21 @@ fn every_method_runs_resumes_and_shards() {
     // Merging them gives the same set of records as the unsharded run.
     let merged_dir = dir.path().join("results/tiny");
     std::fs::remove_file(merged_dir.join("samples.jsonl")).unwrap();
-    assert_eq!(bastion_eval::merge_shards(&merged_dir).unwrap(), 14);
-    assert_eq!(bastion_eval::merge_shards(&merged_dir).unwrap(), 0, "merging twice adds nothing");
+    // A shard not there yet makes a partial merge, said so; the rest comes on a rerun.
+    let second = merged_dir.join("shard-1-of-2");
+    let aside = dir.path().join("shard-1-aside");
+    std::fs::rename(&second, &aside).unwrap();
+    let partial = bastion_eval::merge_shards(&merged_dir).unwrap();
+    assert_eq!((partial.added, partial.shards, partial.missing), (7, 2, vec![1]));
+    std::fs::rename(&aside, &second).unwrap();
+    let all = bastion_eval::merge_shards(&merged_dir).unwrap();
+    assert_eq!((all.added, all.missing.len()), (7, 0));
+    assert_eq!(bastion_eval::merge_shards(&merged_dir).unwrap().added, 0, "merging twice adds nothing");
+    // A shard index outside its count is refused.
+    std::fs::create_dir(merged_dir.join("shard-5-of-2")).unwrap();
+    let e = bastion_eval::merge_shards(&merged_dir).unwrap_err().to_string();
+    assert!(e.contains("shard-5-of-2: shard indices run from 0 to 1"), "{e}");
+    std::fs::remove_dir(merged_dir.join("shard-5-of-2")).unwrap();
     let mut merged = bastion_eval::SampleStore::open(&merged_dir.join("samples.jsonl")).unwrap().records().to_vec();
     merged.sort_by(|x, y| x.key.cmp(&y.key));
     assert_eq!(merged, sharded);

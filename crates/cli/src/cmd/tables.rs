@@ -58,7 +58,16 @@ pub struct MergeArgs {
 /// Runs `bastion merge`.
 pub fn merge(a: MergeArgs) -> Result {
     let dir = a.results.join(Experiment::name_of(&a.experiment)?);
-    let added = merge_shards(&dir)?;
-    println!("merged {added} new records into {}", dir.join("samples.jsonl").display());
+    let merged = merge_shards(&dir)?;
+    println!("merged {} new records into {}", merged.added, dir.join("samples.jsonl").display());
+    if !merged.missing.is_empty() {
+        let list: Vec<String> = merged.missing.iter().map(|i| format!("shard-{i}-of-{}", merged.shards)).collect();
+        eprintln!(
+            "warning: {} of {} shards have no samples.jsonl yet ({}): the merge is partial; rerun it when they finish",
+            merged.missing.len(),
+            merged.shards,
+            list.join(", ")
+        );
+    }
     Ok(())
 }
