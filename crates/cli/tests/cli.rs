@@ -769,6 +769,18 @@ fn bench_target_times_a_random_model_of_a_config_and_other_commands_refuse_it() 
         assert!(out.contains(want), "{out}");
     }
     assert_eq!(out.lines().filter(|l| l.trim_start().starts_with("4 ")).count(), 2, "{out}");
+    // Sizes and counts out of range are refused by their flag; rows past the window after loading.
+    let base = ["bench-target", "--model", &config, "--random-weights", "1"];
+    for (flag, value) in [("--nodes", "0"), ("--nodes", "8193"), ("--reps", "0"), ("--peak-stream", "0")] {
+        let mut args = base.to_vec();
+        args.extend([flag, value]);
+        let (ok, _, err) = bastion(&args);
+        assert!(!ok && err.contains(&format!("invalid value '{value}' for '{flag}")), "{flag} {value}: {err}");
+    }
+    let mut args = base.to_vec();
+    args.extend(["--context", "1000", "--nodes", "1,64", "--peak-stream", "65536"]);
+    let (ok, _, err) = bastion(&args);
+    assert!(!ok && err.contains("--context 1000 + --nodes 64 = 1064 positions: more than the target's 1024"), "{err}");
     // generate runs it from token ids; text needs a tokenizer it does not have.
     let (ok, out, err) = bastion(&[
         "generate",

@@ -228,6 +228,12 @@ pub fn at_least_one() -> clap::builder::RangedU64ValueParser<usize> {
     clap::builder::RangedU64ValueParser::new().range(1..)
 }
 
+/// The value parser of a tree size in tokens verified, root included:
+/// 1 ..= [`bastion_tree::MAX_TREE_SIZE`] (`--nodes`, `--tokens`).
+pub fn tree_size() -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::new().range(1..=bastion_tree::MAX_TREE_SIZE as u64)
+}
+
 /// How the cost-aware methods get their cost models.
 #[derive(clap::Args, Debug, Clone)]
 pub struct CostArgs {

@@ -6,6 +6,7 @@ use bastion_decode::{LoadedPair, VerifyGrid};
 use bastion_models::TreeAttentionMode;
 
 use super::{Result, TargetArgs};
+use crate::args::{at_least_one, tree_size};
 
 /// Benchmark a target's verification latency over tree sizes and context lengths.
 ///
@@ -20,11 +21,11 @@ pub struct Args {
     /// Committed context before each verification (tokens); several give one table each.
     #[arg(long, value_delimiter = ',', default_values_t = vec![256])]
     context: Vec<usize>,
-    /// Tree sizes to time (tokens verified, root included).
-    #[arg(long, value_delimiter = ',', default_values_t = vec![1, 2, 4, 8, 16, 32, 64])]
+    /// Tree sizes to time (tokens verified, root included; at most 8192).
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1, 2, 4, 8, 16, 32, 64], value_parser = tree_size())]
     nodes: Vec<usize>,
     /// Timed repetitions per size (median reported).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = at_least_one())]
     reps: usize,
     /// Untimed verifications per size before the timed ones.
     #[arg(long, default_value_t = 3)]
@@ -35,7 +36,7 @@ pub struct Args {
     attention: Vec<TreeAttentionMode>,
     /// Elements (f32) streamed by the bandwidth microbenchmark behind the roof lines (lower it
     /// on devices with small buffers: lavapipe allocates at most 128 MiB).
-    #[arg(long, default_value_t = bastion_models::PeakOptions::default().stream_elements)]
+    #[arg(long, default_value_t = bastion_models::PeakOptions::default().stream_elements, value_parser = at_least_one())]
     peak_stream: usize,
 }
 
@@ -49,11 +50,23 @@ pub fn run(a: Args) -> Result {
     spec.random_weights = *random_weights;
     let loading = std::time::Instant::now();
     let mut pair = LoadedPair::open(spec)?;
-    let nodes: Vec<usize> = a.nodes.iter().copied().filter(|&n| n > 0).collect();
+    let nodes = a.nodes.clone();
     let mut contexts = a.context.clone();
     contexts.sort_unstable();
     contexts.dedup();
-    let reps = a.reps.max(1);
+    // Every verification's rows must fit the target's positions.
+    let window = pair.target().config().max_position_embeddings;
+    let (longest, largest) = (contexts.last().copied().unwrap_or(0), nodes.iter().copied().max().unwrap_or(0));
+    if longest + largest > window {
+        return Err(format!(
+            "--context {longest} + --nodes {largest} = {} positions: more than the target's {window} \
+             (max_position_embeddings of {})",
+            longest + largest,
+            model.display()
+        )
+        .into());
+    }
+    let reps = a.reps;
     let mut weights = match random_weights {
         Some(seed) => format!("{dtype}, random (seed {seed})"),
         None => dtype.to_string(),

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use bastion_decode::ProfileOptions;
 
 use super::{PairArgs, Result};
+use crate::args::{at_least_one, tree_size};
 
 /// Calibrate the cost-aware methods' latency models on this machine.
 ///
@@ -32,22 +33,22 @@ pub struct Args {
     contexts: Option<Vec<usize>>,
     /// Tree sizes (tokens verified, root included), at least 3 [default: 1,2,3,4,6,8,12,16,
     /// 24,32,48,64 on CPU backends; 1,2,4,8 and BASTION's 16,32,…,512 on GPU backends].
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = tree_size())]
     tokens: Option<Vec<usize>>,
     /// Untimed verifications per grid point [default: 2 on CPU, 3 on GPU].
     #[arg(long)]
     warmup: Option<usize>,
     /// Timed verifications per grid point, median kept [default: 9 on CPU, 5 on GPU].
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one())]
     repeats: Option<usize>,
     /// New tokens of the drafter probe (its rounds give T_d and T_nv).
-    #[arg(long, default_value_t = ProfileOptions::default().probe_new_tokens)]
+    #[arg(long, default_value_t = ProfileOptions::default().probe_new_tokens, value_parser = at_least_one())]
     probe_new_tokens: usize,
     /// Side of the square matmul of the peak microbenchmark.
-    #[arg(long, default_value_t = ProfileOptions::default().peak.matmul_size)]
+    #[arg(long, default_value_t = ProfileOptions::default().peak.matmul_size, value_parser = at_least_one())]
     peak_matmul: usize,
     /// Elements (f32) streamed by the bandwidth microbenchmark.
-    #[arg(long, default_value_t = ProfileOptions::default().peak.stream_elements)]
+    #[arg(long, default_value_t = ProfileOptions::default().peak.stream_elements, value_parser = at_least_one())]
     peak_stream: usize,
 }
 
