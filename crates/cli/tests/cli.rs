@@ -92,6 +92,9 @@ fn bad_input_fails_with_a_clear_message() {
         let (ok, _, err) = bastion(&[&base[..], &extra[..]].concat());
         assert!(!ok && err.contains(want), "{extra:?}: {err}");
     }
+    // Token ids outside the vocabulary (the tiny target's 256) name the flag.
+    let (ok, _, err) = bastion(&["generate", "--model", "tests/fixtures/tiny-qwen3", "--prompt-ids", "5,256"]);
+    assert!(!ok && err.contains("--prompt-ids: token id 256 is not below the target's vocabulary size 256"), "{err}");
     // Outside the repository's root, `reproduce` names the folder it looked in (and fetches
     // nothing).
     let dir = tempfile::tempdir().unwrap();

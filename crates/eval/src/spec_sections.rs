@@ -305,10 +305,11 @@ pub(super) fn datasets(
         let layout = f.layout.as_ref().map_or(FileLayout::Generic, |l| l.get_ref().0);
         let path = base.join(f.path.get_ref());
         if !path.is_file() {
+            let what = if path.exists() { "is not a file" } else { "does not exist" };
             return Err(loc.at(
                 f.path.span(),
                 field("path"),
-                format!("{} does not exist: expected a JSONL file, one record per line", f.path.get_ref()),
+                format!("{} {what}: expected a JSONL file, one record per line", f.path.get_ref()),
             ));
         }
         UserName::new(f.name.get_ref()).map_err(|e| loc.at(f.name.span(), field("name"), e.to_string()))?;

@@ -645,6 +645,11 @@ fn a_users_files_are_read_and_their_mistakes_named() {
             "does not exist",
         ),
         (
+            with_file("mine", "path = \"experiments\"\nprompt = \"question\""),
+            "20:8: datasets.files[0].path",
+            "experiments is not a file: expected a JSONL file",
+        ),
+        (
             with_file("mine", &format!("{mine}\ntemplate = \"Q: {{{{ question }}}}\"")),
             "22:12: datasets.files[0].template",
             "one of prompt, turns and template",

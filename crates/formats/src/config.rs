@@ -73,6 +73,9 @@ pub fn cfg_err(path: &Path, field: &str, expected: &str) -> FormatError {
 /// a configuration read from GGUF (`arch` is the key prefix: `llama`,
 /// `qwen3`, `dflash`).
 pub fn gguf_key(arch: &str, hf_field: &str) -> String {
+    if hf_field == "eos_token_id" {
+        return "tokenizer.ggml.eos_token_id".into();
+    }
     let k = match hf_field {
         "vocab_size" => "vocab_size",
         "hidden_size" => "embedding_length",
@@ -259,6 +262,12 @@ impl ModelConfig {
         }
         if !width.is_some_and(|w| fits(w, self.hidden_size)) {
             return Err(("head_dim", "heads × head dimension × hidden size that fits in memory".into()));
+        }
+        if let Some(eos) = self.eos_token_ids.iter().find(|&&t| t as usize >= self.vocab_size) {
+            return Err((
+                "eos_token_id",
+                format!("token ids below the vocabulary size {} (got {eos})", self.vocab_size),
+            ));
         }
         let positive = |x: f64| x.is_finite() && x > 0.0;
         if !positive(self.rms_norm_eps) {

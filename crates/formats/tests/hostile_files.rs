@@ -109,6 +109,7 @@ fn configurations_that_would_size_a_model_from_nonsense_are_refused() {
         // An eos id past u32 was silently truncated to another token.
         (serde_json::json!({"eos_token_id": 4294967297u64}), "eos_token_id", "0..2^32"),
         (serde_json::json!({"eos_token_id": [1, "2"]}), "eos_token_id", "0..2^32"),
+        (serde_json::json!({"eos_token_id": [1, 64]}), "eos_token_id", "below the vocabulary size 64 (got 64)"),
         // llama3 scaling divides by high - low.
         (
             serde_json::json!({"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
@@ -181,6 +182,7 @@ fn gguf_configurations_are_checked_alike() {
         ("llama.vocab_size", text("16"), "a non-negative integer"),
         ("llama.rope.dimension_count", GgufValue::UInt(3), "even"),
         ("llama.attention.head_count", GgufValue::UInt(0), "a head count ≥ 1"),
+        ("tokenizer.ggml.eos_token_id", GgufValue::UInt(16), "below the vocabulary size 16"),
     ] {
         let m = message(with((k, v)));
         assert!(m.contains("x.gguf") && m.contains(&format!("`{k}`")) && m.contains(expected), "{k}: {m}");

@@ -53,7 +53,15 @@ pub fn run(a: Args) -> Result {
     let mut speculator = pair.speculator(a.method.clone())?;
     let cfg = GenerateConfig { temperature: a.temperature, seed: a.seed, ..pair.generate_config(a.max_new_tokens) };
     let ids = match (&a.prompt, &a.prompt_ids) {
-        (_, Some(ids)) => ids.clone(),
+        (_, Some(ids)) => {
+            let vocab = pair.target().config().vocab_size;
+            if let Some(bad) = ids.iter().find(|&&t| t as usize >= vocab) {
+                return Err(
+                    format!("--prompt-ids: token id {bad} is not below the target's vocabulary size {vocab}").into()
+                );
+            }
+            ids.clone()
+        }
         // The byte encoder of tokenizer-less models is for sweeps only: a tokenizer first.
         (Some(text), None) if !a.raw && (a.chat || pair.tokenizer()?.chat_template().is_some()) => {
             pair.chat_encoder(0)?.encode(&[Message::new("user", text)])?

@@ -30,10 +30,10 @@ pub struct Args {
     #[arg(long)]
     out: Option<PathBuf>,
     /// Prompts to keep.
-    #[arg(long, default_value_t = 3000)]
+    #[arg(long, default_value_t = 3000, value_parser = crate::args::at_least_one())]
     count: usize,
     /// Candidates to sample at most.
-    #[arg(long, default_value_t = 12_000)]
+    #[arg(long, default_value_t = 12_000, value_parser = crate::args::at_least_one())]
     max_attempts: usize,
     /// Sampling temperature.
     #[arg(long, default_value_t = 0.7, value_parser = super::temperature_arg)]
