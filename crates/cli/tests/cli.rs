@@ -798,6 +798,8 @@ fn bench_target_times_a_random_model_of_a_config_and_other_commands_refuse_it() 
     ]);
     assert!(ok, "{err}");
     assert_eq!(out.split_whitespace().count(), 4, "{out}");
+    let (ok, _, err) = bastion(&["generate", "--model", &smollm2(), "--random-weights", "1", "--prompt-ids", "3"]);
+    assert!(!ok && err.contains("Q4_1.gguf: random weights are drawn from a Hugging Face config.json"), "{err}");
     let (ok, _, err) = bastion(&["generate", "--model", &config, "--random-weights", "1", "--prompt", "hi"]);
     assert!(!ok && err.contains("has no tokenizer: pass token ids (--prompt-ids)"), "{err}");
     let (ok, _, err) =

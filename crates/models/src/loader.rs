@@ -56,7 +56,8 @@ pub fn load_model_with(path: impl AsRef<Path>, device: &Device, opts: &LoadOptio
 /// written. Its outputs are meaningless.
 ///
 /// # Errors
-/// As [`ModelConfig::from_hf_json`]; [`Model::load_as`] errors.
+/// As [`ModelConfig::from_hf_json`] ([`ModelError::File`] naming a `.gguf`
+/// file given instead); [`Model::load_as`] errors.
 pub fn load_random_model_as(config: impl AsRef<Path>, device: &Device, dtype: WeightDtype, seed: u64) -> Result<Model> {
     load_random_model_with(config, device, &LoadOptions::with_dtype(dtype), seed)
 }
@@ -73,6 +74,14 @@ pub fn load_random_model_with(
 ) -> Result<Model> {
     let config = config.as_ref();
     let file = if config.is_dir() { config.join("config.json") } else { config.to_path_buf() };
+    if file.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
+        return Err(ModelError::File(bastion_formats::FormatError::Format {
+            path: file,
+            what: "random weights are drawn from a Hugging Face config.json (or a folder holding one), not a GGUF \
+                   file: give the config of the shape to draw"
+                .into(),
+        }));
+    }
     let cfg = ModelConfig::from_hf_json(&file)?;
     Model::load_with(cfg, &RandomSource::new(seed, &file), device, opts)
 }
