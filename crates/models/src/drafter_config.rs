@@ -225,11 +225,14 @@ impl DrafterConfig {
 pub(crate) struct Prefixed<'a>(pub(crate) &'a dyn WeightSource);
 
 impl Prefixed<'_> {
+    /// `name` as the file holds it: prefixed only when the file holds that form
+    /// (a tensor in neither form is named as z-lab writes it).
     fn name(&self, name: &str) -> String {
-        if self.0.contains(name) {
-            name.to_string()
+        let prefixed = format!("model.{name}");
+        if !self.0.contains(name) && self.0.contains(&prefixed) {
+            prefixed
         } else {
-            format!("model.{name}")
+            name.to_string()
         }
     }
 }
@@ -243,6 +246,9 @@ impl WeightSource for Prefixed<'_> {
     }
     fn path_for(&self, name: &str) -> PathBuf {
         self.0.path_for(name)
+    }
+    fn stored_name(&self, name: &str) -> String {
+        self.0.stored_name(&self.name(name))
     }
     fn contains(&self, name: &str) -> bool {
         self.0.contains(name) || self.0.contains(&format!("model.{name}"))

@@ -162,6 +162,10 @@ impl WeightSource for DrafterGgufSource<'_> {
         drafter_gguf_name(name).is_some_and(|g| self.file.tensors().contains_key(&g))
     }
 
+    fn stored_name(&self, name: &str) -> String {
+        drafter_gguf_name(name).unwrap_or_else(|| name.to_string())
+    }
+
     fn tensor_names(&self) -> Vec<String> {
         self.file.tensors().keys().map(|g| drafter_zlab_name(g).unwrap_or_else(|| g.clone())).collect()
     }

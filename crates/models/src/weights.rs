@@ -35,6 +35,13 @@ pub trait WeightSource {
     /// Whether the source holds `name` (without reading it).
     fn contains(&self, name: &str) -> bool;
 
+    /// The name the source's file gives tensor `name` (a GGUF's
+    /// `blk.0.attn_q.weight` for `model.layers.0.self_attn.q_proj.weight`),
+    /// for messages; the name itself where the file uses it.
+    fn stored_name(&self, name: &str) -> String {
+        name.to_string()
+    }
+
     /// Every tensor the source holds, by the name [`WeightSource::get`]
     /// takes (a GGUF tensor without a Hugging Face name: its GGUF name), for
     /// [`ReadLog::check_all_read`]; empty when the source cannot list them
@@ -52,14 +59,14 @@ pub trait WeightSource {
         let t = self.get(name)?.ok_or_else(|| {
             ModelError::File(bastion_formats::FormatError::Tensor {
                 path: self.path_for(name),
-                tensor: name.to_string(),
+                tensor: self.stored_name(name),
                 what: format!("missing (expected shape {shape:?})"),
             })
         })?;
         if t.shape != shape {
             return Err(ModelError::File(bastion_formats::FormatError::Tensor {
                 path: self.path_for(name),
-                tensor: name.to_string(),
+                tensor: self.stored_name(name),
                 what: format!("shape {:?}, expected {shape:?}", t.shape),
             }));
         }
@@ -344,6 +351,10 @@ impl WeightSource for ReadLog<'_> {
         self.inner.path_for(name)
     }
 
+    fn stored_name(&self, name: &str) -> String {
+        self.inner.stored_name(name)
+    }
+
     fn contains(&self, name: &str) -> bool {
         self.inner.contains(name)
     }
@@ -402,6 +413,10 @@ impl WeightSource for GgufSource<'_> {
 
     fn contains(&self, name: &str) -> bool {
         gguf_name(name).is_some_and(|g| self.file.tensors().contains_key(&g))
+    }
+
+    fn stored_name(&self, name: &str) -> String {
+        gguf_name(name).unwrap_or_else(|| name.to_string())
     }
 
     /// Every tensor but `rope_freqs.weight` (llama.cpp's llama3 RoPE

@@ -321,4 +321,11 @@ fn tensors_the_architecture_does_not_read_are_refused() {
         &err_of(bastion_models::load_gguf(&GgufFile::open(&path).unwrap(), &device)),
         &["m.gguf", "`model.layers.1.input_layernorm.weight`", "not read by a Llama target with num_layers = 1"],
     );
+    // A tensor the file lacks is named as the file would name it.
+    tensors.retain(|t| t.0 != "blk.0.attn_q.weight" && t.0 != "blk.1.attn_norm.weight");
+    std::fs::write(&path, write_gguf(&llama_meta(), &tensors)).unwrap();
+    assert_has(
+        &err_of(bastion_models::load_gguf(&GgufFile::open(&path).unwrap(), &device)),
+        &["m.gguf", "`blk.0.attn_q.weight`", "missing (expected shape [32, 32])"],
+    );
 }
