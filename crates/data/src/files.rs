@@ -176,6 +176,8 @@ impl DatasetFile {
             expected,
         };
         let text = std::str::from_utf8(bytes).map_err(|e| err(0, "(file)", format!("UTF-8 text ({e})")))?;
+        // A byte-order mark (some editors write one) is no part of the first record.
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let env = environment();
         let template = match &self.prompt {
             PromptSource::Template(t) => Some(env.template_from_str(t).map_err(|e| {
@@ -192,10 +194,11 @@ impl DatasetFile {
             if line.trim().is_empty() {
                 continue;
             }
-            let record: Value = serde_json::from_str(line)
-                .ok()
-                .filter(Value::is_object)
-                .ok_or_else(|| err(i + 1, "(record)", "a JSON object".into()))?;
+            let record: Value = match serde_json::from_str::<Value>(line) {
+                Ok(v) if v.is_object() => v,
+                Ok(_) => return Err(err(i + 1, "(record)", "a JSON object".into())),
+                Err(e) => return Err(err(i + 1, "(record)", format!("a JSON object, one per line ({e})"))),
+            };
             let turns = match (&self.prompt, &template) {
                 (PromptSource::Field(f), _) => vec![record
                     .get(f)
@@ -237,7 +240,9 @@ impl DatasetFile {
                 return Err(err(i + 1, "(prompt)", "a non-empty prompt".into()));
             }
             let id = match record.get(&self.id).filter(|v| !v.is_null()) {
-                Some(v) => v.as_str().map_or_else(|| v.to_string(), str::to_string),
+                Some(Value::String(s)) => s.clone(),
+                Some(v @ Value::Number(_)) => v.to_string(),
+                Some(_) => return Err(err(i + 1, &self.id, "an id (a string or a number) on every record".into())),
                 None if self.id_required => {
                     return Err(err(i + 1, &self.id, "an id (a string or a number) on every record".into()))
                 }
@@ -318,6 +323,11 @@ mod tests {
         assert_eq!(e, "mine.jsonl:2: field `q`: expected a string (the prompt)");
         let e = f.parse(b"[1, 2]\n", None).unwrap_err().to_string();
         assert_eq!(e, "mine.jsonl:1: field `(record)`: expected a JSON object");
+        let e = f.parse(b"{\"q\": \"ok\"}\n{\"q\": \"no\"\n", None).unwrap_err().to_string();
+        assert!(e.starts_with("mine.jsonl:2: field `(record)`: expected a JSON object, one per line (EOF"), "{e}");
+        // A byte-order mark before the first record is skipped.
+        let p = f.parse("\u{feff}{\"q\": \"x\"}\n".as_bytes(), None).unwrap();
+        assert_eq!(p[0].turns, ["x"]);
         let e = f.parse(b"", None).unwrap_err().to_string();
         assert_eq!(e, "mine.jsonl:0: field `(file)`: expected at least one record");
         let t = file(FileLayout::Generic, Some(PromptSource::Template("{{ context }} {{ input }}".into())));
@@ -339,6 +349,8 @@ mod tests {
         let e = ids.parse(b"{\"q\": \"a\", \"qid\": 1}\n{\"q\": \"b\", \"qid\": 1}\n", None).unwrap_err().to_string();
         assert_eq!(e, "mine.jsonl:2: field `qid`: expected a unique id (`1` is also line 1's)");
         let e = ids.parse(b"{\"q\": \"a\"}\n", None).unwrap_err().to_string();
+        assert_eq!(e, "mine.jsonl:1: field `qid`: expected an id (a string or a number) on every record");
+        let e = ids.parse(b"{\"q\": \"a\", \"qid\": [1]}\n", None).unwrap_err().to_string();
         assert_eq!(e, "mine.jsonl:1: field `qid`: expected an id (a string or a number) on every record");
         // Without a named id field, a line index may not collide with a record's own id.
         let e = f.parse(b"{\"q\": \"a\", \"id\": 1}\n{\"q\": \"b\"}\n", None).unwrap_err().to_string();
