@@ -545,6 +545,18 @@ fn train_drafter_saves_a_loadable_drafter() {
     masked[i + 1] = &held;
     let (ok, _, err) = bastion(&masked);
     assert!(!ok && err.contains("record `p0`'s response holds the mask token"), "{err}");
+    // A token outside the target's vocabulary names the file and the record.
+    let odd = tmp.path().join("odd.jsonl");
+    let rec = serde_json::json!({"id": "odd", "prompt_ids": [3, 4], "response_ids": [5, 300], "stopped": false});
+    std::fs::write(&odd, format!("{}{rec}\n", std::fs::read_to_string(data).unwrap())).unwrap();
+    let mut with_odd = args.to_vec();
+    let i = with_odd.iter().position(|a| *a == data).unwrap();
+    with_odd[i] = odd.to_str().unwrap();
+    let odd_out = tmp.path().join("odd-out");
+    let i = with_odd.iter().position(|a| *a == out).unwrap();
+    with_odd[i] = odd_out.to_str().unwrap();
+    let (ok, _, err) = bastion(&with_odd);
+    assert!(!ok && err.contains("odd.jsonl: record `odd`: token id 300 ≥ the target's vocabulary size 256"), "{err}");
     // Holding out everything leaves nothing to train on.
     let mut all = args.to_vec();
     let i = all.iter().position(|a| *a == "--held-out").unwrap();

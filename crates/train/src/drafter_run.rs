@@ -177,7 +177,8 @@ pub fn train_drafter(
         } else {
             ControlFlow::Continue(())
         }
-    })?;
+    })
+    .map_err(|e| e.in_data(run.data))?;
     if let Some(e) = log_err {
         return Err(e);
     }

@@ -27,9 +27,32 @@ pub enum TrainError {
     /// Encoding a prompt or decoding failed.
     #[error(transparent)]
     Decode(#[from] bastion_decode::DecodeError),
+    /// A distilled record the trainer cannot use (an empty prompt, a token
+    /// outside the target's vocabulary); `data` names its file once known.
+    #[error("{}record `{id}`: {what}", data.as_ref().map_or("distilled ".to_string(), |p| format!("{}: ", p.display())))]
+    Record {
+        /// The distillation file, where the caller knows it.
+        data: Option<PathBuf>,
+        /// The record's id.
+        id: String,
+        /// What is wrong.
+        what: String,
+    },
     /// Arguments that do not fit.
     #[error("{0}")]
     Usage(String),
+}
+
+impl TrainError {
+    /// This error with `data` as the file of a [`TrainError::Record`] that names none.
+    pub fn in_data(self, data: &Path) -> Self {
+        match self {
+            TrainError::Record { data: None, id, what } => {
+                TrainError::Record { data: Some(data.to_path_buf()), id, what }
+            }
+            other => other,
+        }
+    }
 }
 
 /// An I/O error naming `path`.

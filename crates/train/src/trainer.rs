@@ -147,7 +147,7 @@ pub(crate) struct Sequence {
 /// tokens or more: something to predict after the anchor), checked.
 ///
 /// # Errors
-/// [`TrainError::Usage`] naming the record for an empty prompt or a token
+/// [`TrainError::Record`] naming the record for an empty prompt or a token
 /// outside the target's vocabulary.
 fn sequences(target: &Model, records: &[DistillRecord]) -> Result<Vec<(Vec<u32>, usize)>> {
     let vocab = target.config().vocab_size;
@@ -155,7 +155,7 @@ fn sequences(target: &Model, records: &[DistillRecord]) -> Result<Vec<(Vec<u32>,
         .iter()
         .filter(|r| r.response_ids.len() >= 2)
         .map(|r| {
-            let bad = |what: String| TrainError::Usage(format!("distilled record {}: {what}", r.id));
+            let bad = |what: String| TrainError::Record { data: None, id: r.id.clone(), what };
             if r.prompt_ids.is_empty() {
                 return Err(bad("empty prompt (the drafter needs context)".into()));
             }
@@ -187,7 +187,7 @@ pub(crate) fn prepare(
         .into_iter()
         .zip(usable)
         .map(|((tokens, prompt_len), r)| {
-            let bad = |what: String| TrainError::Usage(format!("distilled record {}: {what}", r.id));
+            let bad = |what: String| TrainError::Record { data: None, id: r.id.clone(), what };
             let out = if top_k > 0 {
                 target.session().prefill_all_logits(&tokens, &hidden)
             } else {
