@@ -25,7 +25,7 @@ pub struct Args {
     #[arg(long)]
     out: PathBuf,
     /// Threads the trainer ran on (for logs without CPU time: CPU-hours = training hours × threads).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = crate::args::at_least_one())]
     threads: usize,
 }
 

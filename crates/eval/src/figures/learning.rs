@@ -65,9 +65,19 @@ pub fn read_curve(paths: &[&Path]) -> Result<Vec<CurvePoint>, OutputError> {
                 |what: &str| OutputError::Format { path: path.to_path_buf(), what: format!("line {}: {what}", i + 1) };
             let v: serde_json::Value = serde_json::from_str(line).map_err(|e| bad(&format!("not JSON: {e}")))?;
             let step = v.get("step").and_then(serde_json::Value::as_u64).ok_or_else(|| bad("no step"))? as usize;
-            let elapsed = v.get("seconds").and_then(serde_json::Value::as_f64);
-            let wall = v.pointer("/step_seconds/wall").and_then(serde_json::Value::as_f64);
-            let cpu = v.pointer("/step_seconds/cpu").and_then(serde_json::Value::as_f64).filter(|&c| c > 0.0);
+            // A field given must hold what it says (absent or null: not logged): times
+            // finite and ≥ 0, τ ≥ 1 (the bonus token counts).
+            let number = |at: &str, least: f64| -> Result<Option<f64>, OutputError> {
+                match v.pointer(at).filter(|x| !x.is_null()) {
+                    None => Ok(None),
+                    Some(x) => x.as_f64().filter(|f| f.is_finite() && *f >= least).map(Some).ok_or_else(|| {
+                        bad(&format!("`{}`: expected a finite number ≥ {least}, found {x}", &at[1..].replace('/', ".")))
+                    }),
+                }
+            };
+            let elapsed = number("/seconds", 0.0)?;
+            let wall = number("/step_seconds/wall", 0.0)?;
+            let cpu = number("/step_seconds/cpu", 0.0)?.filter(|&c| c > 0.0);
             if v.get("loss_ema").is_some() && v.get("held_out_tau").is_none() {
                 let derived = match (previous, elapsed) {
                     (Some((s0, t0)), Some(t)) if step > s0 && t >= t0 => Some((t - t0) / (step - s0) as f64),
@@ -81,10 +91,10 @@ pub fn read_curve(paths: &[&Path]) -> Result<Vec<CurvePoint>, OutputError> {
                 }
                 previous = elapsed.map(|t| (step, t)).or(Some((step, 0.0)));
             }
-            if let Some(tau) = v.get("held_out_tau").and_then(serde_json::Value::as_f64) {
+            if let Some(tau) = number("/held_out_tau", 1.0)? {
                 let mut by_domain = [f64::NAN; 4];
                 for (d, name) in bastion_data::TRAIN_DOMAINS.iter().enumerate() {
-                    if let Some(t) = v.pointer(&format!("/held_out_tau_by_domain/{name}")).and_then(|t| t.as_f64()) {
+                    if let Some(t) = number(&format!("/held_out_tau_by_domain/{name}"), 1.0)? {
                         by_domain[d] = t;
                     }
                 }
@@ -310,6 +320,21 @@ mod tests {
         text.push_str("{\"step\":20,\"tokens\":20,\"epochs\":0.25,\"held_out_tau\":1.5}\n{\"step\":40,\"tokens\":40,\"held_out_tau\":1.6}\n");
         std::fs::write(&cpu, text).unwrap();
         let curve = read_curve(&[&cpu]).unwrap();
+        // A value that is not what its field says is named, never dropped or used.
+        let bad = dir.path().join("bad.jsonl");
+        for (line, want) in [
+            (r#"{"step":20,"held_out_tau":"x"}"#, "line 1: `held_out_tau`: expected a finite number ≥ 1"),
+            (r#"{"step":20,"held_out_tau":0.5}"#, "`held_out_tau`: expected a finite number ≥ 1, found 0.5"),
+            (r#"{"step":20,"held_out_tau":1.5,"held_out_tau_by_domain":{"math":-2}}"#, "`held_out_tau_by_domain.math`"),
+            (
+                r#"{"step":20,"loss_ema":3.0,"step_seconds":{"wall":-1.0}}"#,
+                "`step_seconds.wall`: expected a finite number ≥ 0",
+            ),
+        ] {
+            std::fs::write(&bad, line).unwrap();
+            let e = read_curve(&[&bad]).unwrap_err().to_string();
+            assert!(e.contains("bad.jsonl") && e.contains(want), "{e}");
+        }
         let at: Vec<(f64, Option<f64>)> = curve.iter().map(|p| (p.train_seconds, p.cpu_seconds)).collect();
         assert_eq!(at, [(60.0, Some(30.0)), (120.0, Some(60.0))]);
         assert!((curve[1].cpu_hours(2) - 60.0 / 3600.0).abs() < 1e-12, "threads do not scale logged CPU time");
