@@ -41,6 +41,11 @@ pub struct RunInfo {
     pub build: String,
     /// `bastion` version.
     pub version: String,
+    /// The commit the running binary was built from (as [`RunInfo::commit`]),
+    /// where the binary knows it: an installed binary older than the
+    /// checkout shows here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build_commit: Option<String>,
     /// The shard, `i/n`, when the sweep is sharded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<String>,
@@ -50,8 +55,9 @@ pub struct RunInfo {
 }
 
 impl RunInfo {
-    /// This run of `exp` (`shard`), now, in the current directory.
-    pub fn now(exp: &Experiment, shard: Shard) -> Self {
+    /// This run of `exp` (`shard`), now, in the current directory, by a
+    /// binary built from `build_commit`.
+    pub fn now(exp: &Experiment, shard: Shard, build_commit: Option<String>) -> Self {
         let started_unix_s =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         RunInfo {
@@ -61,6 +67,7 @@ impl RunInfo {
             backend: exp.backend.as_str().to_string(),
             build: if cfg!(debug_assertions) { "debug" } else { "release" }.to_string(),
             version: env!("CARGO_PKG_VERSION").to_string(),
+            build_commit,
             shard: (shard.count > 1).then(|| format!("{}/{}", shard.index, shard.count)),
             weights: exp.models.iter().map(|m| (m.name.clone(), weight_file_type(&m.target))).collect(),
         }
@@ -145,7 +152,7 @@ pub fn utc_date(s: u64) -> String {
 pub struct RunSummary {
     /// `device (backend), build build` of each distinct machine.
     pub machines: Vec<String>,
-    /// Distinct commits.
+    /// Distinct commits (`checkout (binary built from X)` where they differ).
     pub commits: Vec<String>,
     /// First and last start date (UTC), equal for one day.
     pub dates: Option<(String, String)>,
@@ -163,7 +170,12 @@ pub fn summarise(runs: &[RunInfo], pair: &str) -> RunSummary {
     };
     for r in runs {
         push(&mut out.machines, format!("{} ({}), {} build", r.device, r.backend, r.build));
-        push(&mut out.commits, r.commit.clone());
+        // The code that ran: the checkout's commit, and the binary's where it differs.
+        let commit = match &r.build_commit {
+            Some(b) if *b != r.commit => format!("{} (binary built from {b})", r.commit),
+            _ => r.commit.clone(),
+        };
+        push(&mut out.commits, commit);
         if let Some(w) = r.weights.get(pair) {
             out.weights.get_or_insert_with(|| w.clone());
         }
@@ -285,4 +297,29 @@ pub fn table_provenance(
         }
     }
     lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_binary_built_from_another_commit_is_named_beside_the_checkout() {
+        let run = |commit: &str, build: Option<&str>| RunInfo {
+            started_unix_s: 86_400,
+            commit: commit.into(),
+            device: "cpu".into(),
+            backend: "flex".into(),
+            build: "release".into(),
+            version: "0.1.0".into(),
+            build_commit: build.map(str::to_string),
+            shard: None,
+            weights: BTreeMap::new(),
+        };
+        let runs = [run("aaa", Some("aaa")), run("aaa", None), run("bbb", Some("ccc"))];
+        assert_eq!(summarise(&runs, "m").commits, ["aaa", "bbb (binary built from ccc)"]);
+        // A line written before the field existed reads without it.
+        let old = r#"{"started_unix_s":0,"commit":"aaa","device":"cpu","backend":"flex","build":"release","version":"0.1.0","weights":{}}"#;
+        assert_eq!(serde_json::from_str::<RunInfo>(old).unwrap().build_commit, None);
+    }
 }

@@ -155,6 +155,9 @@ pub struct RunOptions {
     /// How every pair is loaded (the attention path, the device's buffer
     /// bound); each pair's `dtype` replaces the weights' dtype here.
     pub load: bastion_models::LoadOptions,
+    /// The commit the running binary was built from, recorded in
+    /// `runs.jsonl` beside the checkout's ([`crate::provenance::RunInfo`]).
+    pub build_commit: Option<String>,
 }
 
 /// One unit of work.
@@ -527,7 +530,10 @@ pub fn run(
     // run after the fix is not refused as one of other settings.
     let samples = plan(exp, &opts.datasets_dir, opts.shard)?;
     check_settings(exp, &opts.results_dir)?;
-    crate::provenance::record_run(&opts.results_dir, &crate::provenance::RunInfo::now(exp, opts.shard))?;
+    crate::provenance::record_run(
+        &opts.results_dir,
+        &crate::provenance::RunInfo::now(exp, opts.shard, opts.build_commit.clone()),
+    )?;
     let mut store = SampleStore::open(&opts.shard.samples_path(&opts.results_dir))?;
     check_variants(exp, store.records(), &opts.results_dir)?;
     let todo: Vec<&Sample> = samples.iter().filter(|s| !store.contains(&s.key)).collect();

@@ -66,6 +66,7 @@ fn options(dir: &Path, shard: Shard) -> RunOptions {
         shard,
         pinned_calibration: false,
         load: bastion_models::LoadOptions::default(),
+        build_commit: Some("0123456789".into()),
     }
 }
 
@@ -97,6 +98,11 @@ fn every_method_runs_resumes_and_shards() {
         }
     })
     .unwrap();
+    // The run's line names the binary's commit beside the checkout's.
+    let runs = std::fs::read_to_string(dir.path().join("results/tiny/runs.jsonl")).unwrap();
+    let line: serde_json::Value = serde_json::from_str(runs.lines().last().unwrap()).unwrap();
+    assert_eq!(line["build_commit"], "0123456789", "{line}");
+    assert!(line["commit"].is_string(), "{line}");
     assert_eq!(plan_seen, Some((14, 0)));
     assert_eq!(full.len(), 14);
     let mt = full.iter().find(|r| r.dataset == DatasetName::MtBench && r.spec.method == Method::Ar).unwrap();

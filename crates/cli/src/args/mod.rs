@@ -296,6 +296,17 @@ impl CostArgs {
 /// # Errors
 /// As [`load_options`].
 pub fn run_options(exp: &Experiment, results: &Path, datasets: &Path, shard: Shard) -> Result<RunOptions> {
+    // An installed binary older than the checkout runs other code than the checkout's:
+    // say so here; the records name both commits.
+    let build = env!("BASTION_BUILD_COMMIT");
+    let checkout = bastion_eval::provenance::commit(Path::new("."));
+    let base = |c: &str| c.trim_end_matches("+changes").to_string();
+    if build != "unknown" && checkout != "unknown" && base(build) != base(&checkout) {
+        eprintln!(
+            "warning: this bastion was built from commit {build} and runs in a checkout at {checkout}: \
+             rebuild it (cargo install --path crates/cli) to run the checkout's code; the records name both"
+        );
+    }
     Ok(RunOptions {
         results_dir: results.join(&exp.name),
         datasets_dir: datasets.to_path_buf(),
@@ -303,6 +314,7 @@ pub fn run_options(exp: &Experiment, results: &Path, datasets: &Path, shard: Sha
         shard,
         pinned_calibration: false,
         load: load_options(bastion_models::WeightDtype::F32)?,
+        build_commit: Some(build.to_string()),
     })
 }
 
