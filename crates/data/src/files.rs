@@ -242,7 +242,7 @@ impl DatasetFile {
             let id = match record.get(&self.id).filter(|v| !v.is_null()) {
                 Some(Value::String(s)) => s.clone(),
                 Some(v @ Value::Number(_)) => v.to_string(),
-                Some(_) => return Err(err(i + 1, &self.id, "an id (a string or a number) on every record".into())),
+                Some(_) => return Err(err(i + 1, &self.id, "a string or a number (the record's id)".into())),
                 None if self.id_required => {
                     return Err(err(i + 1, &self.id, "an id (a string or a number) on every record".into()))
                 }
@@ -351,7 +351,7 @@ mod tests {
         let e = ids.parse(b"{\"q\": \"a\"}\n", None).unwrap_err().to_string();
         assert_eq!(e, "mine.jsonl:1: field `qid`: expected an id (a string or a number) on every record");
         let e = ids.parse(b"{\"q\": \"a\", \"qid\": [1]}\n", None).unwrap_err().to_string();
-        assert_eq!(e, "mine.jsonl:1: field `qid`: expected an id (a string or a number) on every record");
+        assert_eq!(e, "mine.jsonl:1: field `qid`: expected a string or a number (the record's id)");
         // Without a named id field, a line index may not collide with a record's own id.
         let e = f.parse(b"{\"q\": \"a\", \"id\": 1}\n{\"q\": \"b\"}\n", None).unwrap_err().to_string();
         assert!(e.contains("expected a unique id (`1` is also line 1's)"), "{e}");

@@ -7,6 +7,7 @@ pub mod check;
 mod composed;
 mod error;
 pub mod figures;
+pub mod git_commit;
 pub mod leaderboard;
 pub mod provenance;
 pub mod reference;

@@ -77,26 +77,7 @@ impl RunInfo {
 /// The commit checked out in `dir` (short hash; `+changes` when tracked files
 /// differ from it), or `unknown` when git or the checkout is not there.
 pub fn commit(dir: &Path) -> String {
-    let git = |args: &[&str]| {
-        std::process::Command::new("git")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-    };
-    match git(&["rev-parse", "--short=10", "HEAD"]) {
-        Some(hash) if !hash.is_empty() => {
-            let changed = git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
-            if changed {
-                format!("{hash}+changes")
-            } else {
-                hash
-            }
-        }
-        _ => "unknown".to_string(),
-    }
+    crate::git_commit::commit(dir)
 }
 
 /// How the target's weights are stored, for the tables: the ggml type of
@@ -172,7 +153,9 @@ pub fn summarise(runs: &[RunInfo], pair: &str) -> RunSummary {
         push(&mut out.machines, format!("{} ({}), {} build", r.device, r.backend, r.build));
         // The code that ran: the checkout's commit, and the binary's where it differs.
         let commit = match &r.build_commit {
-            Some(b) if *b != r.commit => format!("{} (binary built from {b})", r.commit),
+            Some(b) if crate::git_commit::base(b) != crate::git_commit::base(&r.commit) => {
+                format!("{} (binary built from {b})", r.commit)
+            }
             _ => r.commit.clone(),
         };
         push(&mut out.commits, commit);
@@ -316,8 +299,10 @@ mod tests {
             shard: None,
             weights: BTreeMap::new(),
         };
-        let runs = [run("aaa", Some("aaa")), run("aaa", None), run("bbb", Some("ccc"))];
-        assert_eq!(summarise(&runs, "m").commits, ["aaa", "bbb (binary built from ccc)"]);
+        // The same code, edited or not, is one commit; another binary's is named.
+        let runs =
+            [run("aaa", Some("aaa")), run("aaa", None), run("aaa+changes", Some("aaa")), run("bbb", Some("ccc"))];
+        assert_eq!(summarise(&runs, "m").commits, ["aaa", "aaa+changes", "bbb (binary built from ccc)"]);
         // A line written before the field existed reads without it.
         let old = r#"{"started_unix_s":0,"commit":"aaa","device":"cpu","backend":"flex","build":"release","version":"0.1.0","weights":{}}"#;
         assert_eq!(serde_json::from_str::<RunInfo>(old).unwrap().build_commit, None);

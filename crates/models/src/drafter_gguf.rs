@@ -184,10 +184,20 @@ pub struct GgufExport {
     pub bytes: usize,
 }
 
-/// Whether `a` and `b` name one existing file (through symbolic links and
-/// `..` too).
+/// Whether `a` and `b` name one existing file (through symbolic links, `..`
+/// and, on Unix, hard links too).
 fn same_file(a: &Path, b: &Path) -> bool {
-    matches!((std::fs::canonicalize(a), std::fs::canonicalize(b)), (Ok(x), Ok(y)) if x == y)
+    if matches!((std::fs::canonicalize(a), std::fs::canonicalize(b)), (Ok(x), Ok(y)) if x == y) {
+        return true;
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        if let (Ok(x), Ok(y)) = (std::fs::metadata(a), std::fs::metadata(b)) {
+            return (x.dev(), x.ino()) == (y.dev(), y.ino());
+        }
+    }
+    false
 }
 
 /// Writes the drafter in `drafter_dir` as llama.cpp's `dflash` GGUF at

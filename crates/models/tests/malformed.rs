@@ -265,6 +265,32 @@ fn with_extra_tensor(dir: &Path, name: &str, extra: &str, shape: &[usize]) {
     std::fs::write(dir.join("model.safetensors"), safetensors::serialize(views, None).unwrap()).unwrap();
 }
 
+/// A drafter lacking a tensor names it as z-lab's layout does (`layers.0.…`),
+/// whichever prefix form the loader also accepts.
+#[test]
+fn a_drafters_missing_tensor_is_named_as_its_file_would() {
+    let device = Device::flex();
+    let target = load_model(fixture_dir("tiny-qwen3"), &device).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let src = fixture_dir("tiny-dflash");
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(src.join(f), tmp.path().join(f)).unwrap();
+    }
+    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let gone = "layers.0.mlp.up_proj.weight";
+    let views: Vec<(String, TensorView<'_>)> = st
+        .tensors()
+        .into_iter()
+        .filter(|(n, _)| n != gone)
+        .map(|(n, v)| (n, TensorView::new(v.dtype(), v.shape().to_vec(), v.data()).unwrap()))
+        .collect();
+    std::fs::write(tmp.path().join("model.safetensors"), safetensors::serialize(views, None).unwrap()).unwrap();
+    let msg = err_of(bastion_models::Drafter::load(tmp.path(), &target));
+    assert_has(&msg, &["model.safetensors", &format!("`{gone}`"), "missing"]);
+    assert!(!msg.contains("model.layers.0.mlp.up_proj"), "{msg}");
+}
+
 /// A checkpoint holding tensors its architecture never reads is refused,
 /// naming them: a drafter with its own (all-zero) LM head, a target with a
 /// layer more than its config, a GGUF with llama.cpp's `rope_freqs`.

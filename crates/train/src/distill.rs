@@ -162,7 +162,8 @@ fn read_records(path: &Path, file: &File) -> Result<ReadRecords> {
         let unterminated = line.last() != Some(&b'\n');
         let rec = match parsed {
             Ok(rec) => rec,
-            Err(_) if unterminated => break,
+            // Cut short by a crash (not JSON); a whole line of another shape is named below.
+            Err(e) if unterminated && !e.is_data() => break,
             Err(e) => {
                 return Err(TrainError::Format {
                     path: path.to_path_buf(),

@@ -76,6 +76,11 @@ fn records_are_greedy_outputs_and_runs_resume() {
         let e = e.to_string();
         assert!(e.contains("distill.jsonl") && e.contains("line 5: record `p0` is already on line 1"), "{e}");
     }
+    // An unterminated last line that is whole JSON of another shape is named, not cut away.
+    std::fs::write(&path, format!("{text}{{\"other\": 1}}")).unwrap();
+    let e = DistillStore::open(&path).err().unwrap().to_string();
+    assert!(e.contains("line 5: not a distillation record"), "{e}");
+    assert!(std::fs::read_to_string(&path).unwrap().ends_with("{\"other\": 1}"));
 }
 
 #[test]

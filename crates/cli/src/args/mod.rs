@@ -300,7 +300,7 @@ pub fn run_options(exp: &Experiment, results: &Path, datasets: &Path, shard: Sha
     // say so here; the records name both commits.
     let build = env!("BASTION_BUILD_COMMIT");
     let checkout = bastion_eval::provenance::commit(Path::new("."));
-    let base = |c: &str| c.trim_end_matches("+changes").to_string();
+    let base = bastion_eval::git_commit::base;
     if build != "unknown" && checkout != "unknown" && base(build) != base(&checkout) {
         eprintln!(
             "warning: this bastion was built from commit {build} and runs in a checkout at {checkout}: \
@@ -314,7 +314,7 @@ pub fn run_options(exp: &Experiment, results: &Path, datasets: &Path, shard: Sha
         shard,
         pinned_calibration: false,
         load: load_options(bastion_models::WeightDtype::F32)?,
-        build_commit: Some(build.to_string()),
+        build_commit: (build != "unknown").then(|| build.to_string()),
     })
 }
 
