@@ -76,8 +76,49 @@ pub fn shard_files(index: &Path, bytes: &[u8], dir: &Path) -> Result<Vec<PathBuf
 pub fn parse<'a>(path: &Path, bytes: &'a [u8]) -> Result<SafeTensors<'a>> {
     SafeTensors::deserialize(bytes).map_err(|e| FormatError::Format {
         path: path.to_path_buf(),
-        what: format!("not a valid safetensors file: {e}"),
+        what: match bad_tensor(bytes) {
+            Some(why) => format!("not a valid safetensors file: {why}"),
+            None => format!("not a valid safetensors file: {e}"),
+        },
     })
+}
+
+/// The first tensor of a safetensors header whose bytes do not fit its entry
+/// (the `safetensors` crate's error names none), said with its numbers:
+/// `tensor `x`: F32 [2, 3] is 24 bytes, data_offsets [0, 16] hold 16`, or a
+/// range past the end of the data (a truncated download). `None` when the
+/// header is not readable JSON or every entry fits.
+fn bad_tensor(bytes: &[u8]) -> Option<String> {
+    let n = usize::try_from(u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?)).ok()?;
+    let header: serde_json::Map<String, Value> = serde_json::from_slice(bytes.get(8..8usize.checked_add(n)?)?).ok()?;
+    let data_len = bytes.len() - 8 - n;
+    for (name, entry) in header.iter().filter(|(k, _)| *k != "__metadata__") {
+        let dtype = entry.get("dtype").and_then(Value::as_str).unwrap_or("?");
+        let shape: Option<Vec<u64>> = entry.get("shape")?.as_array()?.iter().map(Value::as_u64).collect();
+        let offsets: Option<Vec<u64>> = entry.get("data_offsets")?.as_array()?.iter().map(Value::as_u64).collect();
+        let (Some(shape), Some(&[start, end])) = (shape, offsets.as_deref()) else { continue };
+        let width = match dtype {
+            "F64" | "I64" | "U64" => 8,
+            "F32" | "I32" | "U32" => 4,
+            "F16" | "BF16" | "I16" | "U16" => 2,
+            "I8" | "U8" | "BOOL" | "F8_E4M3" | "F8_E5M2" => 1,
+            _ => continue,
+        };
+        let want = shape.iter().try_fold(width, |a: u64, &d| a.checked_mul(d));
+        if end < start || want != Some(end - start) {
+            return Some(format!(
+                "tensor `{name}`: {dtype} {shape:?} is {} bytes, data_offsets [{start}, {end}] hold {}",
+                want.map_or("too many".to_string(), |w| w.to_string()),
+                end.saturating_sub(start)
+            ));
+        }
+        if end > data_len as u64 {
+            return Some(format!(
+                "tensor `{name}`: data_offsets [{start}, {end}] run past the {data_len} bytes of data: truncated download?"
+            ));
+        }
+    }
+    None
 }
 
 /// Converts the little-endian data of tensor `name` (`dtype`, `bytes`) to
