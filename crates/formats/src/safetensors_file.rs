@@ -20,9 +20,16 @@ pub use memmap2::Mmap;
 /// a loaded checkpoint does not stay mapped into resident memory.
 ///
 /// # Errors
-/// [`FormatError::Io`] naming the file when it cannot be opened or mapped.
+/// [`FormatError::Io`] naming the file when it cannot be opened or mapped;
+/// [`FormatError::Format`] when it is a folder.
 pub fn map(path: &Path) -> Result<(std::fs::File, Mmap)> {
     let io = |source| FormatError::Io { path: path.to_path_buf(), source };
+    if path.is_dir() {
+        return Err(FormatError::Format {
+            path: path.to_path_buf(),
+            what: "is a folder: expected a safetensors file".into(),
+        });
+    }
     let file = std::fs::File::open(path).map_err(io)?;
     // SAFETY: the map is only read, and weight files are not modified while
     // a model is loaded from them (a file truncated under the map would be

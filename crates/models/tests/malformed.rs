@@ -97,6 +97,11 @@ fn truncated_safetensors_is_a_format_error() {
     std::fs::write(&path, edited).unwrap();
     let msg = err_of(load_model(tmp.path(), &Device::flex()));
     assert_has(&msg, &["tensor `model.norm.weight`: F32 [65] is 260 bytes, data_offsets"]);
+    // A folder where the weights file goes is said to be one.
+    std::fs::remove_file(&path).unwrap();
+    std::fs::create_dir(&path).unwrap();
+    let msg = err_of(load_model(tmp.path(), &Device::flex()));
+    assert_has(&msg, &["model.safetensors", "is a folder: expected a safetensors file"]);
 }
 
 #[test]
