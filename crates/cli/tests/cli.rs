@@ -289,6 +289,13 @@ fn shipped_drafter_generates_ar_text_and_tau_reports() {
     assert_eq!(dflash.split('|').nth(3).map(str::trim), Some("–"), "no speedup without AR: {dflash}");
     let default_name = results.join("tau-smollm2-135m-instruct-q4_1-dflash/experiment.toml");
     assert!(default_name.is_file(), "the default name is tau-<model>-<method>");
+    // A rerun of other settings is refused, and the folder's experiment file still
+    // describes its records.
+    let written = std::fs::read_to_string(&default_name).unwrap();
+    let longer = ["--max-new-tokens", "9", "--datasets", &datasets, "--results", results.to_str().unwrap(), "--no-ar"];
+    let (ok, _, err) = bastion(&[&args[..], &longer[..]].concat());
+    assert!(!ok && err.contains("max_new_tokens: 8 then, 9 now"), "{err}");
+    assert_eq!(std::fs::read_to_string(&default_name).unwrap(), written);
     // AR is not a speculative method.
     let (ok, _, err) = bastion(&["tau", "--model", &model, "--drafter", &drafter, "--method", "ar"]);
     assert!(!ok && err.contains("needs a speculative method"), "{err}");

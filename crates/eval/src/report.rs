@@ -92,6 +92,10 @@ pub fn write_tables(
     }
     // Read-only: tables of a sweep still running show what it has so far.
     let records = SampleStore::read(&path)?;
+    if records.is_empty() {
+        // Never empty tables over earlier ones (a run that failed before its first sample).
+        return Err(OutputError::Format { path, what: "no records yet (the run stored none)".into() });
+    }
     write_tables_of(name, &records, dir, out, templates, settings)
 }
 

@@ -358,12 +358,23 @@ fn record_settings(exp: &Experiment) -> serde_json::Value {
         "max_new_tokens": exp.max_new_tokens,
         "bastion_rule": exp.bastion_rule.to_string(),
         "online_forgetting": exp.online.forgetting,
-        "models": exp.models.iter().map(|m| serde_json::json!({
-            "name": m.name,
-            "target": m.target.display().to_string(),
-            "drafter": m.drafter.display().to_string(),
-            "calibration": m.calibration.as_ref().map(|c| c.display().to_string()),
-        })).collect::<Vec<_>>(),
+        "models": exp.models.iter().map(|m| {
+            let mut model = serde_json::json!({
+                "name": m.name,
+                "target": m.target.display().to_string(),
+                "drafter": m.drafter.display().to_string(),
+                "calibration": m.calibration.as_ref().map(|c| c.display().to_string()),
+            });
+            // How the weights are stored and the drafted vocabulary change every record;
+            // recorded when not the default (folders written before match as they were).
+            if m.dtype != bastion_models::WeightDtype::F32 {
+                model["dtype"] = m.dtype.to_string().into();
+            }
+            if let Some(n) = m.draft_vocab {
+                model["draft_vocab"] = n.into();
+            }
+            model
+        }).collect::<Vec<_>>(),
     });
     // Only when not the default, so the settings of folders written before these existed
     // still match (a key one side lacks differs from the other's value).
@@ -395,11 +406,16 @@ fn record_settings(exp: &Experiment) -> serde_json::Value {
 }
 
 /// Records the experiment's settings in `dir/settings.json` on the first
-/// run and refuses a later run whose settings differ.
+/// run and refuses a later run whose settings differ ([`run`] calls it; a
+/// command that rewrites the experiment's file calls it first, so that a
+/// refused run leaves the file as the records were made).
 ///
 /// Shards of one sweep (a Slurm job array) may start at the same moment: exactly one of
 /// them writes the file ([`create_once`]) and the others compare against it.
-fn check_settings(exp: &Experiment, dir: &Path) -> Result<(), RunError> {
+///
+/// # Errors
+/// [`RunError::OtherSettings`] naming what differs; [`RunError::Io`].
+pub fn check_settings(exp: &Experiment, dir: &Path) -> Result<(), RunError> {
     let path = dir.join("settings.json");
     let now = record_settings(exp);
     let io = |path: &Path| {
@@ -410,7 +426,15 @@ fn check_settings(exp: &Experiment, dir: &Path) -> Result<(), RunError> {
     // vanishing between the two (a dangling link) ends the loop.
     for _ in 0..3 {
         match std::fs::read(&path) {
-            Ok(text) => return compare_settings(&now, &text, dir),
+            // Settings of a run that stored nothing (its model failed to load, say) hold no
+            // records to mix with: this run's replace them.
+            Ok(text) => match compare_settings(&now, &text, dir) {
+                Err(RunError::OtherSettings { .. }) if !holds_records(dir) => {
+                    let text = serde_json::to_vec_pretty(&now).expect("json");
+                    return std::fs::write(&path, text).map_err(io(&path));
+                }
+                checked => return checked,
+            },
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 std::fs::create_dir_all(dir).map_err(io(dir))?;
                 let text = serde_json::to_vec_pretty(&now).expect("json");
@@ -425,10 +449,19 @@ fn check_settings(exp: &Experiment, dir: &Path) -> Result<(), RunError> {
     Err(io(&path)(std::io::Error::other("exists but cannot be read (a dangling link?)")))
 }
 
+/// Whether `dir` holds a record: a non-blank `samples.jsonl`, its own or a shard's.
+fn holds_records(dir: &Path) -> bool {
+    let non_blank = |p: &Path| std::fs::read(p).is_ok_and(|b| b.iter().any(|c| !c.is_ascii_whitespace()));
+    let shards = std::fs::read_dir(dir).into_iter().flatten().flatten().map(|e| e.path().join("samples.jsonl"));
+    non_blank(&dir.join("samples.jsonl")) || shards.into_iter().any(|p| non_blank(&p))
+}
+
 /// The recorded settings (`before`, the text of `settings.json`) against this run's.
 fn compare_settings(now: &serde_json::Value, before: &[u8], dir: &Path) -> Result<(), RunError> {
-    let before: serde_json::Value = serde_json::from_slice(before)
-        .map_err(|e| RunError::OtherSettings { dir: dir.into(), differ: format!("not a settings file: {e}") })?;
+    let before: serde_json::Value = serde_json::from_slice(before).map_err(|e| RunError::OtherSettings {
+        dir: dir.into(),
+        differ: format!("its settings.json is not a settings file ({e}): restore it, or move the folder away"),
+    })?;
     // Over the keys of both: a key only one side has (a setting recorded only when
     // it is not the default, such as `turns`) differs from its absence.
     let null = serde_json::Value::Null;

@@ -70,6 +70,11 @@ fn options(dir: &Path, shard: Shard) -> RunOptions {
     }
 }
 
+/// The unsharded store of the tiny sweep under `dir`.
+fn path_of_samples(dir: &Path) -> PathBuf {
+    dir.join("results/tiny/samples.jsonl")
+}
+
 /// (key, output, identical to AR, (context, tree size, accepted) per round).
 type Reproducible = (String, Vec<u32>, Option<bool>, Vec<(usize, usize, usize)>);
 
@@ -138,6 +143,37 @@ fn every_method_runs_resumes_and_shards() {
     let longer = Experiment { max_new_tokens: 13, ..exp.clone() };
     let e = run(&longer, &options(dir.path(), Shard::default()), &mut |_| {}).unwrap_err().to_string();
     assert!(e.contains("holds results of other settings") && e.contains("max_new_tokens: 12 then, 13 now"), "{e}");
+    // Nor another weight dtype or drafted vocabulary (each changes every record).
+    for edit in [
+        |m: &mut bastion_eval::spec::ModelPair| m.dtype = bastion_models::WeightDtype::Bf16,
+        |m: &mut bastion_eval::spec::ModelPair| m.draft_vocab = Some(8),
+    ] {
+        let mut other = exp.clone();
+        edit(&mut other.models[0]);
+        let e = run(&other, &options(dir.path(), Shard::default()), &mut |_| {}).unwrap_err().to_string();
+        assert!(e.contains("holds results of other settings") && e.contains("models:"), "{e}");
+    }
+    // Settings recorded by a run that stored nothing (its model failed to load) give way;
+    // settings.json that is not one is named.
+    let empty = dir.path().join("results/empty");
+    let settings = empty.join("settings.json");
+    bastion_eval::runner::check_settings(&longer, &empty).unwrap();
+    bastion_eval::runner::check_settings(&exp, &empty).unwrap();
+    let recorded: serde_json::Value = serde_json::from_slice(&std::fs::read(&settings).unwrap()).unwrap();
+    assert_eq!(recorded["max_new_tokens"], 12, "{recorded}");
+    std::fs::write(empty.join("samples.jsonl"), std::fs::read(&path_of_samples(dir.path())).unwrap()).unwrap();
+    let e = bastion_eval::runner::check_settings(&longer, &empty).unwrap_err().to_string();
+    assert!(e.contains("max_new_tokens: 12 then, 13 now"), "{e}");
+    std::fs::write(&settings, "{garbage").unwrap();
+    let e = bastion_eval::runner::check_settings(&exp, &empty).unwrap_err().to_string();
+    assert!(e.contains("its settings.json is not a settings file"), "{e}");
+    // Tables are never made of an empty store (a run that failed before its first sample).
+    std::fs::write(empty.join("samples.jsonl"), "").unwrap();
+    let templates = root().join("paper_tables/templates");
+    let e = bastion_eval::report::write_tables("empty", &empty, &dir.path().join("t"), &templates, &Default::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("samples.jsonl: no records yet"), "{e}");
 
     // kill -9 after 5 samples, in the middle of writing the 6th: rerun.
     let path = dir.path().join("results/tiny/samples.jsonl");

@@ -62,9 +62,13 @@ pub struct Args {
 /// The experiment `tau` runs.
 fn draft(a: &Args, drafter: &Path) -> ExperimentDraft {
     let mut model_name = slug(&a.pair.target.model.file_name().map_or("model".into(), |s| s.to_string_lossy()));
-    // Another dtype is another model: its results never mix with f32's.
+    // Another dtype or drafted vocabulary is another model: its results never mix with
+    // f32's or the full vocabulary's.
     if a.pair.target.dtype != bastion_models::WeightDtype::F32 {
         model_name = format!("{model_name}-{}", a.pair.target.dtype);
+    }
+    if let Some(n) = a.pair.draft_vocab {
+        model_name = format!("{model_name}-v{n}");
     }
     let name = a.name.clone().unwrap_or_else(|| format!("tau-{model_name}-{}", slug(&a.method.to_string())));
     ExperimentDraft {
@@ -128,8 +132,11 @@ pub fn run(a: Args) -> Result {
     let file = dir.join("experiment.toml");
     let comment = "Written by `bastion tau`; rerun it, or `bastion run` this file, to resume.";
     let text = draft.to_toml(comment).map_err(|e| format!("{}: {e}", file.display()))?;
-    std::fs::write(&file, &text).map_err(|e| format!("{}: {e}", file.display()))?;
     let exp = Experiment::parse(&file, &text, Path::new("."))?;
+    // A rerun of other settings is refused before the file is replaced: it keeps
+    // describing the records there.
+    bastion_eval::runner::check_settings(&exp, &dir)?;
+    std::fs::write(&file, &text).map_err(|e| format!("{}: {e}", file.display()))?;
     let opts = run_options(&exp, &a.results, &a.datasets, Shard::default())?;
     // Only this run's samples: the folder may hold more from an earlier, larger run.
     let keys: HashSet<String> = plan(&exp, &a.datasets, Shard::default())?.into_iter().map(|s| s.key).collect();
