@@ -161,7 +161,7 @@ fn every_method_runs_resumes_and_shards() {
     bastion_eval::runner::check_settings(&exp, &empty).unwrap();
     let recorded: serde_json::Value = serde_json::from_slice(&std::fs::read(&settings).unwrap()).unwrap();
     assert_eq!(recorded["max_new_tokens"], 12, "{recorded}");
-    std::fs::write(empty.join("samples.jsonl"), std::fs::read(&path_of_samples(dir.path())).unwrap()).unwrap();
+    std::fs::write(empty.join("samples.jsonl"), std::fs::read(path_of_samples(dir.path())).unwrap()).unwrap();
     let e = bastion_eval::runner::check_settings(&longer, &empty).unwrap_err().to_string();
     assert!(e.contains("max_new_tokens: 12 then, 13 now"), "{e}");
     std::fs::write(&settings, "{garbage").unwrap();
