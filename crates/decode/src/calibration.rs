@@ -369,9 +369,11 @@ impl Calibration {
             DecodeError::Calibration(format!("{}: fields device.peak / fit.roofline: {e}", path.display()))
         })?;
         if let Some(d) = &cal.drafter {
-            if !(d.draft_seconds.is_finite() && d.draft_seconds > 0.0 && d.non_verify_seconds.is_finite()) {
+            let time = |t: f64, least: f64| t.is_finite() && t >= least;
+            if !(time(d.draft_seconds, f64::MIN_POSITIVE) && time(d.non_verify_seconds, 0.0)) {
                 return Err(DecodeError::Calibration(format!(
-                    "{}: field drafter.draft_seconds / non_verify_seconds: expected finite times > 0, got {} and {}",
+                    "{}: field drafter.draft_seconds / non_verify_seconds: expected finite times, the draft's > 0 \
+                     and the rest's ≥ 0 (measured durations), got {} and {}",
                     path.display(),
                     d.draft_seconds,
                     d.non_verify_seconds

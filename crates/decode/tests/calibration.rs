@@ -275,6 +275,26 @@ fn calibrations_of_other_setups_and_broken_files_are_refused() {
     write(&bad);
     let e = err(Calibration::load(&p));
     assert!(e.contains("field fit.caddtree"), "{e}");
+    // Fits no profile writes: a falling curve, curves of other lengths, all zeros.
+    let mut bad = cal.clone();
+    bad.fit.caddtree.curves[0].reverse();
+    write(&bad);
+    assert!(err(Calibration::load(&p)).contains("must not fall as the tree grows"));
+    if bad.fit.caddtree.curves.len() > 1 {
+        let mut bad = cal.clone();
+        bad.fit.caddtree.curves[1].pop();
+        write(&bad);
+        assert!(err(Calibration::load(&p)).contains("one grid for all"));
+    }
+    let mut bad = cal.clone();
+    bad.fit.caddtree.curves.iter_mut().flatten().for_each(|v| *v = 0.0);
+    write(&bad);
+    assert!(err(Calibration::load(&p)).contains("every verification cost is 0 s"));
+    let mut bad = cal.clone();
+    bad.drafter.as_mut().expect("a drafter's timings").non_verify_seconds = -1.0;
+    write(&bad);
+    let e = err(Calibration::load(&p));
+    assert!(e.contains("drafter.draft_seconds / non_verify_seconds") && e.contains("got"), "{e}");
     let mut bad = cal.clone();
     bad.device.peak.bandwidth = 0.0;
     write(&bad);

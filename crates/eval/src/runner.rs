@@ -435,6 +435,16 @@ pub fn check_settings(exp: &Experiment, dir: &Path) -> Result<(), RunError> {
                 }
                 checked => return checked,
             },
+            // Records without their settings (only samples.jsonl copied, say) cannot be
+            // checked: resuming into them could mix two settings.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && holds_records(dir) => {
+                return Err(RunError::OtherSettings {
+                    dir: dir.into(),
+                    differ: "its records have no settings.json beside them, so their settings cannot be checked: \
+                             copy settings.json with them"
+                        .into(),
+                });
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 std::fs::create_dir_all(dir).map_err(io(dir))?;
                 let text = serde_json::to_vec_pretty(&now).expect("json");

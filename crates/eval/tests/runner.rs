@@ -167,6 +167,10 @@ fn every_method_runs_resumes_and_shards() {
     std::fs::write(&settings, "{garbage").unwrap();
     let e = bastion_eval::runner::check_settings(&exp, &empty).unwrap_err().to_string();
     assert!(e.contains("its settings.json is not a settings file"), "{e}");
+    // Records without their settings.json are not resumed into.
+    std::fs::remove_file(&settings).unwrap();
+    let e = bastion_eval::runner::check_settings(&exp, &empty).unwrap_err().to_string();
+    assert!(e.contains("its records have no settings.json beside them"), "{e}");
     // Tables are never made of an empty store (a run that failed before its first sample).
     std::fs::write(empty.join("samples.jsonl"), "").unwrap();
     let templates = root().join("paper_tables/templates");

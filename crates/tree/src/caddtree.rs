@@ -222,6 +222,20 @@ impl ConvexCostModel {
         if let Some(i) = curves.iter().position(|c| c.is_empty() || c.iter().any(|v| !(v.is_finite() && *v >= 0.0))) {
             return bad("curves", format!("curve {i} (context {}) must be non-empty, finite and ≥ 0 s", contexts[i]));
         }
+        if let Some(i) = curves.iter().position(|c| c.len() != curves[0].len()) {
+            return bad(
+                "curves",
+                format!("curve {i} has {} sizes, curve 0 {}: one grid for all", curves[i].len(), curves[0].len()),
+            );
+        }
+        // A fitted verification cost grows with the tree (up to the fit's rounding).
+        let falls = |c: &[f64]| c.windows(2).any(|w| w[1] < w[0] - 1e-9 * w[0]);
+        if let Some(i) = curves.iter().position(|c| falls(c)) {
+            return bad("curves", format!("curve {i} (context {}) must not fall as the tree grows", contexts[i]));
+        }
+        if curves.iter().flatten().all(|&v| v == 0.0) {
+            return bad("curves", "every verification cost is 0 s: not a measured fit".into());
+        }
         Ok(Self { draft_seconds, contexts, curves })
     }
 
