@@ -13,6 +13,7 @@ pub mod provenance;
 pub mod reference;
 pub mod report;
 pub mod runner;
+mod settings;
 pub mod spec;
 pub mod stats;
 pub mod store;

@@ -1,0 +1,219 @@
+//! A results folder's `settings.json`: what its records depend on beyond
+//! their keys (backend, token limit, BASTION's rule, the model files and
+//! how they are stored, …), written by the first run and compared by every
+//! later one, so that no rerun resumes records of other settings.
+
+use std::path::Path;
+
+use crate::runner::RunError;
+use crate::spec::Experiment;
+
+/// What a stored record depends on beyond its key: a rerun with other
+/// values would mix results of two settings in one table.
+fn record_settings(exp: &Experiment) -> serde_json::Value {
+    let mut settings = serde_json::json!({
+        "backend": exp.backend.as_str(),
+        "max_new_tokens": exp.max_new_tokens,
+        "bastion_rule": exp.bastion_rule.to_string(),
+        "online_forgetting": exp.online.forgetting,
+        "models": exp.models.iter().map(|m| {
+            let mut model = serde_json::json!({
+                "name": m.name,
+                "target": m.target.display().to_string(),
+                "drafter": m.drafter.display().to_string(),
+                "calibration": m.calibration.as_ref().map(|c| c.display().to_string()),
+            });
+            // How the weights are stored and the drafted vocabulary change every record;
+            // recorded when not the default (folders written before match as they were).
+            if m.dtype != bastion_models::WeightDtype::F32 {
+                model["dtype"] = m.dtype.to_string().into();
+            }
+            if let Some(n) = m.draft_vocab {
+                model["draft_vocab"] = n.into();
+            }
+            model
+        }).collect::<Vec<_>>(),
+    });
+    // Only when not the default, so the settings of folders written before these existed
+    // still match (a key one side lacks differs from the other's value).
+    if exp.first_turn_only {
+        settings["turns"] = "first".into();
+    }
+    // Records written without AR carry no lossless verdict: AR may not be added later.
+    if !exp.ar_baseline {
+        settings["ar_baseline"] = false.into();
+    }
+    // A user's file keys its records by its own ids: another template or another
+    // content under the same name must not resume into them.
+    if !exp.dataset_files.is_empty() {
+        settings["dataset_files"] = exp
+            .dataset_files
+            .iter()
+            .map(|f| {
+                serde_json::json!({
+                    "name": f.name.as_str(),
+                    "path": f.path.display().to_string(),
+                    "prompt": &f.prompt,
+                    "id": f.id,
+                    "sha256": f.sha256().unwrap_or_default(),
+                })
+            })
+            .collect();
+    }
+    settings
+}
+
+/// Records the experiment's settings in `dir/settings.json` on the first
+/// run and refuses a later run whose settings differ ([`crate::run`] calls it; a
+/// command that rewrites the experiment's file calls it first, so that a
+/// refused run leaves the file as the records were made).
+///
+/// Shards of one sweep (a Slurm job array) may start at the same moment: exactly one of
+/// them writes the file ([`create_once`]) and the others compare against it.
+///
+/// # Errors
+/// [`RunError::OtherSettings`] naming what differs; [`RunError::Io`].
+pub fn check_settings(exp: &Experiment, dir: &Path) -> Result<(), RunError> {
+    let path = dir.join("settings.json");
+    let now = record_settings(exp);
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source: std::io::Error| RunError::Io { path, source }
+    };
+    // A lost race is followed by a read of the winner's file; a file that keeps
+    // vanishing between the two (a dangling link) ends the loop.
+    for _ in 0..3 {
+        match std::fs::read(&path) {
+            // Settings of a run that stored nothing (its model failed to load, say) hold no
+            // records to mix with: this run's replace them.
+            Ok(text) => match compare_settings(&now, &text, dir) {
+                Err(RunError::OtherSettings { .. }) if !holds_records(dir) => {
+                    let text = serde_json::to_vec_pretty(&now).expect("json");
+                    return std::fs::write(&path, text).map_err(io(&path));
+                }
+                checked => return checked,
+            },
+            // Records without their settings (only samples.jsonl copied, say) cannot be
+            // checked: resuming into them could mix two settings.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && holds_records(dir) => {
+                return Err(RunError::OtherSettings {
+                    dir: dir.into(),
+                    differ: "its records have no settings.json beside them, so their settings cannot be checked: \
+                             copy settings.json with them"
+                        .into(),
+                });
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(dir).map_err(io(dir))?;
+                let text = serde_json::to_vec_pretty(&now).expect("json");
+                if create_once(&path, &text).map_err(io(&path))? {
+                    return Ok(());
+                }
+                // Another shard wrote it first: compare with what it wrote.
+            }
+            Err(e) => return Err(io(&path)(e)),
+        }
+    }
+    Err(io(&path)(std::io::Error::other("exists but cannot be read (a dangling link?)")))
+}
+
+/// Whether `dir` holds a record: a non-blank `samples.jsonl`, its own or a shard's.
+fn holds_records(dir: &Path) -> bool {
+    let non_blank = |p: &Path| std::fs::read(p).is_ok_and(|b| b.iter().any(|c| !c.is_ascii_whitespace()));
+    let shards = std::fs::read_dir(dir).into_iter().flatten().flatten().map(|e| e.path().join("samples.jsonl"));
+    non_blank(&dir.join("samples.jsonl")) || shards.into_iter().any(|p| non_blank(&p))
+}
+
+/// The recorded settings (`before`, the text of `settings.json`) against this run's.
+fn compare_settings(now: &serde_json::Value, before: &[u8], dir: &Path) -> Result<(), RunError> {
+    let before: serde_json::Value = serde_json::from_slice(before).map_err(|e| RunError::OtherSettings {
+        dir: dir.into(),
+        differ: format!("its settings.json is not a settings file ({e}): restore it, or move the folder away"),
+    })?;
+    // Over the keys of both: a key only one side has (a setting recorded only when
+    // it is not the default, such as `turns`) differs from its absence.
+    let null = serde_json::Value::Null;
+    let mut keys: Vec<&String> = now.as_object().expect("an object").keys().collect();
+    keys.extend(before.as_object().map(|o| o.keys().collect::<Vec<_>>()).unwrap_or_default());
+    keys.sort();
+    keys.dedup();
+    let differ: Vec<String> = keys
+        .into_iter()
+        .filter_map(|k| {
+            let (then, now) = (before.get(k.as_str()).unwrap_or(&null), now.get(k.as_str()).unwrap_or(&null));
+            (then != now).then(|| format!("{k}: {then} then, {now} now"))
+        })
+        .collect();
+    if differ.is_empty() {
+        Ok(())
+    } else {
+        Err(RunError::OtherSettings { dir: dir.into(), differ: differ.join("; ") })
+    }
+}
+
+/// Writes `bytes` to `path` only if no file is there yet, and never leaves a partial
+/// file under `path`: the bytes go to a temporary file of a random name in the same
+/// folder, which is then moved to `path` without replacing anything (a hard link on
+/// Unix, a non-replacing move on Windows). Returns `false` when another writer was
+/// first (its file is left as it is). The temporary file is removed on every path.
+///
+/// # Errors
+/// The I/O error of the write or the move.
+pub(crate) fn create_once(path: &Path, bytes: &[u8]) -> std::io::Result<bool> {
+    use std::io::Write;
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(bytes)?;
+    // Readable as any results file is (the temporary file is private): shards of other
+    // users sharing the folder read it.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        tmp.as_file().set_permissions(std::fs::Permissions::from_mode(0o644))?;
+    }
+    tmp.as_file().sync_all()?;
+    match tmp.persist_noclobber(path) {
+        Ok(_) => Ok(true),
+        Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(e.error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::create_once;
+
+    #[test]
+    fn concurrent_writers_leave_exactly_one_whole_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("settings.json");
+        // All start writing at once.
+        let start = std::sync::Barrier::new(8);
+        let firsts: usize = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8u8)
+                .map(|i| {
+                    let (path, start) = (&path, &start);
+                    s.spawn(move || {
+                        start.wait();
+                        create_once(path, &vec![b'a' + i; 4096]).unwrap()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| usize::from(h.join().unwrap())).sum()
+        });
+        assert_eq!(firsts, 1, "exactly one writer is first");
+        let text = std::fs::read(&path).unwrap();
+        assert_eq!(text.len(), 4096);
+        assert!(text.iter().all(|&b| b == text[0]), "one writer's bytes, whole");
+        // No temporary file is left behind; a later writer finds the file there.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        assert!(!create_once(&path, b"later").unwrap());
+        assert_eq!(std::fs::read(&path).unwrap(), text);
+        // Readable by others, as results files are (the temporary file it was is not).
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o644);
+        }
+    }
+}
