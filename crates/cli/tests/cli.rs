@@ -279,6 +279,20 @@ fn shipped_drafter_generates_ar_text_and_tau_reports() {
     assert!(ok, "{err}");
     assert_eq!(row(&again, "dflash"), Some(dflash_row), "the same table from the records: {again}");
     assert!(tables.join("tau-dflash.md").is_file());
+    // An experiment file edited since the records were made does not head them.
+    let text = std::fs::read_to_string(&experiment).unwrap();
+    let edited = tmp.path().join("edited.toml");
+    let limit = text.lines().find(|l| l.starts_with("max_new_tokens")).unwrap();
+    std::fs::write(&edited, text.replace(limit, "max_new_tokens = 99")).unwrap();
+    let (ok, _, err) = bastion(&[
+        "tables",
+        edited.to_str().unwrap(),
+        "--results",
+        results.to_str().unwrap(),
+        "--out",
+        tables.to_str().unwrap(),
+    ]);
+    assert!(ok && err.contains("were made with other settings") && err.contains("99 now"), "{err}");
     // Without AR: no AR row, no speedup, nothing to check against.
     let args = ["tau", "--model", &model, "--drafter", &drafter, "--sets", "gsm8k", "--samples", "1"];
     let more = ["--max-new-tokens", "8", "--datasets", &datasets, "--results", results.to_str().unwrap(), "--no-ar"];

@@ -24,7 +24,7 @@ use std::str::FromStr;
 use bastion_data::Prompt;
 use bastion_decode::{ChatEncoder, GenerateConfig, LoadedPair, Method, PairSpec, Speculator, Variant};
 
-pub use crate::settings::check_settings;
+pub use crate::settings::{check_settings, recorded_settings_differ};
 use crate::spec::{Experiment, ModelPair};
 use crate::store::{SampleRecord, SampleStore};
 

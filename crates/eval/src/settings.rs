@@ -117,6 +117,18 @@ pub fn check_settings(exp: &Experiment, dir: &Path) -> Result<(), RunError> {
     Err(io(&path)(std::io::Error::other("exists but cannot be read (a dangling link?)")))
 }
 
+/// What differs between the settings `dir/settings.json` records and `exp`'s
+/// (`key: then, now; …`), read only: `None` when they agree or nothing is
+/// recorded. For commands that read a folder's records under an experiment
+/// file (`bastion tables`), which must not head them with another file's settings.
+pub fn recorded_settings_differ(exp: &Experiment, dir: &Path) -> Option<String> {
+    let text = std::fs::read(dir.join("settings.json")).ok()?;
+    match compare_settings(&record_settings(exp), &text, dir) {
+        Err(RunError::OtherSettings { differ, .. }) => Some(differ),
+        _ => None,
+    }
+}
+
 /// Whether `dir` holds a record: a non-blank `samples.jsonl`, its own or a shard's.
 fn holds_records(dir: &Path) -> bool {
     let non_blank = |p: &Path| std::fs::read(p).is_ok_and(|b| b.iter().any(|c| !c.is_ascii_whitespace()));

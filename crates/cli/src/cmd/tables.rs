@@ -34,10 +34,29 @@ pub struct Args {
 /// Runs `bastion tables`.
 pub fn run(a: Args) -> Result {
     let name = Experiment::name_of(&a.experiment)?;
-    // The headings' settings need the whole file to validate (its models
-    // present); tables of results copied from elsewhere go without them.
-    let settings = Experiment::load(&a.experiment, Path::new(".")).map(|e| headings_of(&e)).unwrap_or_default();
-    let r = report::write_tables(&name, &a.results.join(&name), &a.out, &a.templates, &settings)?;
+    let dir = a.results.join(&name);
+    // The headings' settings need the whole file to validate (its models present) and
+    // to be the records' own; tables of results copied from elsewhere, or of a file
+    // edited since, go without them (said so).
+    let settings = match Experiment::load(&a.experiment, Path::new(".")) {
+        Ok(e) => match bastion_eval::runner::recorded_settings_differ(&e, &dir) {
+            None => headings_of(&e),
+            Some(differ) => {
+                eprintln!(
+                    "warning: {}: the records in {} were made with other settings ({differ}): the tables go \
+                     without the file's settings",
+                    a.experiment.display(),
+                    dir.display()
+                );
+                Default::default()
+            }
+        },
+        Err(e) => {
+            eprintln!("warning: {e}: the tables go without the experiment's settings (models, token limit)");
+            Default::default()
+        }
+    };
+    let r = report::write_tables(&name, &dir, &a.out, &a.templates, &settings)?;
     crate::display::print_report(&r);
     Ok(())
 }
