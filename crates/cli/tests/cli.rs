@@ -92,6 +92,19 @@ fn bad_input_fails_with_a_clear_message() {
         let (ok, _, err) = bastion(&[&base[..], &extra[..]].concat());
         assert!(!ok && err.contains(want), "{extra:?}: {err}");
     }
+    // tau's records file is checked before the run, not after it.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    let (ok, _, err) = bastion(&[
+        "tau",
+        "--model",
+        "tests/fixtures/tiny-qwen3",
+        "--drafter",
+        "tests/fixtures/tiny-dflash",
+        "--out",
+        out,
+    ]);
+    assert!(!ok && err.contains("is a folder: expected the JSONL file"), "{err}");
     // Token ids outside the vocabulary (the tiny target's 256) name the flag.
     let (ok, _, err) = bastion(&["generate", "--model", "tests/fixtures/tiny-qwen3", "--prompt-ids", "5,256"]);
     assert!(!ok && err.contains("--prompt-ids: token id 256 is not below the target's vocabulary size 256"), "{err}");

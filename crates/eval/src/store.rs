@@ -406,8 +406,12 @@ pub fn merge_shards(dir: &Path) -> Result<Merged, StoreError> {
     }
     let invalid = |why: String| io(std::io::Error::new(std::io::ErrorKind::InvalidData, why));
     let n = shards.first().map(|s| s.1).ok_or_else(|| invalid("no shard-I-of-N folders to merge".into()))?;
-    if shards.iter().any(|s| s.1 != n) {
-        return Err(invalid("shard folders disagree on the number of shards".into()));
+    if let Some((i, m, _)) = shards.iter().find(|s| s.1 != n) {
+        let first = shards.iter().find(|s| s.1 == n).map_or(0, |s| s.0);
+        return Err(invalid(format!(
+            "shard folders disagree on the number of shards (shard-{first}-of-{n} and shard-{i}-of-{m}): \
+             one sweep's shards go in one folder"
+        )));
     }
     if let Some((i, _, _)) = shards.iter().find(|s| s.0 >= n) {
         return Err(invalid(format!("shard-{i}-of-{n}: shard indices run from 0 to {}", n.saturating_sub(1))));

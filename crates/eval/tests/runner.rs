@@ -220,6 +220,11 @@ fn every_method_runs_resumes_and_shards() {
     let e = bastion_eval::merge_shards(&merged_dir).unwrap_err().to_string();
     assert!(e.contains("shard-5-of-2: shard indices run from 0 to 1"), "{e}");
     std::fs::remove_dir(merged_dir.join("shard-5-of-2")).unwrap();
+    // Shards of two sweeps are named.
+    std::fs::create_dir(merged_dir.join("shard-0-of-3")).unwrap();
+    let e = bastion_eval::merge_shards(&merged_dir).unwrap_err().to_string();
+    assert!(e.contains("disagree on the number of shards (shard-") && e.contains("-of-3"), "{e}");
+    std::fs::remove_dir(merged_dir.join("shard-0-of-3")).unwrap();
     let mut merged = bastion_eval::SampleStore::open(&merged_dir.join("samples.jsonl")).unwrap().records().to_vec();
     merged.sort_by(|x, y| x.key.cmp(&y.key));
     assert_eq!(merged, sharded);

@@ -123,6 +123,12 @@ pub fn run(a: Args) -> Result {
     a.cost.check_online(a.method.method)?;
     a.cost.online().validate().map_err(|e| format!("--online-forgetting: {e}"))?;
     let drafter = a.pair.drafter.clone().ok_or("tau needs --drafter DIR|FILE.gguf")?;
+    // Before the run, not after it: the records' file must be writable where asked.
+    if let Some(out) = a.out.as_ref().filter(|o| o.is_dir()) {
+        return Err(
+            format!("--out {}: is a folder: expected the JSONL file to write the records to", out.display()).into()
+        );
+    }
     let draft = draft(&a, &drafter);
     if !bastion_eval::spec::valid_name(&draft.name) {
         return Err(format!("--name {}: expected [a-z0-9_-]+ (it names RESULTS/<name>/)", draft.name).into());
