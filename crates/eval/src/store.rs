@@ -294,10 +294,10 @@ impl SampleStore {
         Ok(Self::parse(path, &text)?.0)
     }
 
-    /// Records and the byte length of the intact prefix. A last line that is
-    /// not JSON is a torn write (dropped); one without its newline that is a
+    /// Records and the byte length of the intact prefix. A last line without
+    /// its newline that is not JSON is a torn write (dropped); one that is a
     /// whole record (a file whose last newline an editor or a copy lost) is
-    /// kept.
+    /// kept; blank lines are skipped.
     fn parse(path: &Path, text: &[u8]) -> Result<(Vec<SampleRecord>, usize), StoreError> {
         let mut records: Vec<SampleRecord> = Vec::new();
         let mut keys = HashSet::new();
@@ -307,6 +307,11 @@ impl SampleStore {
             line_no += 1;
             let newline = text[pos..].iter().position(|&b| b == b'\n').map(|i| pos + i);
             let end = newline.unwrap_or(text.len());
+            // A blank line (an editor's) holds nothing; the writer never writes one.
+            if text[pos..end].iter().all(u8::is_ascii_whitespace) && newline.is_some() {
+                pos = end + 1;
+                continue;
+            }
             match record_from_line(&text[pos..end]) {
                 Ok(r) => {
                     if !keys.insert(r.key.clone()) {
@@ -314,9 +319,10 @@ impl SampleStore {
                     }
                     records.push(r);
                 }
-                // A last line that is not JSON is a torn write; a complete line this
-                // release cannot read (another format) is never dropped.
-                Err(LineError::Syntax(_)) if end + 1 >= text.len() => break,
+                // A last line without its newline that is not JSON is a torn write (each
+                // record is written with its newline at once); any other bad line, and a
+                // complete line this release cannot read (another format), is never dropped.
+                Err(LineError::Syntax(_)) if newline.is_none() => break,
                 Err(LineError::Syntax(e) | LineError::Invalid(e)) => {
                     return Err(StoreError::Corrupt { path: path.to_path_buf(), line: line_no, reason: e });
                 }
@@ -618,6 +624,16 @@ mod tests {
         assert!(e.to_string().contains("another bastion process is writing this file"), "{e}");
         assert_eq!(SampleStore::read(&path).unwrap(), s.records());
         drop(s);
+        // A last line that is not JSON but ends in its newline is no torn write: named;
+        // a blank line is skipped.
+        let whole = std::fs::read(&path).unwrap();
+        let s_len = SampleStore::read(&path).unwrap().len();
+        std::fs::write(&path, [&whole[..], b"\n{\"key\": \"x\"  garbage\n"].concat()).unwrap();
+        let e = SampleStore::read(&path).unwrap_err().to_string();
+        assert!(e.contains(&format!("samples.jsonl:{}: not a sample record", s_len + 2)), "{e}");
+        std::fs::write(&path, [&whole[..], b"\n"].concat()).unwrap();
+        assert_eq!(SampleStore::read(&path).unwrap().len(), s_len);
+        std::fs::write(&path, &whole).unwrap();
         // A bad line in the middle is corruption, named by line.
         let mut text = std::fs::read(&path).unwrap();
         text.splice(0..0, b"garbage\n".iter().copied());
