@@ -34,6 +34,20 @@ fn record_settings(exp: &Experiment) -> serde_json::Value {
             model
         }).collect::<Vec<_>>(),
     });
+    // The weights themselves, not only their paths: a drafter retrained (or a target
+    // replaced) in place must not resume into the old one's records.
+    settings["weights"] = exp
+        .models
+        .iter()
+        .map(|m| {
+            let fingerprints = serde_json::json!({
+                "target": weights_fingerprint(&m.target),
+                "drafter": weights_fingerprint(&m.drafter),
+            });
+            (m.name.clone(), fingerprints)
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into();
     // Only when not the default, so the settings of folders written before these existed
     // still match (a key one side lacks differs from the other's value).
     if exp.first_turn_only {
@@ -129,6 +143,55 @@ pub fn recorded_settings_differ(exp: &Experiment, dir: &Path) -> Option<String> 
     }
 }
 
+/// A cheap fingerprint of the weights at `path` (a file, or a model folder's
+/// weight, config and tokenizer files): per file its name, size and the
+/// sha256 of its first and last MiB, so that retrained or replaced weights
+/// (every byte of a weight file changes) are told apart while a
+/// multi-gigabyte checkpoint is read in milliseconds. Empty when nothing
+/// can be read.
+fn weights_fingerprint(path: &Path) -> String {
+    use sha2::{Digest, Sha256};
+    use std::io::{Read, Seek, SeekFrom};
+    const PART: u64 = 1 << 20;
+    let counted = |p: &Path| {
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        p.is_file()
+            && (name.ends_with(".safetensors")
+                || name.ends_with(".gguf")
+                || [
+                    "config.json",
+                    "draft_vocab.json",
+                    "model.safetensors.index.json",
+                    "tokenizer.json",
+                    "tokenizer_config.json",
+                ]
+                .contains(&name))
+    };
+    let mut files: Vec<std::path::PathBuf> = if path.is_dir() {
+        std::fs::read_dir(path).into_iter().flatten().flatten().map(|e| e.path()).filter(|p| counted(p)).collect()
+    } else {
+        vec![path.to_path_buf()]
+    };
+    files.sort();
+    let mut hash = Sha256::new();
+    for file in &files {
+        let Ok(mut f) = std::fs::File::open(file) else { continue };
+        let len = f.metadata().map_or(0, |m| m.len());
+        hash.update(file.file_name().map(|n| n.as_encoded_bytes()).unwrap_or_default());
+        hash.update(len.to_le_bytes());
+        let mut buf = Vec::new();
+        let _ = (&mut f).take(PART).read_to_end(&mut buf);
+        if len > PART && f.seek(SeekFrom::Start(len.saturating_sub(PART).max(PART))).is_ok() {
+            let _ = f.take(PART).read_to_end(&mut buf);
+        }
+        hash.update(&buf);
+    }
+    if files.is_empty() {
+        return String::new();
+    }
+    hash.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect()
+}
+
 /// Whether `dir` holds a record: a non-blank `samples.jsonl`, its own or a shard's.
 fn holds_records(dir: &Path) -> bool {
     let non_blank = |p: &Path| std::fs::read(p).is_ok_and(|b| b.iter().any(|c| !c.is_ascii_whitespace()));
@@ -149,6 +212,10 @@ fn compare_settings(now: &serde_json::Value, before: &[u8], dir: &Path) -> Resul
     keys.extend(before.as_object().map(|o| o.keys().collect::<Vec<_>>()).unwrap_or_default());
     keys.sort();
     keys.dedup();
+    // Folders written before the weights were fingerprinted are not checked for them.
+    if before.get("weights").is_none() {
+        keys.retain(|k| k.as_str() != "weights");
+    }
     let differ: Vec<String> = keys
         .into_iter()
         .filter_map(|k| {

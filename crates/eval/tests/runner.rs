@@ -171,6 +171,30 @@ fn every_method_runs_resumes_and_shards() {
     std::fs::remove_file(&settings).unwrap();
     let e = bastion_eval::runner::check_settings(&exp, &empty).unwrap_err().to_string();
     assert!(e.contains("its records have no settings.json beside them"), "{e}");
+    // Weights retrained in place are other settings; a folder recorded before the weights
+    // were fingerprinted is not checked for them.
+    let copy = dir.path().join("drafter-copy");
+    std::fs::create_dir_all(&copy).unwrap();
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(root().join("tests/fixtures/tiny-dflash").join(f), copy.join(f)).unwrap();
+    }
+    let mut mine = exp.clone();
+    mine.models[0].drafter = copy.clone();
+    let folder = dir.path().join("results/weights");
+    bastion_eval::runner::check_settings(&mine, &folder).unwrap();
+    std::fs::write(folder.join("samples.jsonl"), std::fs::read(path_of_samples(dir.path())).unwrap()).unwrap();
+    bastion_eval::runner::check_settings(&mine, &folder).unwrap();
+    let weights = copy.join("model.safetensors");
+    let mut bytes = std::fs::read(&weights).unwrap();
+    *bytes.last_mut().unwrap() ^= 1;
+    std::fs::write(&weights, &bytes).unwrap();
+    let e = bastion_eval::runner::check_settings(&mine, &folder).unwrap_err().to_string();
+    assert!(e.contains("holds results of other settings (weights:"), "{e}");
+    let recorded = folder.join("settings.json");
+    let mut old: serde_json::Value = serde_json::from_slice(&std::fs::read(&recorded).unwrap()).unwrap();
+    old.as_object_mut().unwrap().remove("weights");
+    std::fs::write(&recorded, serde_json::to_vec(&old).unwrap()).unwrap();
+    bastion_eval::runner::check_settings(&mine, &folder).unwrap();
     // Tables are never made of an empty store (a run that failed before its first sample).
     std::fs::write(empty.join("samples.jsonl"), "").unwrap();
     let templates = root().join("paper_tables/templates");
