@@ -258,13 +258,21 @@ impl CostArgs {
         self.online_forgetting.map_or_else(OnlineConfig::default, |forgetting| OnlineConfig { forgetting })
     }
 
-    /// Refuses `--online-forgetting` for a method that does not read it.
+    /// Refuses `--online-forgetting` and `--calibration` for a method that
+    /// does not read them.
     ///
     /// # Errors
-    /// The flag and the method that reads it.
+    /// The flag and the methods that read it.
     pub fn check_online(&self, method: Method) -> Result {
         if self.online_forgetting.is_some() && method != Method::BastionOnline {
             return Err(format!("--online-forgetting: only bastion-online reads it, not {method}").into());
+        }
+        // A file given for a method that reads none would be ignored without a word.
+        if self.calibration.is_some() && !method.needs_calibration() {
+            return Err(format!(
+                "--calibration: only the cost-aware methods (caddtree, bastion, bastion-online) read it, not {method}"
+            )
+            .into());
         }
         Ok(())
     }
