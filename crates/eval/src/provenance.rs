@@ -1,5 +1,5 @@
 //! Where and how a sweep's records were made: every `bastion run` of an
-//! experiment appends one line to `RESULTS/<name>/runs.jsonl` (when it
+//! experiment that stores a record appends one line to `RESULTS/<name>/runs.jsonl` (when it
 //! started, the commit, the machine, the build, the weight files), and the
 //! tables' header, `settings.json`'s neighbour, and the Parquet frames'
 //! metadata say it. (The settings a resumed run must share with the records,

@@ -410,10 +410,10 @@ pub fn run(
     // run after the fix is not refused as one of other settings.
     let samples = plan(exp, &opts.datasets_dir, opts.shard)?;
     check_settings(exp, &opts.results_dir)?;
-    crate::provenance::record_run(
-        &opts.results_dir,
-        &crate::provenance::RunInfo::now(exp, opts.shard, opts.build_commit.clone()),
-    )?;
+    // The run's line in runs.jsonl goes with its first record: a run that stores none
+    // (its model fails to load, say) made nothing the tables' provenance should name.
+    let info = crate::provenance::RunInfo::now(exp, opts.shard, opts.build_commit.clone());
+    let mut recorded = false;
     let mut store = SampleStore::open(&opts.shard.samples_path(&opts.results_dir))?;
     check_variants(exp, store.records(), &opts.results_dir)?;
     let todo: Vec<&Sample> = samples.iter().filter(|s| !store.contains(&s.key)).collect();
@@ -490,6 +490,10 @@ pub fn run(
             identical_to_ar: identical_to_ar.flatten(),
             output_logprob,
         };
+        if !recorded {
+            crate::provenance::record_run(&opts.results_dir, &info)?;
+            recorded = true;
+        }
         store.append(record)?;
         on_event(RunEvent::Sample(store.records().last().expect("just appended")));
     }

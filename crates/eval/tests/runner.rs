@@ -139,6 +139,9 @@ fn every_method_runs_resumes_and_shards() {
     .unwrap();
     assert_eq!(again, Some((14, 14)));
     assert_eq!(rerun, full);
+    // A run that stores nothing adds no line to the runs the tables' provenance names.
+    let runs = std::fs::read_to_string(dir.path().join("results/tiny/runs.jsonl")).unwrap();
+    assert_eq!(runs.lines().count(), 1, "{runs}");
     // Other settings may not resume into these results.
     let longer = Experiment { max_new_tokens: 13, ..exp.clone() };
     let e = run(&longer, &options(dir.path(), Shard::default()), &mut |_| {}).unwrap_err().to_string();
