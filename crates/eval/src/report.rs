@@ -125,8 +125,8 @@ pub fn write_tables_of(
         table.provenance = table_provenance(table, heading, &runs, records);
     }
     std::fs::create_dir_all(out).map_err(OutputError::io(out))?;
-    let md = tables::render(&templates.join("results.md.j2"), name, &t)?;
-    let tex = tables::render(&templates.join("results.tex.j2"), name, &t)?;
+    let md = tables::render(&templates.join("results.md.j2"), name, &dir.join("samples.jsonl"), &t)?;
+    let tex = tables::render(&templates.join("results.tex.j2"), name, &dir.join("samples.jsonl"), &t)?;
     for (ext, text) in [("md", &md), ("tex", &tex)] {
         let p = out.join(format!("{name}.{ext}"));
         std::fs::write(&p, text).map_err(OutputError::io(&p))?;
@@ -157,7 +157,12 @@ pub fn write_tables_of(
     let mut leaderboard_files = Vec::new();
     if !boards.is_empty() {
         for ext in ["md", "tex"] {
-            let text = tables::render(&templates.join(format!("spec-bench.{ext}.j2")), name, &boards)?;
+            let text = tables::render(
+                &templates.join(format!("spec-bench.{ext}.j2")),
+                name,
+                &dir.join("samples.jsonl"),
+                &boards,
+            )?;
             let p = out.join(format!("{name}-leaderboard.{ext}"));
             std::fs::write(&p, &text).map_err(OutputError::io(&p))?;
             if ext == "md" {

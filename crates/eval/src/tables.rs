@@ -597,11 +597,17 @@ pub fn tables(summary: &DataFrame) -> PolarsResult<Vec<Table>> {
 
 /// Renders `tables` (the [`Table`]s of `results.{md,tex}.j2`, or other
 /// serialisable tables such as [`crate::leaderboard::Leaderboard`]) with the
-/// minijinja template at `template` (context: `tables`, `experiment`).
+/// minijinja template at `template` (context: `tables`, `experiment`, and
+/// `records`, the records file they come from, as given).
 ///
 /// # Errors
 /// [`OutputError`] naming the template for unreadable or invalid templates.
-pub fn render<T: Serialize>(template: &Path, experiment: &str, tables: &[T]) -> Result<String, OutputError> {
+pub fn render<T: Serialize>(
+    template: &Path,
+    experiment: &str,
+    records: &Path,
+    tables: &[T],
+) -> Result<String, OutputError> {
     let source = crate::report::read_template(template)?;
     let err = |source| OutputError::Template { path: template.into(), source };
     let mut env = minijinja::Environment::new();
@@ -653,7 +659,8 @@ pub fn render<T: Serialize>(template: &Path, experiment: &str, tables: &[T]) -> 
         .and_then(|t| {
             t.render(minijinja::context! {
                 tables => minijinja::Value::from(minijinja::value::Serde(tables)),
-                experiment => experiment
+                experiment => experiment,
+                records => records.display().to_string()
             })
         })
         .map_err(err)
