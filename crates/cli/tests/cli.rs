@@ -92,6 +92,22 @@ fn bad_input_fails_with_a_clear_message() {
         let (ok, _, err) = bastion(&[&base[..], &extra[..]].concat());
         assert!(!ok && err.contains(want), "{extra:?}: {err}");
     }
+    // train-drafter's sizes are checked by their flags.
+    let train = [
+        "train-drafter",
+        "--model",
+        "tests/fixtures/tiny-qwen3",
+        "--data",
+        "x.jsonl",
+        "--out",
+        "y",
+        "--mask-token",
+        "5",
+    ];
+    for (flag, value) in [("--steps", "0"), ("--anchors", "0"), ("--layers", "0"), ("--block-size", "1")] {
+        let (ok, _, err) = bastion(&[&train[..], &[flag, value]].concat());
+        assert!(!ok && err.contains(&format!("invalid value '{value}' for '{flag}")), "{flag}: {err}");
+    }
     // tau's records file is checked before the run, not after it.
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().to_str().unwrap();

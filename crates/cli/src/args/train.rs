@@ -9,19 +9,19 @@ pub struct TrainSettings {
     #[arg(long)]
     pub mask_token: u32,
     /// Draft layers.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = super::at_least_one())]
     pub layers: usize,
     /// Block size B.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(2..))]
     pub block_size: usize,
     /// Optimiser steps (with --restarts only where this run stops: resume with more to go on).
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_parser = super::at_least_one())]
     pub steps: usize,
     /// Sequences per step.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = super::at_least_one())]
     pub sequences_per_step: usize,
     /// Anchors per sequence per step.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = super::at_least_one())]
     pub anchors: usize,
     /// Peak learning rate (Adam; linear warm-up, cosine decay to 10 %).
     #[arg(long, default_value_t = 1e-3)]
