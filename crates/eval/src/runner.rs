@@ -24,7 +24,7 @@ use std::str::FromStr;
 use bastion_data::Prompt;
 use bastion_decode::{ChatEncoder, GenerateConfig, LoadedPair, Method, PairSpec, Speculator, Variant};
 
-pub use crate::settings::{check_settings, recorded_settings_differ};
+pub use crate::settings::{check_settings, record_settings, recorded_settings_differ};
 use crate::spec::{Experiment, ModelPair};
 use crate::store::{SampleRecord, SampleStore};
 
@@ -410,8 +410,9 @@ pub fn run(
     // run after the fix is not refused as one of other settings.
     let samples = plan(exp, &opts.datasets_dir, opts.shard)?;
     check_settings(exp, &opts.results_dir)?;
-    // The run's line in runs.jsonl goes with its first record: a run that stores none
-    // (its model fails to load, say) made nothing the tables' provenance should name.
+    // The folder's settings and the run's line in runs.jsonl go with its first record: a
+    // run that stores none (its model fails to load, say) leaves nothing that would refuse
+    // the fixed run or that the tables' provenance should name.
     let info = crate::provenance::RunInfo::now(exp, opts.shard, opts.build_commit.clone());
     let mut recorded = false;
     let mut store = SampleStore::open(&opts.shard.samples_path(&opts.results_dir))?;
@@ -491,6 +492,9 @@ pub fn run(
             output_logprob,
         };
         if !recorded {
+            // The folder's settings, with its first record (compared again here: another
+            // run may have recorded its own since this one started).
+            crate::settings::record_settings(exp, &opts.results_dir)?;
             crate::provenance::record_run(&opts.results_dir, &info)?;
             recorded = true;
         }

@@ -10,7 +10,7 @@ use crate::spec::Experiment;
 
 /// What a stored record depends on beyond its key: a rerun with other
 /// values would mix results of two settings in one table.
-fn record_settings(exp: &Experiment) -> serde_json::Value {
+fn settings_of(exp: &Experiment) -> serde_json::Value {
     let mut settings = serde_json::json!({
         "backend": exp.backend.as_str(),
         "max_new_tokens": exp.max_new_tokens,
@@ -41,8 +41,8 @@ fn record_settings(exp: &Experiment) -> serde_json::Value {
         .iter()
         .map(|m| {
             let fingerprints = serde_json::json!({
-                "target": weights_fingerprint(&m.target),
-                "drafter": weights_fingerprint(&m.drafter),
+                "target": weights_fingerprint(&m.target, false),
+                "drafter": weights_fingerprint(&m.drafter, m.draft_vocab.is_some()),
             });
             (m.name.clone(), fingerprints)
         })
@@ -77,19 +77,45 @@ fn record_settings(exp: &Experiment) -> serde_json::Value {
     settings
 }
 
-/// Records the experiment's settings in `dir/settings.json` on the first
-/// run and refuses a later run whose settings differ ([`crate::run`] calls it; a
-/// command that rewrites the experiment's file calls it first, so that a
-/// refused run leaves the file as the records were made).
-///
-/// Shards of one sweep (a Slurm job array) may start at the same moment: exactly one of
-/// them writes the file ([`create_once`]) and the others compare against it.
+/// Refuses a run of `exp` into `dir` when `dir/settings.json` records other
+/// settings, or when `dir` holds records without one (their settings cannot
+/// be checked). Writes nothing: the settings are recorded with the first
+/// record ([`record_settings`]), so a run that stores none (its model fails
+/// to load, say) leaves nothing that would refuse the fixed run. [`crate::run`]
+/// calls it before loading anything; a command that rewrites the experiment's
+/// file calls it first, so that a refused run leaves the file as the records
+/// were made.
 ///
 /// # Errors
 /// [`RunError::OtherSettings`] naming what differs; [`RunError::Io`].
 pub fn check_settings(exp: &Experiment, dir: &Path) -> Result<(), RunError> {
     let path = dir.join("settings.json");
-    let now = record_settings(exp);
+    match std::fs::read(&path) {
+        Ok(text) => compare_settings(&settings_of(exp), &text, dir),
+        // Records without their settings (only samples.jsonl copied, say) cannot be
+        // checked: resuming into them could mix two settings.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && holds_records(dir) => Err(RunError::OtherSettings {
+            dir: dir.into(),
+            differ: "its records have no settings.json beside them, so their settings cannot be checked: copy \
+                     settings.json with them"
+                .into(),
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(RunError::Io { path, source: e }),
+    }
+}
+
+/// Records `exp`'s settings in `dir/settings.json` when the folder gets its
+/// first record, or compares them with the file already there. Shards of
+/// one sweep (a Slurm job array) may store their first records at the same
+/// moment: exactly one of them writes the file ([`create_once`]) and the
+/// others compare against it, before their first record is stored.
+///
+/// # Errors
+/// As [`check_settings`].
+pub fn record_settings(exp: &Experiment, dir: &Path) -> Result<(), RunError> {
+    let path = dir.join("settings.json");
+    let now = settings_of(exp);
     let io = |path: &Path| {
         let path = path.to_path_buf();
         move |source: std::io::Error| RunError::Io { path, source }
@@ -98,25 +124,7 @@ pub fn check_settings(exp: &Experiment, dir: &Path) -> Result<(), RunError> {
     // vanishing between the two (a dangling link) ends the loop.
     for _ in 0..3 {
         match std::fs::read(&path) {
-            // Settings of a run that stored nothing (its model failed to load, say) hold no
-            // records to mix with: this run's replace them.
-            Ok(text) => match compare_settings(&now, &text, dir) {
-                Err(RunError::OtherSettings { .. }) if !holds_records(dir) => {
-                    let text = serde_json::to_vec_pretty(&now).expect("json");
-                    return std::fs::write(&path, text).map_err(io(&path));
-                }
-                checked => return checked,
-            },
-            // Records without their settings (only samples.jsonl copied, say) cannot be
-            // checked: resuming into them could mix two settings.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && holds_records(dir) => {
-                return Err(RunError::OtherSettings {
-                    dir: dir.into(),
-                    differ: "its records have no settings.json beside them, so their settings cannot be checked: \
-                             copy settings.json with them"
-                        .into(),
-                });
-            }
+            Ok(text) => return compare_settings(&now, &text, dir),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 std::fs::create_dir_all(dir).map_err(io(dir))?;
                 let text = serde_json::to_vec_pretty(&now).expect("json");
@@ -137,42 +145,49 @@ pub fn check_settings(exp: &Experiment, dir: &Path) -> Result<(), RunError> {
 /// file (`bastion tables`), which must not head them with another file's settings.
 pub fn recorded_settings_differ(exp: &Experiment, dir: &Path) -> Option<String> {
     let text = std::fs::read(dir.join("settings.json")).ok()?;
-    match compare_settings(&record_settings(exp), &text, dir) {
+    match compare_settings(&settings_of(exp), &text, dir) {
         Err(RunError::OtherSettings { differ, .. }) => Some(differ),
         _ => None,
     }
 }
 
-/// A cheap fingerprint of the weights at `path` (a file, or a model folder's
-/// weight, config and tokenizer files): per file its name, size and the
-/// sha256 of its first and last MiB, so that retrained or replaced weights
-/// (every byte of a weight file changes) are told apart while a
-/// multi-gigabyte checkpoint is read in milliseconds. Empty when nothing
-/// can be read.
-fn weights_fingerprint(path: &Path) -> String {
+/// A cheap fingerprint of the model at `path` as the loader reads it: a
+/// GGUF file, or a folder's `config.json`, tokenizer files and weights
+/// (`model.safetensors`, or the shards its index names), and with
+/// `draft_vocab` the drafter's `draft_vocab.json` (in the folder, or beside
+/// the GGUF). Per file its name, size and the sha256 of its first and last
+/// MiB, so that retrained or replaced weights (every byte of a weight file
+/// changes) are told apart while a multi-gigabyte checkpoint is read in
+/// milliseconds. Empty when nothing can be read.
+fn weights_fingerprint(path: &Path, draft_vocab: bool) -> String {
     use sha2::{Digest, Sha256};
     use std::io::{Read, Seek, SeekFrom};
     const PART: u64 = 1 << 20;
-    let counted = |p: &Path| {
-        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        p.is_file()
-            && (name.ends_with(".safetensors")
-                || name.ends_with(".gguf")
-                || [
-                    "config.json",
-                    "draft_vocab.json",
-                    "model.safetensors.index.json",
-                    "tokenizer.json",
-                    "tokenizer_config.json",
-                ]
-                .contains(&name))
-    };
-    let mut files: Vec<std::path::PathBuf> = if path.is_dir() {
-        std::fs::read_dir(path).into_iter().flatten().flatten().map(|e| e.path()).filter(|p| counted(p)).collect()
+    let mut files: Vec<std::path::PathBuf> = Vec::new();
+    if path.is_dir() {
+        files.extend(["config.json", "tokenizer.json", "tokenizer_config.json"].map(|f| path.join(f)));
+        let index = path.join("model.safetensors.index.json");
+        let shards = std::fs::read(&index)
+            .ok()
+            .and_then(|b| bastion_formats::safetensors_file::shard_files(&index, &b, path).ok());
+        match shards {
+            Some(shards) => files.extend(std::iter::once(index).chain(shards)),
+            None => files.push(path.join("model.safetensors")),
+        }
+        if draft_vocab {
+            files.push(path.join("draft_vocab.json"));
+        }
     } else {
-        vec![path.to_path_buf()]
-    };
+        files.push(path.to_path_buf());
+        if draft_vocab {
+            files.extend(path.parent().map(|d| d.join("draft_vocab.json")));
+        }
+    }
+    files.retain(|f| f.is_file());
     files.sort();
+    if files.is_empty() {
+        return String::new();
+    }
     let mut hash = Sha256::new();
     for file in &files {
         let Ok(mut f) = std::fs::File::open(file) else { continue };
@@ -185,9 +200,6 @@ fn weights_fingerprint(path: &Path) -> String {
             let _ = f.take(PART).read_to_end(&mut buf);
         }
         hash.update(&buf);
-    }
-    if files.is_empty() {
-        return String::new();
     }
     hash.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect()
 }
@@ -212,9 +224,17 @@ fn compare_settings(now: &serde_json::Value, before: &[u8], dir: &Path) -> Resul
     keys.extend(before.as_object().map(|o| o.keys().collect::<Vec<_>>()).unwrap_or_default());
     keys.sort();
     keys.dedup();
-    // Folders written before the weights were fingerprinted are not checked for them.
+    // A folder written by an earlier release (no weights fingerprints) recorded neither
+    // the weights nor a model's dtype and draft vocabulary: it is not checked for them.
+    let mut now = now.clone();
     if before.get("weights").is_none() {
         keys.retain(|k| k.as_str() != "weights");
+        for model in now.get_mut("models").and_then(|m| m.as_array_mut()).into_iter().flatten() {
+            if let Some(m) = model.as_object_mut() {
+                m.remove("dtype");
+                m.remove("draft_vocab");
+            }
+        }
     }
     let differ: Vec<String> = keys
         .into_iter()
@@ -241,15 +261,16 @@ fn compare_settings(now: &serde_json::Value, before: &[u8], dir: &Path) -> Resul
 pub(crate) fn create_once(path: &Path, bytes: &[u8]) -> std::io::Result<bool> {
     use std::io::Write;
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    tmp.write_all(bytes)?;
-    // Readable as any results file is (the temporary file is private): shards of other
-    // users sharing the folder read it.
+    // Created as any file is (0666 less the umask; a temporary file is private by
+    // default): shards of other users sharing the folder read it.
+    let mut builder = tempfile::Builder::new();
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        tmp.as_file().set_permissions(std::fs::Permissions::from_mode(0o644))?;
+        builder.permissions(std::fs::Permissions::from_mode(0o666));
     }
+    let mut tmp = builder.tempfile_in(dir)?;
+    tmp.write_all(bytes)?;
     tmp.as_file().sync_all()?;
     match tmp.persist_noclobber(path) {
         Ok(_) => Ok(true),
@@ -288,11 +309,14 @@ mod tests {
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
         assert!(!create_once(&path, b"later").unwrap());
         assert_eq!(std::fs::read(&path).unwrap(), text);
-        // Readable by others, as results files are (the temporary file it was is not).
+        // Created as any file is (the umask applies), not private as temporary files are.
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
-            assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o644);
+            let plain = dir.path().join("plain");
+            std::fs::write(&plain, b"").unwrap();
+            let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode(&path), mode(&plain) & 0o666);
         }
     }
 }

@@ -156,17 +156,31 @@ fn every_method_runs_resumes_and_shards() {
         let e = run(&other, &options(dir.path(), Shard::default()), &mut |_| {}).unwrap_err().to_string();
         assert!(e.contains("holds results of other settings") && e.contains("models:"), "{e}");
     }
-    // Settings recorded by a run that stored nothing (its model failed to load) give way;
-    // settings.json that is not one is named.
+    // A run that stores nothing (its model fails to load, say) records no settings to
+    // refuse the fixed run with; records come with theirs, and settings.json that is not
+    // one is named.
     let empty = dir.path().join("results/empty");
     let settings = empty.join("settings.json");
     bastion_eval::runner::check_settings(&longer, &empty).unwrap();
-    bastion_eval::runner::check_settings(&exp, &empty).unwrap();
-    let recorded: serde_json::Value = serde_json::from_slice(&std::fs::read(&settings).unwrap()).unwrap();
-    assert_eq!(recorded["max_new_tokens"], 12, "{recorded}");
+    assert!(!settings.exists(), "nothing stored, no settings recorded");
+    bastion_eval::runner::record_settings(&exp, &empty).unwrap();
     std::fs::write(empty.join("samples.jsonl"), std::fs::read(path_of_samples(dir.path())).unwrap()).unwrap();
+    bastion_eval::runner::check_settings(&exp, &empty).unwrap();
     let e = bastion_eval::runner::check_settings(&longer, &empty).unwrap_err().to_string();
     assert!(e.contains("max_new_tokens: 12 then, 13 now"), "{e}");
+    let e = bastion_eval::runner::record_settings(&longer, &empty).unwrap_err().to_string();
+    assert!(e.contains("max_new_tokens: 12 then, 13 now"), "{e}");
+    // A folder of an earlier release (no weights fingerprints) is not checked for what
+    // it did not record: a model's dtype and draft vocabulary, its weights.
+    let recorded: serde_json::Value = serde_json::from_slice(&std::fs::read(&settings).unwrap()).unwrap();
+    let mut old = recorded.clone();
+    old.as_object_mut().unwrap().remove("weights");
+    std::fs::write(&settings, serde_json::to_vec(&old).unwrap()).unwrap();
+    let mut vocab = exp.clone();
+    vocab.models[0].draft_vocab = Some(8);
+    bastion_eval::runner::check_settings(&vocab, &empty).unwrap();
+    std::fs::write(&settings, serde_json::to_vec(&recorded).unwrap()).unwrap();
+    assert!(bastion_eval::runner::check_settings(&vocab, &empty).is_err());
     std::fs::write(&settings, "{garbage").unwrap();
     let e = bastion_eval::runner::check_settings(&exp, &empty).unwrap_err().to_string();
     assert!(e.contains("its settings.json is not a settings file"), "{e}");
@@ -184,7 +198,7 @@ fn every_method_runs_resumes_and_shards() {
     let mut mine = exp.clone();
     mine.models[0].drafter = copy.clone();
     let folder = dir.path().join("results/weights");
-    bastion_eval::runner::check_settings(&mine, &folder).unwrap();
+    bastion_eval::runner::record_settings(&mine, &folder).unwrap();
     std::fs::write(folder.join("samples.jsonl"), std::fs::read(path_of_samples(dir.path())).unwrap()).unwrap();
     bastion_eval::runner::check_settings(&mine, &folder).unwrap();
     let weights = copy.join("model.safetensors");

@@ -258,21 +258,22 @@ impl CostArgs {
         self.online_forgetting.map_or_else(OnlineConfig::default, |forgetting| OnlineConfig { forgetting })
     }
 
-    /// Refuses `--online-forgetting` and `--calibration` for a method that
-    /// does not read them.
+    /// Refuses `--online-forgetting` for a method that does not read it, and
+    /// warns that such a method ignores `--calibration`.
     ///
     /// # Errors
-    /// The flag and the methods that read it.
+    /// The flag and the method that reads it.
     pub fn check_online(&self, method: Method) -> Result {
         if self.online_forgetting.is_some() && method != Method::BastionOnline {
             return Err(format!("--online-forgetting: only bastion-online reads it, not {method}").into());
         }
-        // A file given for a method that reads none would be ignored without a word.
+        // A file given for a method that reads none is ignored, said so (one command line
+        // looped over methods may share it).
         if self.calibration.is_some() && !method.needs_calibration() {
-            return Err(format!(
-                "--calibration: only the cost-aware methods (caddtree, bastion, bastion-online) read it, not {method}"
-            )
-            .into());
+            eprintln!(
+                "warning: --calibration: only the cost-aware methods (caddtree, bastion, bastion-online) read it; \
+                 {method} ignores it"
+            );
         }
         Ok(())
     }
