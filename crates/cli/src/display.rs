@@ -167,4 +167,11 @@ pub fn print_report(r: &Report) {
     for p in &r.leaderboard_files {
         println!("wrote {}", p.display());
     }
+    if !r.left_out.is_empty() {
+        eprintln!(
+            "note: left out of the tables, the records of samples the experiment file no longer names (kept on \
+             disk; name them again to tabulate them):\n  {}",
+            r.left_out.join("\n  ")
+        );
+    }
 }

@@ -753,6 +753,26 @@ fn run_executes_an_experiment_and_reports_bad_ones() {
     // Rerun: nothing left to do.
     let (ok, _, err) = bastion(&args);
     assert!(ok && err.contains("3 samples in this shard, 3 already done"), "{err}");
+    // A method dropped from the file since: its records stay on disk, out of the tables
+    // (and said so); the file naming it again tabulates them again.
+    std::fs::write(&file, text.replace(r#", "ddtree:4""#, "")).unwrap();
+    let tables_args = ["tables", file.to_str().unwrap(), "--results", results.to_str().unwrap()];
+    let (ok, out, err) = bastion(&[&tables_args[..], &["--out", tables.to_str().unwrap()]].concat());
+    assert!(ok, "{err}");
+    assert!(out.contains("| dflash |") && !out.contains("ddtree"), "{out}");
+    assert!(err.contains("no longer names") && err.contains("tiny / gsm8k / ddtree:4 / T=0: 1 record"), "{err}");
+    assert_eq!(std::fs::read_to_string(results.join("tiny-cli/samples.jsonl")).unwrap(), lines);
+    let (ok, out, err) = bastion(&args);
+    assert!(ok && out.contains("| dflash |") && !out.contains("ddtree") && err.contains("ddtree:4 / T=0"), "{out}");
+    std::fs::write(&file, &text).unwrap();
+    let (ok, out, err) = bastion(&[&tables_args[..], &["--out", tables.to_str().unwrap()]].concat());
+    assert!(ok && out.contains("| ddtree:4 |") && !err.contains("no longer names"), "{out}{err}");
+    // None of the records named: an error, the tables written before kept.
+    std::fs::write(&file, text.replace(r#"names = ["gsm8k"]"#, r#"names = ["humaneval"]"#)).unwrap();
+    let (ok, _, err) = bastion(&[&tables_args[..], &["--out", tables.to_str().unwrap()]].concat());
+    assert!(!ok && err.contains("none of its 3 records is a sample the experiment file names now"), "{err}");
+    assert!(std::fs::read_to_string(tables.join("tiny-cli.md")).unwrap().contains("| ddtree:4 |"));
+    std::fs::write(&file, &text).unwrap();
 
     // A mistake stops the run before anything starts, naming file, line and field.
     std::fs::write(&file, text.replace("\"ddtree:4\"", "\"ddtree:0\"")).unwrap();

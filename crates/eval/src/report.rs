@@ -3,7 +3,7 @@
 //! with the same provenance as metadata, Spec-Bench's leaderboard layout and
 //! the figures. What `bastion run`, `tables`, `tau` and `reproduce` write.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use crate::error::OutputError;
@@ -66,6 +66,9 @@ pub struct Report {
     pub figures: Vec<PathBuf>,
     /// Where the figures go (`out/figures`).
     pub figures_dir: PathBuf,
+    /// The groups of stored records left out because the experiment no longer
+    /// names them, one line each (`model / dataset / method / T=…: N records`).
+    pub left_out: Vec<String>,
 }
 
 /// The tables of the records in `dir/samples.jsonl`, returned as a
@@ -73,15 +76,23 @@ pub struct Report {
 /// `results.{md,tex}.j2` in `templates`), figures to `out/figures/`, frames
 /// to `dir/{samples,rounds}.parquet`.
 ///
+/// With `keep` (the keys of the samples the experiment plans,
+/// [`crate::runner::planned_keys`]) only those records are tabulated: a
+/// method, dataset, temperature, seed or prompt since dropped from the
+/// experiment file keeps its records on disk (a rerun that names it again
+/// resumes them) but is not in its tables; [`Report::left_out`] says what
+/// was left out. Without it, every record.
+///
 /// # Errors
-/// [`OutputError`] naming the file: no records, or a table, frame or figure
-/// that could not be built or written.
+/// [`OutputError`] naming the file: no records (or none that `keep` names),
+/// or a table, frame or figure that could not be built or written.
 pub fn write_tables(
     name: &str,
     dir: &Path,
     out: &Path,
     templates: &Path,
     settings: &BTreeMap<String, Heading>,
+    keep: Option<&HashSet<String>>,
 ) -> Result<Report, OutputError> {
     let path = dir.join("samples.jsonl");
     if !path.is_file() {
@@ -96,7 +107,36 @@ pub fn write_tables(
         // Never empty tables over earlier ones (a run that failed before its first sample).
         return Err(OutputError::Format { path, what: "no records yet (the run stored none)".into() });
     }
-    write_tables_of(name, &records, dir, out, templates, settings)
+    let Some(keep) = keep else { return write_tables_of(name, &records, dir, out, templates, settings) };
+    let (kept, dropped): (Vec<SampleRecord>, Vec<SampleRecord>) =
+        records.into_iter().partition(|r| keep.contains(&r.key));
+    if kept.is_empty() {
+        return Err(OutputError::Format {
+            path,
+            what: format!(
+                "none of its {} records is a sample the experiment file names now (its methods, datasets, \
+                 temperatures, seeds and prompts): run it first",
+                dropped.len()
+            ),
+        });
+    }
+    let mut report = write_tables_of(name, &kept, dir, out, templates, settings)?;
+    report.left_out = left_out(&dropped);
+    Ok(report)
+}
+
+/// One line per (model, dataset, method, temperature) of `records`, with
+/// its count, in first-stored order.
+fn left_out(records: &[SampleRecord]) -> Vec<String> {
+    let mut groups: Vec<(String, usize)> = Vec::new();
+    for r in records {
+        let group = format!("{} / {} / {} / T={}", r.model, r.dataset.as_str(), r.label(), r.temperature);
+        match groups.iter_mut().find(|(g, _)| *g == group) {
+            Some((_, n)) => *n += 1,
+            None => groups.push((group, 1)),
+        }
+    }
+    groups.into_iter().map(|(g, n)| format!("{g}: {n} record{}", if n == 1 { "" } else { "s" })).collect()
 }
 
 /// [`write_tables`] of the given records (the frames still go to `dir`).
@@ -174,5 +214,14 @@ pub fn write_tables_of(
     }
     let figures_dir = out.join("figures");
     let figures = figures::write_figures(name, &t, records, &figures_dir)?;
-    Ok(Report { tables: t, markdown: md, leaderboard, written, leaderboard_files, figures, figures_dir })
+    Ok(Report {
+        tables: t,
+        markdown: md,
+        leaderboard,
+        written,
+        leaderboard_files,
+        figures,
+        figures_dir,
+        left_out: vec![],
+    })
 }

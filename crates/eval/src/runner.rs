@@ -236,6 +236,15 @@ pub fn plan(exp: &Experiment, datasets_dir: &Path, shard: Shard) -> Result<Vec<S
     Ok(out)
 }
 
+/// The keys of every sample `exp` plans, all shards together: the records
+/// its tables show ([`crate::report::write_tables`]).
+///
+/// # Errors
+/// As [`plan`].
+pub fn planned_keys(exp: &Experiment, datasets_dir: &Path) -> Result<std::collections::HashSet<String>, RunError> {
+    Ok(plan(exp, datasets_dir, Shard::default())?.into_iter().map(|s| s.key).collect())
+}
+
 /// Opens one model pair of the experiment: the drafter when a method needs
 /// it, the calibration when a method is cost-aware (the pair's pinned file
 /// under `opts.pinned_calibration`, else checked against this device).

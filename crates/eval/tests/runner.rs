@@ -215,9 +215,16 @@ fn every_method_runs_resumes_and_shards() {
     // Tables are never made of an empty store (a run that failed before its first sample).
     std::fs::write(empty.join("samples.jsonl"), "").unwrap();
     let templates = root().join("paper_tables/templates");
-    let e = bastion_eval::report::write_tables("empty", &empty, &dir.path().join("t"), &templates, &Default::default())
-        .unwrap_err()
-        .to_string();
+    let e = bastion_eval::report::write_tables(
+        "empty",
+        &empty,
+        &dir.path().join("t"),
+        &templates,
+        &Default::default(),
+        None,
+    )
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("samples.jsonl: no records yet"), "{e}");
 
     // kill -9 after 5 samples, in the middle of writing the 6th: rerun.

@@ -91,7 +91,9 @@ pub fn run(a: Args) -> Result {
     let out = if a.update_reference { reference_dir } else { opts.results_dir.as_path() };
     let settings = bastion_eval::provenance::headings_of(&exp);
     let templates = Path::new(bastion_eval::report::DEFAULT_TEMPLATES);
-    let report = bastion_eval::report::write_tables(&exp.name, &opts.results_dir, out, templates, &settings)?;
+    let keep = bastion_eval::runner::planned_keys(&exp, &opts.datasets_dir)?;
+    let report =
+        bastion_eval::report::write_tables(&exp.name, &opts.results_dir, out, templates, &settings, Some(&keep))?;
     display::print_report(&report);
     let t = report.tables;
     Reference::of_tables(&t, calibrations.clone()).write(&reference_path(out, &exp.name))?;

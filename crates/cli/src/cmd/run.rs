@@ -62,7 +62,9 @@ pub fn run(a: Args) -> Result {
     }
     if a.shard.count == 1 {
         let headings = bastion_eval::provenance::headings_of(&exp);
-        display::print_report(&report::write_tables(&exp.name, &opts.results_dir, &a.tables, &a.templates, &headings)?);
+        let keep = bastion_eval::runner::planned_keys(&exp, &opts.datasets_dir)?;
+        let dir = &opts.results_dir;
+        display::print_report(&report::write_tables(&exp.name, dir, &a.tables, &a.templates, &headings, Some(&keep))?);
     }
     Ok(())
 }

@@ -15,7 +15,9 @@ use super::Result;
 /// speedup vs AR, budget mean/std, and the ddtree-oracle row; printed, and written as
 /// Markdown and LaTeX to `paper_tables/<name>.{md,tex}`, the figures (speedup against
 /// budget, τ histograms) as SVG to `paper_tables/figures/`, and the frames as Parquet
-/// to `RESULTS/<name>/{samples,rounds}.parquet`.
+/// to `RESULTS/<name>/{samples,rounds}.parquet`. Records of methods, datasets,
+/// temperatures, seeds or prompts since dropped from the experiment file are left
+/// out (and listed); all records when the file cannot be checked against them.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The experiment file.
@@ -26,6 +28,10 @@ pub struct Args {
     /// Where the tables go.
     #[arg(long, default_value = "paper_tables")]
     out: PathBuf,
+    /// The built-in datasets' folder: which prompts the experiment names (its
+    /// tables show those prompts' records only).
+    #[arg(long, default_value = "datasets")]
+    datasets: PathBuf,
     /// The Markdown and LaTeX table templates.
     #[arg(long, default_value = DEFAULT_TEMPLATES)]
     templates: PathBuf,
@@ -38,9 +44,18 @@ pub fn run(a: Args) -> Result {
     // The headings' settings need the whole file to validate (its models present) and
     // to be the records' own; tables of results copied from elsewhere, or of a file
     // edited since, go without them (said so).
-    let settings = match Experiment::load(&a.experiment, Path::new(".")) {
+    // The same file says which records are its samples now; a file that cannot be
+    // checked against them tabulates them all.
+    let (settings, keep) = match Experiment::load(&a.experiment, Path::new(".")) {
         Ok(e) => match bastion_eval::runner::recorded_settings_differ(&e, &dir) {
-            None => headings_of(&e),
+            None => {
+                let keep = bastion_eval::runner::planned_keys(&e, &a.datasets)
+                    .inspect_err(|err| {
+                        eprintln!("warning: {err}: the tables show every record, the experiment's prompts unknown")
+                    })
+                    .ok();
+                (headings_of(&e), keep)
+            }
             Some(differ) => {
                 eprintln!(
                     "warning: {}: the records in {} were made with other settings ({differ}): the tables go \
@@ -56,7 +71,7 @@ pub fn run(a: Args) -> Result {
             Default::default()
         }
     };
-    let r = report::write_tables(&name, &dir, &a.out, &a.templates, &settings)?;
+    let r = report::write_tables(&name, &dir, &a.out, &a.templates, &settings, keep.as_ref())?;
     crate::display::print_report(&r);
     Ok(())
 }

@@ -1,12 +1,11 @@
 //! `bastion tau`: τ and speedup of a drafter, as a preset over the runner.
 
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use bastion_data::DatasetName;
 use bastion_decode::{BastionRule, MethodSpec};
 use bastion_eval::provenance::headings_of;
-use bastion_eval::{plan, DraftBastion, DraftDatasets, DraftModel, Experiment, ExperimentDraft, SampleRecord, Shard};
+use bastion_eval::{DraftBastion, DraftDatasets, DraftModel, Experiment, ExperimentDraft, SampleRecord, Shard};
 
 use super::{create_dir, run_options, CostArgs, PairArgs, Result};
 use crate::display;
@@ -145,7 +144,7 @@ pub fn run(a: Args) -> Result {
     std::fs::write(&file, &text).map_err(|e| format!("{}: {e}", file.display()))?;
     let opts = run_options(&exp, &a.results, &a.datasets, Shard::default())?;
     // Only this run's samples: the folder may hold more from an earlier, larger run.
-    let keys: HashSet<String> = plan(&exp, &a.datasets, Shard::default())?.into_iter().map(|s| s.key).collect();
+    let keys = bastion_eval::runner::planned_keys(&exp, &a.datasets)?;
     let records: Vec<SampleRecord> =
         display::sweep(&exp, &opts)?.into_iter().filter(|r| keys.contains(&r.key)).collect();
     if let Some(out) = &a.out {
