@@ -169,8 +169,8 @@ pub fn print_report(r: &Report) {
     }
     if !r.left_out.is_empty() {
         eprintln!(
-            "note: left out of the tables, the records of samples the experiment file no longer names (kept on \
-             disk; name them again to tabulate them):\n  {}",
+            "note: stored records not in the tables: the experiment file no longer names their samples (they stay \
+             in samples.jsonl; name them again to tabulate them):\n  {}",
             r.left_out.join("\n  ")
         );
     }

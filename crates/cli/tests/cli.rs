@@ -753,32 +753,87 @@ fn run_executes_an_experiment_and_reports_bad_ones() {
     // Rerun: nothing left to do.
     let (ok, _, err) = bastion(&args);
     assert!(ok && err.contains("3 samples in this shard, 3 already done"), "{err}");
-    // A method dropped from the file since: its records stay on disk, out of the tables
-    // (and said so); the file naming it again tabulates them again.
-    std::fs::write(&file, text.replace(r#", "ddtree:4""#, "")).unwrap();
-    let tables_args = ["tables", file.to_str().unwrap(), "--results", results.to_str().unwrap()];
-    let (ok, out, err) = bastion(&[&tables_args[..], &["--out", tables.to_str().unwrap()]].concat());
-    assert!(ok, "{err}");
-    assert!(out.contains("| dflash |") && !out.contains("ddtree"), "{out}");
-    assert!(err.contains("no longer names") && err.contains("tiny / gsm8k / ddtree:4 / T=0: 1 record"), "{err}");
-    assert_eq!(std::fs::read_to_string(results.join("tiny-cli/samples.jsonl")).unwrap(), lines);
-    let (ok, out, err) = bastion(&args);
-    assert!(ok && out.contains("| dflash |") && !out.contains("ddtree") && err.contains("ddtree:4 / T=0"), "{out}");
-    std::fs::write(&file, &text).unwrap();
-    let (ok, out, err) = bastion(&[&tables_args[..], &["--out", tables.to_str().unwrap()]].concat());
-    assert!(ok && out.contains("| ddtree:4 |") && !err.contains("no longer names"), "{out}{err}");
-    // None of the records named: an error, the tables written before kept.
-    std::fs::write(&file, text.replace(r#"names = ["gsm8k"]"#, r#"names = ["humaneval"]"#)).unwrap();
-    let (ok, _, err) = bastion(&[&tables_args[..], &["--out", tables.to_str().unwrap()]].concat());
-    assert!(!ok && err.contains("none of its 3 records is a sample the experiment file names now"), "{err}");
-    assert!(std::fs::read_to_string(tables.join("tiny-cli.md")).unwrap().contains("| ddtree:4 |"));
-    std::fs::write(&file, &text).unwrap();
 
     // A mistake stops the run before anything starts, naming file, line and field.
     std::fs::write(&file, text.replace("\"ddtree:4\"", "\"ddtree:0\"")).unwrap();
     let (ok, _, err) = bastion(&args);
     assert!(!ok && err.contains("tiny.toml:3:22: methods[1]: unknown method `ddtree:0`"), "{err}");
 }
+
+#[test]
+fn tables_show_the_samples_the_experiment_names_now() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tiny.toml");
+    let text = tiny_experiment("tiny-names", r#""dflash", "ddtree:4""#, r#""gsm8k""#, 2);
+    std::fs::write(&file, &text).unwrap();
+    let (results, tables) = (dir.path().join("results"), dir.path().join("tables"));
+    let (file_arg, results_arg, tables_arg) =
+        (file.to_str().unwrap(), results.to_str().unwrap(), tables.to_str().unwrap());
+    let run = ["run", file_arg, "--results", results_arg, "--tables", tables_arg];
+    let tables_cmd = ["tables", file_arg, "--results", results_arg, "--out", tables_arg];
+    let (ok, _, err) = bastion(&run);
+    assert!(ok, "{err}");
+    let store = results.join("tiny-names/samples.jsonl");
+    let stored = std::fs::read_to_string(&store).unwrap();
+    assert_eq!(stored.lines().count(), 6);
+    // Figures of this experiment that a call no longer draws (a temperature since
+    // dropped) are removed; other experiments' and other files stay.
+    let figures = tables.join("figures");
+    let stale = figures.join("tiny-names__tiny__T0.7__phases.svg");
+    let others = [figures.join("tiny-other__tiny__T0.7__phases.svg"), figures.join("tiny-names-notes.svg")];
+    for f in others.iter().chain([&stale]) {
+        std::fs::write(f, "<svg/>").unwrap();
+    }
+    let speedup_of = |out: &str, method: &str| {
+        let line = out.lines().find(|l| l.starts_with(&format!("| {method} |"))).unwrap_or_else(|| panic!("{out}"));
+        line.split('|').map(str::trim).filter(|c| c.ends_with('×')).count()
+    };
+    // A method dropped from the file since: its records stay on disk, out of the tables,
+    // the frames and the figures (and said so), by `tables` and by `run` alike; DFlash
+    // keeps its speedup (AR's records are the file's samples still).
+    std::fs::write(&file, text.replace(r#", "ddtree:4""#, "")).unwrap();
+    for args in [&tables_cmd, &run] {
+        let (ok, out, err) = bastion(args);
+        assert!(ok && !out.contains("ddtree") && speedup_of(&out, "dflash") > 0, "{out}{err}");
+        assert!(err.contains("no longer names") && err.contains("tiny / gsm8k / ddtree:4 / T=0: 2 records"), "{err}");
+        assert!(!stale.exists() && others.iter().all(|f| f.is_file()));
+    }
+    assert_eq!(std::fs::read_to_string(&store).unwrap(), stored, "the records stay");
+    // Fewer prompts: the others' records left out, every method's.
+    std::fs::write(&file, text.replace("max_samples = 2", "max_samples = 1")).unwrap();
+    let (ok, out, err) = bastion(&tables_cmd);
+    assert!(ok && out.contains("| ddtree:4 |"), "{out}{err}");
+    for method in ["ar", "dflash", "ddtree:4"] {
+        assert!(err.contains(&format!("tiny / gsm8k / {method} / T=0: 1 record\n")), "{err}");
+    }
+    // Named again: tabulated again, nothing left out.
+    std::fs::write(&file, &text).unwrap();
+    let (ok, out, err) = bastion(&tables_cmd);
+    assert!(ok && out.contains("| ddtree:4 |") && !err.contains("no longer names"), "{err}");
+    // None of the records named: an error, the tables written before kept.
+    std::fs::write(&file, text.replace(r#"names = ["gsm8k"]"#, r#"names = ["humaneval"]"#)).unwrap();
+    let (ok, _, err) = bastion(&tables_cmd);
+    assert!(!ok && err.contains("none of its 6 records is a sample the experiment file names now"), "{err}");
+    assert!(std::fs::read_to_string(tables.join("tiny-names.md")).unwrap().contains("| ddtree:4 |"));
+    // A variant whose knobs changed under its label: the records are not the file's
+    // samples, so the tables go without its settings, every record tabulated (said so).
+    let knobs = tiny_experiment("tiny-names", r#""dflash""#, r#""gsm8k""#, 1) + VARIANT;
+    std::fs::write(&file, &knobs).unwrap();
+    let (ok, _, err) = bastion(&run);
+    assert!(ok, "{err}");
+    std::fs::write(&file, knobs.replace("ddtree:4", "ddtree:3")).unwrap();
+    let (ok, out, err) = bastion(&tables_cmd);
+    assert!(ok && out.contains("| deep |") && err.contains("variant deep"), "{out}{err}");
+    assert!(err.contains("every stored record is tabulated"), "{err}");
+}
+
+/// A variant of DDTree (budget 4, top-2 children per node), labelled `deep`.
+const VARIANT: &str = r#"
+[[variants]]
+name = "deep"
+method = "ddtree:4"
+top_k = 2
+"#;
 
 #[test]
 fn check_passes_against_its_own_baseline_and_fails_on_a_tau_change() {

@@ -74,7 +74,7 @@ pub struct Report {
 /// The tables of the records in `dir/samples.jsonl`, returned as a
 /// [`Report`] (the caller prints it) and written to `out/<name>.md` and `out/<name>.tex` (templates
 /// `results.{md,tex}.j2` in `templates`), figures to `out/figures/`, frames
-/// to `dir/{samples,rounds}.parquet`.
+/// of the tabulated records to `dir/{samples,rounds}.parquet`.
 ///
 /// With `keep` (the keys of the samples the experiment plans,
 /// [`crate::runner::planned_keys`]) only those records are tabulated: a
@@ -114,9 +114,10 @@ pub fn write_tables(
         return Err(OutputError::Format {
             path,
             what: format!(
-                "none of its {} records is a sample the experiment file names now (its methods, datasets, \
-                 temperatures, seeds and prompts): run it first",
-                dropped.len()
+                "none of its {} record{} is a sample the experiment file names now (its methods, datasets, \
+                 temperatures, seeds, and prompts as read from the datasets folder): run it first",
+                dropped.len(),
+                if dropped.len() == 1 { "" } else { "s" }
             ),
         });
     }
@@ -125,12 +126,15 @@ pub fn write_tables(
     Ok(report)
 }
 
-/// One line per (model, dataset, method, temperature) of `records`, with
-/// its count, in first-stored order.
+/// One line per (model, dataset, method, temperature, seed at T > 0) of
+/// `records`, with its count, in first-stored order.
 fn left_out(records: &[SampleRecord]) -> Vec<String> {
     let mut groups: Vec<(String, usize)> = Vec::new();
     for r in records {
-        let group = format!("{} / {} / {} / T={}", r.model, r.dataset.as_str(), r.label(), r.temperature);
+        let mut group = format!("{} / {} / {} / T={}", r.model, r.dataset.as_str(), r.label(), r.temperature);
+        if r.temperature > 0.0 {
+            group += &format!(" / seed {}", r.seed);
+        }
         match groups.iter_mut().find(|(g, _)| *g == group) {
             Some((_, n)) => *n += 1,
             None => groups.push((group, 1)),
@@ -211,6 +215,18 @@ pub fn write_tables_of(
             leaderboard_files.push(p);
         }
         leaderboard_files.push(crate::leaderboard::write_parquet(records, dir)?);
+    } else {
+        // No Spec-Bench records (any more): no leaderboard of earlier ones left beside the tables.
+        for p in [
+            out.join(format!("{name}-leaderboard.md")),
+            out.join(format!("{name}-leaderboard.tex")),
+            dir.join("spec_bench.parquet"),
+        ] {
+            match std::fs::remove_file(&p) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(OutputError::io(&p)(e)),
+                _ => {}
+            }
+        }
     }
     let figures_dir = out.join("figures");
     let figures = figures::write_figures(name, &t, records, &figures_dir)?;

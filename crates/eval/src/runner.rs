@@ -363,7 +363,7 @@ fn check_prompts_fit<'p>(
 /// Refuses to resume when a stored record carries a label the experiment
 /// now gives another method or other knobs: the rows of one label would
 /// mix two settings.
-fn check_variants(exp: &Experiment, records: &[SampleRecord], dir: &Path) -> Result<(), RunError> {
+pub(crate) fn check_variants(exp: &Experiment, records: &[SampleRecord], dir: &Path) -> Result<(), RunError> {
     // Compared as written (JSON), so that a float's round trip through the store cannot differ.
     let knobs = |p: &bastion_decode::MethodSpec| serde_json::to_string(p).unwrap_or_default();
     for v in &exp.methods {

@@ -140,15 +140,26 @@ pub fn record_settings(exp: &Experiment, dir: &Path) -> Result<(), RunError> {
 }
 
 /// What differs between the settings `dir/settings.json` records and `exp`'s
-/// (`key: then, now; …`), read only: `None` when they agree or nothing is
-/// recorded. For commands that read a folder's records under an experiment
-/// file (`bastion tables`), which must not head them with another file's settings.
+/// (`key: then, now; …`), or between a stored record's knobs and those the
+/// experiment now gives its label (`variant L: … then, … now`), read only:
+/// `None` when they agree or nothing is recorded. For commands that read a
+/// folder's records under an experiment file (`bastion tables`), which must
+/// not head them with another file's settings.
 pub fn recorded_settings_differ(exp: &Experiment, dir: &Path) -> Option<String> {
-    let text = std::fs::read(dir.join("settings.json")).ok()?;
-    match compare_settings(&settings_of(exp), &text, dir) {
-        Err(RunError::OtherSettings { differ, .. }) => Some(differ),
-        _ => None,
-    }
+    let settings = std::fs::read(dir.join("settings.json")).ok().and_then(|text| {
+        match compare_settings(&settings_of(exp), &text, dir) {
+            Err(RunError::OtherSettings { differ, .. }) => Some(differ),
+            _ => None,
+        }
+    });
+    settings.or_else(|| {
+        // Unreadable records are the tables' error to report, not a difference.
+        let records = crate::store::SampleStore::read(&dir.join("samples.jsonl")).ok()?;
+        match crate::runner::check_variants(exp, &records, dir) {
+            Err(RunError::OtherSettings { differ, .. }) => Some(differ),
+            _ => None,
+        }
+    })
 }
 
 /// A cheap fingerprint of the model at `path` as the loader reads it: a

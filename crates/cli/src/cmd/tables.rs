@@ -51,7 +51,10 @@ pub fn run(a: Args) -> Result {
             None => {
                 let keep = bastion_eval::runner::planned_keys(&e, &a.datasets)
                     .inspect_err(|err| {
-                        eprintln!("warning: {err}: the tables show every record, the experiment's prompts unknown")
+                        eprintln!(
+                            "warning: {err}: every stored record is tabulated (which prompts the file names is \
+                             unknown; pass --datasets)"
+                        )
                     })
                     .ok();
                 (headings_of(&e), keep)
@@ -59,7 +62,7 @@ pub fn run(a: Args) -> Result {
             Some(differ) => {
                 eprintln!(
                     "warning: {}: the records in {} were made with other settings ({differ}): the tables go \
-                     without the file's settings",
+                     without the file's settings, and every stored record is tabulated",
                     a.experiment.display(),
                     dir.display()
                 );
@@ -67,7 +70,10 @@ pub fn run(a: Args) -> Result {
             }
         },
         Err(e) => {
-            eprintln!("warning: {e}: the tables go without the experiment's settings (models, token limit)");
+            eprintln!(
+                "warning: {e}: the tables go without the experiment's settings (models, token limit), and every \
+                 stored record is tabulated"
+            );
             Default::default()
         }
     };

@@ -157,6 +157,17 @@ pub fn run(a: Args) -> Result {
     if exp.first_turn_only && exp.datasets.contains(&DatasetName::MtBench) {
         println!("mt-bench: first turn only (the papers' MT-Bench rows run both turns)");
     }
-    println!("experiment: {} (its tables: bastion tables {0} --results {})", file.display(), a.results.display());
+    // The command that redraws these tables where they are, from the same prompts.
+    let datasets = if a.datasets == Path::new("datasets") {
+        String::new()
+    } else {
+        format!(" --datasets {}", a.datasets.display())
+    };
+    println!(
+        "experiment: {} (its tables: bastion tables {0} --results {} --out {}{datasets})",
+        file.display(),
+        a.results.display(),
+        dir.display()
+    );
     Ok(())
 }

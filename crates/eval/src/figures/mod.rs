@@ -544,7 +544,9 @@ fn phase_figure(table: &Table, path: &Path) -> DrawResult {
 /// (time per round by phase) for each table, and
 /// `<experiment>__<model>__T<t>__knobs.svg` (speedup against each swept
 /// knob, [`knob`]) for each table with a sweep. Returns the
-/// files written.
+/// files written. The experiment's figures of an earlier call that this one
+/// does not draw (a temperature, budget grid or sweep since dropped from
+/// the experiment) are removed, so the folder shows the tables as they are.
 ///
 /// # Errors
 /// [`OutputError`] naming the file when drawing or writing fails.
@@ -596,7 +598,27 @@ pub fn write_figures(
         histogram_figure(model, t, &mine, &path)?;
         written.push(path);
     }
+    remove_stale(experiment, dir, &written)?;
     Ok(written)
+}
+
+/// Removes the figures of `experiment` in `dir` other than `written`. A
+/// figure's name is `<experiment>__<model>__T<t>__<kind>.svg`, each part a
+/// [`slug`] (no `__` inside), so the experiment it belongs to is read off
+/// its first part: other experiments' figures in the same folder stay.
+fn remove_stale(experiment: &str, dir: &Path, written: &[PathBuf]) -> Result<(), OutputError> {
+    const KINDS: [&str; 4] = ["speedup-vs-budget.svg", "knobs.svg", "phases.svg", "tau-histogram.svg"];
+    let mine = slug(experiment);
+    for entry in std::fs::read_dir(dir).map_err(OutputError::io(dir))? {
+        let path = entry.map_err(OutputError::io(dir))?.path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else { continue };
+        let parts: Vec<&str> = name.split("__").collect();
+        let figure = parts.len() == 4 && parts[0] == mine && parts[2].starts_with('T') && KINDS.contains(&parts[3]);
+        if figure && !written.contains(&path) {
+            std::fs::remove_file(&path).map_err(OutputError::io(&path))?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
