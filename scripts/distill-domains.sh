@@ -7,8 +7,8 @@
 #      each file's checksum is added to datasets/SHA256SUMS (the loader only
 #      reads listed files);
 #   2. `bastion distill` over all training prompts (GSM8K train, MBPP
-#      non-test, the self-instruct chat / math / code prompts, one domain
-#      after another), resuming results/distill/smollm2-135m.jsonl;
+#      non-test, the self-instruct chat / math / code prompts, interleaved
+#      one prompt per domain in turn), resuming results/distill/smollm2-135m.jsonl;
 #   3. the token count per domain.
 #
 #   scripts/distill-domains.sh            # the whole thing (hours; rerun to resume)

@@ -2,7 +2,7 @@
 # Drafter recipe comparison on a fixed budget: the same
 # distilled sequences, the same steps and seed for every variant; one
 # `bastion train-drafter` run per variant, its held-out τ every EVAL steps
-# (DFlash chain, T = 0, block 16, on the first HELD_OUT sequences, never
+# (DFlash chain, T = 0, block 16 unless a variant sets --block-size, on the first HELD_OUT sequences, never
 # trained on). Prints a Markdown table; with OUT=FILE also writes it.
 #
 #   scripts/drafter-recipes.sh                      # 2000 sequences, 600 steps, all variants
@@ -54,7 +54,7 @@ w = [r["step_seconds"]["wall"] for r in map(json.loads, open(sys.argv[1])) if "s
 print(f"{statistics.median(d):.3f}" if d else (f"{statistics.median(w):.3f}" if w else "–"))' "$1"
 }
 
-# name | arguments that differ from the base recipe (the shipped drafter's)
+# name | arguments that differ from the base recipe (the first shipped drafter's: 1 layer, block 16)
 declare -A RECIPE=(
   [base]="--layers 1 --target-layers 2,15,27 --loss-decay 7 --learning-rate 2e-3 --warmup-steps 50"
   [norm-target]="--layers 1 --target-layers 2,15,27 --loss-decay 7 --learning-rate 2e-3 --warmup-steps 50 --norm-init target"

@@ -889,6 +889,10 @@ fn check_passes_against_its_own_baseline_and_fails_on_a_tau_change() {
     std::fs::write(&file, text.replace("\"ddtree:4\"]", "\"ddtree:4\", \"bastion-online\"]")).unwrap();
     let (ok, _, err) = run(args(&[]));
     assert!(!ok && err.contains("tiny-check.toml: methods: `bastion-online` recalibrates"), "{err}");
+    // Nor does a `+skip` method: its AR steps follow measured round times.
+    std::fs::write(&file, text.replace("\"ddtree:4\"]", "\"ddtree:4\", \"caddtree+skip\"]")).unwrap();
+    let (ok, _, err) = run(args(&[]));
+    assert!(!ok && err.contains("methods: `caddtree+skip` skips drafting by measured round times"), "{err}");
 }
 
 #[test]

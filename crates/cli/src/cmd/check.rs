@@ -46,12 +46,18 @@ pub fn run(a: Args) -> Result {
     let Args { experiment: file, baseline, update, tolerance, results, datasets } = a;
     let (file, results) = (file.as_path(), results.as_path());
     let exp = super::load_experiment(file)?;
-    // τ must be deterministic: no online learning, no sampling, pinned calibrations.
+    // τ must be deterministic: no choice that follows measured times (online
+    // recalibration, the `skip` rule), no sampling, pinned calibrations.
     let refuse = |field: &str, why: String| -> Box<dyn std::error::Error> {
         format!("{}: {field}: {why}; `bastion check` needs a deterministic τ", file.display()).into()
     };
-    if exp.methods.iter().any(|m| m.spec.method == Method::BastionOnline) {
-        return Err(refuse("methods", "`bastion-online` recalibrates from wall-clock times".into()));
+    if let Some(m) = exp.methods.iter().find(|m| m.spec.follows_measured_time()) {
+        let why = if m.spec.method == Method::BastionOnline {
+            "recalibrates from wall-clock times"
+        } else {
+            "skips drafting by measured round times"
+        };
+        return Err(refuse("methods", format!("`{}` {why}", m.label)));
     }
     if exp.temperatures.iter().any(|&t| t != 0.0) {
         return Err(refuse("temperatures", format!("{:?}: expected [0.0] (T > 0 samples)", exp.temperatures)));
