@@ -23,10 +23,14 @@
 # them. Everything goes under OUT/<device>/ (default results/gpu/), with a
 # summary.md, also when a step fails or is stopped part-way.
 #
-# The lent machines take at most 64 MiB per call: the binary (stripped, xz)
-# and the Vulkan loader fit, the 98 MB GGUF does not beside them. Carry the
-# GGUF in a first, short call that leaves it on the warm machine
-# (models/), then run this script in the next call.
+# The lent machines take at most 64 MiB per call, the working tree included,
+# and keep what a call leaves only while warm (30 s): scripts/gpu-carry.py
+# packs the binary, the Vulkan loader and the GGUF into calls that fit and
+# writes the calls to make (.gpu/PLAN.md), each stage of this script in the
+# call that completes what it needs (STAGES).
+#
+#   STAGES=bench,anchor   # only these stages (default bench,sweep,anchor); a later call's
+#                         # summary.md includes an earlier call's files in the same OUT
 #
 # On an NVIDIA machine without a Vulkan loader, bring Debian's libvulkan1
 # and libglvnd0 (the driver's ICD, libGLX_nvidia.so.0, needs libGLdispatch:
@@ -40,6 +44,12 @@ OUT=${OUT:-results/gpu}
 DTYPE=${DTYPE:-f16}
 SMALL=0
 [ "${1:-}" = "--small" ] && SMALL=1
+STAGES=${STAGES:-bench,sweep,anchor}
+stage() { [[ ",$STAGES," == *",$1,"* ]]; }
+# The NVIDIA driver's Vulkan ICD, where the image keeps it (the loader does not look there).
+for icd in /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json /usr/share/vulkan/icd.d/nvidia_icd.json; do
+  if [ -z "${VK_DRIVER_FILES:-}${VK_ICD_FILENAMES:-}" ] && [ -f "$icd" ]; then export VK_DRIVER_FILES=$icd; fi
+done
 [ -x "$BIN" ] || { echo "$BIN missing: build it with cargo build --release -p bastion-cli --features wgpu" >&2; exit 1; }
 
 if [ "$SMALL" = 1 ]; then
@@ -102,16 +112,30 @@ summary() {
 }
 trap summary EXIT
 
-# The device's name comes from the first benchmark's header line.
+# The device's name comes from the first benchmark's header line (without the bench
+# stage: from a one-point bench, or the one device folder an earlier call left in OUT).
+device_of() { sed -n '1s/.*| device \([^|]*\) |.*/\1/p' "$1" | tr 'A-Z' 'a-z' | tr -cs 'a-z0-9' '-' | sed 's/^-//; s/-$//'; }
+if ! stage bench; then
+  probe=$(mktemp)
+  "$BIN" bench-target --model "experiments/shapes/smollm2-135m.json" --random-weights 0 --backend "$BACKEND" \
+    --dtype "$DTYPE" --context 64 --nodes 1 --warmup 0 --reps 1 "${PEAK[@]}" >"$probe"
+  device=$(device_of "$probe")
+  rm -f "$probe"
+  dir="$OUT/${device:-unknown-device}"
+  mkdir -p "$dir"
+  SHAPES_RUN=()
+else
+  SHAPES_RUN=("${SHAPES[@]}")
+fi
 tmp_bench=$(mktemp)
-for shape in "${SHAPES[@]}"; do
+for shape in "${SHAPES_RUN[@]}"; do
   echo "== $shape: verify latency, $DTYPE, contexts $CONTEXTS, N = $NODES, kernel and dense" >&2
   "$BIN" bench-target --model "experiments/shapes/$shape.json" --random-weights 0 --backend "$BACKEND" \
     --dtype "$DTYPE" --context "$CONTEXTS" --nodes "$NODES" --warmup "$WARMUP" --reps "$REPS" --attention kernel,dense "${PEAK[@]}" \
     >"$tmp_bench"
   cat "$tmp_bench" >&2
   if [ -z "$dir" ]; then
-    device=$(sed -n '1s/.*| device \([^|]*\) |.*/\1/p' "$tmp_bench" | tr 'A-Z' 'a-z' | tr -cs 'a-z0-9' '-' | sed 's/^-//; s/-$//')
+    device=$(device_of "$tmp_bench")
     dir="$OUT/${device:-unknown-device}"
     mkdir -p "$dir"
   fi
@@ -129,7 +153,10 @@ if [ "$SMALL" = 1 ]; then
   EXPERIMENT=experiments/gpu-check-small.toml
   PROFILE=(--contexts 64 --tokens 1,2,4,8 --repeats 1 --warmup 1 "${PEAK[@]}")
 fi
-if [ "$BACKEND/$DTYPE" != wgpu/f16 ]; then
+if ! stage sweep; then
+  sweep="not run in this call (STAGES=$STAGES)"
+  [ -s "$dir/sweep-summary.md" ] && sweep=$(cat "$dir/sweep-summary.md")
+elif [ "$BACKEND/$DTYPE" != wgpu/f16 ]; then
   sweep="skipped: experiments/gpu-check.toml runs wgpu with f16 weights (this check ran $BACKEND, $DTYPE)"
 elif [ ! -f "$GGUF" ] || [ ! -d "$DRAFTER" ]; then
   sweep="skipped: $GGUF or $DRAFTER is missing"
@@ -150,15 +177,18 @@ else
     *) sweep="FAILED (exit $rc): see profile.txt and sweep.txt" ;;
   esac
   cp results/calibration/"$device"__*__wgpu__f16.json "$dir/" 2>/dev/null || true
+  printf '%s\n' "$sweep" >"$dir/sweep-summary.md"
 fi
 
 # The anchor: PyTorch's AR step of the same shapes on the same GPU (skipped, with a line
 # saying why, where python3 lacks torch or a GPU; --small rehearses it on the CPU).
-if [ "$SMALL" = 1 ]; then
+if ! stage anchor; then
+  :
+elif [ "$SMALL" = 1 ]; then
   python3 scripts/torch-anchor.py --device cpu --dtype float32 --context 64 --new 4 --reps 1 \
     experiments/shapes/smollm2-135m.json >"$dir/torch-anchor.md" 2>"$dir/torch-anchor.log" || echo "torch anchor FAILED (torch-anchor.log)" >>"$dir/torch-anchor.md"
 else
   python3 scripts/torch-anchor.py experiments/shapes/qwen3-8b.json experiments/shapes/smollm2-135m.json \
     >"$dir/torch-anchor.md" 2>"$dir/torch-anchor.log" || echo "torch anchor FAILED (torch-anchor.log)" >>"$dir/torch-anchor.md"
 fi
-cat "$dir/torch-anchor.md" >&2
+if [ -f "$dir/torch-anchor.md" ]; then cat "$dir/torch-anchor.md" >&2; fi
