@@ -206,6 +206,10 @@ def write_plan(carry, n, manifest):
         "(the machine keeps the stage only while warm: 30 s after a call). A call whose `unpack` names",
         "missing parts came after the machine went back: make all the calls again.",
         "",
+        f"Device time: about {sum(t for _, t in cmds) // 60 + 2} minutes at most (the calls' limits and a",
+        "machine's start); the session has 15 in all. With less left, `pack --no-model` carries no",
+        "GGUF: the bench and anchor stages only, in fewer calls.",
+        "",
     ]
     for k, (cmd, timeout) in enumerate(cmds, 1):
         lines += [f"{k}. `run` with carry `[\".gpu/call-{k}\"]`, timeout_s {timeout}:", "", "   " + cmd, ""]
