@@ -164,8 +164,8 @@ def pack(args):
 
 # Seconds each stage may take inside its call (of the session's 15 device minutes:
 # a start or two, the staging calls, and these), and the sweep's own cap.
-BENCH_SECONDS = 420
-SWEEP_SECONDS = 240
+BENCH_SECONDS = 360
+SWEEP_SECONDS = 200
 
 
 def commands(n, bench_call):
@@ -184,7 +184,7 @@ def commands(n, bench_call):
             seconds += BENCH_SECONDS
         if k == n:
             run.append("sweep")
-            seconds += SWEEP_SECONDS + 60
+            seconds += SWEEP_SECONDS + 45
         if run:
             st = ",".join(run)
             need = "bench" if st == "bench,anchor" else "all"
@@ -194,6 +194,11 @@ def commands(n, bench_call):
             limit = min(seconds + 60, 600)
         out.append((cmd, limit))
     return out
+
+
+def expected_minutes(cmds):
+    """Device minutes the calls take when each check runs to its cap."""
+    return 1.5 + sum((t - 60 if "gpu-check" in c else 25) for c, t in cmds) / 60
 
 
 def write_plan(carry, n, manifest):
@@ -206,9 +211,9 @@ def write_plan(carry, n, manifest):
         "(the machine keeps the stage only while warm: 30 s after a call). A call whose `unpack` names",
         "missing parts came after the machine went back: make all the calls again.",
         "",
-        f"Device time: about {sum(t for _, t in cmds) // 60 + 2} minutes at most (the calls' limits and a",
-        "machine's start); the session has 15 in all. With less left, `pack --no-model` carries no",
-        "GGUF: the bench and anchor stages only, in fewer calls.",
+        f"Device time: about {expected_minutes(cmds):.0f} minutes if every check runs to its cap (a start of ~1.5",
+        "min, ~25 s a staging call); the session has 15 in all. With less left, `pack --no-model`",
+        "carries no GGUF: the bench and anchor stages only, in two calls.",
         "",
     ]
     for k, (cmd, timeout) in enumerate(cmds, 1):
