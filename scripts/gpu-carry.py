@@ -44,9 +44,11 @@ CARRY = Path(".gpu")
 # for the tree's growth between `pack` and the calls and for the tool's own files.
 CALL_BYTES = 64 << 20
 MARGIN = 1 << 20
-STAGE = Path(os.environ.get("GPU_STAGE", "/tmp/bastion-stage"))
+# Inside the tree's copy there, ignored: a warm machine keeps ignored outputs between calls.
+STAGE = Path(os.environ.get("GPU_STAGE", ".gpu/stage"))
 GGUF = Path("models/SmolLM2-135M-Instruct.Q4_1.gguf")
-LOADER = ["libvulkan1", "libglvnd0"]
+# Debian package → the library it brings that the check needs.
+LOADER = {"libvulkan1": "libvulkan.so.1", "libglvnd0": "libGLdispatch.so.0"}
 
 
 def die(msg):
@@ -84,8 +86,10 @@ def binary(work, src):
     stripped = work / "bastion"
     subprocess.run(["strip", "-o", stripped, src], check=True)
     print(f"compressing {src} (stripped: {stripped.stat().st_size / 1e6:.1f} MB) with xz -9e …", file=sys.stderr)
-    with open(out, "wb") as f:
+    tmp = out.with_suffix(".xz.tmp")
+    with open(tmp, "wb") as f:
         subprocess.run(["xz", "-T2", "-9e", "-c", stripped], check=True, stdout=f)
+    tmp.rename(out)  # only a whole file is ever reused
     stripped.unlink()
     return out
 
@@ -102,6 +106,8 @@ def loader(work):
     opts = ["-oAPT::Architecture=amd64", "-oAPT::Architectures=amd64", f"-oDir::State::Lists={lists}"]
     subprocess.run(["apt-get", *opts, "-qq", "update"], check=True)
     subprocess.run(["apt-get", *opts, "-qq", "download", *LOADER], check=True, cwd=debs)
+    for d in debs.glob("*.deb"):
+        d.chmod(0o644)
     shutil.rmtree(lists)
     return sorted(debs.glob("*.deb"))
 
@@ -126,7 +132,7 @@ def pack(args):
     else:
         die(f"{GGUF} missing (scripts/fetch-model.sh), or pass --no-model to carry no sweep")
     tree = tree_bytes()
-    room = CALL_BYTES - tree - MARGIN
+    room = CALL_BYTES - tree - int(args.margin * 2**20)
     if room < 4 << 20:
         die(f"the working tree sends {tree / 2**20:.1f} MiB with every call: {room / 2**20:.1f} MiB left of 64")
     calls = [[]]  # per call: (stage name, part index, offset, length)
@@ -155,11 +161,15 @@ def pack(args):
             with open(path, "rb") as f, open(part, "wb") as out:
                 f.seek(offset)
                 out.write(f.read(n))
+    manifest["calls"] = [[f"{name.replace('/', '__')}.part-{i:03d}" for name, i, *_ in parts] for parts in calls]
+    manifest["sweep"] = any(f["for"] == "sweep" for f in manifest["files"])
     (carry / f"call-{len(calls)}" / "MANIFEST.json").write_text(json.dumps(manifest, indent=1))
     # The manifest rides along with every call, so any call can tell what it completes.
     for k in range(1, len(calls)):
         shutil.copy(carry / f"call-{len(calls)}" / "MANIFEST.json", carry / f"call-{k}" / "MANIFEST.json")
     write_plan(carry, len(calls), manifest)
+    print(f"packed {tree / 2**20:.1f} MiB of tree + {room / 2**20:.1f} MiB of parts a call; rerun `pack` right "
+          "before the calls if the tree changed since", file=sys.stderr)
 
 
 # Seconds each stage may take inside its call (of the session's 15 device minutes:
@@ -168,30 +178,32 @@ BENCH_SECONDS = 360
 SWEEP_SECONDS = 200
 
 
-def commands(n, bench_call):
+def commands(n, bench_call, sweep):
     """The command and time limit (s) of each call (1-based), as PLAN.md gives them. A
     check runs under `timeout` inside the call, so that `collect` still brings back what
-    it wrote when it runs long."""
-    stage = "python3 scripts/gpu-carry.py stage"
-    check = ("BASTION={s}/bastion OUT={s}/results STAGES={st} SWEEP_SECONDS={sw} timeout -s INT {t} "
+    it wrote when it runs long; a stage call first checks that the earlier calls' parts
+    are still there (a machine that went back between calls lost them)."""
+    check = ("BASTION={s}/bastion OUT={s}/results STAGES={st} SWEEP_SECONDS={sw} timeout -k 15 -s INT {t} "
              "scripts/gpu-check.sh ${{GPU_CHECK_ARGS:-}}")
     out = []
     for k in range(1, n + 1):
+        stage = f"python3 scripts/gpu-carry.py stage --call {k}"
         cmd, limit = stage, 120
         run, seconds = [], 0
         if k == bench_call:
             run.append("bench,anchor")
             seconds += BENCH_SECONDS
-        if k == n:
+        if k == n and sweep:
             run.append("sweep")
             seconds += SWEEP_SECONDS + 45
         if run:
             st = ",".join(run)
             need = "bench" if st == "bench,anchor" else "all"
-            cmd = (f"{stage} && python3 scripts/gpu-carry.py unpack --need {need}; "
+            seconds = min(seconds, 520)
+            cmd = (f"{stage} && python3 scripts/gpu-carry.py unpack --need {need} && "
                    + check.format(s=STAGE, st=st, sw=SWEEP_SECONDS, t=seconds)
                    + f"; python3 scripts/gpu-carry.py collect gpu-call-{k}")
-            limit = min(seconds + 60, 600)
+            limit = seconds + 60
         out.append((cmd, limit))
     return out
 
@@ -202,14 +214,17 @@ def expected_minutes(cmds):
 
 
 def write_plan(carry, n, manifest):
-    cmds = commands(n, manifest["bench_call"])
+    cmds = commands(n, manifest["bench_call"], manifest["sweep"])
     lines = [
         "# GPU check: the calls to make",
         "",
         f"Written by `scripts/gpu-carry.py pack`. The tree sends {manifest['tree_bytes'] / 2**20:.1f} MiB with every call,",
         f"leaving {manifest['room'] / 2**20:.1f} MiB a call for the parts; {n} calls, one right after the other",
-        "(the machine keeps the stage only while warm: 30 s after a call). A call whose `unpack` names",
-        "missing parts came after the machine went back: make all the calls again.",
+        "(the machine keeps the stage only while warm: 30 s after a call). If a reply after the first",
+        "says the machine was not warm, or a `stage` names missing parts, the stage is gone: stop there",
+        "(`give_back`); what earlier calls collected is already back. If the tool refuses a call as",
+        "larger than 64 MiB, `pack --margin 3` and start over. Before the last call, lower its",
+        f"SWEEP_SECONDS (now {SWEEP_SECONDS}) and `timeout` to fit `budget_left_s` less ~90 s.",
         "",
         f"Device time: about {expected_minutes(cmds):.0f} minutes if every check runs to its cap (a start of ~1.5",
         "min, ~25 s a staging call); the session has 15 in all. With less left, `pack --no-model`",
@@ -218,21 +233,28 @@ def write_plan(carry, n, manifest):
     ]
     for k, (cmd, timeout) in enumerate(cmds, 1):
         lines += [f"{k}. `run` with carry `[\".gpu/call-{k}\"]`, timeout_s {timeout}:", "", "   " + cmd, ""]
-    lines += ["Then `give_back`, unpack each `gpu-call-*.tgz` into the repository root and commit",
-              "`results/gpu/<device>/`."]
+    lines += ["Then `give_back`, unpack the last `gpu-call-*.tgz` (it holds the earlier calls' files too)",
+              "into the repository root and commit `results/gpu/<device>/`."]
     (carry / "PLAN.md").write_text("\n".join(lines) + "\n")
     json.dump({"calls": [c for c, _ in cmds]}, open(carry / "plan.json", "w"), indent=1)
     print((carry / "PLAN.md").read_text())
 
 
-def stage(_args):
-    """Moves every carried part (.gpu/call-*/) into the stage folder."""
+def stage(args):
+    """Moves every carried part (.gpu/call-*/) into the stage folder; with `--call K`, then
+    checks that the parts of calls 1 … K are all there (exit 1 naming the missing ones)."""
     STAGE.mkdir(parents=True, exist_ok=True)
     moved = 0
     for part in sorted((ROOT / CARRY).glob("call-*/*")):
         shutil.move(str(part), STAGE / part.name)
         moved += 1
     print(f"staged {moved} files in {STAGE}: {len(list(STAGE.glob('*.part-*')))} parts so far")
+    if args.call:
+        manifest = json.loads((STAGE / "MANIFEST.json").read_text())
+        missing = [p for parts in manifest["calls"][: args.call] for p in parts if not (STAGE / p).is_file()]
+        if missing:
+            die(f"parts missing in {STAGE}: {', '.join(missing)}: the machine went back between calls and "
+                "the stage is gone; stop here (give_back)")
 
 
 def unpack(args):
@@ -255,7 +277,9 @@ def unpack(args):
                 for i in range(f["parts"]):
                     out.write((STAGE / f"{key}.part-{i:03d}").read_bytes())
             if sha256(dest) != f["sha256"]:
-                die(f"{dest}: sha256 differs from the packed file's")
+                dest.unlink()
+                die(f"{dest}: sha256 differs from the packed file's (a part damaged, or parts of two packs "
+                    "mixed: the calls must all come from one `pack`)")
         if f["name"] == "bastion.xz":
             exe = STAGE / "bastion"
             if shutil.which("xz"):
@@ -264,13 +288,14 @@ def unpack(args):
                 import lzma
                 exe.write_bytes(lzma.decompress(dest.read_bytes()))
             exe.chmod(0o755)
-    have = subprocess.run(["sh", "-c", "ldconfig -p | grep -q libvulkan.so.1"]).returncode == 0
-    debs = sorted(STAGE.glob("debs/*.deb"))
-    if not have and debs and not args.no_loader:
+    # Each package whose library the machine lacks (the NVIDIA ICD needs libGLdispatch too).
+    libs = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
+    debs = [d for d in sorted(STAGE.glob("debs/*.deb")) if LOADER.get(d.name.split("_")[0], "") not in libs]
+    if debs and not args.no_loader:
         for d in debs:
             subprocess.run(["dpkg", "-x", d, "/"], check=True)
         subprocess.run(["ldconfig"], check=True)
-        print(f"installed the Vulkan loader from {len(debs)} packages", file=sys.stderr)
+        print(f"installed {', '.join(d.name for d in debs)}", file=sys.stderr)
     print(f"unpacked {', '.join(f['name'] for f in wanted)}", file=sys.stderr)
 
 
@@ -304,14 +329,12 @@ def rehearse(args):
             dst = device / os.fsdecode(name)
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dst)
-    stage_dir = base / "stage"
-    env = dict(os.environ, OUT=str(out), GPU_STAGE=str(stage_dir), GPU_CHECK_ARGS="--small",
+    env = dict(os.environ, OUT=str(out), GPU_CHECK_ARGS="--small",
                VK_ICD_FILENAMES=os.environ.get("VK_ICD_FILENAMES", "/usr/share/vulkan/icd.d/lvp_icd.x86_64.json"),
                XDG_RUNTIME_DIR=os.environ.get("XDG_RUNTIME_DIR", "/tmp"))
     scale = lambda m: f"{m.group(1)}{int(int(m.group(2)) * args.scale)}"
     for k, cmd in enumerate(plan["calls"], 1):
         shutil.copytree(ROOT / CARRY / f"call-{k}", device / CARRY / f"call-{k}")
-        cmd = cmd.replace(str(STAGE), str(stage_dir))
         # lavapipe is slower than the GPU the limits were set for: --scale stretches them.
         cmd = re.sub(r"(SWEEP_SECONDS=|timeout -s INT )(\d+)", scale, cmd)
         print(f"== call {k}: {cmd}", file=sys.stderr)
@@ -327,7 +350,10 @@ def main():
     p = sub.add_parser("pack")
     p.add_argument("--binary", default=os.environ.get("BASTION", "target/release/bastion"))
     p.add_argument("--no-model", action="store_true", help="carry no GGUF (bench and anchor stages only)")
-    sub.add_parser("stage")
+    p.add_argument("--margin", type=float, default=MARGIN / 2**20,
+                   help="MiB of each call kept free (default 1; more if the tool refuses a call as too large)")
+    p = sub.add_parser("stage")
+    p.add_argument("--call", type=int, help="this call's number: check that calls 1 … N left their parts")
     p = sub.add_parser("unpack")
     p.add_argument("--need", choices=["bench", "all"], default="all")
     p.add_argument("--no-loader", action="store_true")

@@ -48,7 +48,8 @@ STAGES=${STAGES:-bench,sweep,anchor}
 stage() { [[ ",$STAGES," == *",$1,"* ]]; }
 # The NVIDIA driver's Vulkan ICD, where the image keeps it (the loader does not look there).
 for icd in /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json /usr/share/vulkan/icd.d/nvidia_icd.json; do
-  if [ -z "${VK_DRIVER_FILES:-}${VK_ICD_FILENAMES:-}" ] && [ -f "$icd" ]; then export VK_DRIVER_FILES=$icd; fi
+  # VK_DRIVER_FILES for loaders from 1.3.207, VK_ICD_FILENAMES for older ones.
+  if [ -z "${VK_DRIVER_FILES:-}${VK_ICD_FILENAMES:-}" ] && [ -f "$icd" ]; then export VK_DRIVER_FILES=$icd VK_ICD_FILENAMES=$icd; fi
 done
 [ -x "$BIN" ] || { echo "$BIN missing: build it with cargo build --release -p bastion-cli --features wgpu" >&2; exit 1; }
 
@@ -112,37 +113,62 @@ summary() {
 }
 trap summary EXIT
 
-# The device's name comes from the first benchmark's header line (without the bench
-# stage: from a one-point bench, or the one device folder an earlier call left in OUT).
+# The anchor: PyTorch's AR step of the same shapes on the same GPU (skipped, with a line
+# saying why, where python3 lacks torch or a GPU; --small rehearses it on the CPU). It runs
+# after the first (short) shape's bench and before the long one, so that a call cut at its
+# time limit still has it.
+anchor() {
+  if [ "$SMALL" = 1 ]; then
+    python3 scripts/torch-anchor.py --device cpu --dtype float32 --context 64 --new 4 --reps 1 \
+      experiments/shapes/smollm2-135m.json >"$dir/torch-anchor.md" 2>"$dir/torch-anchor.log" || echo "torch anchor FAILED (torch-anchor.log)" >>"$dir/torch-anchor.md"
+  else
+    python3 scripts/torch-anchor.py experiments/shapes/qwen3-8b.json experiments/shapes/smollm2-135m.json \
+      >"$dir/torch-anchor.md" 2>"$dir/torch-anchor.log" || echo "torch anchor FAILED (torch-anchor.log)" >>"$dir/torch-anchor.md"
+  fi
+  cat "$dir/torch-anchor.md" >&2
+}
+
+# The device's name comes from the first benchmark's header line; without the bench stage,
+# from the one device folder an earlier call left in OUT, else from a one-point bench.
 device_of() { sed -n '1s/.*| device \([^|]*\) |.*/\1/p' "$1" | tr 'A-Z' 'a-z' | tr -cs 'a-z0-9' '-' | sed 's/^-//; s/-$//'; }
 if ! stage bench; then
-  probe=$(mktemp)
-  "$BIN" bench-target --model "experiments/shapes/smollm2-135m.json" --random-weights 0 --backend "$BACKEND" \
-    --dtype "$DTYPE" --context 64 --nodes 1 --warmup 0 --reps 1 "${PEAK[@]}" >"$probe"
-  device=$(device_of "$probe")
-  rm -f "$probe"
-  dir="$OUT/${device:-unknown-device}"
+  earlier=("$OUT"/*/)
+  if [ "${#earlier[@]}" = 1 ] && [ -d "${earlier[0]}" ]; then
+    dir=${earlier[0]%/}
+    device=$(basename "$dir")
+  else
+    probe=$(mktemp)
+    "$BIN" bench-target --model "experiments/shapes/smollm2-135m.json" --random-weights 0 --backend "$BACKEND" \
+      --dtype "$DTYPE" --context 64 --nodes 1 --warmup 0 --reps 1 "${PEAK[@]}" >"$probe" || true
+    device=$(device_of "$probe")
+    rm -f "$probe"
+    dir="$OUT/${device:-unknown-device}"
+  fi
   mkdir -p "$dir"
   SHAPES_RUN=()
 else
   SHAPES_RUN=("${SHAPES[@]}")
 fi
-tmp_bench=$(mktemp)
+# Each shape's tables go straight to their file once the device is known (the first shape's
+# through a temporary file), so a bench cut short keeps the lines it printed.
 for shape in "${SHAPES_RUN[@]}"; do
   echo "== $shape: verify latency, $DTYPE, contexts $CONTEXTS, N = $NODES, kernel and dense" >&2
-  "$BIN" bench-target --model "experiments/shapes/$shape.json" --random-weights 0 --backend "$BACKEND" \
-    --dtype "$DTYPE" --context "$CONTEXTS" --nodes "$NODES" --warmup "$WARMUP" --reps "$REPS" --attention kernel,dense "${PEAK[@]}" \
-    >"$tmp_bench"
-  cat "$tmp_bench" >&2
+  bench=("$BIN" bench-target --model "experiments/shapes/$shape.json" --random-weights 0 --backend "$BACKEND"
+    --dtype "$DTYPE" --context "$CONTEXTS" --nodes "$NODES" --warmup "$WARMUP" --reps "$REPS" --attention kernel,dense "${PEAK[@]}")
   if [ -z "$dir" ]; then
+    tmp_bench=$(mktemp)
+    "${bench[@]}" >"$tmp_bench"
     device=$(device_of "$tmp_bench")
     dir="$OUT/${device:-unknown-device}"
     mkdir -p "$dir"
+    mv "$tmp_bench" "$dir/bench-$shape.txt"
+    cat "$dir/bench-$shape.txt" >&2
+    if stage anchor; then anchor; fi
+  else
+    "${bench[@]}" | tee "$dir/bench-$shape.txt" >&2
   fi
-  mv "$tmp_bench" "$dir/bench-$shape.txt"
-  tmp_bench=$(mktemp)
 done
-rm -f "$tmp_bench"
+if [ "${#SHAPES_RUN[@]}" = 0 ] && stage anchor; then anchor; fi
 
 GGUF=models/SmolLM2-135M-Instruct.Q4_1.gguf
 DRAFTER=drafters/smollm2-135m-instruct-dflash
@@ -179,16 +205,3 @@ else
   cp results/calibration/"$device"__*__wgpu__f16.json "$dir/" 2>/dev/null || true
   printf '%s\n' "$sweep" >"$dir/sweep-summary.md"
 fi
-
-# The anchor: PyTorch's AR step of the same shapes on the same GPU (skipped, with a line
-# saying why, where python3 lacks torch or a GPU; --small rehearses it on the CPU).
-if ! stage anchor; then
-  :
-elif [ "$SMALL" = 1 ]; then
-  python3 scripts/torch-anchor.py --device cpu --dtype float32 --context 64 --new 4 --reps 1 \
-    experiments/shapes/smollm2-135m.json >"$dir/torch-anchor.md" 2>"$dir/torch-anchor.log" || echo "torch anchor FAILED (torch-anchor.log)" >>"$dir/torch-anchor.md"
-else
-  python3 scripts/torch-anchor.py experiments/shapes/qwen3-8b.json experiments/shapes/smollm2-135m.json \
-    >"$dir/torch-anchor.md" 2>"$dir/torch-anchor.log" || echo "torch anchor FAILED (torch-anchor.log)" >>"$dir/torch-anchor.md"
-fi
-if [ -f "$dir/torch-anchor.md" ]; then cat "$dir/torch-anchor.md" >&2; fi
