@@ -825,6 +825,18 @@ fn tables_show_the_samples_the_experiment_names_now() {
     let (ok, out, err) = bastion(&tables_cmd);
     assert!(ok && out.contains("| deep |") && err.contains("variant deep"), "{out}{err}");
     assert!(err.contains("every stored record is tabulated"), "{err}");
+    // Spec-Bench dropped: its leaderboard (tables and frame) goes with it.
+    let both = tiny_experiment("tiny-names", r#""dflash""#, r#""gsm8k", "spec-bench""#, 1);
+    std::fs::remove_dir_all(results.join("tiny-names")).unwrap();
+    std::fs::write(&file, &both).unwrap();
+    let (ok, _, err) = bastion(&run);
+    assert!(ok, "{err}");
+    let boards = [tables.join("tiny-names-leaderboard.md"), results.join("tiny-names/spec_bench.parquet")];
+    assert!(boards.iter().all(|f| f.is_file()));
+    std::fs::write(&file, both.replace(r#", "spec-bench""#, "")).unwrap();
+    let (ok, _, err) = bastion(&tables_cmd);
+    assert!(ok && err.contains("tiny / spec-bench / dflash / T=0: 1 record"), "{err}");
+    assert!(boards.iter().all(|f| !f.exists()) && !tables.join("tiny-names-leaderboard.tex").exists());
 }
 
 /// A variant of DDTree (budget 4, top-2 children per node), labelled `deep`.
