@@ -139,6 +139,17 @@ fn a_modified_file_is_refused_with_both_hashes() {
     // A missing file names the path.
     let msg = d.load(&DatasetName::Gsm8k, &ALL).unwrap_err().to_string();
     assert!(msg.contains("gsm8k.jsonl"), "{msg}");
+    // A file committed zstd-compressed (`NAME.zst`) is read as its text, checksum and all;
+    // one that does not decompress is named.
+    let text = std::fs::read(src.join("aime25.jsonl")).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let zst = tmp.path().join("aime25.jsonl.zst");
+    std::fs::write(&zst, zstd::encode_all(&text[..], 3).unwrap()).unwrap();
+    assert_eq!(d.read_verified("aime25.jsonl").unwrap(), text);
+    assert_eq!(d.load(&DatasetName::Aime25, &ALL).unwrap().len(), 30);
+    std::fs::write(&zst, &text[..100]).unwrap();
+    let msg = d.load(&DatasetName::Aime25, &ALL).unwrap_err().to_string();
+    assert!(msg.contains("aime25.jsonl.zst"), "{msg}");
 }
 
 #[test]
