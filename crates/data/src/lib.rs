@@ -270,6 +270,21 @@ pub struct Datasets {
     expected: BTreeMap<String, String>,
 }
 
+/// The text of a committed `.zst` file, at most [`MAX_DECOMPRESSED`] bytes
+/// (a damaged or hostile file must not exhaust memory before its checksum is compared).
+fn decompress(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    zstd::stream::Decoder::new(std::fs::File::open(path)?)?.take(MAX_DECOMPRESSED + 1).read_to_end(&mut out)?;
+    if out.len() as u64 > MAX_DECOMPRESSED {
+        return Err(std::io::Error::other(format!("decompresses to more than {MAX_DECOMPRESSED} bytes")));
+    }
+    Ok(out)
+}
+
+/// The most a committed `.zst` dataset may decompress to (bytes): many times the largest set.
+const MAX_DECOMPRESSED: u64 = 256 << 20;
+
 impl Datasets {
     /// Opens a dataset folder (normally the repository's `datasets/`).
     ///
@@ -316,11 +331,11 @@ impl Datasets {
             expected: "a committed checksum for this file".into(),
         })?;
         let zst = self.root.join(format!("{name}.zst"));
-        let bytes = match std::fs::read(&path) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && zst.is_file() => std::fs::File::open(&zst)
-                .and_then(zstd::decode_all)
-                .map_err(|source| DataError::Io { path: zst, source })?,
-            read => read.map_err(|source| DataError::Io { path: path.clone(), source })?,
+        let (bytes, path) = match std::fs::read(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && zst.is_file() => {
+                (decompress(&zst).map_err(|source| DataError::Io { path: zst.clone(), source })?, zst)
+            }
+            read => (read.map_err(|source| DataError::Io { path: path.clone(), source })?, path),
         };
         let actual: String = Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect();
         if &actual != expected {

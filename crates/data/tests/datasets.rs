@@ -150,6 +150,10 @@ fn a_modified_file_is_refused_with_both_hashes() {
     std::fs::write(&zst, &text[..100]).unwrap();
     let msg = d.load(&DatasetName::Aime25, &ALL).unwrap_err().to_string();
     assert!(msg.contains("aime25.jsonl.zst"), "{msg}");
+    // Text that is not the committed one: the checksum error names the file it came from.
+    std::fs::write(&zst, zstd::encode_all(&text[..text.len() / 2], 3).unwrap()).unwrap();
+    let err = d.load(&DatasetName::Aime25, &ALL).unwrap_err();
+    assert!(matches!(err, DataError::Checksum { ref path, .. } if path.ends_with("aime25.jsonl.zst")), "{err}");
 }
 
 #[test]
